@@ -1,0 +1,9 @@
+"""brgemm: one batch-reduce GEMM kernel, C = beta*C + alpha*sum_i A_i @ B_i,
+and deep-learning primitives written as Python loop nests around it."""
+from brgemm.backend import BackendUnavailable
+from brgemm.backend import available as backends
+from brgemm.dtypes import bfloat16
+from brgemm.kernel import Kernel, PackedB, brgemm
+
+__all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "BackendUnavailable"]
+__version__ = "0.1.0"

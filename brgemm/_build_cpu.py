@@ -1,0 +1,55 @@
+"""cffi builder for the CPU backend (setuptools runs it through `cffi_modules`).
+
+The cdef is kernels/cpu/brgemm_cpu.h itself, minus its preprocessor lines, so
+the C API and what Python sees cannot drift apart. libxsmm 1.17 from Debian
+ships static archives only (built with -fPIC), linked into the extension.
+"""
+import os
+import pathlib
+
+from cffi import FFI
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CPU = ROOT / "kernels" / "cpu"
+LIBXSMM_LIB = pathlib.Path(os.environ.get("LIBXSMM_LIBDIR", "/usr/lib"))
+
+
+def _cdef(header: pathlib.Path) -> str:
+    """The header without preprocessor lines and its C++-only blocks."""
+    kept, in_cplusplus = [], False
+    for line in header.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#ifdef __cplusplus"):
+            in_cplusplus = True
+        elif in_cplusplus:
+            in_cplusplus = not stripped.startswith("#endif")
+        elif not stripped.startswith("#"):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def _archives():
+    libs = [LIBXSMM_LIB / "libxsmm.a", LIBXSMM_LIB / "libxsmmnoblas.a"]
+    missing = [str(p) for p in libs if not p.exists()]
+    if missing:
+        raise RuntimeError(
+            f"libxsmm static libraries not found: {', '.join(missing)}. "
+            "Install Debian's libxsmm-dev (./setup.sh does) or set LIBXSMM_LIBDIR."
+        )
+    return [str(p) for p in libs]
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h"))
+ffibuilder.set_source(
+    "brgemm._brgemm_cpu",
+    '#include "brgemm_cpu.h"',
+    sources=["kernels/cpu/brgemm_cpu.c", "kernels/cpu/peak.c"],  # relative: setuptools refuses absolute
+    include_dirs=[str(CPU)],
+    extra_objects=_archives(),
+    libraries=["pthread", "rt", "dl", "m"],
+    extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,83 @@
+"""CPU backend: libxsmm 1.17 through the cffi extension brgemm._brgemm_cpu.
+
+Arrays arrive here already checked by brgemm.kernel; this module only turns
+them into addresses, calls C, and turns error codes into exceptions."""
+import numpy as np
+
+from brgemm._brgemm_cpu import ffi, lib
+
+FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
+DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
+
+
+def unavailable_reason():
+    return None  # the extension imported, so libxsmm is linked in
+
+
+def check(rc, what):
+    if rc == lib.BRGEMM_OK:
+        return
+    if rc == lib.BRGEMM_ENOMEM:
+        raise MemoryError(f"{what}: out of memory for scratch")
+    if rc == lib.BRGEMM_EJIT:
+        raise RuntimeError(f"{what}: libxsmm could not generate this kernel")
+    # EINVAL means the Python checks let something through: a bug, but never a crash
+    raise ValueError(f"{what}: the native layer rejected its arguments (code {rc})")
+
+
+def address(x):
+    """A pointer to x's first element; from_buffer is 5x cheaper than .ctypes when it applies."""
+    if x.flags.c_contiguous and x.size:
+        return ffi.from_buffer(x)
+    return ffi.cast("void *", x.ctypes.data)
+
+
+class CpuKernel:
+    """One JIT kernel: fixed shape, row strides, form, dtypes, alpha and beta."""
+
+    def __init__(self, *, form, dtype_ab, dtype_c, m, n, k, lda, ldb, ldc, alpha, beta,
+                 stride_a=0, stride_b=0):
+        desc = ffi.new("brgemm_cpu_desc *", dict(
+            dtype_ab=DTYPES[dtype_ab], dtype_c=DTYPES[dtype_c], form=FORMS[form],
+            m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc,
+            stride_a=stride_a, stride_b=stride_b, alpha=alpha, beta=beta))
+        out = ffi.new("brgemm_cpu_kernel **")
+        check(lib.brgemm_cpu_create(desc, out), f"Kernel({m}, {n}, {k}, dtype={dtype_ab!r})")
+        self._k = ffi.gc(out[0], lib.brgemm_cpu_destroy)
+        self.path = ffi.string(lib.brgemm_cpu_path(self._k)).decode()
+        self.packs_b = bool(lib.brgemm_cpu_packs_b(self._k))
+        self.packed_dtype = np.dtype(np.uint16 if self.path == "bf16-vnni" else np.float32)
+        self.packed_elems = lib.brgemm_cpu_packed_b_elems(self._k)
+
+    def strd(self, A, B, C, count, b_packed=False):
+        rc = lib.brgemm_cpu_run_strd(self._k, address(A), address(B), address(C), count, b_packed)
+        check(rc, "Kernel.__call__")
+
+    def addr(self, As, Bs, C, b_packed=False):
+        a = ffi.new("void *[]", [address(x) for x in As])
+        b = ffi.new("void *[]", [address(x) for x in Bs])
+        check(lib.brgemm_cpu_run_addr(self._k, a, b, address(C), len(As), b_packed), "Kernel.addr")
+
+    def offs(self, A, B, a_offsets, b_offsets, C, b_packed=False):
+        rc = lib.brgemm_cpu_run_offs(self._k, address(A), address(B),
+                                     ffi.from_buffer("int64_t[]", a_offsets),
+                                     ffi.from_buffer("int64_t[]", b_offsets),
+                                     address(C), len(a_offsets), b_packed)
+        check(rc, "Kernel.offs")
+
+    def pack_b(self, B, ldb):
+        """B [count, k, n] (row stride ldb) -> packed blocks, one per row of the result."""
+        out = np.empty((B.shape[0], self.packed_elems), self.packed_dtype)
+        for i in range(B.shape[0]):
+            check(lib.brgemm_cpu_pack_b(self._k, address(B[i]), ldb, address(out[i])),
+                  "Kernel.pack_b")
+        return out
+
+
+def arch():
+    return ffi.string(lib.brgemm_cpu_arch()).decode()
+
+
+def fma_peak(seconds=0.3):
+    """Measured single-core f32 FMA peak, GFLOP/s, and the vector unit it used."""
+    return lib.brgemm_cpu_fma_peak(seconds), ffi.string(lib.brgemm_cpu_fma_isa()).decode()

@@ -1,0 +1,298 @@
+"""brgemm.Kernel: the one kernel, C = beta * C + alpha * sum_i A_i @ B_i.
+
+    A_i [m, k], B_i [k, n], C [m, n], row-major; f32 or bf16 operands, f32 accumulation.
+
+Three ways to name the blocks (DESIGN.md section 3):
+    k(A, B, C)                           stride form: A [count, m, k], B [count, k, n]
+    k.addr(As, Bs, C)                    address form: sequences of 2-D blocks
+    k.offs(A, B, a_offsets, b_offsets, C) offset form: element offsets into flat A, B
+
+Everything the native layer needs is checked here first; a bad argument is a
+ValueError or TypeError that names it. Blocks may be views with row strides
+(leading dimensions); their last axis must be contiguous. One native kernel is
+JIT-compiled per (form, strides, dtype of C) and cached on this object.
+"""
+import operator
+import threading
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.backend import get as get_backend
+from brgemm.backend import resolve as resolve_backend
+
+_LIMIT = 1 << 30  # dimensions and row strides the native layer accepts
+
+
+def _dim(value, name):
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+    if isinstance(value, bool) or not 1 <= v <= _LIMIT:
+        raise ValueError(f"{name}: expected an int in [1, 2**30], got {value!r}")
+    return v
+
+
+def _scalar(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    return v
+
+
+def _array(x, name, allowed, ndim):
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype not in allowed:
+        want = " or ".join(f"{dtypes.NAMES[d]} ({d})" for d in allowed)
+        raise TypeError(f"{name}: expected dtype {want}, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
+
+
+def _row_stride(x, name, axis=0):
+    """Row stride in elements of the 2-D block made by axes (axis, axis+1) of x."""
+    rows, cols = x.shape[axis], x.shape[axis + 1]
+    item = x.itemsize
+    if x.size == 0:  # no blocks: NumPy's strides of empty arrays mean nothing
+        return cols
+    if cols > 1 and x.strides[axis + 1] != item:
+        raise ValueError(f"{name}: the last axis must be contiguous (stride {x.strides[axis + 1]} "
+                         f"bytes, expected {item}); pass np.ascontiguousarray({name})")
+    if rows <= 1:
+        return cols
+    s = x.strides[axis]
+    if s % item or s < cols * item or s // item > _LIMIT:
+        raise ValueError(f"{name}: row stride {s} bytes is not a multiple of {item} in "
+                         f"[{cols * item}, 2**30 elements]; rows must not overlap or run backwards")
+    return s // item
+
+
+def _batch_stride(x, name):
+    if x.shape[0] <= 1:
+        return 0
+    s = x.strides[0]
+    if s < 0 or s % x.itemsize:
+        raise ValueError(f"{name}: batch stride {s} bytes must be a non-negative multiple of "
+                         f"{x.itemsize}")
+    return s // x.itemsize
+
+
+def _no_overlap(C, other, name):
+    if np.may_share_memory(C, other) and np.shares_memory(C, other, max_work=10**5):
+        raise ValueError(f"C: overlaps {name}; the kernel writes C while it reads {name}")
+
+
+def _offsets(x, name, count=None):
+    off = np.asarray(x)
+    if off.dtype == bool or not np.issubdtype(off.dtype, np.integer):
+        raise TypeError(f"{name}: expected integer offsets, got dtype {off.dtype}")
+    if off.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence, got shape {off.shape}")
+    if count is not None and len(off) != count:
+        raise ValueError(f"{name}: has {len(off)} offsets, a_offsets has {count}")
+    return np.ascontiguousarray(off, dtype=np.int64)
+
+
+def _in_bounds(off, extent, size, name):
+    """Every block [o, o + extent) lies inside a flat buffer of `size` elements."""
+    if len(off) == 0:
+        return
+    if off.min() < 0:
+        raise ValueError(f"{name}: offset {off.min()} is negative")
+    if off.max() > size - extent:
+        i = int(np.argmax(off))
+        raise ValueError(f"{name}: block {i} at offset {off[i]} needs {extent} elements, "
+                         f"the buffer has {size}")
+
+
+class PackedB:
+    """B blocks already in the layout a kernel wants (VNNI pairs for bf16
+    dot products, f32 where bf16 is widened): pack once, call many times."""
+
+    def __init__(self, data, count, k, n, path):
+        self.data, self.count, self.k, self.n, self.path = data, count, k, n, path
+
+    def __repr__(self):
+        return f"PackedB(count={self.count}, k={self.k}, n={self.n}, path={self.path!r})"
+
+
+class Kernel:
+    """C = beta * C + alpha * sum_i A_i @ B_i for blocks A_i [m, k], B_i [k, n].
+
+    dtype "f32": float32 A, B, C. dtype "bf16": ml_dtypes.bfloat16 A and B,
+    C float32 or bfloat16, f32 accumulation. Any finite alpha and beta: 1 and
+    0/1 run straight in libxsmm, others through a scratch tile. lda and ldb are
+    the row strides (elements) of blocks in the offset form's flat buffers.
+    """
+
+    def __init__(self, m, n, k, dtype="f32", beta=1.0, alpha=1.0, backend=None, *,
+                 lda=None, ldb=None):
+        self.m, self.n, self.k = _dim(m, "m"), _dim(n, "n"), _dim(k, "k")
+        self.dtype = dtypes.check_name(dtype)
+        self.beta, self.alpha = _scalar(beta, "beta"), _scalar(alpha, "alpha")
+        self.backend = resolve_backend(backend)
+        self.lda = self.k if lda is None else _dim(lda, "lda")
+        self.ldb = self.n if ldb is None else _dim(ldb, "ldb")
+        if self.lda < self.k:
+            raise ValueError(f"lda: {self.lda} is less than k = {self.k}")
+        if self.ldb < self.n:
+            raise ValueError(f"ldb: {self.ldb} is less than n = {self.n}")
+        self._ab = (dtypes.NUMPY[self.dtype],)
+        self._c = (dtypes.float32,) if self.dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+        self._impl = get_backend(self.backend)
+        self._native = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
+                f"beta={self.beta}, alpha={self.alpha}, backend={self.backend!r})")
+
+    def _kernel(self, form, dtype_c, lda, ldb, ldc, stride_a=0, stride_b=0):
+        key = (form, dtype_c, lda, ldb, ldc, stride_a, stride_b)
+        kern = self._native.get(key)
+        if kern is None:
+            with self._lock:  # JIT once even when threads race here
+                kern = self._native.get(key)
+                if kern is None:
+                    kern = self._impl.CpuKernel(
+                        form=form, dtype_ab=self.dtype, dtype_c=dtype_c, m=self.m, n=self.n,
+                        k=self.k, lda=lda, ldb=ldb, ldc=ldc, alpha=self.alpha, beta=self.beta,
+                        stride_a=stride_a, stride_b=stride_b)
+                    self._native[key] = kern
+        return kern
+
+    def _check_c(self, C, *reads):
+        _array(C, "C", self._c, 2)
+        if C.shape != (self.m, self.n):
+            raise ValueError(f"C: expected shape ({self.m}, {self.n}), got {C.shape}")
+        if not C.flags.writeable:
+            raise ValueError("C: is read-only; the kernel writes C in place")
+        for x, name in reads:
+            _no_overlap(C, x, name)
+        return dtypes.NAMES[C.dtype], _row_stride(C, "C")
+
+    def _check_block(self, x, name, shape, ndim=2):
+        _array(x, name, self._ab, ndim)
+        if x.shape[-2:] != shape:
+            raise ValueError(f"{name}: expected blocks of shape {shape}, got shape {x.shape}")
+        return _row_stride(x, name, axis=ndim - 2)
+
+    # -- stride form --
+    def __call__(self, A, B, C):
+        """Stride form: A [count, m, k], B [count, k, n] (or a PackedB), C [m, n]."""
+        lda = self._check_block(A, "A", (self.m, self.k), 3)
+        count = A.shape[0]
+        packed = isinstance(B, PackedB)
+        if packed:
+            ldb, sb = self.n, 0
+            self._check_packed(B, count)
+            data = B.data
+        else:
+            ldb = self._check_block(B, "B", (self.k, self.n), 3)
+            if B.shape[0] != count:
+                raise ValueError(f"B: has {B.shape[0]} blocks, A has {count}")
+            sb, data = _batch_stride(B, "B"), B
+        sa = _batch_stride(A, "A")
+        dtype_c, ldc = self._check_c(C, (A, "A"), (data, "B"))
+        kern = self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
+        kern.strd(A, data, C, count, packed)
+        return C
+
+    # -- address form --
+    def addr(self, As, Bs, C):
+        """Address form: As, Bs sequences of 2-D blocks [m, k] and [k, n]."""
+        for seq, name in ((As, "As"), (Bs, "Bs")):
+            if isinstance(seq, np.ndarray) or not hasattr(seq, "__len__"):
+                raise TypeError(f"{name}: expected a list or tuple of 2-D arrays, "
+                                f"got {type(seq).__name__}")
+        if len(As) != len(Bs):
+            raise ValueError(f"Bs: has {len(Bs)} blocks, As has {len(As)}")
+        lda = self._common_stride(As, "As", (self.m, self.k), self.k)
+        ldb = self._common_stride(Bs, "Bs", (self.k, self.n), self.n)
+        dtype_c, ldc = self._check_c(C)
+        for i, (a, b) in enumerate(zip(As, Bs)):
+            _no_overlap(C, a, f"As[{i}]")
+            _no_overlap(C, b, f"Bs[{i}]")
+        self._kernel("addr", dtype_c, lda, ldb, ldc).addr(As, Bs, C)
+        return C
+
+    def _common_stride(self, blocks, name, shape, default):
+        """One JIT kernel serves all blocks, so they must share a row stride."""
+        ld = None
+        for i, x in enumerate(blocks):
+            s = self._check_block(x, f"{name}[{i}]", shape)
+            if shape[0] > 1 and ld is not None and s != ld:
+                raise ValueError(f"{name}[{i}]: row stride {s} differs from {name}[0]'s {ld}")
+            ld = s if shape[0] > 1 else default
+        return default if ld is None else ld
+
+    # -- offset form --
+    def offs(self, A, B, a_offsets, b_offsets, C):
+        """Offset form: A, B C-contiguous buffers (any shape, read flat); block i
+        starts at element a_offsets[i] of A (rows lda apart) and b_offsets[i] of B."""
+        for x, name in ((A, "A"), (B, "B")):
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+            _array(x, name, self._ab, x.ndim)
+            if not x.flags.c_contiguous:
+                raise ValueError(f"{name}: the offset form reads a flat buffer; "
+                                 f"pass np.ascontiguousarray({name})")
+        ao = _offsets(a_offsets, "a_offsets")
+        bo = _offsets(b_offsets, "b_offsets", len(ao))
+        _in_bounds(ao, (self.m - 1) * self.lda + self.k, A.size, "a_offsets")
+        _in_bounds(bo, (self.k - 1) * self.ldb + self.n, B.size, "b_offsets")
+        dtype_c, ldc = self._check_c(C, (A, "A"), (B, "B"))
+        self._kernel("offs", dtype_c, self.lda, self.ldb, ldc).offs(A, B, ao, bo, C)
+        return C
+
+    # -- packing --
+    def pack_b(self, B):
+        """B [count, k, n] in the layout this kernel's stride form wants.
+
+        bf16 kernels repack B on every call otherwise (VNNI pairs, or f32 where
+        the CPU has no bf16 dot products); f32 kernels read B as it is."""
+        ldb = self._check_block(B, "B", (self.k, self.n), 3)
+        kern = self._kernel("strd", "f32", self.k, self.n, self.n)
+        if not kern.packs_b:
+            return B
+        return PackedB(kern.pack_b(B, ldb), B.shape[0], self.k, self.n, kern.path)
+
+    def _check_packed(self, B, count):
+        path = self._kernel("strd", "f32", self.k, self.n, self.n).path
+        if (B.k, B.n, B.path) != (self.k, self.n, path):
+            raise ValueError(f"B: {B!r} was packed for another kernel "
+                             f"(this one: k={self.k}, n={self.n}, path={path!r})")
+        if B.count != count:
+            raise ValueError(f"B: has {B.count} packed blocks, A has {count}")
+
+    @property
+    def path(self):
+        """How this kernel runs here: "f32", "bf16-vnni" or "bf16-via-f32"."""
+        return self._kernel("strd", "f32", self.k, self.n, self.n).path
+
+
+_one_shot = {}
+
+
+def brgemm(A, B, C, beta=1.0, alpha=1.0, backend=None):
+    """One-shot stride form: C = beta * C + alpha * sum_i A[i] @ B[i]; dtype from A."""
+    if not isinstance(A, np.ndarray) or A.ndim != 3:
+        raise TypeError("A: expected a 3-D numpy.ndarray [count, m, k]")
+    if not isinstance(B, np.ndarray) or B.ndim != 3:
+        raise TypeError("B: expected a 3-D numpy.ndarray [count, k, n]")
+    dtype = dtypes.name_of(A.dtype)
+    if dtype is None:
+        raise TypeError(f"A: expected dtype float32 or bfloat16, got {A.dtype}")
+    key = (A.shape[1], B.shape[2], A.shape[2], dtype, float(beta), float(alpha),
+           resolve_backend(backend))
+    kern = _one_shot.get(key)
+    if kern is None:
+        kern = Kernel(*key[:3], dtype=dtype, beta=beta, alpha=alpha, backend=key[6])
+        if len(_one_shot) > 256:  # bound the cache; kernels are cheap to rebuild
+            _one_shot.clear()
+        _one_shot[key] = kern
+    return kern(A, B, C)

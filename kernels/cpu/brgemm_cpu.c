@@ -1,0 +1,371 @@
+/* brgemm CPU backend over libxsmm 1.17: see brgemm_cpu.h for the contract.
+ *
+ * libxsmm is column-major; row-major C = A B is column-major C^T = B^T A^T,
+ * so libxsmm's A operand is our B, its B is our A, M = n, N = m, K = k.
+ * libxsmm 1.17 accumulates with alpha = 1 and beta in {0, 1} only; other
+ * alpha/beta run the kernel with beta 0 into a scratch tile and combine.
+ */
+#include "brgemm_cpu.h"
+
+#include <libxsmm.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PATH_F32, PATH_BF16_VNNI, PATH_BF16_VIA_F32 };
+
+struct brgemm_cpu_kernel {
+  brgemm_cpu_desc d;
+  int path;
+  int via_scratch;  /* kernel writes a scratch tile that is then combined into C */
+  void* fn;         /* libxsmm function: native form for f32, address form for bf16 */
+};
+
+/* ---- per-thread scratch, freed when the thread exits ---- */
+
+typedef struct { void* ptr; size_t size; } scratch_t;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void* p) {
+  scratch_t* s = (scratch_t*)p;
+  if (s) { free(s->ptr); free(s); }
+}
+static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static void* scratch_get(size_t size) {
+  pthread_once(&scratch_once, scratch_init);
+  scratch_t* s = (scratch_t*)pthread_getspecific(scratch_key);
+  if (!s) {
+    s = (scratch_t*)calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    pthread_setspecific(scratch_key, s);
+  }
+  if (s->size < size) {
+    size_t want = (size + 4095) & ~(size_t)4095;
+    void* p = aligned_alloc(64, want);
+    if (!p) return NULL;
+    free(s->ptr);
+    s->ptr = p;
+    s->size = want;
+  }
+  return s->ptr;
+}
+
+/* carve 64-byte aligned pieces out of one scratch block */
+static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* ---- bf16 helpers ---- */
+
+static inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* rows x cols bf16 block (row stride ld) -> contiguous f32 */
+static void widen_block(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = bf16_to_f32(src[r * ld + c]);
+}
+
+/* k x n bf16 block (row stride ld) -> VNNI pairs [k/2][n][2] (k even) */
+static void vnni_block(const uint16_t* src, int64_t k, int64_t n, int64_t ld, uint16_t* dst) {
+  for (int64_t p = 0; p < k / 2; ++p)
+    for (int64_t j = 0; j < n; ++j) {
+      dst[(p * n + j) * 2 + 0] = src[(2 * p + 0) * ld + j];
+      dst[(p * n + j) * 2 + 1] = src[(2 * p + 1) * ld + j];
+    }
+}
+
+/* ---- kernel creation ---- */
+
+static int desc_valid(const brgemm_cpu_desc* d) {
+  const int64_t lim = (int64_t)1 << 30;
+  if ((d->dtype_ab != BRGEMM_F32 && d->dtype_ab != BRGEMM_BF16) ||
+      (d->dtype_c != BRGEMM_F32 && d->dtype_c != BRGEMM_BF16)) return 0;
+  if (d->dtype_ab == BRGEMM_F32 && d->dtype_c != BRGEMM_F32) return 0;
+  if (d->form < BRGEMM_STRD || d->form > BRGEMM_OFFS) return 0;
+  if (d->m < 1 || d->n < 1 || d->k < 1 || d->m > lim || d->n > lim || d->k > lim) return 0;
+  if (d->lda < d->k || d->ldb < d->n || d->ldc < d->n) return 0;
+  if (d->lda > lim || d->ldb > lim || d->ldc > lim) return 0;
+  if (d->form == BRGEMM_STRD && (d->stride_a < 0 || d->stride_b < 0)) return 0;
+  return 1;
+}
+
+static int bf16_dot_available(void) {
+  /* libxsmm 1.17 JITs bf16 dot products for AVX512-BF16 (cpx) and later */
+  return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512_CPX;
+}
+
+int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
+  if (!desc || !out || !desc_valid(desc)) return BRGEMM_EINVAL;
+  *out = NULL;
+  libxsmm_init();
+  brgemm_cpu_kernel* kr = (brgemm_cpu_kernel*)calloc(1, sizeof(*kr));
+  if (!kr) return BRGEMM_ENOMEM;
+  const brgemm_cpu_desc* d = desc;
+  kr->d = *d;
+  const int direct_ab = d->alpha == 1.0f && (d->beta == 0.0f || d->beta == 1.0f);
+  libxsmm_blasint M = (libxsmm_blasint)d->n, N = (libxsmm_blasint)d->m, K = (libxsmm_blasint)d->k;
+  float one = 1.0f, zero = 0.0f;
+  int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+
+  if (d->dtype_ab == BRGEMM_F32) {
+    kr->path = PATH_F32;
+    kr->via_scratch = !direct_ab;
+    int flags = (kr->via_scratch || d->beta == 0.0f) ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
+    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
+    libxsmm_blasint lda = (libxsmm_blasint)d->ldb, ldb = (libxsmm_blasint)d->lda;
+    libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
+    if (d->form == BRGEMM_STRD)
+      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_strd(
+          M, N, K, (libxsmm_blasint)(d->stride_b * 4), (libxsmm_blasint)(d->stride_a * 4),
+          &lda, &ldb, &ldc, &one, beta, &flags, &prefetch);
+    else if (d->form == BRGEMM_ADDR)
+      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
+                                                           &flags, &prefetch);
+    else
+      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_offs(M, N, K, &lda, &ldb, &ldc, &one, beta,
+                                                           &flags, &prefetch);
+  } else if (bf16_dot_available() && d->k % 2 == 0) {
+    /* bf16 blocks straight into the dot products; B repacked into VNNI pairs */
+    kr->path = PATH_BF16_VNNI;
+    kr->via_scratch = !direct_ab;
+    int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
+    if (kr->via_scratch || d->beta == 0.0f) flags |= LIBXSMM_GEMM_FLAG_BETA_0;
+    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
+    libxsmm_blasint lda = M, ldb = (libxsmm_blasint)d->lda;
+    libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
+    if (!kr->via_scratch && d->dtype_c == BRGEMM_BF16)
+      kr->fn = (void*)libxsmm_bmmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
+                                                           &flags, &prefetch);
+    else
+      kr->fn = (void*)libxsmm_bsmmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
+                                                            &flags, &prefetch);
+  } else {
+    /* no bf16 dot products here (or odd k): widen blocks to f32, which is
+     * exact, and accumulate in f32 as the bf16 contract says */
+    kr->path = PATH_BF16_VIA_F32;
+    kr->via_scratch = !direct_ab || d->dtype_c == BRGEMM_BF16;
+    int flags = (kr->via_scratch || d->beta == 0.0f) ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
+    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
+    libxsmm_blasint lda = M, ldb = K;
+    libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
+    kr->fn = (void*)libxsmm_smmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
+                                                         &flags, &prefetch);
+  }
+  if (!kr->fn) { free(kr); return BRGEMM_EJIT; }
+  *out = kr;
+  return BRGEMM_OK;
+}
+
+void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel) { free(kernel); }
+
+const char* brgemm_cpu_path(const brgemm_cpu_kernel* kr) {
+  if (!kr) return "";
+  return kr->path == PATH_F32 ? "f32" : kr->path == PATH_BF16_VNNI ? "bf16-vnni" : "bf16-via-f32";
+}
+
+int brgemm_cpu_packs_b(const brgemm_cpu_kernel* kr) { return kr && kr->path != PATH_F32; }
+
+int64_t brgemm_cpu_packed_b_elems(const brgemm_cpu_kernel* kr) {
+  return kr ? kr->d.k * kr->d.n : 0;
+}
+
+int brgemm_cpu_packed_b_itemsize(const brgemm_cpu_kernel* kr) {
+  if (!kr) return 0;
+  return kr->path == PATH_BF16_VNNI ? 2 : 4;
+}
+
+int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kr, const void* b, int64_t ldb, void* out) {
+  if (!kr || !b || !out || kr->path == PATH_F32 || ldb < kr->d.n) return BRGEMM_EINVAL;
+  if (kr->path == PATH_BF16_VNNI)
+    vnni_block((const uint16_t*)b, kr->d.k, kr->d.n, ldb, (uint16_t*)out);
+  else
+    widen_block((const uint16_t*)b, kr->d.k, kr->d.n, ldb, (float*)out);
+  return BRGEMM_OK;
+}
+
+/* ---- running ---- */
+
+/* C = alpha * T + beta * C, T contiguous m x n f32; beta 0 ignores C (NaN included) */
+static void combine(const brgemm_cpu_desc* d, const float* t, void* c) {
+  for (int64_t i = 0; i < d->m; ++i)
+    for (int64_t j = 0; j < d->n; ++j) {
+      float v = d->alpha * t[i * d->n + j];
+      if (d->dtype_c == BRGEMM_F32) {
+        float* cp = (float*)c + i * d->ldc + j;
+        *cp = d->beta == 0.0f ? v : v + d->beta * *cp;
+      } else {
+        uint16_t* cp = (uint16_t*)c + i * d->ldc + j;
+        *cp = f32_to_bf16(d->beta == 0.0f ? v : v + d->beta * bf16_to_f32(*cp));
+      }
+    }
+}
+
+/* bf16 kernels: every form arrives here as lists of block addresses */
+static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
+                    void* c, int64_t count, int b_packed) {
+  const brgemm_cpu_desc* d = &kr->d;
+  const int widen = kr->path == PATH_BF16_VIA_F32;
+  const size_t bsz = (size_t)d->k * d->n * (widen ? 4 : 2);
+  const size_t asz = widen ? (size_t)d->m * d->k * 4 : 0;
+  const size_t ptrs = round64((size_t)count * sizeof(void*));
+  const size_t a_blk = round64(asz), b_blk = b_packed ? 0 : round64(bsz);
+  const size_t tsz = kr->via_scratch ? round64((size_t)d->m * d->n * 4) : 0;
+  char* s = (char*)scratch_get(2 * ptrs + (size_t)count * (a_blk + b_blk) + tsz);
+  if (!s) return BRGEMM_ENOMEM;
+  const void** ap = (const void**)s;
+  const void** bp = (const void**)(s + ptrs);
+  char* blocks = s + 2 * ptrs;
+  float* t = (float*)(blocks + (size_t)count * (a_blk + b_blk));
+  for (int64_t i = 0; i < count; ++i) {
+    char* mine = blocks + (size_t)i * (a_blk + b_blk);
+    if (widen) {
+      widen_block((const uint16_t*)a[i], d->m, d->k, d->lda, (float*)mine);
+      ap[i] = mine;
+    } else {
+      ap[i] = a[i];
+    }
+    if (b_packed) {
+      bp[i] = b[i];
+    } else {
+      brgemm_cpu_pack_b(kr, b[i], d->ldb, mine + a_blk);
+      bp[i] = mine + a_blk;
+    }
+  }
+  unsigned long long cnt = (unsigned long long)count;
+  void* dst = kr->via_scratch ? (void*)t : c;
+  if (widen)
+    ((libxsmm_smmfunction_reducebatch_addr)kr->fn)((const float**)bp, (const float**)ap,
+                                                   (float*)dst, &cnt);
+  else if (!kr->via_scratch && d->dtype_c == BRGEMM_BF16)
+    ((libxsmm_bmmfunction_reducebatch_addr)kr->fn)((const libxsmm_bfloat16**)bp,
+                                                   (const libxsmm_bfloat16**)ap,
+                                                   (libxsmm_bfloat16*)dst, &cnt);
+  else
+    ((libxsmm_bsmmfunction_reducebatch_addr)kr->fn)((const libxsmm_bfloat16**)bp,
+                                                    (const libxsmm_bfloat16**)ap, (float*)dst,
+                                                    &cnt);
+  if (kr->via_scratch) combine(d, t, c);
+  return BRGEMM_OK;
+}
+
+/* zero blocks: C = beta * C (libxsmm is not asked for count 0) */
+static int run_empty(const brgemm_cpu_kernel* kr, void* c) {
+  const brgemm_cpu_desc* d = &kr->d;
+  float* t = (float*)scratch_get((size_t)d->m * d->n * 4);
+  if (!t) return BRGEMM_ENOMEM;
+  memset(t, 0, (size_t)d->m * d->n * 4);
+  combine(d, t, c);
+  return BRGEMM_OK;
+}
+
+/* f32 result in the scratch tile, when alpha/beta need it */
+static float* f32_dst(const brgemm_cpu_kernel* kr, void* c) {
+  return kr->via_scratch ? (float*)scratch_get((size_t)kr->d.m * kr->d.n * 4) : (float*)c;
+}
+
+int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
+                        int64_t count, int b_packed) {
+  if (!kr || !c || count < 0 || kr->d.form != BRGEMM_STRD) return BRGEMM_EINVAL;
+  if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
+  if (count == 0) return run_empty(kr, c);
+  if (!a || !b) return BRGEMM_EINVAL;
+  const brgemm_cpu_desc* d = &kr->d;
+  if (kr->path == PATH_F32) {
+    float* dst = f32_dst(kr, c);
+    if (!dst) return BRGEMM_ENOMEM;
+    unsigned long long cnt = (unsigned long long)count;
+    ((libxsmm_smmfunction_reducebatch_strd)kr->fn)((const float*)b, (const float*)a, dst, &cnt);
+    if (kr->via_scratch) combine(d, dst, c);
+    return BRGEMM_OK;
+  }
+  /* bf16: turn strides into address lists, on the heap since run_bf16 owns the scratch */
+  const void** lists = (const void**)malloc((size_t)count * 2 * sizeof(void*));
+  if (!lists) return BRGEMM_ENOMEM;
+  const int64_t sb = b_packed ? brgemm_cpu_packed_b_elems(kr) * brgemm_cpu_packed_b_itemsize(kr)
+                              : d->stride_b * 2;
+  for (int64_t i = 0; i < count; ++i) {
+    lists[i] = (const char*)a + i * d->stride_a * 2;
+    lists[count + i] = (const char*)b + i * sb;
+  }
+  int rc = run_bf16(kr, lists, lists + count, c, count, b_packed);
+  free(lists);
+  return rc;
+}
+
+int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
+                        void* c, int64_t count, int b_packed) {
+  if (!kr || !c || count < 0 || kr->d.form != BRGEMM_ADDR) return BRGEMM_EINVAL;
+  if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
+  if (count == 0) return run_empty(kr, c);
+  if (!a || !b) return BRGEMM_EINVAL;
+  for (int64_t i = 0; i < count; ++i)
+    if (!a[i] || !b[i]) return BRGEMM_EINVAL;
+  if (kr->path != PATH_F32) return run_bf16(kr, a, b, c, count, b_packed);
+  float* dst = f32_dst(kr, c);
+  if (!dst) return BRGEMM_ENOMEM;
+  unsigned long long cnt = (unsigned long long)count;
+  ((libxsmm_smmfunction_reducebatch_addr)kr->fn)((const float**)b, (const float**)a, dst, &cnt);
+  if (kr->via_scratch) combine(&kr->d, dst, c);
+  return BRGEMM_OK;
+}
+
+int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* b,
+                        const int64_t* a_offs, const int64_t* b_offs, void* c, int64_t count,
+                        int b_packed) {
+  if (!kr || !c || count < 0 || kr->d.form != BRGEMM_OFFS) return BRGEMM_EINVAL;
+  if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
+  if (count == 0) return run_empty(kr, c);
+  if (!a || !b || !a_offs || !b_offs) return BRGEMM_EINVAL;
+  for (int64_t i = 0; i < count; ++i)
+    if (a_offs[i] < 0 || b_offs[i] < 0) return BRGEMM_EINVAL;
+  const brgemm_cpu_desc* d = &kr->d;
+  const int64_t ea = kr->path == PATH_F32 ? 4 : 2;
+  const int64_t eb = b_packed ? brgemm_cpu_packed_b_itemsize(kr) : ea;
+  /* libxsmm wants byte offsets; ours are elements */
+  size_t lists = (size_t)count * 2 * 8;
+  size_t tsz = kr->path == PATH_F32 && kr->via_scratch ? (size_t)d->m * d->n * 4 : 0;
+  char* heap = (char*)malloc(lists + tsz + 64);
+  if (!heap) return BRGEMM_ENOMEM;
+  int rc = BRGEMM_OK;
+  if (kr->path == PATH_F32) {
+    unsigned long long* ao = (unsigned long long*)heap;
+    unsigned long long* bo = ao + count;
+    for (int64_t i = 0; i < count; ++i) {
+      ao[i] = (unsigned long long)(a_offs[i] * ea);
+      bo[i] = (unsigned long long)(b_offs[i] * eb);
+    }
+    float* dst = kr->via_scratch ? (float*)(heap + round64(lists)) : (float*)c;
+    unsigned long long cnt = (unsigned long long)count;
+    ((libxsmm_smmfunction_reducebatch_offs)kr->fn)((const float*)b, (const float*)a, dst, &cnt,
+                                                   bo, ao);
+    if (kr->via_scratch) combine(d, dst, c);
+  } else {
+    const void** ap = (const void**)heap;
+    const void** bp = ap + count;
+    for (int64_t i = 0; i < count; ++i) {
+      ap[i] = (const char*)a + a_offs[i] * ea;
+      bp[i] = (const char*)b + b_offs[i] * eb;
+    }
+    rc = run_bf16(kr, ap, bp, c, count, b_packed);
+  }
+  free(heap);
+  return rc;
+}
+
+const char* brgemm_cpu_arch(void) {
+  libxsmm_init();
+  return libxsmm_get_target_arch();
+}

@@ -1,0 +1,82 @@
+/* Measured FMA peak of one core: independent chains of vector FMAs, enough
+ * of them to cover latency x throughput on current x86 cores (4 cycles x 2
+ * ports = 8 in flight; 12 leaves headroom). The result is the yardstick for
+ * "% of peak" in the benchmarks, measured in the same run as they are. */
+#include "brgemm_cpu.h"
+
+#include <immintrin.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+#define CHAINS 12
+
+__attribute__((target("avx512f"))) static float fma_avx512(long iters) {
+  __m512 acc[CHAINS];
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_ps((float)c);
+  for (long i = 0; i < iters; ++i)
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_fmadd_ps(acc[c], x, y);
+  for (int c = 1; c < CHAINS; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(long iters) {
+  __m256 acc[CHAINS];
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_set1_ps((float)c);
+  for (long i = 0; i < iters; ++i)
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_fmadd_ps(acc[c], x, y);
+  for (int c = 1; c < CHAINS; ++c) acc[0] = _mm256_add_ps(acc[0], acc[c]);
+  float out[8];
+  _mm256_storeu_ps(out, acc[0]);
+  return out[0] + out[7];
+}
+
+static float fma_scalar(long iters) {
+  float acc[CHAINS];
+  for (int c = 0; c < CHAINS; ++c) acc[c] = (float)c;
+  for (long i = 0; i < iters; ++i)
+    for (int c = 0; c < CHAINS; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
+  float s = 0;
+  for (int c = 0; c < CHAINS; ++c) s += acc[c];
+  return s;
+}
+
+const char* brgemm_cpu_fma_isa(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+  return "scalar";
+}
+
+volatile float brgemm_peak_sink;  /* keeps the chains from being optimised away */
+
+double brgemm_cpu_fma_peak(double seconds) {
+  const char* isa = brgemm_cpu_fma_isa();
+  const int lanes = isa[4] == '5' ? 16 : isa[0] == 'a' ? 8 : 1;
+  float (*fn)(long) = lanes == 16 ? fma_avx512 : lanes == 8 ? fma_avx2 : fma_scalar;
+  if (seconds <= 0) seconds = 0.2;
+  long iters = 1 << 16;
+  double best = 0;
+  /* grow the trip count until one run takes a tenth of the budget, then keep the best of the rest */
+  double start = now();
+  while (now() - start < seconds) {
+    double t0 = now();
+    brgemm_peak_sink = fn(iters);
+    double dt = now() - t0;
+    double gflops = 2.0 * lanes * CHAINS * (double)iters / dt * 1e-9;
+    if (dt < seconds / 10) iters *= 2;
+    else if (gflops > best) best = gflops;
+  }
+  if (best == 0) {  /* budget too small to settle: take one long run */
+    double t0 = now();
+    brgemm_peak_sink = fn(iters);
+    best = 2.0 * lanes * CHAINS * (double)iters / (now() - t0) * 1e-9;
+  }
+  return best;
+}
