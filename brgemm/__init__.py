@@ -2,8 +2,9 @@
 and deep-learning primitives written as Python loop nests around it."""
 from brgemm.backend import BackendUnavailable
 from brgemm.backend import available as backends
+from brgemm.arrays import aligned_empty
 from brgemm.dtypes import bfloat16
 from brgemm.kernel import Kernel, PackedB, brgemm
 
-__all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "BackendUnavailable"]
+__all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "aligned_empty", "BackendUnavailable"]
 __version__ = "0.1.0"

@@ -44,7 +44,7 @@ ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h"))
 ffibuilder.set_source(
     "brgemm._brgemm_cpu",
     '#include "brgemm_cpu.h"',
-    sources=["kernels/cpu/brgemm_cpu.c", "kernels/cpu/peak.c"],  # relative: setuptools refuses absolute
+    sources=["kernels/cpu/brgemm_cpu.c", "kernels/cpu/peak.c", "kernels/cpu/timing.c"],  # relative: setuptools refuses absolute
     include_dirs=[str(CPU)],
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],

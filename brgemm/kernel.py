@@ -88,6 +88,8 @@ def _no_overlap(C, other, name):
 
 def _offsets(x, name, count=None):
     off = np.asarray(x)
+    if off.size == 0 and off.ndim == 1:  # [] is float64 to NumPy; no blocks is fine
+        off = off.astype(np.int64)
     if off.dtype == bool or not np.issubdtype(off.dtype, np.integer):
         raise TypeError(f"{name}: expected integer offsets, got dtype {off.dtype}")
     if off.ndim != 1:
@@ -144,7 +146,8 @@ class Kernel:
         self._ab = (dtypes.NUMPY[self.dtype],)
         self._c = (dtypes.float32,) if self.dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
         self._impl = get_backend(self.backend)
-        self._native = {}
+        self._native = {}  # (form, strides, dtype of C) -> JIT kernel
+        self._strd_seen = {}  # array geometry -> JIT kernel, for checked stride-form calls
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -184,13 +187,38 @@ class Kernel:
     # -- stride form --
     def __call__(self, A, B, C):
         """Stride form: A [count, m, k], B [count, k, n] (or a PackedB), C [m, n]."""
+        if isinstance(A, np.ndarray) and isinstance(B, np.ndarray) and isinstance(C, np.ndarray):
+            # shapes, strides and dtypes decide everything the checks below decide,
+            # so calls on arrays of a geometry seen before skip straight to the kernel
+            key = (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
+                   C.shape, C.strides, C.dtype)
+            kern = self._strd_seen.get(key)
+            if kern is None:
+                kern = self._check_strd(A, B, C)
+                self._strd_seen[key] = kern
+            elif not C.flags.writeable:
+                raise ValueError("C: is read-only; the kernel writes C in place")
+            # C compares byte ranges for free; only when they meet is the exact
+            # (slower) element test needed, e.g. for interleaved views of one buffer
+            if not kern.strd(A, B, C, A.shape[0], check_overlap=True):
+                _no_overlap(C, A, "A")
+                _no_overlap(C, B, "B")
+                kern.strd(A, B, C, A.shape[0])
+            return C
+        if isinstance(B, PackedB):
+            kern = self._check_strd(A, B, C)
+            kern.strd(A, B.data, C, A.shape[0], True)
+            return C
+        self._check_strd(A, B, C)  # raises, naming the argument that is not an array
+        raise AssertionError("unreachable: _check_strd accepted a non-array")
+
+    def _check_strd(self, A, B, C):
+        """Every check of the stride form; returns the native kernel to run."""
         lda = self._check_block(A, "A", (self.m, self.k), 3)
         count = A.shape[0]
-        packed = isinstance(B, PackedB)
-        if packed:
-            ldb, sb = self.n, 0
+        if isinstance(B, PackedB):
             self._check_packed(B, count)
-            data = B.data
+            ldb, sb, data = self.n, 0, B.data
         else:
             ldb = self._check_block(B, "B", (self.k, self.n), 3)
             if B.shape[0] != count:
@@ -198,9 +226,7 @@ class Kernel:
             sb, data = _batch_stride(B, "B"), B
         sa = _batch_stride(A, "A")
         dtype_c, ldc = self._check_c(C, (A, "A"), (data, "B"))
-        kern = self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
-        kern.strd(A, data, C, count, packed)
-        return C
+        return self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
 
     # -- address form --
     def addr(self, As, Bs, C):

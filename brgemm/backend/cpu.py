@@ -27,7 +27,7 @@ def check(rc, what):
 
 def address(x):
     """A pointer to x's first element; from_buffer is 5x cheaper than .ctypes when it applies."""
-    if x.flags.c_contiguous and x.size:
+    if x.flags.c_contiguous:
         return ffi.from_buffer(x)
     return ffi.cast("void *", x.ctypes.data)
 
@@ -49,9 +49,15 @@ class CpuKernel:
         self.packed_dtype = np.dtype(np.uint16 if self.path == "bf16-vnni" else np.float32)
         self.packed_elems = lib.brgemm_cpu_packed_b_elems(self._k)
 
-    def strd(self, A, B, C, count, b_packed=False):
-        rc = lib.brgemm_cpu_run_strd(self._k, address(A), address(B), address(C), count, b_packed)
+    def strd(self, A, B, C, count, b_packed=False, check_overlap=False):
+        """Run the stride form; with check_overlap, return False instead when C's
+        byte range meets A's or B's (the caller then decides exactly)."""
+        rc = lib.brgemm_cpu_run_strd(self._k, address(A), address(B), address(C), count,
+                                     b_packed, check_overlap)
+        if rc == lib.BRGEMM_EOVERLAP:
+            return False
         check(rc, "Kernel.__call__")
+        return True
 
     def addr(self, As, Bs, C, b_packed=False):
         a = ffi.new("void *[]", [address(x) for x in As])
@@ -64,6 +70,13 @@ class CpuKernel:
                                      ffi.from_buffer("int64_t[]", b_offsets),
                                      address(C), len(a_offsets), b_packed)
         check(rc, "Kernel.offs")
+
+    def time_strd(self, A, B, C, count, reps):
+        """Seconds for `reps` stride-form calls made from C: the no-Python yardstick."""
+        seconds = ffi.new("double *")
+        check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count, reps,
+                                       seconds), "time_strd")
+        return seconds[0]
 
     def pack_b(self, B, ldb):
         """B [count, k, n] (row stride ldb) -> packed blocks, one per row of the result."""

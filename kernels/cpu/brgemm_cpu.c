@@ -276,12 +276,31 @@ static float* f32_dst(const brgemm_cpu_kernel* kr, void* c) {
   return kr->via_scratch ? (float*)scratch_get((size_t)kr->d.m * kr->d.n * 4) : (float*)c;
 }
 
-int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
+static int ranges_meet(const void* p, int64_t p_bytes, const void* q, int64_t q_bytes) {
+  const char *x = (const char*)p, *y = (const char*)q;
+  return x < y + q_bytes && y < x + p_bytes;
+}
+
+/* does C's byte range meet A's or B's in the stride form? */
+static int strd_overlap(const brgemm_cpu_kernel* kr, const void* a, const void* b, const void* c,
                         int64_t count, int b_packed) {
+  const brgemm_cpu_desc* d = &kr->d;
+  const int64_t ea = d->dtype_ab == BRGEMM_F32 ? 4 : 2, ec = d->dtype_c == BRGEMM_F32 ? 4 : 2;
+  const int64_t a_bytes = ((count - 1) * d->stride_a + (d->m - 1) * d->lda + d->k) * ea;
+  const int64_t b_bytes =
+      b_packed ? count * brgemm_cpu_packed_b_elems(kr) * brgemm_cpu_packed_b_itemsize(kr)
+               : ((count - 1) * d->stride_b + (d->k - 1) * d->ldb + d->n) * ea;
+  const int64_t c_bytes = ((d->m - 1) * d->ldc + d->n) * ec;
+  return ranges_meet(c, c_bytes, a, a_bytes) || ranges_meet(c, c_bytes, b, b_bytes);
+}
+
+int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
+                        int64_t count, int b_packed, int check_overlap) {
   if (!kr || !c || count < 0 || kr->d.form != BRGEMM_STRD) return BRGEMM_EINVAL;
   if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
   if (count == 0) return run_empty(kr, c);
   if (!a || !b) return BRGEMM_EINVAL;
+  if (check_overlap && strd_overlap(kr, a, b, c, count, b_packed)) return BRGEMM_EOVERLAP;
   const brgemm_cpu_desc* d = &kr->d;
   if (kr->path == PATH_F32) {
     float* dst = f32_dst(kr, c);

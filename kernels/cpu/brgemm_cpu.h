@@ -22,7 +22,8 @@ enum {
   BRGEMM_OK = 0,
   BRGEMM_EINVAL = -1,   /* a descriptor or argument the checks should have caught */
   BRGEMM_ENOMEM = -2,   /* scratch allocation failed */
-  BRGEMM_EJIT = -3      /* libxsmm could not generate the kernel */
+  BRGEMM_EJIT = -3,     /* libxsmm could not generate the kernel */
+  BRGEMM_EOVERLAP = -4  /* the byte ranges of C and A or B intersect (stride form) */
 };
 
 /* What a kernel computes; fixed when it is created (libxsmm JITs per shape). */
@@ -59,14 +60,22 @@ int brgemm_cpu_packed_b_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kernel, const void* b, int64_t ldb, void* out);
 
 /* The three forms. With b_packed, B blocks are packed blocks (contiguous,
- * brgemm_cpu_packed_b_elems apart in the stride form) instead of k x n rows. */
+ * brgemm_cpu_packed_b_elems apart in the stride form) instead of k x n rows.
+ * With check_overlap, the stride form first compares the byte ranges that C
+ * and all of A and B span, and returns BRGEMM_EOVERLAP without touching C if
+ * they meet: a cheap test; the caller decides on exact element overlap. */
 int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
-                        void* c, int64_t count, int b_packed);
+                        void* c, int64_t count, int b_packed, int check_overlap);
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kernel, const void* const* a,
                         const void* const* b, void* c, int64_t count, int b_packed);
 int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
                         const int64_t* a_offs, const int64_t* b_offs, void* c,
                         int64_t count, int b_packed);
+
+/* Benchmark support: run the stride form `reps` times back to back from C
+ * and store the elapsed seconds; the yardstick for the Python call path. */
+int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,
+                         int64_t count, int64_t reps, double* seconds);
 
 /* libxsmm's target ("hsw", "skx", "cpx", ...). Static string. */
 const char* brgemm_cpu_arch(void);
