@@ -11,7 +11,10 @@ from cffi import FFI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CPU = ROOT / "kernels" / "cpu"
+# Debian's locations by default; the variables point elsewhere (a machine
+# where libxsmm-dev cannot be installed gets a copied libxsmm)
 LIBXSMM_LIB = pathlib.Path(os.environ.get("LIBXSMM_LIBDIR", "/usr/lib"))
+LIBXSMM_INC = os.environ.get("LIBXSMM_INCDIR")
 
 
 def _cdef(header: pathlib.Path) -> str:
@@ -45,11 +48,12 @@ ffibuilder.set_source(
     "brgemm._brgemm_cpu",
     '#include "brgemm_cpu.h"',
     sources=["kernels/cpu/brgemm_cpu.c", "kernels/cpu/peak.c", "kernels/cpu/timing.c"],  # relative: setuptools refuses absolute
-    include_dirs=[str(CPU)],
+    include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],
     extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
 
-if __name__ == "__main__":
-    ffibuilder.compile(verbose=True)
+if __name__ == "__main__":  # build in place without pip: python brgemm/_build_cpu.py
+    os.chdir(ROOT)
+    ffibuilder.compile(tmpdir=str(ROOT), verbose=False)

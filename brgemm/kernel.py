@@ -226,7 +226,11 @@ class Kernel:
             sb, data = _batch_stride(B, "B"), B
         sa = _batch_stride(A, "A")
         dtype_c, ldc = self._check_c(C, (A, "A"), (data, "B"))
-        return self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
+        kern = self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
+        if isinstance(B, PackedB) and kern.path != B.path:
+            raise ValueError(f"B: packed for the {B.path!r} path, but A's row stride {lda} "
+                             f"selects {kern.path!r}; pass B unpacked")
+        return kern
 
     # -- address form --
     def addr(self, As, Bs, C):

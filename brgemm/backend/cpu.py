@@ -94,3 +94,8 @@ def arch():
 def fma_peak(seconds=0.3):
     """Measured single-core f32 FMA peak, GFLOP/s, and the vector unit it used."""
     return lib.brgemm_cpu_fma_peak(seconds), ffi.string(lib.brgemm_cpu_fma_isa()).decode()
+
+
+def bf16_peak(seconds=0.3):
+    """Measured single-core AVX512-BF16 dot-product peak, GFLOP/s; 0.0 without one."""
+    return lib.brgemm_cpu_bf16_peak(seconds)

@@ -137,8 +137,10 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     else
       kr->fn = (void*)libxsmm_smmdispatch_reducebatch_offs(M, N, K, &lda, &ldb, &ldc, &one, beta,
                                                            &flags, &prefetch);
-  } else if (bf16_dot_available() && d->k % 2 == 0) {
-    /* bf16 blocks straight into the dot products; B repacked into VNNI pairs */
+  } else if (bf16_dot_available() && d->k % 2 == 0 && d->lda % 2 == 0) {
+    /* bf16 blocks straight into the dot products; B repacked into VNNI pairs.
+     * libxsmm 1.17 reads A's rows as bf16 pairs (dwords): with an odd lda its
+     * results are wrong (seen on a Xeon with AVX512-BF16), hence the even lda. */
     kr->path = PATH_BF16_VNNI;
     kr->via_scratch = !direct_ab;
     int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
@@ -153,7 +155,7 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
       kr->fn = (void*)libxsmm_bsmmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
                                                             &flags, &prefetch);
   } else {
-    /* no bf16 dot products here (or odd k): widen blocks to f32, which is
+    /* no bf16 dot products here (or odd k or lda): widen blocks to f32, which is
      * exact, and accumulate in f32 as the bf16 contract says */
     kr->path = PATH_BF16_VIA_F32;
     kr->via_scratch = !direct_ab || d->dtype_c == BRGEMM_BF16;

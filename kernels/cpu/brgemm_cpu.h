@@ -85,6 +85,9 @@ const char* brgemm_cpu_arch(void);
 double brgemm_cpu_fma_peak(double seconds);
 /* Which vector unit brgemm_cpu_fma_peak used: "avx512", "avx2" or "scalar". */
 const char* brgemm_cpu_fma_isa(void);
+/* Measured single-thread peak in GFLOP/s of AVX512-BF16 dot products
+ * (vdpbf16ps, two flops per bf16 pair), or 0 where the CPU has none. */
+double brgemm_cpu_bf16_peak(double seconds);
 
 #ifdef __cplusplus
 }

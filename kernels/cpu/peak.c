@@ -5,6 +5,7 @@
 #include "brgemm_cpu.h"
 
 #include <immintrin.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -54,12 +55,21 @@ const char* brgemm_cpu_fma_isa(void) {
   return "scalar";
 }
 
+__attribute__((target("avx512f,avx512bf16"))) static float dot_bf16(long iters) {
+  __m512 acc[CHAINS];
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);  /* 1.0 */
+  const __m512bh y = (__m512bh)_mm512_set1_epi16(0x33d6);  /* about 1e-7 */
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_ps((float)c);
+  for (long i = 0; i < iters; ++i)
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, y);
+  for (int c = 1; c < CHAINS; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
 volatile float brgemm_peak_sink;  /* keeps the chains from being optimised away */
 
-double brgemm_cpu_fma_peak(double seconds) {
-  const char* isa = brgemm_cpu_fma_isa();
-  const int lanes = isa[4] == '5' ? 16 : isa[0] == 'a' ? 8 : 1;
-  float (*fn)(long) = lanes == 16 ? fma_avx512 : lanes == 8 ? fma_avx2 : fma_scalar;
+/* best GFLOP/s of fn over about `seconds`; one call does flops_per_iter * iters */
+static double best_rate(float (*fn)(long), double flops_per_iter, double seconds) {
   if (seconds <= 0) seconds = 0.2;
   long iters = 1 << 16;
   double best = 0;
@@ -69,14 +79,26 @@ double brgemm_cpu_fma_peak(double seconds) {
     double t0 = now();
     brgemm_peak_sink = fn(iters);
     double dt = now() - t0;
-    double gflops = 2.0 * lanes * CHAINS * (double)iters / dt * 1e-9;
     if (dt < seconds / 10) iters *= 2;
-    else if (gflops > best) best = gflops;
+    else if (flops_per_iter * iters / dt * 1e-9 > best) best = flops_per_iter * iters / dt * 1e-9;
   }
   if (best == 0) {  /* budget too small to settle: take one long run */
     double t0 = now();
     brgemm_peak_sink = fn(iters);
-    best = 2.0 * lanes * CHAINS * (double)iters / (now() - t0) * 1e-9;
+    best = flops_per_iter * iters / (now() - t0) * 1e-9;
   }
   return best;
+}
+
+double brgemm_cpu_fma_peak(double seconds) {
+  const char* isa = brgemm_cpu_fma_isa();
+  const int lanes = !strcmp(isa, "avx512") ? 16 : !strcmp(isa, "avx2") ? 8 : 1;
+  float (*fn)(long) = lanes == 16 ? fma_avx512 : lanes == 8 ? fma_avx2 : fma_scalar;
+  return best_rate(fn, 2.0 * lanes * CHAINS, seconds);
+}
+
+double brgemm_cpu_bf16_peak(double seconds) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  return best_rate(dot_bf16, 64.0 * CHAINS, seconds);  /* 16 lanes x 2 pairs x 2 flops */
 }
