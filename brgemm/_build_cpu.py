@@ -47,11 +47,12 @@ ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h"))
 ffibuilder.set_source(
     "brgemm._brgemm_cpu",
     '#include "brgemm_cpu.h"',
-    sources=["kernels/cpu/brgemm_cpu.c", "kernels/cpu/peak.c", "kernels/cpu/timing.c"],  # relative: setuptools refuses absolute
+    sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "epilogue", "plan", "peak", "timing")],  # relative: setuptools refuses absolute
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],
-    extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    extra_compile_args=["-O3", "-std=gnu11", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    extra_link_args=["-fopenmp"],  # the plan executor's threads: GNU OpenMP
 )
 
 if __name__ == "__main__":  # build in place without pip: python brgemm/_build_cpu.py

@@ -76,19 +76,35 @@ class Nest:
 
     def iterate(self) -> Iterator[dict[str, int]]:
         """Yield {loop: index} for every innermost iteration, in nest order."""
-        def walk(i: int, index: dict, bounds: dict):
+        for _, _, index in self.walk():
+            yield index
+
+    def walk(self) -> Iterator[tuple[tuple, tuple, dict[str, int]]]:
+        """Like iterate(), with where each iteration runs: yields (phase, task, index).
+
+        phase: the values of the levels up to the last barrier (a barrier after
+        level p means all threads meet after each iteration of levels 0..p);
+        task: the values of the parallel levels after it (one parallel-loop
+        iteration, run by one thread); both are tuples, equal for iterations
+        that share a phase or a task."""
+        cut = self.barriers[-1] + 1 if self.barriers else 0
+        par = [i for i in self.parallel_levels() if i >= cut]
+
+        def walk(i: int, values: list, index: dict, bounds: dict):
             if i == len(self.levels):
-                yield dict(index)
+                yield tuple(values[:cut]), tuple(values[j] for j in par), dict(index)
                 return
             lv = self.levels[i]
             lo, hi = bounds[lv.loop]
             for x in range(lo, hi, lv.step):
-                index[lv.loop] = x
                 # Inner levels of this loop stay inside [x, x + step), clipped
                 # to every enclosing block, so remainders are short blocks and
                 # no index is visited twice even if blocks don't divide.
-                yield from walk(i + 1, index, {**bounds, lv.loop: (x, min(x + lv.step, hi))})
-        yield from walk(0, {}, {lp.name: (lp.start, lp.stop) for lp in self.loops})
+                index[lv.loop] = x
+                values.append(x)
+                yield from walk(i + 1, values, index, {**bounds, lv.loop: (x, min(x + lv.step, hi))})
+                values.pop()
+        yield from walk(0, [], {}, {lp.name: (lp.start, lp.stop) for lp in self.loops})
 
     def parallel_levels(self) -> tuple[int, ...]:
         return tuple(i for i, lv in enumerate(self.levels) if lv.parallel)

@@ -6,6 +6,7 @@
  * alpha/beta run the kernel with beta 0 into a scratch tile and combine.
  */
 #include "brgemm_cpu.h"
+#include "brgemm_cpu_internal.h"
 
 #include <libxsmm.h>
 #include <pthread.h>
@@ -21,19 +22,24 @@ struct brgemm_cpu_kernel {
   void* fn;         /* libxsmm function: native form for f32, address form for bf16 */
 };
 
-/* ---- per-thread scratch, freed when the thread exits ---- */
+/* ---- per-thread scratch, freed when the thread exits ----
+ * Two independent slots: SLOT_LISTS for address/offset lists a run builds,
+ * SLOT_WORK for the blocks and tiles run_bf16 and the alpha/beta path use. */
 
-typedef struct { void* ptr; size_t size; } scratch_t;
+enum { SLOT_LISTS = 0, SLOT_WORK = 1, SLOTS = 2 };
+typedef struct { void* ptr[SLOTS]; size_t size[SLOTS]; } scratch_t;
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void* p) {
   scratch_t* s = (scratch_t*)p;
-  if (s) { free(s->ptr); free(s); }
+  if (!s) return;
+  for (int i = 0; i < SLOTS; ++i) free(s->ptr[i]);
+  free(s);
 }
 static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
 
-static void* scratch_get(size_t size) {
+static void* scratch_get(int slot, size_t size) {
   pthread_once(&scratch_once, scratch_init);
   scratch_t* s = (scratch_t*)pthread_getspecific(scratch_key);
   if (!s) {
@@ -41,15 +47,15 @@ static void* scratch_get(size_t size) {
     if (!s) return NULL;
     pthread_setspecific(scratch_key, s);
   }
-  if (s->size < size) {
+  if (s->size[slot] < size) {
     size_t want = (size + 4095) & ~(size_t)4095;
     void* p = aligned_alloc(64, want);
     if (!p) return NULL;
-    free(s->ptr);
-    s->ptr = p;
-    s->size = want;
+    free(s->ptr[slot]);
+    s->ptr[slot] = p;
+    s->size[slot] = want;
   }
-  return s->ptr;
+  return s->ptr[slot];
 }
 
 /* carve 64-byte aligned pieces out of one scratch block */
@@ -225,7 +231,7 @@ static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const voi
   const size_t ptrs = round64((size_t)count * sizeof(void*));
   const size_t a_blk = round64(asz), b_blk = b_packed ? 0 : round64(bsz);
   const size_t tsz = kr->via_scratch ? round64((size_t)d->m * d->n * 4) : 0;
-  char* s = (char*)scratch_get(2 * ptrs + (size_t)count * (a_blk + b_blk) + tsz);
+  char* s = (char*)scratch_get(SLOT_WORK, 2 * ptrs + (size_t)count * (a_blk + b_blk) + tsz);
   if (!s) return BRGEMM_ENOMEM;
   const void** ap = (const void**)s;
   const void** bp = (const void**)(s + ptrs);
@@ -266,7 +272,7 @@ static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const voi
 /* zero blocks: C = beta * C (libxsmm is not asked for count 0) */
 static int run_empty(const brgemm_cpu_kernel* kr, void* c) {
   const brgemm_cpu_desc* d = &kr->d;
-  float* t = (float*)scratch_get((size_t)d->m * d->n * 4);
+  float* t = (float*)scratch_get(SLOT_WORK, (size_t)d->m * d->n * 4);
   if (!t) return BRGEMM_ENOMEM;
   memset(t, 0, (size_t)d->m * d->n * 4);
   combine(d, t, c);
@@ -275,7 +281,7 @@ static int run_empty(const brgemm_cpu_kernel* kr, void* c) {
 
 /* f32 result in the scratch tile, when alpha/beta need it */
 static float* f32_dst(const brgemm_cpu_kernel* kr, void* c) {
-  return kr->via_scratch ? (float*)scratch_get((size_t)kr->d.m * kr->d.n * 4) : (float*)c;
+  return kr->via_scratch ? (float*)scratch_get(SLOT_WORK, (size_t)kr->d.m * kr->d.n * 4) : (float*)c;
 }
 
 static int ranges_meet(const void* p, int64_t p_bytes, const void* q, int64_t q_bytes) {
@@ -312,8 +318,8 @@ int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* 
     if (kr->via_scratch) combine(d, dst, c);
     return BRGEMM_OK;
   }
-  /* bf16: turn strides into address lists, on the heap since run_bf16 owns the scratch */
-  const void** lists = (const void**)malloc((size_t)count * 2 * sizeof(void*));
+  /* bf16: turn strides into address lists */
+  const void** lists = (const void**)scratch_get(SLOT_LISTS, (size_t)count * 2 * sizeof(void*));
   if (!lists) return BRGEMM_ENOMEM;
   const int64_t sb = b_packed ? brgemm_cpu_packed_b_elems(kr) * brgemm_cpu_packed_b_itemsize(kr)
                               : d->stride_b * 2;
@@ -321,9 +327,7 @@ int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* 
     lists[i] = (const char*)a + i * d->stride_a * 2;
     lists[count + i] = (const char*)b + i * sb;
   }
-  int rc = run_bf16(kr, lists, lists + count, c, count, b_packed);
-  free(lists);
-  return rc;
+  return run_bf16(kr, lists, lists + count, c, count, b_packed);
 }
 
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
@@ -343,6 +347,29 @@ int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const
   return BRGEMM_OK;
 }
 
+int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kr, const void* a, const void* b,
+                              const unsigned long long* a_offs, const unsigned long long* b_offs,
+                              void* c, int64_t count, int b_packed) {
+  if (count == 0) return run_empty(kr, c);
+  if (kr->path == PATH_F32) {
+    float* dst = f32_dst(kr, c);
+    if (!dst) return BRGEMM_ENOMEM;
+    unsigned long long cnt = (unsigned long long)count;
+    ((libxsmm_smmfunction_reducebatch_offs)kr->fn)((const float*)b, (const float*)a, dst, &cnt,
+                                                   b_offs, a_offs);
+    if (kr->via_scratch) combine(&kr->d, dst, c);
+    return BRGEMM_OK;
+  }
+  const void** ap = (const void**)scratch_get(SLOT_LISTS, (size_t)count * 2 * sizeof(void*));
+  if (!ap) return BRGEMM_ENOMEM;
+  const void** bp = ap + count;
+  for (int64_t i = 0; i < count; ++i) {
+    ap[i] = (const char*)a + a_offs[i];
+    bp[i] = (const char*)b + b_offs[i];
+  }
+  return run_bf16(kr, ap, bp, c, count, b_packed);
+}
+
 int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* b,
                         const int64_t* a_offs, const int64_t* b_offs, void* c, int64_t count,
                         int b_packed) {
@@ -350,43 +377,39 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* 
   if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
   if (count == 0) return run_empty(kr, c);
   if (!a || !b || !a_offs || !b_offs) return BRGEMM_EINVAL;
-  for (int64_t i = 0; i < count; ++i)
-    if (a_offs[i] < 0 || b_offs[i] < 0) return BRGEMM_EINVAL;
-  const brgemm_cpu_desc* d = &kr->d;
-  const int64_t ea = kr->path == PATH_F32 ? 4 : 2;
-  const int64_t eb = b_packed ? brgemm_cpu_packed_b_itemsize(kr) : ea;
+  const uint64_t ea = kr->path == PATH_F32 ? 4 : 2;
+  const uint64_t eb = b_packed ? (uint64_t)brgemm_cpu_packed_b_itemsize(kr) : ea;
   /* libxsmm wants byte offsets; ours are elements */
-  size_t lists = (size_t)count * 2 * 8;
-  size_t tsz = kr->path == PATH_F32 && kr->via_scratch ? (size_t)d->m * d->n * 4 : 0;
-  char* heap = (char*)malloc(lists + tsz + 64);
-  if (!heap) return BRGEMM_ENOMEM;
-  int rc = BRGEMM_OK;
-  if (kr->path == PATH_F32) {
-    unsigned long long* ao = (unsigned long long*)heap;
-    unsigned long long* bo = ao + count;
-    for (int64_t i = 0; i < count; ++i) {
-      ao[i] = (unsigned long long)(a_offs[i] * ea);
-      bo[i] = (unsigned long long)(b_offs[i] * eb);
-    }
-    float* dst = kr->via_scratch ? (float*)(heap + round64(lists)) : (float*)c;
-    unsigned long long cnt = (unsigned long long)count;
-    ((libxsmm_smmfunction_reducebatch_offs)kr->fn)((const float*)b, (const float*)a, dst, &cnt,
-                                                   bo, ao);
-    if (kr->via_scratch) combine(d, dst, c);
-  } else {
-    const void** ap = (const void**)heap;
-    const void** bp = ap + count;
-    for (int64_t i = 0; i < count; ++i) {
-      ap[i] = (const char*)a + a_offs[i] * ea;
-      bp[i] = (const char*)b + b_offs[i] * eb;
-    }
-    rc = run_bf16(kr, ap, bp, c, count, b_packed);
+  unsigned long long* ao =
+      (unsigned long long*)scratch_get(SLOT_LISTS, (size_t)count * 2 * sizeof(unsigned long long));
+  if (!ao) return BRGEMM_ENOMEM;
+  unsigned long long* bo = ao + count;
+  for (int64_t i = 0; i < count; ++i) {
+    if (a_offs[i] < 0 || b_offs[i] < 0) return BRGEMM_EINVAL;
+    ao[i] = (unsigned long long)a_offs[i] * ea;
+    bo[i] = (unsigned long long)b_offs[i] * eb;
   }
-  free(heap);
-  return rc;
+  /* the byte-offset runner reuses SLOT_LISTS for bf16 address lists: copy out first */
+  if (kr->path != PATH_F32) {
+    const void** ap = (const void**)ao;  /* same size per entry: convert in place */
+    const void** bp = (const void**)bo;
+    for (int64_t i = 0; i < count; ++i) {
+      ap[i] = (const char*)a + ao[i];
+      bp[i] = (const char*)b + bo[i];
+    }
+    return run_bf16(kr, ap, bp, c, count, b_packed);
+  }
+  return brgemm_cpu_run_offs_bytes(kr, a, b, ao, bo, c, count, b_packed);
 }
 
 const char* brgemm_cpu_arch(void) {
   libxsmm_init();
   return libxsmm_get_target_arch();
+}
+
+int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kr) { return kr->d.dtype_ab == BRGEMM_F32 ? 4 : 2; }
+int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kr) { return kr->d.dtype_c == BRGEMM_F32 ? 4 : 2; }
+int brgemm_cpu_form(const brgemm_cpu_kernel* kr) { return kr->d.form; }
+int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kr, char which) {
+  return which == 'm' ? kr->d.m : which == 'n' ? kr->d.n : which == 'k' ? kr->d.k : kr->d.ldc;
 }

@@ -72,6 +72,66 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const vo
                         const int64_t* a_offs, const int64_t* b_offs, void* c,
                         int64_t count, int b_packed);
 
+/* ---- plans: a recorded loop nest, replayed with OpenMP ----
+ * A plan is rows of kernel calls grouped into tasks (one parallel-loop
+ * iteration each, run in order by one thread) grouped into phases (separated
+ * by barriers). Tensors are slots bound to base pointers per run. Offsets of
+ * A and B blocks are in BYTES (libxsmm's unit); everything else in elements.
+ * brgemm/plan.py builds plans and checks every offset against the bound
+ * arrays; brgemm_cpu_plan_run re-checks the plan's internal indices. */
+
+enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
+  BRGEMM_OP_BIAS = 1,        /* C[i][j] += t[offset + j] (f32) */
+  BRGEMM_OP_RELU = 2,        /* C = max(C, 0) */
+  BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
+  BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
+  BRGEMM_OP_STORE_BF16 = 5   /* t[offset + i*ld + j] = bf16(C[i][j]) */
+};
+
+typedef struct {
+  int32_t code;     /* BRGEMM_OP_* */
+  int32_t tensor;   /* slot of the op's operand, -1 for none */
+  int64_t offset;   /* element offset of the operand */
+  int64_t ld;       /* row stride of a 2-D operand, elements */
+} brgemm_plan_op;
+
+typedef struct {
+  int32_t kernel;   /* index into the plan's kernels */
+  int32_t a, b, c;  /* tensor slots */
+  int64_t c_off;    /* element offset of the C block */
+  int64_t count;    /* blocks to reduce */
+  int64_t offs;     /* first of this call's entries in a_offs / b_offs */
+  int32_t op_begin, op_count;  /* this call's epilogue ops, applied in order */
+} brgemm_plan_call;
+
+typedef struct {
+  const brgemm_cpu_kernel* const* kernels;  /* BRGEMM_OFFS kernels */
+  int32_t n_kernels;
+  int32_t n_tensors;
+  const brgemm_plan_call* calls;
+  int64_t n_calls;
+  const uint64_t* a_offs;    /* bytes */
+  const uint64_t* b_offs;    /* bytes */
+  int64_t n_offs;
+  const brgemm_plan_op* ops;
+  int64_t n_ops;
+  const int64_t* task_begin;  /* n_tasks + 1 entries: calls of task t */
+  int64_t n_tasks;
+  const int64_t* phase_begin; /* n_phases + 1 entries: tasks of phase p */
+  int64_t n_phases;
+} brgemm_cpu_plan;
+
+/* Replay: every phase in order; within a phase its tasks spread over
+ * `threads` OpenMP threads (<= 0: OpenMP's default), each task's calls in
+ * order. Bitwise reproducible: a C block belongs to one task per phase. */
+int brgemm_cpu_plan_run(const brgemm_cpu_plan* plan, void* const* tensors, int threads);
+/* Threads a run with `threads` would use. */
+int brgemm_cpu_plan_threads(int threads);
+/* Benchmark support: seconds for `reps` passes over all calls of the plan,
+ * one thread, kernels only (no epilogues, no OpenMP): "kernel calls from C". */
+int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* plan, void* const* tensors, int64_t reps,
+                              double* seconds);
+
 /* Benchmark support: run the stride form `reps` times back to back from C
  * and store the elapsed seconds; the yardstick for the Python call path. */
 int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,

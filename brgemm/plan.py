@@ -1,0 +1,429 @@
+"""Plans: a loop nest recorded once, replayed natively.
+
+A primitive's loop nest is a plain Python function of an executor `ex`:
+
+    def gemm(ex, nest, M, N, K, bm, bn):            # C[M,N] = A[M,K] @ B[K,N]
+        for phase, task, idx in nest.walk():
+            i, j = idx["i"], idx["j"]
+            m, n = min(bm, M - i), min(bn, N - j)
+            ex.at(phase, task)
+            ex.gemm(Block(m, n, K, lda=K, ldb=N, ldc=N, beta=0.0),
+                    "A", [i * K], "B", [j], "C", i * N + j)
+
+Run it with `Eager(A=..., B=..., C=...)` and every call happens at once through
+brgemm.Kernel (step through it in a debugger); run it with `Recorder(...)` and
+every call becomes a row of a Plan, which `plan.run(A=..., B=..., C=...)`
+replays from C with OpenMP: phases in order, the tasks of a phase spread over
+threads, the calls of a task in order. Tensors are named flat buffers; offsets
+are in elements. Epilogue ops (bias, activations, bf16 stores) are data
+attached to a call and applied to its C block right after it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.kernel import Kernel
+
+# ---------------------------------------------------------------- descriptions
+
+
+@dataclass(frozen=True)
+class Block:
+    """One kernel shape: C[m,n] (row stride ldc) op= sum of count A[m,k] @ B[k,n]."""
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    dtype: str = "f32"      # of A and B
+    c_dtype: str = "f32"
+    beta: float = 1.0
+    alpha: float = 1.0
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Op:
+    """An epilogue op on a call's f32 C block; see the constructors below."""
+    code: str                  # bias, relu, sigmoid, tanh, store_bf16
+    tensor: str | None = None  # the op's operand
+    offset: int = 0
+    ld: int = 0
+
+
+def bias(tensor, offset=0):
+    """C[i, j] += tensor[offset + j]"""
+    return Op("bias", tensor, offset)
+
+
+def relu():
+    return Op("relu")
+
+
+def sigmoid():
+    return Op("sigmoid")
+
+
+def tanh():
+    return Op("tanh")
+
+
+def store_bf16(tensor, offset, ld):
+    """tensor[offset + i*ld + j] = bf16(C[i, j]): a bf16 copy of an f32 result."""
+    return Op("store_bf16", tensor, offset, ld)
+
+
+_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5}
+
+
+# ---------------------------------------------------------------- eager
+
+
+def _block_view(flat, offset, rows, cols, ld):
+    if offset < 0 or offset + (rows - 1) * ld + cols > flat.size:
+        raise ValueError(f"block at offset {offset} ({rows}x{cols}, row stride {ld}) "
+                         f"runs past a buffer of {flat.size} elements")
+    return np.lib.stride_tricks.as_strided(flat[offset:], (rows, cols), (ld * flat.itemsize,
+                                                                        flat.itemsize))
+
+
+class Eager:
+    """Runs each call as the loop nest makes it: the reference and debugging path."""
+
+    def __init__(self, backend=None, **arrays):
+        self.backend = backend
+        self.arrays = {name: a.reshape(-1) for name, a in arrays.items()}
+        self._kernels = {}
+
+    def at(self, phase, task):
+        pass  # one thread, nest order: phases and tasks need no bookkeeping
+
+    def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
+        kern = self._kernels.get(blk)
+        if kern is None:
+            kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
+                                               alpha=blk.alpha, backend=self.backend,
+                                               lda=blk.lda, ldb=blk.ldb)
+        C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
+        kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
+        for op in ops:
+            self._apply(op, C)
+
+    def _apply(self, op, C):
+        if op.code == "bias":
+            C += self.arrays[op.tensor][op.offset:op.offset + C.shape[1]]
+        elif op.code == "relu":
+            np.maximum(C, 0, out=C)
+        elif op.code == "sigmoid":
+            C[...] = 1 / (1 + np.exp(-C))
+        elif op.code == "tanh":
+            np.tanh(C, out=C)
+        elif op.code == "store_bf16":
+            dst = _block_view(self.arrays[op.tensor], op.offset, *C.shape, op.ld)
+            dst[...] = C.astype(dtypes.bfloat16)
+        else:
+            raise ValueError(f"op: unknown code {op.code!r}")
+
+
+# ---------------------------------------------------------------- recording
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named flat buffer a plan reads or writes."""
+    dtype: str   # "f32" or "bf16"
+
+
+class Recorder:
+    """Records each call as a row of a Plan instead of running it."""
+
+    def __init__(self, tensors: dict[str, str], backend=None):
+        """tensors: name -> dtype ("f32"/"bf16") of every buffer the nest names."""
+        self.tensors = {name: dtypes.check_name(dt) for name, dt in tensors.items()}
+        self.backend = backend
+        self.blocks: dict[Block, int] = {}
+        self.phases: dict[tuple, dict[tuple, list]] = {}
+        self._where = ((), ())
+        self.extent = dict.fromkeys(self.tensors, 0)  # elements each tensor must hold
+        self.written = set()
+
+    def at(self, phase, task):
+        """Calls made from now on belong to this phase and task (from Nest.walk)."""
+        self._where = (phase, task)
+
+    def _touch(self, name, offsets, rows, cols, ld, role):
+        if name not in self.tensors:
+            raise ValueError(f"{role}: unknown tensor {name!r} (declared: {', '.join(self.tensors)})")
+        lo = min(offsets) if len(offsets) else 0
+        if lo < 0:
+            raise ValueError(f"{role}: negative offset {lo} into {name!r}")
+        if len(offsets):
+            self.extent[name] = max(self.extent[name], max(offsets) + (rows - 1) * ld + cols)
+
+    def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
+        a_offs, b_offs = list(a_offs), list(b_offs)
+        if len(a_offs) != len(b_offs):
+            raise ValueError(f"b_offs: {len(b_offs)} offsets, a_offs has {len(a_offs)}")
+        for name, want, role in ((a, blk.dtype, "a"), (b, blk.dtype, "b"), (c, blk.c_dtype, "c")):
+            if self.tensors.get(name, want) != want:
+                raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
+                                 f"wants {want}")
+        self._touch(a, a_offs, blk.m, blk.k, blk.lda, "a")
+        self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
+        self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
+        self.written.add(c)
+        for op in ops:
+            if op.code not in _OP_CODES:
+                raise ValueError(f"ops: unknown op {op.code!r}")
+            if blk.c_dtype != "f32":
+                raise ValueError(f"ops: {op.code} needs an f32 C block, this one is {blk.c_dtype}")
+            if op.code == "bias":
+                self._touch(op.tensor, [op.offset], 1, blk.n, blk.n, "bias")
+            elif op.code == "store_bf16":
+                self._touch(op.tensor, [op.offset], blk.m, blk.n, op.ld, "store_bf16")
+                if self.tensors[op.tensor] != "bf16":
+                    raise ValueError(f"store_bf16: tensor {op.tensor!r} is not bf16")
+                self.written.add(op.tensor)
+        kid = self.blocks.setdefault(blk, len(self.blocks))
+        phase, task = self._where
+        self.phases.setdefault(phase, {}).setdefault(task, []).append(
+            (kid, a, b, c, c_off, a_offs, b_offs, tuple(ops)))
+
+    def finish(self) -> Plan:
+        return Plan(self)
+
+
+# ---------------------------------------------------------------- plans
+
+_CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
+                  ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
+                 align=True)
+_OP = np.dtype([("code", "<i4"), ("tensor", "<i4"), ("offset", "<i8"), ("ld", "<i8")], align=True)
+
+
+def _check_disjoint_writes(rec: Recorder):
+    """Within a phase no two tasks may write the same C element: that is what
+    makes the replay race-free and independent of the thread count."""
+    blocks = {blk_id: blk for blk, blk_id in rec.blocks.items()}
+    for phase, tasks in rec.phases.items():
+        rects = {}  # (tensor, ldc) -> list of (row0, row1, col0, col1, task)
+        for t, (task, calls) in enumerate(tasks.items()):
+            for kid, _, _, c, c_off, *_ in calls:
+                blk = blocks[kid]
+                row0, col0 = divmod(c_off, blk.ldc)
+                rects.setdefault((c, blk.ldc), []).append((row0, row0 + blk.m, col0,
+                                                           col0 + blk.n, t))
+        by_tensor = {}
+        for (c, ldc), rs in rects.items():
+            by_tensor.setdefault(c, []).append(ldc)
+        for c, lds in by_tensor.items():
+            if len(lds) > 1:  # different row strides into one tensor: compare flat spans
+                raise ValueError(f"tensor {c!r} is written with row strides {sorted(lds)} in one "
+                                 "phase; use one row stride per output tensor")
+        for (c, _), rs in rects.items():
+            rs.sort()
+            active = []  # rectangles whose rows may still overlap the next one
+            for r in rs:
+                active = [q for q in active if q[1] > r[0]]
+                for q in active:
+                    if q[4] != r[4] and q[2] < r[3] and r[2] < q[3]:
+                        raise ValueError(f"tensor {c!r}: two parallel tasks of one phase write "
+                                         f"the same elements (rows {r[0]}.., columns "
+                                         f"{max(q[2], r[2])}..); make the parallel loop one "
+                                         "that splits the output")
+                active.append(r)
+
+
+class Plan:
+    """A recorded loop nest. run(**arrays) binds buffers and replays it natively."""
+
+    def __init__(self, rec: Recorder):
+        from brgemm.backend import cpu  # the only replay backend so far
+        self._cpu = cpu
+        _check_disjoint_writes(rec)
+        self.tensors = dict(rec.tensors)
+        self.slots = {name: i for i, name in enumerate(self.tensors)}
+        self.extent = dict(rec.extent)
+        self.written = frozenset(rec.written)
+        self.blocks = sorted(rec.blocks, key=rec.blocks.get)
+        self.kernels = [cpu.CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype, m=b.m,
+                                      n=b.n, k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc,
+                                      alpha=b.alpha, beta=b.beta) for b in self.blocks]
+        self.paths = sorted({k.path for k in self.kernels})
+        calls, a_offs, b_offs, ops, task_begin, phase_begin = [], [], [], [], [0], [0]
+        for tasks in rec.phases.values():
+            for task_calls in tasks.values():
+                for kid, a, b, c, c_off, ao, bo, call_ops in task_calls:
+                    calls.append((kid, self.slots[a], self.slots[b], self.slots[c], c_off,
+                                  len(ao), len(a_offs), len(ops), len(call_ops)))
+                    item = 2 if self.blocks[kid].dtype == "bf16" else 4
+                    a_offs += [o * item for o in ao]  # bytes, libxsmm's unit
+                    b_offs += [o * item for o in bo]
+                    ops += [(_OP_CODES[o.code], self.slots.get(o.tensor, -1), o.offset, o.ld)
+                            for o in call_ops]
+                task_begin.append(len(calls))
+            phase_begin.append(len(task_begin) - 1)
+        self.calls = np.array(calls, _CALL)
+        self.a_offs = np.array(a_offs, np.uint64)
+        self.b_offs = np.array(b_offs, np.uint64)
+        self.ops = np.array(ops, _OP)
+        self.task_begin = np.array(task_begin, np.int64)
+        self.phase_begin = np.array(phase_begin, np.int64)
+        self._native = self._describe()
+
+    def _describe(self):
+        """The brgemm_cpu_plan struct; it points into this object's arrays."""
+        ffi, lib = self._cpu.ffi, self._cpu.lib
+        assert ffi.sizeof("brgemm_plan_call") == _CALL.itemsize
+        assert ffi.sizeof("brgemm_plan_op") == _OP.itemsize
+        keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in self.kernels] or [ffi.NULL])]
+
+        def buf(ctype, arr):
+            if arr.size == 0:
+                keep.append(ffi.new(f"{ctype}[]", 1))
+                return keep[-1]
+            keep.append(ffi.from_buffer(f"{ctype}[]", arr))
+            return keep[-1]
+
+        desc = ffi.new("brgemm_cpu_plan *", dict(
+            kernels=keep[0], n_kernels=len(self.kernels), n_tensors=len(self.tensors),
+            calls=buf("brgemm_plan_call", self.calls), n_calls=len(self.calls),
+            a_offs=buf("uint64_t", self.a_offs), b_offs=buf("uint64_t", self.b_offs),
+            n_offs=len(self.a_offs), ops=buf("brgemm_plan_op", self.ops), n_ops=len(self.ops),
+            task_begin=buf("int64_t", self.task_begin), n_tasks=len(self.task_begin) - 1,
+            phase_begin=buf("int64_t", self.phase_begin), n_phases=len(self.phase_begin) - 1))
+        self._keep = keep
+        return desc
+
+    # -- binding and running --
+    def _bind(self, arrays):
+        missing = set(self.tensors) - set(arrays)
+        if missing:
+            raise ValueError(f"{sorted(missing)[0]}: the plan needs it (tensors: "
+                             f"{', '.join(self.tensors)})")
+        extra = set(arrays) - set(self.tensors)
+        if extra:
+            raise ValueError(f"{sorted(extra)[0]}: not a tensor of this plan "
+                             f"(tensors: {', '.join(self.tensors)})")
+        ptrs = []
+        for name, want in self.tensors.items():
+            x = arrays[name]
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+            if x.dtype != dtypes.NUMPY[want]:
+                raise TypeError(f"{name}: expected dtype {want} ({dtypes.NUMPY[want]}), "
+                                f"got {x.dtype}")
+            if not x.flags.c_contiguous:
+                raise ValueError(f"{name}: a plan reads tensors as flat buffers; pass "
+                                 f"np.ascontiguousarray({name})")
+            if x.size < self.extent[name]:
+                raise ValueError(f"{name}: the plan touches {self.extent[name]} elements, "
+                                 f"the array has {x.size}")
+            if name in self.written and not x.flags.writeable:
+                raise ValueError(f"{name}: is read-only; the plan writes it")
+            ptrs.append(self._cpu.address(x))
+        for w in self.written:
+            for name in self.tensors:
+                if name != w and np.may_share_memory(arrays[w], arrays[name]) and \
+                        np.shares_memory(arrays[w], arrays[name], max_work=10**5):
+                    raise ValueError(f"{w}: overlaps {name}; the plan writes {w}")
+        return self._cpu.ffi.new("void *[]", ptrs or [self._cpu.ffi.NULL])
+
+    def run(self, threads=None, **arrays):
+        """Replay with `threads` OpenMP threads (default: OMP_NUM_THREADS, else all cores)."""
+        tensors = self._bind(arrays)
+        self._cpu.check(self._cpu.lib.brgemm_cpu_plan_run(self._native, tensors,
+                                                          _threads(threads)), "Plan.run")
+
+    def time_bare(self, reps=1, **arrays):
+        """Seconds for `reps` passes over the calls from a plain C loop, one thread,
+        no epilogues: what the kernel calls alone cost (benchmarks compare run() to it)."""
+        tensors = self._bind(arrays)
+        seconds = self._cpu.ffi.new("double *")
+        self._cpu.check(self._cpu.lib.brgemm_cpu_plan_time_bare(self._native, tensors, reps,
+                                                                seconds), "Plan.time_bare")
+        return seconds[0]
+
+    # -- inspection --
+    @property
+    def flops(self):
+        return sum(self.blocks[c["kernel"]].flops * int(c["count"]) for c in self.calls)
+
+    def summary(self, threads=None) -> str:
+        """Calls, phases, FLOPs, bytes the kernel calls touch, and how the static
+        schedule spreads FLOPs over `threads` threads (1.00 = perfectly even)."""
+        nthreads = self._cpu.lib.brgemm_cpu_plan_threads(_threads(threads))
+        flops = np.array([self.blocks[c["kernel"]].flops * int(c["count"]) for c in self.calls],
+                         dtype=np.float64)
+        nbytes = 0
+        for c in self.calls:
+            b = self.blocks[c["kernel"]]
+            item = 2 if b.dtype == "bf16" else 4
+            nbytes += int(c["count"]) * (b.m * b.k + b.k * b.n) * item
+            nbytes += b.m * b.n * (2 if b.c_dtype == "bf16" else 4)
+        per_thread = np.zeros(nthreads)
+        task_flops = np.add.reduceat(flops, self.task_begin[:-1]) if len(flops) else np.zeros(0)
+        task_flops[np.diff(self.task_begin) == 0] = 0  # reduceat quirk on empty tasks
+        for p in range(len(self.phase_begin) - 1):
+            t0, t1 = self.phase_begin[p], self.phase_begin[p + 1]
+            # GNU OpenMP's static schedule: contiguous chunks, the first ones one longer
+            q, r = divmod(int(t1 - t0), nthreads)
+            start = t0
+            for th in range(nthreads):
+                size = q + (th < r)
+                per_thread[th] += task_flops[start:start + size].sum()
+                start += size
+        balance = per_thread.max() / per_thread.mean() if per_thread.sum() else 1.0
+        lines = [
+            f"plan: {len(self.calls)} calls in {len(self.task_begin) - 1} tasks, "
+            f"{len(self.phase_begin) - 1} phases; {len(self.kernels)} kernels "
+            f"({', '.join(self.paths) or '-'})",
+            f"  {self.flops / 1e9:.3f} GFLOP, {nbytes / 1e6:.1f} MB read+written by kernel calls, "
+            f"{len(self.ops)} epilogue ops",
+            f"  {nthreads} threads: GFLOP per thread "
+            + " ".join(f"{x / 1e9:.3f}" for x in per_thread)
+            + f"; max/mean {balance:.2f}",
+        ]
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return self.summary()
+
+
+def _threads(threads):
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads: expected a positive int, got {threads!r}")
+    return threads
+
+
+# ---------------------------------------------------------------- cache
+
+
+class PlanCache:
+    """Plans by key (shape, dtype, config, backend): recorded once, reused."""
+
+    def __init__(self, maxsize=64):
+        self.maxsize = maxsize
+        self._plans = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, record):
+        plan = self._plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(key)
+                if plan is None:
+                    if len(self._plans) >= self.maxsize:
+                        self._plans.pop(next(iter(self._plans)))  # oldest first
+                    plan = self._plans[key] = record()
+        return plan

@@ -1,0 +1,19 @@
+/* Entry points shared between the CPU backend's C files, not part of the
+ * Python-facing API (brgemm_cpu.h): they trust their arguments. */
+#ifndef BRGEMM_CPU_INTERNAL_H
+#define BRGEMM_CPU_INTERNAL_H
+#include "brgemm_cpu.h"
+
+/* The offset form with BYTE offsets, as libxsmm takes them: no conversion
+ * pass, for plans that store byte offsets. Works for any form's kernel whose
+ * f32 function is the offset form (the plan creates BRGEMM_OFFS kernels). */
+int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
+                              const unsigned long long* a_offs, const unsigned long long* b_offs,
+                              void* c, int64_t count, int b_packed);
+
+/* Element sizes of a kernel's A/B and C, in bytes. */
+int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kernel);
+int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kernel);
+int brgemm_cpu_form(const brgemm_cpu_kernel* kernel);
+int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kernel, char which); /* 'm', 'n', 'k', or 'c' for ldc */
+#endif

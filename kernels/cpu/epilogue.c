@@ -1,0 +1,48 @@
+/* Epilogue ops: element-wise work on a C block right after its last kernel
+ * call, while the block is hot in cache. Ops are data (brgemm_plan_op), so
+ * loop nests describe fusions instead of branching in their bodies. */
+#include <math.h>
+#include <string.h>
+
+#include "brgemm_cpu.h"
+#include "epilogue.h"
+
+static inline uint16_t to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
+                        void* const* tensors) {
+  switch (op->code) {
+    case BRGEMM_OP_BIAS: {
+      const float* bias = (const float*)tensors[op->tensor] + op->offset;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_RELU:
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = c[i * ldc + j] > 0.0f ? c[i * ldc + j] : 0.0f;
+      return BRGEMM_OK;
+    case BRGEMM_OP_SIGMOID:
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = 1.0f / (1.0f + expf(-c[i * ldc + j]));
+      return BRGEMM_OK;
+    case BRGEMM_OP_TANH:
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = tanhf(c[i * ldc + j]);
+      return BRGEMM_OK;
+    case BRGEMM_OP_STORE_BF16: {
+      uint16_t* dst = (uint16_t*)tensors[op->tensor] + op->offset;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) dst[i * op->ld + j] = to_bf16(c[i * ldc + j]);
+      return BRGEMM_OK;
+    }
+    default:
+      return BRGEMM_EINVAL;
+  }
+}

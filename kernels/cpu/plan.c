@@ -1,0 +1,90 @@
+/* The plan executor: replays a recorded loop nest with OpenMP.
+ *
+ * One parallel region spans all phases; each phase is an `omp for` over its
+ * tasks (static schedule, so a task lands on the same thread run after run and
+ * its blocks stay in that core's caches) with the implicit barrier between
+ * phases. Each task's calls run in recorded order on one thread, and a C block
+ * belongs to one task per phase, so results do not depend on the thread count. */
+#include <omp.h>
+
+#include "brgemm_cpu.h"
+#include "brgemm_cpu_internal.h"
+#include "epilogue.h"
+
+/* The plan's own indices must be consistent; array bounds are Python's job. */
+static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
+  if (!p || !tensors || !p->kernels || !p->calls || !p->task_begin || !p->phase_begin) return 0;
+  if (p->n_kernels < 0 || p->n_tensors < 0 || p->n_calls < 0 || p->n_tasks < 0 || p->n_phases < 0)
+    return 0;
+  for (int32_t i = 0; i < p->n_kernels; ++i)
+    if (!p->kernels[i] || brgemm_cpu_form(p->kernels[i]) != BRGEMM_OFFS) return 0;
+  for (int32_t i = 0; i < p->n_tensors; ++i)
+    if (!tensors[i]) return 0;
+  if (p->phase_begin[0] != 0 || p->phase_begin[p->n_phases] != p->n_tasks) return 0;
+  for (int64_t i = 0; i < p->n_phases; ++i)
+    if (p->phase_begin[i] > p->phase_begin[i + 1]) return 0;
+  if (p->task_begin[0] != 0 || p->task_begin[p->n_tasks] != p->n_calls) return 0;
+  for (int64_t i = 0; i < p->n_tasks; ++i)
+    if (p->task_begin[i] > p->task_begin[i + 1]) return 0;
+  for (int64_t i = 0; i < p->n_calls; ++i) {
+    const brgemm_plan_call* c = &p->calls[i];
+    if (c->kernel < 0 || c->kernel >= p->n_kernels) return 0;
+    if (c->a < 0 || c->a >= p->n_tensors || c->b < 0 || c->b >= p->n_tensors) return 0;
+    if (c->c < 0 || c->c >= p->n_tensors || c->c_off < 0) return 0;
+    if (c->count < 0 || c->offs < 0 || c->offs + c->count > p->n_offs) return 0;
+    if (c->op_count < 0 || c->op_begin < 0 || c->op_begin + (int64_t)c->op_count > p->n_ops) return 0;
+    if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
+    for (int32_t j = 0; j < c->op_count; ++j) {
+      const brgemm_plan_op* op = &p->ops[c->op_begin + j];
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_STORE_BF16) return 0;
+      int needs_tensor = op->code == BRGEMM_OP_BIAS || op->code == BRGEMM_OP_STORE_BF16;
+      if (needs_tensor && (op->tensor < 0 || op->tensor >= p->n_tensors || op->offset < 0)) return 0;
+    }
+  }
+  return 1;
+}
+
+static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* const* tensors,
+                    int with_ops) {
+  const brgemm_cpu_kernel* kr = p->kernels[c->kernel];
+  char* cb = (char*)tensors[c->c] + c->c_off * brgemm_cpu_c_itemsize(kr);
+  int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b], p->a_offs + c->offs,
+                                     p->b_offs + c->offs, cb, c->count, 0);
+  for (int32_t j = 0; with_ops && rc == BRGEMM_OK && j < c->op_count; ++j)
+    rc = brgemm_cpu_apply_op(&p->ops[c->op_begin + j], (float*)cb, brgemm_cpu_dim(kr, 'm'),
+                             brgemm_cpu_dim(kr, 'n'), brgemm_cpu_dim(kr, 'c'), tensors);
+  return rc;
+}
+
+int brgemm_cpu_plan_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int threads) {
+  if (!plan_valid(p, tensors)) return BRGEMM_EINVAL;
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
+  for (int64_t ph = 0; ph < p->n_phases; ++ph) {
+#pragma omp for schedule(static)
+    for (int64_t t = p->phase_begin[ph]; t < p->phase_begin[ph + 1]; ++t)
+      for (int64_t i = p->task_begin[t]; i < p->task_begin[t + 1]; ++i) {
+        int rc = run_call(p, &p->calls[i], tensors, 1);
+        if (rc != BRGEMM_OK) {
+#pragma omp atomic write
+          err = rc;
+        }
+      }
+  }
+  return err;
+}
+
+int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* p, void* const* tensors, int64_t reps,
+                              double* seconds) {
+  if (!seconds || reps < 1 || !plan_valid(p, tensors)) return BRGEMM_EINVAL;
+  double t0 = omp_get_wtime();
+  for (int64_t r = 0; r < reps; ++r)
+    for (int64_t i = 0; i < p->n_calls; ++i) {
+      int rc = run_call(p, &p->calls[i], tensors, 0);
+      if (rc != BRGEMM_OK) return rc;
+    }
+  *seconds = omp_get_wtime() - t0;
+  return BRGEMM_OK;
+}
