@@ -1,0 +1,187 @@
+"""Plans: the same loop nest run eagerly and recorded then replayed, against
+float64 NumPy; thread counts, specs, barriers, epilogues, configs, bad input."""
+import numpy as np
+import pytest
+
+import brgemm
+from brgemm import plan as P
+from primitives import gemm
+
+
+def rand(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def gemm_ref(A, B):
+    return A.astype(np.float64) @ B.astype(np.float64), np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+
+
+def close(C, ref, mag, rel=1e-5):
+    err = np.abs(C - ref)
+    print(f"max abs diff {err.max():.3e}")
+    assert np.all(err <= rel * (mag + 1e-30))
+
+
+SPECS = ["IJk", "JIk", "ijk", "Ijk", "iJk", "kIJ", "k|IJ", "jIk"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (37, 70, 130), (1, 1, 1), (5, 200, 7), (96, 33, 300)])
+def test_gemm_eager_and_replay_match_numpy(rng, spec, M, N, K):
+    A, B = rand(rng, M, K), rand(rng, K, N)
+    cfg = {"fwd": {"spec": spec, "bm": 16, "bn": 32, "bk": 32, "kc": 64}}
+    C_plan = gemm.forward(A, B, config=cfg)
+    C_eager = gemm.forward(A, B, config=cfg, eager=True)
+    close(C_plan, *gemm_ref(A, B))
+    np.testing.assert_array_equal(C_plan, C_eager)  # same calls, same order per block
+
+
+def test_gemm_bf16(rng):
+    A, B = rand(rng, 40, 50, dtype=brgemm.bfloat16), rand(rng, 50, 70, dtype=brgemm.bfloat16)
+    close(gemm.forward(A, B, dtype="bf16"), *gemm_ref(A, B))
+
+
+def test_bitwise_identical_across_runs_and_thread_counts(rng):
+    A, B = rand(rng, 200, 300), rand(rng, 300, 260)
+    p = gemm.plan(200, 260, 300)
+    outs = []
+    for threads in (1, 2, 3, 2, 1):
+        C = np.full((200, 260), np.nan, np.float32)
+        p.run(threads=threads, A=A, B=B, C=C)
+        outs.append(C)
+    for C in outs[1:]:
+        assert np.array_equal(C, outs[0])
+
+
+def test_parallel_reduction_is_refused():
+    """Parallel k chunks would make two threads write one C block: caught at record time."""
+    with pytest.raises(ValueError, match="two parallel tasks of one phase write the same"):
+        gemm.plan(64, 64, 256, config={"fwd": {"spec": "Kij", "bm": 32, "bn": 32, "bk": 32, "kc": 64}})
+
+
+def test_spec_in_toml_changes_the_recorded_call_order(tmp_path, monkeypatch):
+    def c_offsets(spec):
+        f = tmp_path / f"{spec}.toml"
+        f.write_text(f'[gemm.fwd]\nspec = "{spec}"\nbm = 16\nbn = 32\nbk = 32\nkc = 64\n')
+        monkeypatch.setenv("BRGEMM_CONFIG", str(f))
+        p = gemm.plan(64, 96, 64)
+        return [int(c["c_off"]) for c in p.calls], len(p.task_begin) - 1
+
+    ij, tasks_ij = c_offsets("ijk")
+    ji, tasks_ji = c_offsets("jik")
+    assert sorted(ij) == sorted(ji) and ij != ji
+    assert ij[:3] == [0, 32, 64] and ji[:3] == [0, 16 * 96, 32 * 96]
+    assert tasks_ij == tasks_ji == 1  # no upper case: one task, no parallelism
+    _, tasks = c_offsets("IJk")
+    assert tasks == 4 * 3
+
+
+def test_barrier_makes_phases():
+    p = gemm.plan(64, 64, 256, config={"fwd": {"spec": "k|IJ", "bm": 32, "bn": 32, "bk": 32,
+                                               "kc": 64}})
+    assert len(p.phase_begin) - 1 == 4  # one phase per k chunk
+    assert "4 phases" in p.summary(threads=2)
+
+
+def epilogue_nest(ex, M, N, K, ops_for):
+    """Two C blocks side by side, each with its own epilogue."""
+    half = N // 2
+    for t, j in enumerate((0, half)):
+        ex.at((), (t,))
+        ex.gemm(P.Block(M, half, K, lda=K, ldb=N, ldc=N, beta=0.0), "A", [0], "B", [j], "C", j,
+                ops=ops_for(j))
+
+
+@pytest.mark.parametrize("name", ["bias_relu", "sigmoid", "tanh", "store_bf16"])
+def test_epilogues(rng, name):
+    M, N, K = 9, 40, 13
+    A, B, bias = rand(rng, M, K), rand(rng, K, N), rand(rng, N)
+    ops_for = {
+        "bias_relu": lambda j: (P.bias("b", j), P.relu()),
+        "sigmoid": lambda j: (P.sigmoid(),),
+        "tanh": lambda j: (P.tanh(),),
+        "store_bf16": lambda j: (P.store_bf16("Y", j, N),),
+    }[name]
+    ref = A.astype(np.float64) @ B
+    want = {"bias_relu": np.maximum(ref + bias, 0), "sigmoid": 1 / (1 + np.exp(-ref)),
+            "tanh": np.tanh(ref), "store_bf16": ref}[name]
+    tensors = {"A": "f32", "B": "f32", "C": "f32", "b": "f32", "Y": "bf16"}
+    rec = P.Recorder(tensors)
+    epilogue_nest(rec, M, N, K, ops_for)
+    plan = rec.finish()
+    arrays = lambda: dict(A=A, B=B, b=bias, C=np.zeros((M, N), np.float32),  # noqa: E731
+                          Y=np.zeros((M, N), brgemm.bfloat16))
+    replay, eager = arrays(), arrays()
+    plan.run(**replay)
+    epilogue_nest(P.Eager(**eager), M, N, K, ops_for)
+    np.testing.assert_allclose(replay["C"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(eager["C"], want, rtol=1e-5, atol=1e-5)
+    if name == "store_bf16":
+        np.testing.assert_allclose(replay["Y"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
+        np.testing.assert_array_equal(replay["Y"], eager["Y"])
+
+
+def test_summary_counts():
+    p = gemm.plan(64, 64, 64, config={"fwd": {"spec": "IJk", "bm": 32, "bn": 32, "bk": 32,
+                                              "kc": 64}})
+    text = p.summary(threads=2)
+    assert "4 calls in 4 tasks, 1 phases" in text
+    assert f"{2 * 64**3 / 1e9:.3f} GFLOP" in text
+    assert "max/mean 1.00" in text
+    assert p.flops == 2 * 64**3
+
+
+class TestBadInput:
+    def setup_method(self):
+        self.plan = gemm.plan(8, 8, 8)
+        self.ok = dict(A=np.ones((8, 8), np.float32), B=np.ones((8, 8), np.float32),
+                       C=np.zeros((8, 8), np.float32))
+
+    def run(self, **changes):
+        arrays = {**self.ok, **changes}
+        arrays = {k: v for k, v in arrays.items() if v is not None}
+        self.plan.run(**arrays)
+
+    def test_missing_and_unknown_tensors(self):
+        with pytest.raises(ValueError, match="^B: the plan needs it"):
+            self.run(B=None)
+        with pytest.raises(ValueError, match="^D: not a tensor of this plan"):
+            self.run(D=np.ones(3))
+
+    def test_wrong_arrays(self):
+        with pytest.raises(TypeError, match="^A: expected dtype f32"):
+            self.run(A=np.ones((8, 8)))
+        with pytest.raises(TypeError, match="^A: expected a numpy.ndarray"):
+            self.run(A=[1.0] * 64)
+        with pytest.raises(ValueError, match="^B: the plan touches 64 elements, the array has 63"):
+            self.run(B=np.ones(63, np.float32))
+        with pytest.raises(ValueError, match="^A: a plan reads tensors as flat buffers"):
+            self.run(A=np.ones((8, 16), np.float32)[:, ::2])
+        ro = np.zeros((8, 8), np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="^C: is read-only"):
+            self.run(C=ro)
+        with pytest.raises(ValueError, match="^C: overlaps A"):
+            self.run(C=self.ok["A"])
+        with pytest.raises(ValueError, match="^threads: expected a positive int"):
+            self.plan.run(threads=0, **self.ok)
+
+    def test_recorder_checks(self):
+        rec = P.Recorder({"A": "f32", "B": "f32", "C": "f32"})
+        blk = P.Block(2, 2, 2, lda=2, ldb=2, ldc=2)
+        with pytest.raises(ValueError, match="^a: unknown tensor 'X'"):
+            rec.gemm(blk, "X", [0], "B", [0], "C", 0)
+        with pytest.raises(ValueError, match="^b_offs: 2 offsets, a_offs has 1"):
+            rec.gemm(blk, "A", [0], "B", [0, 4], "C", 0)
+        with pytest.raises(ValueError, match="^a: negative offset"):
+            rec.gemm(blk, "A", [-2], "B", [0], "C", 0)
+        with pytest.raises(ValueError, match="^a: tensor 'A' is f32, the block wants bf16"):
+            rec.gemm(P.Block(2, 2, 2, 2, 2, 2, dtype="bf16"), "A", [0], "B", [0], "C", 0)
+
+    def test_native_layer_rejects_a_corrupted_plan(self):
+        p = gemm.plan(8, 8, 8, config={"fwd": {"spec": "ijk", "bm": 8, "bn": 8, "bk": 8, "kc": 8}})
+        p.calls["kernel"][0] = 7  # only kernel 0 exists
+        with pytest.raises(ValueError, match="native layer rejected"):
+            p.run(**self.ok)
+        p.calls["kernel"][0] = 0
+        p.run(**self.ok)
