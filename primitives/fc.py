@@ -1,0 +1,417 @@
+"""Fully connected layers: y = x W^T + b, as loop nests around the batch-reduce kernel.
+
+    x [N, C], w [K, C], b [K], y [N, K]        (torch.nn.functional.linear)
+
+Blocked layouts (tiles of bn x bc etc., zero-padded; see blocking.py):
+    x  [Nb][Cb][bn][bc]    y, dy [Nb][Kb][bn][bk]    w  [Kb][Cb][bc][bk] (W^T tiles)
+    wt [Cb][Kb][bk][bc]    xt [Cb][Nb][bc][bn]       dw [Kb][Cb][bc][bk]
+Forward:        y[n][k]  = sum_c x[n][c] @ w[k][c]     (+ bias, activation on the last c)
+Backward-data:  dx[n][c] = sum_k dy[n][k] @ wt[c][k]
+Weight update:  dw[k][c] = sum_n xt[c][n] @ dy[n][k],   db = sum_n dy
+Each nest's loops (in blocks): forward n, k and c (reduction chunks of `chunk`
+blocks); backward n, c, k; update k, c, n. Specs and block sizes come from
+configs/fc.toml (BRGEMM_CONFIG or config= override); the block sizes of the
+[fwd] table are the layer's blocking for all three passes.
+"""
+import dataclasses
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm import plan as P
+from brgemm.arrays import aligned_empty
+from brgemm.loopspec import Loop, parse_spec
+from primitives._config import settings
+from primitives.blocking import from_blocks, nblocks, pick_block, to_blocks
+
+SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int},
+          "bwd": {"spec": str, "chunk": int},
+          "upd": {"spec": str, "chunk": int}}
+ACTIVATIONS = {None: (), "none": (), "relu": (P.relu(),), "sigmoid": (P.sigmoid(),),
+               "tanh": (P.tanh(),)}
+_plans = P.PlanCache(maxsize=128)
+
+
+# ---------------------------------------------------------------- the loop nests
+
+def forward_nest(ex, loops, g, dtype, epilogue):
+    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
+    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
+    rest = dataclasses.replace(first, beta=1.0)
+    for phase, task, at in loops.walk():
+        n, k, c0 = at["n"], at["k"], at["c"]
+        cs = range(c0, min(c0 + g.chunk["fwd"], g.Cb))
+        ex.at(phase, task)
+        ex.gemm(first if c0 == 0 else rest,
+                "x", [(n * g.Cb + c) * g.bn * g.bc for c in cs],
+                "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
+                "y", (n * g.Kb + k) * g.bn * g.bk,
+                ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
+
+
+def backward_nest(ex, loops, g, dtype, epilogue):
+    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]."""
+    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0)
+    rest = dataclasses.replace(first, beta=1.0)
+    for phase, task, at in loops.walk():
+        n, c, k0 = at["n"], at["c"], at["k"]
+        ks = range(k0, min(k0 + g.chunk["bwd"], g.Kb))
+        ex.at(phase, task)
+        ex.gemm(first if k0 == 0 else rest,
+                "dy", [(n * g.Kb + k) * g.bn * g.bk for k in ks],
+                "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
+                "dx", (n * g.Cb + c) * g.bn * g.bc,
+                ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
+
+
+def update_nest(ex, loops, g, dtype, epilogue):
+    """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
+    first = P.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
+    rest = dataclasses.replace(first, beta=1.0)
+    for phase, task, at in loops.walk():
+        k, c, n0 = at["k"], at["c"], at["n"]
+        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
+        ex.at(phase, task)
+        ex.gemm(first if n0 == 0 else rest,
+                "xt", [(c * g.Nb + n) * g.bc * g.bn for n in ns],
+                "dy", [(n * g.Kb + k) * g.bn * g.bk for n in ns],
+                "dw", (k * g.Cb + c) * g.bc * g.bk,
+                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
+
+
+# ---------------------------------------------------------------- geometry and plans
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Sizes, block sizes and block counts of one layer at one minibatch size."""
+    N: int
+    C: int
+    K: int
+    bn: int
+    bc: int
+    bk: int
+    specs: tuple    # (fwd, bwd, upd) spec strings
+    chunks: tuple   # (fwd, bwd, upd) reduction chunks, in blocks
+
+    Nb = property(lambda g: nblocks(g.N, g.bn))
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    chunk = property(lambda g: dict(zip(("fwd", "bwd", "upd"), g.chunks)))
+
+
+def geometry(N, C, K, config=None, blocks=None):
+    """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets)."""
+    shape = {"N": N, "C": C, "K": K}
+    cfg = {p: settings("fc", p, shape, SCHEMA[p], config) for p in ("fwd", "bwd", "upd")}
+    bn, bc, bk = blocks or (cfg["fwd"]["bn"], cfg["fwd"]["bc"], cfg["fwd"]["bk"])
+    # feature blocks are the kernel's vector dimension in some pass: multiples of 16
+    return Geometry(N, C, K, pick_block(N, bn), pick_block(C, bc, 16), pick_block(K, bk, 16),
+                    tuple(cfg[p]["spec"] for p in ("fwd", "bwd", "upd")),
+                    tuple(cfg[p]["chunk"] for p in ("fwd", "bwd", "upd")))
+
+
+def _loops(g, pass_):
+    if pass_ == "fwd":
+        loops = [Loop("n", 0, g.Nb, 1), Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, g.chunk["fwd"])]
+    elif pass_ == "bwd":
+        loops = [Loop("n", 0, g.Nb, 1), Loop("c", 0, g.Cb, 1), Loop("k", 0, g.Kb, g.chunk["bwd"])]
+    else:
+        loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("n", 0, g.Nb, g.chunk["upd"])]
+    spec = g.specs[("fwd", "bwd", "upd").index(pass_)]
+    return parse_spec(spec, loops)
+
+
+def _epilogue(g, pass_, has_bias, activation, bf16_out):
+    """The ops on a finished output block, as data: bias, activation, bf16 copy."""
+    out, (rows, cols) = {"fwd": ("y", (g.bn, g.bk)), "bwd": ("dx", (g.bn, g.bc)),
+                         "upd": ("dw", (g.bc, g.bk))}[pass_]
+    outer = {"fwd": g.Kb, "bwd": g.Cb, "upd": g.Cb}[pass_]
+
+    def ops(i, j):
+        extra = ()
+        if pass_ == "fwd":
+            extra = ((P.bias("b", j * g.bk),) if has_bias else ()) + ACTIVATIONS[activation]
+        if bf16_out:
+            extra += (P.store_bf16(out + "16", (i * outer + j) * rows * cols, cols),)
+        return extra
+    return ops
+
+
+_NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
+_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("xt", "dy", "dw")}
+
+
+def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False):
+    """The recorded plan of one pass (cached by geometry and options)."""
+    key = (g, pass_, dtype, has_bias, activation, bf16_out)
+
+    def record():
+        a, b, c = _TENSORS[pass_]
+        tensors = {a: dtype, b: dtype, c: "f32"}
+        if pass_ == "fwd" and has_bias:
+            tensors["b"] = "f32"
+        if bf16_out:
+            tensors[c + "16"] = "bf16"
+        rec = P.Recorder(tensors)
+        _NESTS[pass_](rec, _loops(g, pass_), g, dtype,
+                      _epilogue(g, pass_, has_bias, activation, bf16_out))
+        return rec.finish()
+    return _plans.get(key, record)
+
+
+# ---------------------------------------------------------------- functional API
+
+def _dtype_of(dtype, *arrays, names):
+    dtypes.check_name(dtype)
+    allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+    for x, name in zip(arrays, names):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype not in allowed:
+            raise TypeError(f"{name}: expected dtype {' or '.join(str(a) for a in allowed)} "
+                            f"for dtype={dtype!r}, got {x.dtype}")
+        if x.ndim != 2 and name != "b":
+            raise ValueError(f"{name}: expected 2 dimensions, got shape {x.shape}")
+    return arrays[0].dtype
+
+
+def _check_backend(backend):
+    from brgemm.backend import resolve
+    if resolve(backend) != "cpu":
+        raise ValueError(f"backend: fc runs on 'cpu' only so far, got {backend!r}")
+
+
+def forward(x, w, b=None, dtype="f32", backend=None, config=None):
+    """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K]."""
+    out_dtype = _dtype_of(dtype, x, w, names=("x", "w"))
+    _check_backend(backend)
+    (N, C), K = x.shape, w.shape[0]
+    if w.shape[1] != C:
+        raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
+    if b is not None:
+        _dtype_of(dtype, b, names=("b",))
+        if b.shape != (K,):
+            raise ValueError(f"b: expected shape ({K},), got {b.shape}")
+    if N == 0 or K == 0 or C == 0:
+        raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+    g = geometry(N, C, K, config)
+    ab = dtypes.NUMPY[dtype]
+    t = dict(x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc),
+             w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True).swapaxes(0, 1).copy(),
+             y=aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32))
+    if b is not None:
+        t["b"] = np.zeros(g.Kb * g.bk, np.float32)
+        t["b"][:K] = b
+    plan(g, "fwd", dtype, has_bias=b is not None).run(**t)
+    return from_blocks(t["y"], N, K, out_dtype)
+
+
+def backward(dy, x, w, dtype="f32", backend=None, config=None):
+    """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]."""
+    out_dtype = _dtype_of(dtype, dy, x, w, names=("dy", "x", "w"))
+    _check_backend(backend)
+    (N, C), K = x.shape, w.shape[0]
+    if w.shape[1] != C:
+        raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
+    if dy.shape != (N, K):
+        raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
+    g = geometry(N, C, K, config)
+    ab = dtypes.NUMPY[dtype]
+    dy_b = to_blocks(dy.astype(ab, copy=False), g.bn, g.bk)
+    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc).swapaxes(0, 1).copy(),
+             dx=aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32))
+    plan(g, "bwd", dtype).run(**t)
+    u = dict(xt=to_blocks(x.astype(ab, copy=False), g.bc, g.bn, transpose=True), dy=dy_b,
+             dw=aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32))
+    plan(g, "upd", dtype).run(**u)
+    dw = from_blocks(u["dw"].swapaxes(0, 1), C, K).T.astype(out_dtype)  # dw holds dW^T tiles
+    db = dy.astype(np.float32).sum(axis=0).astype(out_dtype)
+    return from_blocks(t["dx"], N, C, out_dtype), dw, db
+
+
+# ---------------------------------------------------------------- layers
+
+_ACT_GRAD = {  # dL/dz from dL/dy and y = act(z)
+    "relu": lambda dy, y: dy * (y > 0),
+    "sigmoid": lambda dy, y: dy * y * (1 - y),
+    "tanh": lambda dy, y: dy * (1 - y * y),
+}
+
+
+class Linear:
+    """y = act(x W^T + b) that keeps weights, activations and plans blocked.
+
+    forward/backward take and return plain [N, *] arrays; the *_blocked methods
+    work on the blocked layouts directly (what an MLP chains and what the
+    benchmarks time). Weights are kept in f32 (`weight` [K, C], `bias` [K]);
+    with dtype "bf16" their blocked copies and the activations are bf16."""
+
+    def __init__(self, C, K, bias=True, activation=None, dtype="f32", backend=None,
+                 config=None, blocks=None, rng=None):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation: expected one of relu, sigmoid, tanh, none, "
+                             f"got {activation!r}")
+        _check_backend(backend)
+        self.C, self.K = _positive(C, "C"), _positive(K, "K")
+        self.dtype, self.activation = dtypes.check_name(dtype), activation
+        self.config, self.blocks = config, blocks
+        rng = rng or np.random.default_rng()
+        bound = 1 / np.sqrt(C)  # torch.nn.Linear's initialisation
+        self.weight = rng.uniform(-bound, bound, (K, C)).astype(np.float32)
+        self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if bias else None
+        self.g = None
+
+    # -- set-up per minibatch size --
+    def prepare(self, N):
+        """Geometry, plans and blocked buffers for minibatch N (done once per N)."""
+        if self.g is not None and self.g.N == N:
+            return self.g
+        g = self.g = geometry(N, self.C, self.K, self.config, self.blocks)
+        bf16 = self.dtype == "bf16"
+        ab = dtypes.NUMPY[self.dtype]
+        self.plans = {"fwd": plan(g, "fwd", self.dtype, self.bias is not None,
+                                  None if self.activation == "none" else self.activation, bf16),
+                      "bwd": plan(g, "bwd", self.dtype, bf16_out=bf16),
+                      "upd": plan(g, "upd", self.dtype)}
+        self.y = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        self.y16 = aligned_empty(self.y.shape, ab) if bf16 else None
+        self.dx = aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
+        self.dx16 = aligned_empty(self.dx.shape, ab) if bf16 else None
+        self.dw = aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32)
+        self.xt = aligned_empty((g.Cb, g.Nb, g.bc, g.bn), ab)
+        self.load_weights()
+        return g
+
+    def load_weights(self):
+        """Re-block weight and bias after they changed (done by step())."""
+        g, ab = self.g, dtypes.NUMPY[self.dtype]
+        if g is None:
+            return
+        self.w = to_blocks(self.weight.astype(ab), g.bc, g.bk, transpose=True).swapaxes(0, 1).copy()
+        self.wt = to_blocks(self.weight.astype(ab), g.bk, g.bc).swapaxes(0, 1).copy()
+        self.b = np.zeros(g.Kb * g.bk, np.float32)
+        if self.bias is not None:
+            self.b[:self.K] = self.bias
+
+    # -- blocked passes --
+    def forward_blocked(self, x):
+        """x [Nb][Cb][bn][bc] of dtype -> y [Nb][Kb][bn][bk] (f32; bf16 too for bf16)."""
+        t = dict(x=x, w=self.w, y=self.y)
+        if self.bias is not None:
+            t["b"] = self.b
+        if self.y16 is not None:
+            t["y16"] = self.y16
+        self.plans["fwd"].run(**t)
+        self.x = x
+        return self.y16 if self.y16 is not None else self.y
+
+    def backward_data_blocked(self, dz):
+        """dz (gradient at the pre-activation, blocked like y) -> dx [Nb][Cb][bn][bc]."""
+        t = dict(dy=dz, wt=self.wt, dx=self.dx)
+        if self.dx16 is not None:
+            t["dx16"] = self.dx16
+        self.plans["bwd"].run(**t)
+        return self.dx16 if self.dx16 is not None else self.dx
+
+    def update_blocked(self, dz):
+        """dW^T tiles into self.dw and db from dz; needs the forward's x."""
+        self.xt[...] = self.x.transpose(1, 0, 3, 2)  # [Cb][Nb][bc][bn]: x^T tiles
+        self.plans["upd"].run(xt=self.xt, dy=dz, dw=self.dw)
+        self.db = dz.astype(np.float32).sum(axis=(0, 2)).reshape(-1)[:self.K]
+
+    def backward_blocked(self, dy):
+        """dy blocked like y -> dx blocked like x; fills the weight gradients."""
+        dz = dy
+        if self.activation in _ACT_GRAD:
+            dz = _ACT_GRAD[self.activation](dy.astype(np.float32), self.y)
+            dz = dz.astype(dtypes.NUMPY[self.dtype])
+        dx = self.backward_data_blocked(dz)
+        self.update_blocked(dz)
+        return dx
+
+    # -- plain arrays --
+    def forward(self, x):
+        """x [N, C] -> y [N, K] in x's dtype."""
+        _dtype_of(self.dtype, x, names=("x",))
+        if x.shape[1] != self.C:
+            raise ValueError(f"x: expected shape (N, {self.C}), got {x.shape}")
+        g = self.prepare(x.shape[0])
+        xb = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bc)
+        return from_blocks(self.forward_blocked(xb), g.N, self.K, x.dtype)
+
+    def backward(self, dy):
+        """dy [N, K] -> dx [N, C]; grad_weight and grad_bias hold dW, db."""
+        _dtype_of(self.dtype, dy, names=("dy",))
+        if self.g is None or dy.shape != (self.g.N, self.K):
+            raise ValueError(f"dy: expected the forward's output shape "
+                             f"{(self.g.N, self.K) if self.g else '(call forward first)'}, "
+                             f"got {dy.shape}")
+        g = self.g
+        dyb = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bk)
+        return from_blocks(self.backward_blocked(dyb), g.N, self.C, dy.dtype)
+
+    @property
+    def grad_weight(self):
+        return from_blocks(self.dw.swapaxes(0, 1), self.C, self.K).T
+
+    @property
+    def grad_bias(self):
+        return self.db if self.bias is not None else None
+
+    def step(self, lr):
+        """Plain SGD on the f32 weights, then re-block them."""
+        self.weight -= np.float32(lr) * self.grad_weight
+        if self.bias is not None:
+            self.bias -= np.float32(lr) * self.db
+        self.load_weights()
+
+
+class MLP:
+    """A stack of Linear layers that hands blocked activations from one to the
+    next (one feature block size for all, so layer i's y is layer i+1's x)."""
+
+    def __init__(self, sizes, activation="relu", last_activation=None, bias=True,
+                 dtype="f32", backend=None, config=None, blocks=(64, 64, 64), rng=None):
+        if len(sizes) < 2:
+            raise ValueError(f"sizes: need at least an input and an output size, got {sizes!r}")
+        if blocks[1] != blocks[2]:
+            raise ValueError(f"blocks: input and output feature blocks must match, got {blocks}")
+        rng = rng or np.random.default_rng()
+        self.layers = [Linear(c, k, bias, activation if i < len(sizes) - 2 else last_activation,
+                              dtype, backend, config, blocks, rng)
+                       for i, (c, k) in enumerate(zip(sizes[:-1], sizes[1:]))]
+        self.dtype = dtype
+
+    def forward(self, x):
+        first, last = self.layers[0], self.layers[-1]
+        _dtype_of(self.dtype, x, names=("x",))
+        if x.shape[1] != first.C:
+            raise ValueError(f"x: expected shape (N, {first.C}), got {x.shape}")
+        N = x.shape[0]
+        for layer in self.layers:
+            layer.prepare(N)
+        h = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), first.g.bn, first.g.bc)
+        for layer in self.layers:
+            h = layer.forward_blocked(h)
+        return from_blocks(h, N, last.K, x.dtype)
+
+    def backward(self, dy):
+        last = self.layers[-1]
+        _dtype_of(self.dtype, dy, names=("dy",))
+        if last.g is None or dy.shape != (last.g.N, last.K):
+            raise ValueError(f"dy: expected the forward's output shape, got {dy.shape}")
+        d = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), last.g.bn, last.g.bk)
+        for layer in reversed(self.layers):
+            d = layer.backward_blocked(d)
+        first = self.layers[0]
+        return from_blocks(d, first.g.N, first.C, dy.dtype)
+
+    def step(self, lr):
+        for layer in self.layers:
+            layer.step(lr)
+
+
+def _positive(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    return int(v)
