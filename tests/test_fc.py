@@ -1,0 +1,197 @@
+"""FC against PyTorch autograd in float64: every pass, remainder shapes, both
+dtypes, the layer classes over SGD steps, and bad input."""
+import numpy as np
+import pytest
+import torch
+
+import brgemm
+from primitives import fc
+
+SHAPES = [(1, 1, 1), (7, 3, 5), (64, 64, 64), (100, 70, 130), (65, 128, 1), (33, 1, 17), (256, 200, 96)]
+
+
+def to64(a):
+    return torch.tensor(np.asarray(a, np.float64), requires_grad=True)
+
+
+def reference(x, w, b, dy, act=None):
+    X, W = to64(x), to64(w)
+    B = to64(b) if b is not None else None
+    Y = torch.nn.functional.linear(X, W, B)
+    if act:
+        Y = getattr(torch, act)(Y)
+    Y.backward(torch.tensor(np.asarray(dy, np.float64)))
+    return (Y.detach().numpy(), X.grad.numpy(), W.grad.numpy(),
+            B.grad.numpy() if B is not None else None)
+
+
+def check(name, got, want, dtype, scale):
+    """f32: 1e-5 of the magnitude of the sums; bf16 outputs are rounded: 1e-2."""
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    err = np.abs(np.asarray(got, np.float64) - want).max()
+    print(f"{name}: max abs diff {err:.3e} (scale {scale:.3e})")
+    assert err <= rel * scale, name
+
+
+def scales(x, w, dy):
+    """Bounds on |sum| terms: f32 error grows with sum |a||b| over the reduction."""
+    ax, aw, ady = (np.abs(np.asarray(a, np.float64)) for a in (x, w, dy))
+    return dict(y=(ax @ aw.T).max() + 1, dx=(ady @ aw).max() + 1, dw=(ady.T @ ax).max() + 1,
+                db=ady.sum(0).max() + 1)
+
+
+@pytest.mark.parametrize("N,C,K", SHAPES)
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_functional(rng, N, C, K, dtype, with_bias):
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    x = rng.standard_normal((N, C)).astype(npdt)
+    w = rng.standard_normal((K, C)).astype(npdt)
+    b = rng.standard_normal(K).astype(npdt) if with_bias else None
+    dy = rng.standard_normal((N, K)).astype(npdt)
+    y = fc.forward(x, w, b, dtype=dtype)
+    dx, dw, db = fc.backward(dy, x, w, dtype=dtype)
+    assert y.dtype == dx.dtype == dw.dtype == db.dtype == npdt
+    ry, rdx, rdw, rdb = reference(x, w, b, dy)
+    s = scales(x, w, dy)
+    check("y", y, ry, dtype, s["y"])
+    check("dx", dx, rdx, dtype, s["dx"])
+    check("dw", dw, rdw, dtype, s["dw"])
+    check("db", db, dy.astype(np.float64).sum(0), dtype, s["db"])
+
+
+def test_bf16_accepts_float32_inputs(rng):
+    x = rng.standard_normal((20, 30)).astype(np.float32)
+    w = rng.standard_normal((10, 30)).astype(np.float32)
+    y = fc.forward(x, w, dtype="bf16")
+    assert y.dtype == np.float32
+    xb, wb = x.astype(brgemm.bfloat16), w.astype(brgemm.bfloat16)
+    ref = xb.astype(np.float64) @ wb.astype(np.float64).T  # bf16 operands, exact products
+    check("y", y, ref, "f32", (np.abs(xb.astype(float)) @ np.abs(wb.astype(float)).T).max())
+
+
+@pytest.mark.parametrize("spec", [("NKc", "NCk", "KCn"), ("KNc", "CNk", "CKn"), ("nkc", "nck", "kcn"),
+                                  ("Nkc", "Cnk", "Kcn")])
+def test_specs_and_chunks(rng, spec):
+    cfg = {"fwd": {"spec": spec[0], "bn": 16, "bc": 32, "bk": 16, "chunk": 2},
+           "bwd": {"spec": spec[1], "chunk": 3}, "upd": {"spec": spec[2], "chunk": 2}}
+    N, C, K = 50, 100, 70
+    x, w = rng.standard_normal((N, C)).astype(np.float32), rng.standard_normal((K, C)).astype(np.float32)
+    b, dy = rng.standard_normal(K).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+    y = fc.forward(x, w, b, config=cfg)
+    dx, dw, db = fc.backward(dy, x, w, config=cfg)
+    ry, rdx, rdw, _ = reference(x, w, b, dy)
+    s = scales(x, w, dy)
+    check("y", y, ry, "f32", s["y"])
+    check("dx", dx, rdx, "f32", s["dx"])
+    check("dw", dw, rdw, "f32", s["dw"])
+
+
+@pytest.mark.parametrize("act", [None, "relu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_linear_layer_matches_torch(rng, act, dtype):
+    N, C, K = 70, 50, 90
+    lin = fc.Linear(C, K, activation=act, dtype=dtype, rng=rng)
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    x = rng.standard_normal((N, C)).astype(npdt)
+    dy = rng.standard_normal((N, K)).astype(npdt)
+    y = lin.forward(x)
+    dx = lin.backward(dy)
+    w = lin.weight.astype(npdt)  # the layer computes with its weights in `dtype`
+    ry, rdx, rdw, rdb = reference(x, w, lin.bias, dy, act)
+    s = scales(x, w, dy)
+    check("y", y, ry, dtype, s["y"])
+    check("dx", dx, rdx, dtype, s["dx"])
+    check("dw", lin.grad_weight, rdw, "f32" if dtype == "f32" else "bf16", s["dw"])
+    check("db", lin.grad_bias, rdb, "f32" if dtype == "f32" else "bf16", s["db"])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_mlp_training_reduces_loss(rng, dtype):
+    """A small regression task: the loss after 60 SGD steps is well below the first."""
+    N, sizes = 128, [16, 64, 64, 1]
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    x = rng.standard_normal((N, sizes[0])).astype(np.float32)
+    target = np.sin(x[:, :1] * 2) + 0.5 * x[:, 1:2]
+    mlp = fc.MLP(sizes, activation="tanh", dtype=dtype, rng=rng, blocks=(32, 32, 32))
+    losses = []
+    for _ in range(60):
+        y = mlp.forward(x.astype(npdt)).astype(np.float32)
+        losses.append(float(np.mean((y - target) ** 2)))
+        mlp.backward((2 * (y - target) / N).astype(npdt))
+        mlp.step(0.1)
+    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_mlp_matches_torch_one_step(rng):
+    sizes, N = [10, 20, 7], 9
+    mlp = fc.MLP(sizes, activation="relu", rng=rng, blocks=(16, 16, 16))
+    x = rng.standard_normal((N, sizes[0])).astype(np.float32)
+    dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
+    y = mlp.forward(x)
+    dx = mlp.backward(dy)
+    X = to64(x)
+    Ws = [to64(l.weight) for l in mlp.layers]
+    Bs = [to64(l.bias) for l in mlp.layers]
+    h = torch.relu(torch.nn.functional.linear(X, Ws[0], Bs[0]))
+    Y = torch.nn.functional.linear(h, Ws[1], Bs[1])
+    Y.backward(torch.tensor(dy, dtype=torch.float64))
+    np.testing.assert_allclose(y, Y.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, X.grad.numpy(), rtol=1e-5, atol=1e-5)
+    for layer, W, B in zip(mlp.layers, Ws, Bs):
+        np.testing.assert_allclose(layer.grad_weight, W.grad.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(layer.grad_bias, B.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class TestBadInput:
+    x = np.ones((4, 3), np.float32)
+    w = np.ones((5, 3), np.float32)
+
+    def test_forward(self):
+        with pytest.raises(ValueError, match="^w: expected shape"):
+            fc.forward(self.x, np.ones((5, 4), np.float32))
+        with pytest.raises(ValueError, match="^b: expected shape"):
+            fc.forward(self.x, self.w, np.ones(4, np.float32))
+        with pytest.raises(TypeError, match="^x: expected dtype"):
+            fc.forward(self.x.astype(np.float64), self.w)
+        with pytest.raises(TypeError, match="^x: expected dtype"):
+            fc.forward(self.x.astype(brgemm.bfloat16), self.w)  # bf16 arrays need dtype="bf16"
+        with pytest.raises(ValueError, match="^x: expected 2 dimensions"):
+            fc.forward(np.ones((2, 2, 3), np.float32), self.w)
+        with pytest.raises(TypeError, match="^w: expected a numpy.ndarray"):
+            fc.forward(self.x, [[1.0] * 3] * 5)
+        with pytest.raises(ValueError, match="^dtype"):
+            fc.forward(self.x, self.w, dtype="f64")
+        with pytest.raises(ValueError, match="^backend"):
+            fc.forward(self.x, self.w, backend="tpu")
+        with pytest.raises(ValueError, match="x, w: empty sizes"):
+            fc.forward(np.ones((0, 3), np.float32), self.w)
+
+    def test_backward(self):
+        with pytest.raises(ValueError, match=r"^dy: expected shape \(4, 5\)"):
+            fc.backward(np.ones((4, 6), np.float32), self.x, self.w)
+
+    def test_config(self):
+        from brgemm.config import ConfigError
+        from brgemm.loopspec import SpecError
+        with pytest.raises(ConfigError, match="unknown key 'bq'"):
+            fc.forward(self.x, self.w, config={"fwd": {"bq": 3}})
+        with pytest.raises(SpecError, match="position 2"):
+            fc.forward(self.x, self.w, config={"fwd": {"spec": "NKz"}})
+        with pytest.raises(ValueError, match="two parallel tasks"):
+            fc.forward(np.ones((4, 200), np.float32), np.ones((5, 200), np.float32),
+                       config={"fwd": {"spec": "nkC", "bc": 32, "chunk": 1}})
+
+    def test_layers(self):
+        with pytest.raises(ValueError, match="^activation"):
+            fc.Linear(3, 4, activation="gelu")
+        with pytest.raises(ValueError, match="^C: expected a positive int"):
+            fc.Linear(0, 4)
+        lin = fc.Linear(3, 5)
+        with pytest.raises(ValueError, match=r"^x: expected shape \(N, 3\)"):
+            lin.forward(np.ones((2, 4), np.float32))
+        with pytest.raises(ValueError, match="^dy: expected the forward's output shape"):
+            lin.backward(np.ones((2, 5), np.float32))
+        with pytest.raises(ValueError, match="^sizes"):
+            fc.MLP([3])
