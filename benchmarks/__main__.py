@@ -1,21 +1,28 @@
-"""python -m benchmarks <kernel> [--quick] [--dtype f32|bf16]
+"""python -m benchmarks <kernel|fc> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
 
 The primitives (conv, fc, lstm) and the oneDNN comparison plug in here as they land."""
 import argparse
 
-from benchmarks import kernel
+from benchmarks import fc, kernel
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["kernel"], help="what to benchmark")
+    parser.add_argument("what", choices=["kernel", "fc"], help="what to benchmark")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
                         help="data type (repeatable; default both)")
+    parser.add_argument("--threads", type=int, help="threads for both sides (default: all cores)")
+    parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
+                        help="pass (repeatable; default all)")
     args = parser.parse_args(argv)
     if args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+    elif args.what == "fc":
+        for dtype in args.dtype or ["f32"]:
+            fc.run(quick=args.quick, dtype=dtype, threads=args.threads,
+                   passes=args.passes or ("fwd", "bwd", "upd"))
 
 
 if __name__ == "__main__":

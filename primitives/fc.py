@@ -2,7 +2,7 @@
 
     x [N, C], w [K, C], b [K], y [N, K]        (torch.nn.functional.linear)
 
-Blocked layouts (tiles of bn x bc etc., zero-padded; see blocking.py):
+Blocked layouts (tiles of bn x bc etc., zero-padded; see brgemm/layouts.py):
     x  [Nb][Cb][bn][bc]    y, dy [Nb][Kb][bn][bk]    w  [Kb][Cb][bc][bk] (W^T tiles)
     wt [Cb][Kb][bk][bc]    xt [Cb][Nb][bc][bn]       dw [Kb][Cb][bc][bk]
 Forward:        y[n][k]  = sum_c x[n][c] @ w[k][c]     (+ bias, activation on the last c)
@@ -20,9 +20,9 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import aligned_empty
+from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._config import settings
-from primitives.blocking import from_blocks, nblocks, pick_block, to_blocks
 
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int},
           "bwd": {"spec": str, "chunk": int},
@@ -197,13 +197,13 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
     t = dict(x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc),
-             w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True).swapaxes(0, 1).copy(),
+             w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True),
              y=aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32))
     if b is not None:
         t["b"] = np.zeros(g.Kb * g.bk, np.float32)
         t["b"][:K] = b
     plan(g, "fwd", dtype, has_bias=b is not None).run(**t)
-    return from_blocks(t["y"], N, K, out_dtype)
+    return from_blocks(t["y"], N, K, dtype=out_dtype)
 
 
 def backward(dy, x, w, dtype="f32", backend=None, config=None):
@@ -218,15 +218,15 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
     dy_b = to_blocks(dy.astype(ab, copy=False), g.bn, g.bk)
-    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc).swapaxes(0, 1).copy(),
+    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True),
              dx=aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32))
     plan(g, "bwd", dtype).run(**t)
     u = dict(xt=to_blocks(x.astype(ab, copy=False), g.bc, g.bn, transpose=True), dy=dy_b,
              dw=aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32))
     plan(g, "upd", dtype).run(**u)
-    dw = from_blocks(u["dw"].swapaxes(0, 1), C, K).T.astype(out_dtype)  # dw holds dW^T tiles
+    dw = from_blocks(u["dw"], C, K, transpose=True, swap_grid=True, dtype=out_dtype)  # dW^T tiles
     db = dy.astype(np.float32).sum(axis=0).astype(out_dtype)
-    return from_blocks(t["dx"], N, C, out_dtype), dw, db
+    return from_blocks(t["dx"], N, C, dtype=out_dtype), dw, db
 
 
 # ---------------------------------------------------------------- layers
@@ -287,8 +287,8 @@ class Linear:
         g, ab = self.g, dtypes.NUMPY[self.dtype]
         if g is None:
             return
-        self.w = to_blocks(self.weight.astype(ab), g.bc, g.bk, transpose=True).swapaxes(0, 1).copy()
-        self.wt = to_blocks(self.weight.astype(ab), g.bk, g.bc).swapaxes(0, 1).copy()
+        self.w = to_blocks(self.weight.astype(ab), g.bc, g.bk, transpose=True, swap_grid=True)
+        self.wt = to_blocks(self.weight.astype(ab), g.bk, g.bc, swap_grid=True)
         self.b = np.zeros(g.Kb * g.bk, np.float32)
         if self.bias is not None:
             self.b[:self.K] = self.bias
@@ -337,7 +337,7 @@ class Linear:
             raise ValueError(f"x: expected shape (N, {self.C}), got {x.shape}")
         g = self.prepare(x.shape[0])
         xb = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bc)
-        return from_blocks(self.forward_blocked(xb), g.N, self.K, x.dtype)
+        return from_blocks(self.forward_blocked(xb), g.N, self.K, dtype=x.dtype)
 
     def backward(self, dy):
         """dy [N, K] -> dx [N, C]; grad_weight and grad_bias hold dW, db."""
@@ -348,11 +348,11 @@ class Linear:
                              f"got {dy.shape}")
         g = self.g
         dyb = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bk)
-        return from_blocks(self.backward_blocked(dyb), g.N, self.C, dy.dtype)
+        return from_blocks(self.backward_blocked(dyb), g.N, self.C, dtype=dy.dtype)
 
     @property
     def grad_weight(self):
-        return from_blocks(self.dw.swapaxes(0, 1), self.C, self.K).T
+        return from_blocks(self.dw, self.C, self.K, transpose=True, swap_grid=True)
 
     @property
     def grad_bias(self):
@@ -393,7 +393,7 @@ class MLP:
         h = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), first.g.bn, first.g.bc)
         for layer in self.layers:
             h = layer.forward_blocked(h)
-        return from_blocks(h, N, last.K, x.dtype)
+        return from_blocks(h, N, last.K, dtype=x.dtype)
 
     def backward(self, dy):
         last = self.layers[-1]
@@ -404,7 +404,7 @@ class MLP:
         for layer in reversed(self.layers):
             d = layer.backward_blocked(d)
         first = self.layers[0]
-        return from_blocks(d, first.g.N, first.C, dy.dtype)
+        return from_blocks(d, first.g.N, first.C, dtype=dy.dtype)
 
     def step(self, lr):
         for layer in self.layers:

@@ -132,6 +132,18 @@ int brgemm_cpu_plan_threads(int threads);
 int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* plan, void* const* tensors, int64_t reps,
                               double* seconds);
 
+/* ---- blocked layouts ----
+ * to_blocks: M = src (R x S, row stride ld), or with transpose M = src^T
+ * (src is S x R, row stride ld); dst gets M as [Rb][Sb][br][bs] tiles
+ * ([Sb][Rb][br][bs] with swap_grid), zero-padded to whole tiles. from_blocks
+ * is the inverse (padding dropped). itemsize 2 or 4; OpenMP over tiles. */
+int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                         int swap_grid, int itemsize, int64_t br, int64_t bs, void* dst,
+                         int threads);
+int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
+                           int swap_grid, int transpose, int itemsize, void* dst, int64_t ld,
+                           int threads);
+
 /* Benchmark support: run the stride form `reps` times back to back from C
  * and store the elapsed seconds; the yardstick for the Python call path. */
 int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,

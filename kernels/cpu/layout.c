@@ -1,0 +1,63 @@
+/* Blocked layouts: a matrix (or its transpose) to [Rb][Sb][br][bs] tiles,
+ * zero-padded, and back. Memory-bound copies, parallel over tiles: the
+ * functional forms of the primitives pay these on every call. */
+#include <string.h>
+
+#include "brgemm_cpu.h"
+
+#define TILE_LOOP(T)                                                                         \
+  _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nt)")                   \
+  for (int64_t rb = 0; rb < Rb; ++rb)                                                        \
+    for (int64_t sb = 0; sb < Sb; ++sb) {                                                    \
+      T* tile = (T*)dst + ((swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs);             \
+      const T* s = (const T*)src;                                                            \
+      for (int64_t i = 0; i < br; ++i)                                                       \
+        for (int64_t j = 0; j < bs; ++j) {                                                   \
+          const int64_t r = rb * br + i, c = sb * bs + j;                                    \
+          tile[i * bs + j] = (r < R && c < S) ? (transpose ? s[c * ld + r] : s[r * ld + c]) : 0; \
+        }                                                                                    \
+    }
+
+int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                         int swap_grid, int itemsize, int64_t br, int64_t bs, void* dst,
+                         int threads) {
+  if (!src || !dst || R < 1 || S < 1 || br < 1 || bs < 1) return BRGEMM_EINVAL;
+  if ((transpose ? ld < R : ld < S) || (itemsize != 2 && itemsize != 4)) return BRGEMM_EINVAL;
+  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  if (itemsize == 4) {
+    TILE_LOOP(uint32_t)
+  } else {
+    TILE_LOOP(uint16_t)
+  }
+  return BRGEMM_OK;
+}
+
+#define UNTILE_LOOP(T)                                                                       \
+  _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nt)")                   \
+  for (int64_t rb = 0; rb < Rb; ++rb)                                                        \
+    for (int64_t sb = 0; sb < Sb; ++sb) {                                                    \
+      const T* tile = (const T*)src + ((swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs); \
+      T* d = (T*)dst;                                                                        \
+      for (int64_t i = 0; i < br && rb * br + i < R; ++i)                                    \
+        for (int64_t j = 0; j < bs && sb * bs + j < S; ++j) {                                \
+          const int64_t r = rb * br + i, c = sb * bs + j;                                    \
+          if (transpose) d[c * ld + r] = tile[i * bs + j];                                   \
+          else d[r * ld + c] = tile[i * bs + j];                                             \
+        }                                                                                    \
+    }
+
+int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
+                           int swap_grid, int transpose, int itemsize, void* dst, int64_t ld,
+                           int threads) {
+  if (!src || !dst || R < 1 || S < 1 || br < 1 || bs < 1) return BRGEMM_EINVAL;
+  if ((transpose ? ld < R : ld < S) || (itemsize != 2 && itemsize != 4)) return BRGEMM_EINVAL;
+  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  if (itemsize == 4) {
+    UNTILE_LOOP(uint32_t)
+  } else {
+    UNTILE_LOOP(uint16_t)
+  }
+  return BRGEMM_OK;
+}

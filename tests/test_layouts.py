@@ -1,0 +1,58 @@
+"""Blocked layouts against a NumPy reference: padding, transposes, swapped
+grids, both element sizes, views with row strides, bad input."""
+import numpy as np
+import pytest
+
+import brgemm
+from brgemm.layouts import from_blocks, pick_block, to_blocks
+
+
+def ref_blocks(M, br, bs, swap_grid):
+    R, S = M.shape
+    Rb, Sb = -(-R // br), -(-S // bs)
+    P = np.zeros((Rb * br, Sb * bs), M.dtype)
+    P[:R, :S] = M
+    t = P.reshape(Rb, br, Sb, bs).transpose(0, 2, 1, 3)
+    return t.transpose(1, 0, 2, 3) if swap_grid else t
+
+
+@pytest.mark.parametrize("R,S,br,bs", [(5, 7, 2, 3), (64, 64, 16, 32), (1, 1, 4, 4), (33, 100, 32, 16)])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("swap_grid", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, brgemm.bfloat16])
+def test_round_trip(rng, R, S, br, bs, transpose, swap_grid, dtype):
+    x = rng.standard_normal((S, R) if transpose else (R, S)).astype(dtype)
+    M = x.T if transpose else x
+    t = to_blocks(x, br, bs, transpose=transpose, swap_grid=swap_grid)
+    np.testing.assert_array_equal(t, ref_blocks(M, br, bs, swap_grid))
+    back = from_blocks(t, R, S, transpose=transpose, swap_grid=swap_grid)
+    np.testing.assert_array_equal(back, x)
+
+
+def test_views_and_out(rng):
+    big = rng.standard_normal((10, 20)).astype(np.float32)
+    x = big[1:8, 3:12]  # row stride 20
+    out = np.empty((3, 3, 3, 4), np.float32)
+    assert to_blocks(x, 3, 4, out=out) is out
+    np.testing.assert_array_equal(out, ref_blocks(x, 3, 4, False))
+    y = big[::2, ::3]  # no contiguous rows: copied first
+    np.testing.assert_array_equal(from_blocks(to_blocks(y, 2, 2), *y.shape), y)
+
+
+def test_bad_input():
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="^out"):
+        to_blocks(x, 2, 2, out=np.empty((2, 2, 2, 3), np.float32))
+    with pytest.raises(TypeError, match="^x: expected 2- or 4-byte"):
+        to_blocks(np.ones((4, 4)), 2, 2)
+    with pytest.raises(ValueError, match="^x: expected 2 dimensions"):
+        to_blocks(np.ones(4, np.float32), 2, 2)
+    with pytest.raises(ValueError, match="^t: tiles"):
+        from_blocks(np.ones((2, 2, 2, 2), np.float32), 5, 4)
+
+
+def test_pick_block():
+    assert pick_block(3, 64) == 3
+    assert pick_block(1000, 64, 16) == 64      # no multiple-of-16 divisor in [32, 64]: pad
+    assert pick_block(96, 64, 16) == 48
+    assert pick_block(4096, 64, 16) == 64
