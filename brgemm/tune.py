@@ -11,15 +11,19 @@ seconds counted from the start (enumeration included):
      max(KEEP_MIN, KEEP_FRACTION of them): the model is crude but it orders
      the obviously bad (tiny blocks, idle cores) last;
   2. time the primitive's default first (the baseline, so a result always
-     exists), then the survivors in cost order; before each timing, skip the
-     rest if the next one (estimated from the timings so far) would not fit
-     together with step 3's reserve;
+     exists, even past the budget), then the survivors in cost order; before
+     each timing, stop if the next one (estimated from the wall time of the
+     timer calls so far) would not fit, leaving a reserve of at most
+     CONFIRM_SHARE of the budget for steps 3 and 4;
   3. re-time the CONFIRM fastest and the default, interleaved, until each has
-     ROUNDS measurements (clock checked before each; the survey reserves at
-     most CONFIRM_SHARE of the budget for this). The best is the lowest median
-     among them, so a lucky single timing cannot win; and it must beat the
+     ROUNDS timings (clock checked before each). The best is the lowest median
+     among them, so a lucky single timing cannot win, and it must beat the
      default's median by MARGIN, else the default stays: a switch within
-     timing noise is no gain. Hence best_time <= default_time always.
+     timing noise is no gain;
+  4. a minimum over finalists is optimistic (the winner's curse): time the
+     winner and the default afresh, interleaved, up to ROUNDS pairs as the
+     budget allows, report those medians, and keep the default unless the
+     winner still beats it by MARGIN. Hence best_time <= default_time always.
 
 The best config is merged into `out` with brgemm.config.write_config under
 [<primitive>.<pass>."<shape>"], where BRGEMM_CONFIG / config= find it.
@@ -47,7 +51,7 @@ KEEP_MIN = 8            # survivors of the cost-model pruning: at least this man
 KEEP_FRACTION = 0.25    # or this fraction of the candidates, whichever is more
 CONFIRM = 4             # re-time this many of the fastest (plus the default) ...
 ROUNDS = 5              # ... until each has this many timings; the median counts
-CONFIRM_SHARE = 0.25    # the survey leaves up to this part of the budget to confirming
+CONFIRM_SHARE = 0.35    # the survey leaves up to this part of the budget to steps 3 and 4
 MARGIN = 0.02           # a config replaces the default only if >= 2% faster (median)
 
 
@@ -232,11 +236,11 @@ def tune(primitive: str, pass_: str, shape: Mapping[str, int], budget: float,
 
     configs = {_key(c): c for c in queue}  # key -> the config, in its own key order
 
-    def measure(cfg):
+    def measure(cfg, into=times):
         t0 = time.perf_counter()
         s = search.time(cfg, threads)
         walls.append(time.perf_counter() - t0)
-        times.setdefault(_key(cfg), []).append(s)
+        into.setdefault(_key(cfg), []).append(s)
         return s
 
     def next_wall():
@@ -250,7 +254,7 @@ def tune(primitive: str, pass_: str, shape: Mapping[str, int], budget: float,
     # 2. the survey, in cost order
     best_s = math.inf
     for i, cfg in enumerate(queue):
-        reserve = min((ROUNDS - 1) * (CONFIRM + 1) * statistics.median(walls),
+        reserve = min(((ROUNDS - 1) * (CONFIRM + 1) + 2 * ROUNDS) * statistics.median(walls),
                       CONFIRM_SHARE * budget) if walls else 0.0
         if i > 0 and not fits(reserve):
             say(f"[{i + 1:>3}/{len(queue)}] budget: stopping before the next config "
@@ -273,7 +277,7 @@ def tune(primitive: str, pass_: str, shape: Mapping[str, int], budget: float,
         for k in finalists:
             if len(times[k]) >= ROUNDS:
                 continue
-            if not fits():
+            if not fits(6 * statistics.median(walls)):   # room for 3 head-to-head pairs
                 stopped = True
                 break
             measure(configs[k])
@@ -283,17 +287,36 @@ def tune(primitive: str, pass_: str, shape: Mapping[str, int], budget: float,
     best_key = min(finalists, key=lambda k: med[k])
     if med[best_key] > (1 - MARGIN) * med[_key(default)]:
         best_key = _key(default)                # not faster beyond noise: keep the default
-    say(f"confirm: {len(finalists)} finalists (the fastest and the default), re-timed interleaved"
+    say(f"confirm: {len(finalists)} finalist{'s' * (len(finalists) > 1)} (the fastest and "
+        "the default), re-timed interleaved"
         + (" (cut short by the budget)" if stopped else ""))
     for k in sorted(finalists, key=med.get):
         tag = " (default)" if k == _key(default) else ""
         say(f"  {fmt_config(configs[k])}{tag}  {fmt_seconds(med[k])}, "
             f"median of {len(times[k])}" + ("  <- best" if k == best_key else ""))
 
+    # 4. head-to-head, fresh timings: the reported times
+    dkey = _key(default)
+    best_time, default_time = med[best_key], med[dkey]
+    if best_key != dkey:
+        fresh: dict[tuple, list[float]] = {}
+        for _ in range(ROUNDS):
+            if not fits(next_wall()):           # both of the pair, or neither
+                break
+            measure(configs[best_key], fresh)
+            measure(default, fresh)
+        if fresh:
+            best_time, default_time = (statistics.median(fresh[k]) for k in (best_key, dkey))
+            say(f"head-to-head, {len(fresh[dkey])} fresh timings each: best "
+                f"{fmt_seconds(best_time)}, default {fmt_seconds(default_time)}")
+            if best_time > (1 - MARGIN) * default_time:
+                say("  the default stays: the winner's lead was selection luck")
+                best_key, best_time = dkey, default_time
+
     best = configs[best_key]
     result = TuneResult(
         primitive=primitive, pass_=pass_, shape=shape,
-        best=best, best_time=med[best_key], default=default, default_time=med[_key(default)],
+        best=best, best_time=best_time, default=default, default_time=default_time,
         timed=[(configs[k], med[k]) for k in surveyed], n_candidates=len(unique),
         n_survivors=len(queue), threads=threads)
     if out is not None:
