@@ -11,11 +11,27 @@
     for (int64_t sb = 0; sb < Sb; ++sb) {                                                    \
       T* tile = (T*)dst + ((swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs);             \
       const T* s = (const T*)src;                                                            \
-      for (int64_t i = 0; i < br; ++i)                                                       \
-        for (int64_t j = 0; j < bs; ++j) {                                                   \
-          const int64_t r = rb * br + i, c = sb * bs + j;                                    \
-          tile[i * bs + j] = (r < R && c < S) ? (transpose ? s[c * ld + r] : s[r * ld + c]) : 0; \
-        }                                                                                    \
+      const int full = (rb + 1) * br <= R && (sb + 1) * bs <= S;                             \
+      if (transpose && full && br % 8 == 0 && bs % 8 == 0) /* 8 x 8 sub-blocks, no edges */ \
+        for (int64_t j0 = 0; j0 < bs; j0 += 8)                                               \
+          for (int64_t i0 = 0; i0 < br; i0 += 8) {                                           \
+            const T* in = s + (sb * bs + j0) * ld + rb * br + i0;                            \
+            T* o = tile + i0 * bs + j0;                                                      \
+            for (int j = 0; j < 8; ++j)                                                      \
+              for (int i = 0; i < 8; ++i) o[i * bs + j] = in[j * ld + i];                    \
+          }                                                                                  \
+      else if (transpose)                                                                    \
+        for (int64_t j = 0; j < bs; ++j)                                                     \
+          for (int64_t i = 0; i < br; ++i) {                                                 \
+            const int64_t r = rb * br + i, c = sb * bs + j;                                  \
+            tile[i * bs + j] = (r < R && c < S) ? s[c * ld + r] : 0;                         \
+          }                                                                                  \
+      else                                                                                   \
+        for (int64_t i = 0; i < br; ++i)                                                     \
+          for (int64_t j = 0; j < bs; ++j) {                                                 \
+            const int64_t r = rb * br + i, c = sb * bs + j;                                  \
+            tile[i * bs + j] = (r < R && c < S) ? s[r * ld + c] : 0;                         \
+          }                                                                                  \
     }
 
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
@@ -39,12 +55,16 @@ int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int 
     for (int64_t sb = 0; sb < Sb; ++sb) {                                                    \
       const T* tile = (const T*)src + ((swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs); \
       T* d = (T*)dst;                                                                        \
-      for (int64_t i = 0; i < br && rb * br + i < R; ++i)                                    \
-        for (int64_t j = 0; j < bs && sb * bs + j < S; ++j) {                                \
-          const int64_t r = rb * br + i, c = sb * bs + j;                                    \
-          if (transpose) d[c * ld + r] = tile[i * bs + j];                                   \
-          else d[r * ld + c] = tile[i * bs + j];                                             \
-        }                                                                                    \
+      if (transpose) /* 8 x 8 sub-blocks, as above */                                       \
+        for (int64_t j0 = 0; j0 < bs; j0 += 8)                                               \
+          for (int64_t i0 = 0; i0 < br; i0 += 8)                                             \
+            for (int64_t j = j0; j < j0 + 8 && j < bs && sb * bs + j < S; ++j)               \
+              for (int64_t i = i0; i < i0 + 8 && i < br && rb * br + i < R; ++i)             \
+                d[(sb * bs + j) * ld + rb * br + i] = tile[i * bs + j];                      \
+      else                                                                                   \
+        for (int64_t i = 0; i < br && rb * br + i < R; ++i)                                  \
+          for (int64_t j = 0; j < bs && sb * bs + j < S; ++j)                                \
+            d[(rb * br + i) * ld + sb * bs + j] = tile[i * bs + j];                          \
     }
 
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
