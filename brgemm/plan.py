@@ -53,15 +53,16 @@ class Block:
 @dataclass(frozen=True)
 class Op:
     """An epilogue op on a call's f32 C block; see the constructors below."""
-    code: str                  # bias, relu, sigmoid, tanh, store_bf16
-    tensor: str | None = None  # the op's operand
-    offset: int = 0
-    ld: int = 0
+    code: str                    # bias, relu, sigmoid, tanh, store_bf16, lstm_cell
+    tensors: tuple = ()          # operand tensor names
+    offsets: tuple = ()          # their element offsets
+    ld: int = 0                  # row stride of 2-D operands
+    stride: int = 0              # lstm_cell: elements between gate blocks
 
 
 def bias(tensor, offset=0):
     """C[i, j] += tensor[offset + j]"""
-    return Op("bias", tensor, offset)
+    return Op("bias", (tensor,), (offset,))
 
 
 def relu():
@@ -78,10 +79,19 @@ def tanh():
 
 def store_bf16(tensor, offset, ld):
     """tensor[offset + i*ld + j] = bf16(C[i, j]): a bf16 copy of an f32 result."""
-    return Op("store_bf16", tensor, offset, ld)
+    return Op("store_bf16", (tensor,), (offset,), ld)
 
 
-_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5}
+def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h, h_offset, ld):
+    """The LSTM cell on one block: gate pre-activations i, f, g, o at gates_offset
+    + q * stride; i, f, o = sigmoid, g = tanh (written back over the gates, for
+    backward), c = f * c_prev + i * g, h = o * tanh(c). All blocks are the call's
+    m x n with row stride ld; attach it to the call that finishes the last gate."""
+    return Op("lstm_cell", (gates, c_prev, c, h), (gates_offset, c_prev_offset, c_offset, h_offset),
+              ld, stride)
+
+
+_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6}
 
 
 # ---------------------------------------------------------------- eager
@@ -119,7 +129,7 @@ class Eager:
 
     def _apply(self, op, C):
         if op.code == "bias":
-            C += self.arrays[op.tensor][op.offset:op.offset + C.shape[1]]
+            C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[1]]
         elif op.code == "relu":
             np.maximum(C, 0, out=C)
         elif op.code == "sigmoid":
@@ -127,8 +137,16 @@ class Eager:
         elif op.code == "tanh":
             np.tanh(C, out=C)
         elif op.code == "store_bf16":
-            dst = _block_view(self.arrays[op.tensor], op.offset, *C.shape, op.ld)
+            dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
             dst[...] = C.astype(dtypes.bfloat16)
+        elif op.code == "lstm_cell":
+            view = lambda q, extra=0: _block_view(self.arrays[op.tensors[q]],  # noqa: E731
+                                                  op.offsets[q] + extra, *C.shape, op.ld)
+            sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+            gi, gf, gg, go = (view(0, q * op.stride) for q in range(4))
+            gi[...], gf[...], gg[...], go[...] = sig(gi), sig(gf), np.tanh(gg), sig(go)
+            view(2)[...] = gf * view(1) + gi * gg
+            view(3)[...] = go * np.tanh(view(2))
         else:
             raise ValueError(f"op: unknown code {op.code!r}")
 
@@ -181,21 +199,34 @@ class Recorder:
         self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
         self.written.add(c)
         for op in ops:
-            if op.code not in _OP_CODES:
-                raise ValueError(f"ops: unknown op {op.code!r}")
-            if blk.c_dtype != "f32":
-                raise ValueError(f"ops: {op.code} needs an f32 C block, this one is {blk.c_dtype}")
-            if op.code == "bias":
-                self._touch(op.tensor, [op.offset], 1, blk.n, blk.n, "bias")
-            elif op.code == "store_bf16":
-                self._touch(op.tensor, [op.offset], blk.m, blk.n, op.ld, "store_bf16")
-                if self.tensors[op.tensor] != "bf16":
-                    raise ValueError(f"store_bf16: tensor {op.tensor!r} is not bf16")
-                self.written.add(op.tensor)
+            self._check_op(op, blk)
         kid = self.blocks.setdefault(blk, len(self.blocks))
         phase, task = self._where
         self.phases.setdefault(phase, {}).setdefault(task, []).append(
             (kid, a, b, c, c_off, a_offs, b_offs, tuple(ops)))
+
+    def _check_op(self, op, blk):
+        if op.code not in _OP_CODES:
+            raise ValueError(f"ops: unknown op {op.code!r}")
+        if blk.c_dtype != "f32":
+            raise ValueError(f"ops: {op.code} needs an f32 C block, this one is {blk.c_dtype}")
+        if op.code == "bias":
+            self._touch(op.tensors[0], op.offsets, 1, blk.n, blk.n, "bias")
+        elif op.code == "store_bf16":
+            self._touch(op.tensors[0], op.offsets, blk.m, blk.n, op.ld, "store_bf16")
+            if self.tensors[op.tensors[0]] != "bf16":
+                raise ValueError(f"store_bf16: tensor {op.tensors[0]!r} is not bf16")
+            self.written.add(op.tensors[0])
+        elif op.code == "lstm_cell":
+            gates = op.tensors[0]
+            self._touch(gates, [op.offsets[0] + q * op.stride for q in range(4)],
+                        blk.m, blk.n, op.ld, "lstm_cell")
+            for name, off in zip(op.tensors[1:], op.offsets[1:]):
+                self._touch(name, [off], blk.m, blk.n, op.ld, "lstm_cell")
+            for name in op.tensors:
+                if self.tensors[name] != "f32":
+                    raise ValueError(f"lstm_cell: tensor {name!r} is not f32")
+            self.written.update((gates, op.tensors[2], op.tensors[3]))
 
     def finish(self) -> Plan:
         return Plan(self)
@@ -206,7 +237,8 @@ class Recorder:
 _CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
                   ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
                  align=True)
-_OP = np.dtype([("code", "<i4"), ("tensor", "<i4"), ("offset", "<i8"), ("ld", "<i8")], align=True)
+_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", 4), ("offset", "<i8", 4), ("ld", "<i8"),
+                ("stride", "<i8")], align=True)
 
 
 def _check_disjoint_writes(rec: Recorder):
@@ -267,7 +299,9 @@ class Plan:
                     item = 2 if self.blocks[kid].dtype == "bf16" else 4
                     a_offs += [o * item for o in ao]  # bytes, libxsmm's unit
                     b_offs += [o * item for o in bo]
-                    ops += [(_OP_CODES[o.code], self.slots.get(o.tensor, -1), o.offset, o.ld)
+                    ops += [(_OP_CODES[o.code],
+                             tuple(self.slots[t] for t in o.tensors) + (-1,) * (4 - len(o.tensors)),
+                             tuple(o.offsets) + (0,) * (4 - len(o.offsets)), o.ld, o.stride)
                             for o in call_ops]
                 task_begin.append(len(calls))
             phase_begin.append(len(task_begin) - 1)

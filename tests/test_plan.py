@@ -185,3 +185,34 @@ class TestBadInput:
             p.run(**self.ok)
         p.calls["kernel"][0] = 0
         p.run(**self.ok)
+
+
+def test_lstm_cell_epilogue(rng):
+    """Four gate blocks side by side in one [M, 4H] tensor; the op on the last
+    gate's call turns them into c and h, and leaves the activated gates."""
+    M, H, K = 6, 8, 5
+    x, w = rand(rng, M, K), rand(rng, K, 4 * H)
+    c_prev = rand(rng, M, H)
+
+    def nest(ex):
+        ex.at((), ())
+        for q in range(4):
+            ops = (P.lstm_cell("G", 0, H, "cp", 0, "c", 0, "h", 0, ld=4 * H),) if q == 3 else ()
+            ex.gemm(P.Block(M, H, K, lda=K, ldb=4 * H, ldc=4 * H, beta=0.0), "x", [0], "w",
+                    [q * H], "G", q * H, ops=ops)
+
+    arrays = lambda: dict(x=x, w=w, cp=c_prev, G=np.zeros((M, 4 * H), np.float32),  # noqa: E731
+                          c=np.zeros((M, H), np.float32), h=np.zeros((M, H), np.float32))
+    rec = P.Recorder(dict.fromkeys(["x", "w", "cp", "G", "c", "h"], "f32"))
+    nest(rec)
+    replay, eager = arrays(), arrays()
+    rec.finish().run(**replay)
+    nest(P.Eager(**eager))
+    z = x.astype(np.float64) @ w
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    i, f, g, o = sig(z[:, :H]), sig(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), sig(z[:, 3 * H:])
+    c = f * c_prev + i * g
+    for got in (replay, eager):
+        np.testing.assert_allclose(got["c"], c, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["h"], o * np.tanh(c), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["G"], np.hstack([i, f, g, o]), rtol=1e-5, atol=1e-5)

@@ -81,18 +81,24 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const vo
  * arrays; brgemm_cpu_plan_run re-checks the plan's internal indices. */
 
 enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
-  BRGEMM_OP_BIAS = 1,        /* C[i][j] += t[offset + j] (f32) */
+  BRGEMM_OP_BIAS = 1,        /* C[i][j] += t0[off0 + j] (f32) */
   BRGEMM_OP_RELU = 2,        /* C = max(C, 0) */
   BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
   BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
-  BRGEMM_OP_STORE_BF16 = 5   /* t[offset + i*ld + j] = bf16(C[i][j]) */
+  BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
+  BRGEMM_OP_LSTM_CELL = 6    /* the LSTM cell on m x n blocks, row stride ld, see below */
 };
+/* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as blocks at
+ * off0 + q * stride (q = 0..3); t1 at off1 is c_prev; writes c to t2 at off2
+ * and h to t3 at off3, and the activated gates back over their inputs (what
+ * backward needs): i,f,o = sigmoid, g = tanh, c = f c_prev + i g, h = o tanh(c). */
 
 typedef struct {
-  int32_t code;     /* BRGEMM_OP_* */
-  int32_t tensor;   /* slot of the op's operand, -1 for none */
-  int64_t offset;   /* element offset of the operand */
-  int64_t ld;       /* row stride of a 2-D operand, elements */
+  int32_t code;       /* BRGEMM_OP_* */
+  int32_t tensor[4];  /* operand slots, -1 where unused */
+  int64_t offset[4];  /* element offsets of the operands */
+  int64_t ld;         /* row stride of 2-D operands, elements */
+  int64_t stride;     /* LSTM_CELL: elements between gate blocks */
 } brgemm_plan_op;
 
 typedef struct {

@@ -19,7 +19,7 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
                         void* const* tensors) {
   switch (op->code) {
     case BRGEMM_OP_BIAS: {
-      const float* bias = (const float*)tensors[op->tensor] + op->offset;
+      const float* bias = (const float*)tensors[op->tensor[0]] + op->offset[0];
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
       return BRGEMM_OK;
@@ -37,9 +37,27 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = tanhf(c[i * ldc + j]);
       return BRGEMM_OK;
     case BRGEMM_OP_STORE_BF16: {
-      uint16_t* dst = (uint16_t*)tensors[op->tensor] + op->offset;
+      uint16_t* dst = (uint16_t*)tensors[op->tensor[0]] + op->offset[0];
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) dst[i * op->ld + j] = to_bf16(c[i * ldc + j]);
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_LSTM_CELL: {
+      float* gi = (float*)tensors[op->tensor[0]] + op->offset[0];
+      float *gf = gi + op->stride, *gg = gi + 2 * op->stride, *go = gi + 3 * op->stride;
+      const float* cp = (const float*)tensors[op->tensor[1]] + op->offset[1];
+      float* cn = (float*)tensors[op->tensor[2]] + op->offset[2];
+      float* hn = (float*)tensors[op->tensor[3]] + op->offset[3];
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t e = i * op->ld + j;
+          const float ig = 1.0f / (1.0f + expf(-gi[e])), fg = 1.0f / (1.0f + expf(-gf[e]));
+          const float g = tanhf(gg[e]), og = 1.0f / (1.0f + expf(-go[e]));
+          const float cc = fg * cp[e] + ig * g;
+          gi[e] = ig, gf[e] = fg, gg[e] = g, go[e] = og;
+          cn[e] = cc;
+          hn[e] = og * tanhf(cc);
+        }
       return BRGEMM_OK;
     }
     default:
