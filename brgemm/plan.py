@@ -84,9 +84,10 @@ def store_bf16(tensor, offset, ld):
 
 def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h, h_offset, ld):
     """The LSTM cell on one block: gate pre-activations i, f, g, o at gates_offset
-    + q * stride; i, f, o = sigmoid, g = tanh (written back over the gates, for
-    backward), c = f * c_prev + i * g, h = o * tanh(c). All blocks are the call's
-    m x n with row stride ld; attach it to the call that finishes the last gate."""
+    + q * stride (row stride: the call's ldc); i, f, o = sigmoid, g = tanh
+    (written back over the gates, for backward), c = f * c_prev + i * g,
+    h = o * tanh(c); c_prev, c and h have row stride ld. All blocks are the
+    call's m x n; attach it to the call that finishes the last gate."""
     return Op("lstm_cell", (gates, c_prev, c, h), (gates_offset, c_prev_offset, c_offset, h_offset),
               ld, stride)
 
@@ -140,8 +141,9 @@ class Eager:
             dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
             dst[...] = C.astype(dtypes.bfloat16)
         elif op.code == "lstm_cell":
-            view = lambda q, extra=0: _block_view(self.arrays[op.tensors[q]],  # noqa: E731
-                                                  op.offsets[q] + extra, *C.shape, op.ld)
+            ldc = C.strides[0] // C.itemsize
+            view = lambda q, extra=0: _block_view(  # noqa: E731
+                self.arrays[op.tensors[q]], op.offsets[q] + extra, *C.shape, ldc if q == 0 else op.ld)
             sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
             gi, gf, gg, go = (view(0, q * op.stride) for q in range(4))
             gi[...], gf[...], gg[...], go[...] = sig(gi), sig(gf), np.tanh(gg), sig(go)
@@ -220,7 +222,7 @@ class Recorder:
         elif op.code == "lstm_cell":
             gates = op.tensors[0]
             self._touch(gates, [op.offsets[0] + q * op.stride for q in range(4)],
-                        blk.m, blk.n, op.ld, "lstm_cell")
+                        blk.m, blk.n, blk.ldc, "lstm_cell")
             for name, off in zip(op.tensors[1:], op.offsets[1:]):
                 self._touch(name, [off], blk.m, blk.n, op.ld, "lstm_cell")
             for name in op.tensors:

@@ -197,7 +197,7 @@ def test_lstm_cell_epilogue(rng):
     def nest(ex):
         ex.at((), ())
         for q in range(4):
-            ops = (P.lstm_cell("G", 0, H, "cp", 0, "c", 0, "h", 0, ld=4 * H),) if q == 3 else ()
+            ops = (P.lstm_cell("G", 0, H, "cp", 0, "c", 0, "h", 0, ld=H),) if q == 3 else ()
             ex.gemm(P.Block(M, H, K, lda=K, ldb=4 * H, ldc=4 * H, beta=0.0), "x", [0], "w",
                     [q * H], "G", q * H, ops=ops)
 

@@ -88,10 +88,12 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
   BRGEMM_OP_LSTM_CELL = 6    /* the LSTM cell on m x n blocks, row stride ld, see below */
 };
-/* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as blocks at
- * off0 + q * stride (q = 0..3); t1 at off1 is c_prev; writes c to t2 at off2
- * and h to t3 at off3, and the activated gates back over their inputs (what
- * backward needs): i,f,o = sigmoid, g = tanh, c = f c_prev + i g, h = o tanh(c). */
+/* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
+ * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;
+ * t1 at off1 is c_prev; writes c to t2 at off2 and h to t3 at off3 (those
+ * three with row stride ld), and the activated gates back over their inputs
+ * (what backward needs): i,f,o = sigmoid, g = tanh, c = f c_prev + i g,
+ * h = o tanh(c). */
 
 typedef struct {
   int32_t code;       /* BRGEMM_OP_* */

@@ -50,13 +50,13 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
       float* hn = (float*)tensors[op->tensor[3]] + op->offset[3];
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t e = i * op->ld + j;
+          const int64_t e = i * ldc + j, s = i * op->ld + j;  /* gates are C blocks */
           const float ig = 1.0f / (1.0f + expf(-gi[e])), fg = 1.0f / (1.0f + expf(-gf[e]));
           const float g = tanhf(gg[e]), og = 1.0f / (1.0f + expf(-go[e]));
-          const float cc = fg * cp[e] + ig * g;
+          const float cc = fg * cp[s] + ig * g;
           gi[e] = ig, gf[e] = fg, gg[e] = g, go[e] = og;
-          cn[e] = cc;
-          hn[e] = og * tanhf(cc);
+          cn[s] = cc;
+          hn[s] = og * tanhf(cc);
         }
       return BRGEMM_OK;
     }
