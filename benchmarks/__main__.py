@@ -14,6 +14,7 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
                         help="data type (repeatable; default both)")
     parser.add_argument("--threads", type=int, help="threads for both sides (default: all cores)")
+    parser.add_argument("--vs", default="onednn", help="baselines, comma-separated: onednn,torch")
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
                         help="pass (repeatable; default all)")
     args = parser.parse_args(argv)
@@ -24,7 +25,7 @@ def main(argv=None):
     elif args.what == "fc":
         for dtype in args.dtype or ["f32"]:
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads,
-                   passes=args.passes or ("fwd", "bwd", "upd"))
+                   passes=args.passes or ("fwd", "bwd", "upd"), vs=args.vs.split(","))
 
 
 if __name__ == "__main__":

@@ -55,3 +55,30 @@ def machine():
             model = line.split(":", 1)[1].strip()
             break
     return f"{model}, {os.cpu_count()} cores"
+
+
+def save_report(name, rows, key, label):
+    """JSON of the rows and a PNG of rows[key] per shape and pass under benchmarks/results/."""
+    import datetime
+    import json
+    out = pathlib.Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    meta = dict(machine=machine(), date=stamp, name=name)
+    (out / f"{name}-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    labels = [f"{r['shape']} {r.get('pass_', '')}".strip() for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4))
+    ax.bar(range(len(rows)), [r[key] for r in rows])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=75, fontsize=7)
+    ax.set_ylabel(label)
+    ax.set_title(f"{name}, {meta['machine']}")
+    fig.tight_layout()
+    fig.savefig(out / f"{name}-{stamp}.png", dpi=110)
+    plt.close(fig)

@@ -1,70 +1,95 @@
-"""FC forward, backward-data and weight update: ours against PyTorch's CPU
-F.linear path (oneDNN/MKL inside) in the same run, same threads, same dtype.
+"""FC forward, backward-data and weight update: ours against oneDNN's inner
+product (and optionally PyTorch's F.linear path) in the same run, same
+threads, same data type.
 
-Layer path: fc.Linear with its blocked buffers and cached plans; only the plan
-replay is timed (layouts converted once, outside, as for oneDNN's blocked
-formats). Functional path: fc.forward / fc.backward on plain arrays, layout
-conversions included. PyTorch: F.linear for fwd, dy @ W for bwd, dy^T @ x for
-upd, the products its autograd runs."""
+Ours, layer path: fc.Linear with its blocked buffers and cached plans; only the
+plan replay is timed, as oneDNN is timed on its own blocked ('any') formats
+with reorders outside. Ours, functional path: fc.forward / fc.backward on plain
+arrays with the layout conversions included (backward covers bwd and upd, so
+its ratio is against the layer's bwd + upd). Each shape's outputs are checked
+against oneDNN's before it is timed."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import geomean, interleaved, machine, read_shapes, set_threads
+from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
 from brgemm.backend import cpu
+from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc
-from brgemm.layouts import to_blocks
 
 
-def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd"), vs=("torch",)):
+def _check(name, ours, theirs, dtype):
+    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
+    if err > (1e-4 if dtype == "f32" else 2e-2):
+        raise AssertionError(f"{name}: ours and oneDNN differ by {err:.2e} (relative to max)")
+
+
+def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd"), vs=("onednn",)):
     threads = set_threads(threads)
-    import torch  # after OMP_NUM_THREADS is set
-    torch.set_num_threads(threads)
+    from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
+    torch = None
+    if "torch" in vs:
+        import torch
+        torch.set_num_threads(threads)
     rng = np.random.default_rng()
-    shapes = read_shapes("fc_sizes")
-    if quick:
-        shapes = shapes[:3]
+    shapes = read_shapes("fc_sizes")[:3] if quick else read_shapes("fc_sizes")
     peak = cpu.fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
-    print(f"fc, {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s "
-          f"(measured f32 FMA x threads); median of 7, interleaved")
-    print(f"{'shape':<16}{'pass':<5}{'layer GF/s':>11}{'func GF/s':>10}{'torch GF/s':>11}"
-          f"{'layer/torch':>12}{'func/layer':>11}{'layer %pk':>10}")
-    ratios = {p: [] for p in passes}
+    print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
+          f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
+    head = (f"{'shape':<15}{'pass':<5}{'ours':>8}{'func':>8}{'oneDNN':>8}{'ours/oneDNN':>12}"
+            f"{'func/ours':>10}{'ours %pk':>9}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
+    print(head + "\n" + "-" * len(head))
+    rows = []
     for (N, C, K), name in shapes:
         x = rng.standard_normal((N, C)).astype(npdt)
         dy = rng.standard_normal((N, K)).astype(npdt)
-        lin = fc.Linear(C, K, dtype=dtype, rng=rng)
+        lin = fc.Linear(C, K, bias=False, dtype=dtype, rng=rng)
         g = lin.prepare(N)
-        xb = to_blocks(x, g.bn, g.bc)
-        dyb = to_blocks(dy, g.bn, g.bk)
-        lin.forward_blocked(xb)
         w = lin.weight.astype(npdt)
-        tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
+        xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
+        lin.forward_blocked(xb)
         flops = 2.0 * N * C * K
         for p in passes:
+            job = Job.ip(p, x if p != "bwd" else None, w if p != "upd" else None,
+                         dy if p != "fwd" else None, dtype)
             ours = {"fwd": lambda: lin.forward_blocked(xb),
                     "bwd": lambda: lin.backward_data_blocked(dyb),
                     "upd": lambda: lin.update_blocked(dyb)}[p]
+            ours()
+            job.run()
+            got = {"fwd": lambda: from_blocks(lin.y, N, K), "bwd": lambda: from_blocks(lin.dx, N, C),
+                   "upd": lambda: lin.grad_weight}[p]()
+            _check(f"{name} {p}", got, job.result(), dtype)
             func = {"fwd": lambda: fc.forward(x, w, dtype=dtype),
-                    "bwd": lambda: fc.backward(dy, x, w, dtype=dtype),  # bwd + upd together
-                    "upd": None}[p]
-            theirs = {"fwd": lambda: torch.nn.functional.linear(tx, tw),
-                      "bwd": lambda: tdy @ tw,
-                      "upd": lambda: tdy.t() @ tx}[p]
-            fns = [ours, theirs] + ([func] if func else [])
-            (t_ours, t_theirs, *t_func), _ = interleaved(fns, reps=5 if quick else 7)
-            if p == "bwd" and t_func:  # functional backward does both passes: compare with both
-                t_layer_both = t_ours + interleaved([lambda: lin.update_blocked(dyb)], reps=3)[0][0]
-                func_ratio = t_layer_both / t_func[0]
+                    "bwd": lambda: fc.backward(dy, x, w, dtype=dtype), "upd": None}[p]
+            fns = [ours, job.run] + ([func] if func else [])
+            if torch is not None:
+                tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(
+                    torch.float32 if dtype == "f32" else torch.bfloat16) for a in (x, w, dy))
+                fns.append({"fwd": lambda: torch.nn.functional.linear(tx, tw),
+                            "bwd": lambda: tdy @ tw, "upd": lambda: tdy.t() @ tx}[p])
+            times, spread = interleaved(fns, reps=5 if quick else 7)
+            t_ours, t_dnn = times[0], times[1]
+            t_func = times[2] if func else None
+            if p == "bwd" and t_func:  # the functional backward also does the update
+                t_func_ref = t_ours + interleaved([lambda: lin.update_blocked(dyb)], reps=3)[0][0]
             else:
-                func_ratio = t_ours / t_func[0] if t_func else float("nan")
-            g_ours, g_theirs = flops / t_ours * 1e-9, flops / t_theirs * 1e-9
-            g_func = flops / t_func[0] * 1e-9 if t_func else float("nan")
-            ratios[p].append(g_ours / g_theirs)
-            print(f"{name:<16}{p:<5}{g_ours:>11.1f}{g_func:>10.1f}{g_theirs:>11.1f}"
-                  f"{g_ours / g_theirs:>12.2f}{func_ratio:>11.2f}{100 * g_ours / peak:>9.1f}%",
-                  flush=True)
+                t_func_ref = t_ours
+            r = dict(shape=name, N=N, C=C, K=K, pass_=p, dtype=dtype, threads=threads,
+                     ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9,
+                     func=flops / t_func * 1e-9 if t_func else None,
+                     func_over_ours=t_func_ref / t_func if t_func else None,
+                     torch=flops / times[-1] * 1e-9 if torch is not None else None,
+                     spread=max(spread[:2]), impl=job.impl)
+            r["ratio"] = r["ours"] / r["onednn"]
+            r["pct_peak"] = 100 * r["ours"] / peak
+            rows.append(r)
+            fr = f"{r['func']:>8.1f}" if r["func"] else f"{'-':>8}"
+            fo = f"{r['func_over_ours']:>10.2f}" if r["func_over_ours"] else f"{'-':>10}"
+            print(f"{name:<15}{p:<5}{r['ours']:>8.1f}{fr}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
+                  f"{r['pct_peak']:>8.1f}%" + (f"{r['torch']:>8.1f}" if torch else "")
+                  + f"  {job.impl}", flush=True)
     for p in passes:
-        print(f"geomean layer/torch {p}: {geomean(ratios[p]):.2f}")
-    return ratios
+        print(f"geomean ours/oneDNN {p}: {geomean([r['ratio'] for r in rows if r['pass_'] == p]):.2f}")
+    save_report(f"fc-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
+    return rows

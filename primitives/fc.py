@@ -415,3 +415,64 @@ def _positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v!r}")
     return int(v)
+
+
+# ---------------------------------------------------------------- tuning
+
+def search(pass_, shape, threads=None):
+    """Configs the tuner may try for one pass of this shape (brgemm.tuning.Search).
+    fwd tunes the blocking too (it is the layer's blocking for all passes);
+    bwd and upd tune their loop order and reduction chunk on that blocking."""
+    import itertools
+    import time as _time
+
+    from brgemm.tuning import Search
+    if pass_ not in SCHEMA:
+        raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
+    N, C, K = shape["N"], shape["C"], shape["K"]
+    specs = {"fwd": ["NKc", "KNc", "Nkc", "Knc", "nKc", "kNc"],
+             "bwd": ["NCk", "CNk", "Nck", "Cnk", "nCk", "cNk"],
+             "upd": ["KCn", "CKn", "Kcn", "Ckn", "kCn", "cKn"]}[pass_]
+    chunks = (1024, 8, 4)
+    if pass_ == "fwd":
+        cands = [dict(spec=s, bn=bn, bc=bc, bk=bk, chunk=ch)
+                 for s, bn, bc, bk, ch in itertools.product(specs, (32, 64, 128), (32, 64, 128),
+                                                            (32, 64, 128), chunks)
+                 if bn <= max(N, 32) and bc <= max(C, 32) and bk <= max(K, 32)]
+    else:
+        cands = [dict(spec=s, chunk=ch) for s, ch in itertools.product(specs, chunks)]
+    rng = np.random.default_rng()
+    x = rng.standard_normal((N, C)).astype(np.float32)
+    dy = rng.standard_normal((N, K)).astype(np.float32)
+
+    def cost(cfg):
+        # wide vector blocks and several blocks per call run best; the parallel
+        # loops need at least a few tasks per thread
+        full = {**settings("fc", "fwd", shape, SCHEMA["fwd"]), **cfg} if pass_ == "fwd" else \
+            settings("fc", "fwd", shape, SCHEMA["fwd"])
+        bn, bc, bk = full["bn"], full["bc"], full["bk"]
+        eff = min(1, bk / 64) * min(1, bn / 32) * min(1, bc / 32)
+        par = sum(ch.isupper() for ch in cfg.get("spec", "NK"))
+        return 2.0 * N * C * K / (eff * 50e9) / min(par, 2) * (1 + 0.1 * (cfg["chunk"] < 16))
+
+    def time(cfg, threads_):
+        lin = Linear(C, K, config={pass_: cfg}, rng=rng)
+        g = lin.prepare(N)
+        xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
+        lin.forward_blocked(xb)
+        lin.update_blocked(dyb)  # fills lin.xt, which upd reads
+        run = {"fwd": lambda: lin.plans["fwd"].run(threads=threads_, x=xb, w=lin.w, y=lin.y,
+                                                   b=lin.b),
+               "bwd": lambda: lin.plans["bwd"].run(threads=threads_, dy=dyb, wt=lin.wt, dx=lin.dx),
+               "upd": lambda: lin.plans["upd"].run(threads=threads_, xt=lin.xt, dy=dyb,
+                                                   dw=lin.dw)}[pass_]
+        run()
+        best = float("inf")
+        for _ in range(3):
+            t0 = _time.perf_counter()
+            run()
+            best = min(best, _time.perf_counter() - t0)
+        return best
+
+    default = settings("fc", pass_, shape, SCHEMA[pass_])
+    return Search("fc", pass_, dict(shape), default, cands, cost, time)

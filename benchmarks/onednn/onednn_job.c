@@ -1,0 +1,223 @@
+/* See onednn_job.h. Written against oneDNN 3.x's C API. */
+#include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+
+#include "onednn_job.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXARGS 8
+
+struct onednn_job {
+  dnnl_engine_t eng;
+  dnnl_stream_t st;
+  dnnl_primitive_t prim;
+  dnnl_primitive_desc_t pd;
+  dnnl_exec_arg_t args[MAXARGS];
+  int nargs;
+  dnnl_memory_t out_mem;        /* the output, in the primitive's format */
+  dnnl_memory_desc_t out_user;  /* the output's plain f32 layout */
+  char impl[128];
+};
+
+static char err[256];
+const char* onednn_error(void) { return err; }
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    dnnl_status_t s_ = (call);                                                       \
+    if (s_ != dnnl_success) {                                                        \
+      snprintf(err, sizeof err, "%s failed with status %d (line %d)", #call, (int)s_, __LINE__); \
+      return -1;                                                                     \
+    }                                                                                \
+  } while (0)
+
+/* copy between two memories with a reorder primitive */
+static int reorder(onednn_job* j, dnnl_memory_t from, dnnl_memory_t to) {
+  const_dnnl_memory_desc_t fmd, tmd;
+  CHECK(dnnl_memory_get_memory_desc(from, &fmd));
+  CHECK(dnnl_memory_get_memory_desc(to, &tmd));
+  dnnl_primitive_desc_t rpd;
+  dnnl_primitive_t r;
+  CHECK(dnnl_reorder_primitive_desc_create(&rpd, fmd, j->eng, tmd, j->eng, NULL));
+  CHECK(dnnl_primitive_create(&r, rpd));
+  dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  CHECK(dnnl_primitive_execute(r, j->st, 2, a));
+  CHECK(dnnl_stream_wait(j->st));
+  dnnl_primitive_destroy(r);
+  dnnl_primitive_desc_destroy(rpd);
+  return 0;
+}
+
+/* one argument: memory in the primitive's format, filled from plain f32 `data`
+ * (inputs) or remembered as the output */
+static int add_arg(onednn_job* j, int arg, dnnl_query_t q, int ndims, const dnnl_dims_t dims,
+                   dnnl_format_tag_t plain, const float* data, int is_output) {
+  const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(j->pd, q, 0);
+  dnnl_memory_t mem, user;
+  dnnl_memory_desc_t umd;
+  CHECK(dnnl_memory_create(&mem, md, j->eng, DNNL_MEMORY_ALLOCATE));
+  CHECK(dnnl_memory_desc_create_with_tag(&umd, ndims, dims, dnnl_f32, plain));
+  if (is_output) {
+    j->out_mem = mem;
+    j->out_user = umd;
+  } else {
+    CHECK(dnnl_memory_create(&user, umd, j->eng, (void*)data));
+    if (reorder(j, user, mem)) return -1;
+    dnnl_memory_destroy(user);
+    dnnl_memory_desc_destroy(umd);
+  }
+  j->args[j->nargs].arg = arg;
+  j->args[j->nargs].memory = mem;
+  j->nargs++;
+  return 0;
+}
+
+static int finish(onednn_job* j) {
+  const_dnnl_memory_desc_t smd = dnnl_primitive_desc_query_md(j->pd, dnnl_query_scratchpad_md, 0);
+  if (smd) {
+    dnnl_memory_t s;
+    CHECK(dnnl_memory_create(&s, smd, j->eng, DNNL_MEMORY_ALLOCATE));
+    j->args[j->nargs].arg = DNNL_ARG_SCRATCHPAD;
+    j->args[j->nargs].memory = s;
+    j->nargs++;
+  }
+  const char* name = NULL;
+  CHECK(dnnl_primitive_desc_query(j->pd, dnnl_query_impl_info_str, 0, &name));
+  snprintf(j->impl, sizeof j->impl, "%s", name ? name : "?");
+  CHECK(dnnl_primitive_create(&j->prim, j->pd));
+  return 0;
+}
+
+static onednn_job* job_new(void) {
+  onednn_job* j = (onednn_job*)calloc(1, sizeof *j);
+  if (!j) return NULL;
+  if (dnnl_engine_create(&j->eng, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&j->st, j->eng, dnnl_stream_default_flags) != dnnl_success) {
+    snprintf(err, sizeof err, "cannot create a oneDNN CPU engine and stream");
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+static int md(dnnl_memory_desc_t* out, int ndims, const dnnl_dims_t dims, int bf16, int is_output) {
+  CHECK(dnnl_memory_desc_create_with_tag(out, ndims, dims,
+                                         bf16 && !is_output ? dnnl_bf16 : dnnl_f32,
+                                         dnnl_format_tag_any));
+  return 0;
+}
+
+int onednn_ip(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int bf16,
+              const float* x, const float* w, const float* dy) {
+  onednn_job* j = job_new();
+  if (!j) return -1;
+  *out = j;
+  dnnl_dims_t xd = {N, C}, wd = {K, C}, yd = {N, K};
+  dnnl_memory_desc_t xm, wm, ym;
+  /* the pass's output stays f32; its inputs are bf16 when asked */
+  if (md(&xm, 2, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 2, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
+      md(&ym, 2, yd, bf16, pass == ONEDNN_FWD))
+    return -1;
+  dnnl_primitive_desc_t fwd;
+  CHECK(dnnl_inner_product_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training, xm,
+                                                         wm, NULL, ym, NULL));
+  if (pass == ONEDNN_FWD) {
+    j->pd = fwd;
+    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 2, xd, dnnl_nc, x, 0) ||
+        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 2, wd, dnnl_oi, w, 0) ||
+        add_arg(j, DNNL_ARG_DST, dnnl_query_dst_md, 2, yd, dnnl_nc, NULL, 1))
+      return -1;
+  } else if (pass == ONEDNN_BWD_DATA) {
+    CHECK(dnnl_inner_product_backward_data_primitive_desc_create(&j->pd, j->eng, xm, wm, ym, fwd,
+                                                                 NULL));
+    if (add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 2, yd, dnnl_nc, dy, 0) ||
+        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 2, wd, dnnl_oi, w, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, 2, xd, dnnl_nc, NULL, 1))
+      return -1;
+  } else {
+    CHECK(dnnl_inner_product_backward_weights_primitive_desc_create(&j->pd, j->eng, xm, wm, NULL,
+                                                                    ym, fwd, NULL));
+    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 2, xd, dnnl_nc, x, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 2, yd, dnnl_nc, dy, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, 2, wd, dnnl_oi, NULL, 1))
+      return -1;
+    dnnl_primitive_desc_destroy(fwd);
+  }
+  if (pass == ONEDNN_BWD_DATA) dnnl_primitive_desc_destroy(fwd);
+  dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+  return finish(j);
+}
+
+int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int64_t H,
+                int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                int bf16, const float* x, const float* w, const float* dy) {
+  onednn_job* j = job_new();
+  if (!j) return -1;
+  *out = j;
+  const int64_t P = (H + 2 * ph - R) / sh + 1, Q = (W + 2 * pw - S) / sw + 1;
+  dnnl_dims_t xd = {N, C, H, W}, wd = {K, C, R, S}, yd = {N, K, P, Q};
+  dnnl_dims_t strides = {sh, sw}, dil = {0, 0}, pad = {ph, pw};
+  dnnl_memory_desc_t xm, wm, ym;
+  if (md(&xm, 4, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 4, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
+      md(&ym, 4, yd, bf16, pass == ONEDNN_FWD))
+    return -1;
+  dnnl_primitive_desc_t fwd;
+  CHECK(dnnl_convolution_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training,
+                                                       dnnl_convolution_direct, xm, wm, NULL, ym,
+                                                       strides, dil, pad, pad, NULL));
+  if (pass == ONEDNN_FWD) {
+    j->pd = fwd;
+    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 4, xd, dnnl_nchw, x, 0) ||
+        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 4, wd, dnnl_oihw, w, 0) ||
+        add_arg(j, DNNL_ARG_DST, dnnl_query_dst_md, 4, yd, dnnl_nchw, NULL, 1))
+      return -1;
+  } else if (pass == ONEDNN_BWD_DATA) {
+    CHECK(dnnl_convolution_backward_data_primitive_desc_create(
+        &j->pd, j->eng, dnnl_convolution_direct, xm, wm, ym, strides, dil, pad, pad, fwd, NULL));
+    if (add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 4, yd, dnnl_nchw, dy, 0) ||
+        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 4, wd, dnnl_oihw, w, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, 4, xd, dnnl_nchw, NULL, 1))
+      return -1;
+  } else {
+    CHECK(dnnl_convolution_backward_weights_primitive_desc_create(
+        &j->pd, j->eng, dnnl_convolution_direct, xm, wm, NULL, ym, strides, dil, pad, pad, fwd,
+        NULL));
+    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 4, xd, dnnl_nchw, x, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 4, yd, dnnl_nchw, dy, 0) ||
+        add_arg(j, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, 4, wd, dnnl_oihw, NULL, 1))
+      return -1;
+    dnnl_primitive_desc_destroy(fwd);
+  }
+  if (pass == ONEDNN_BWD_DATA) dnnl_primitive_desc_destroy(fwd);
+  dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+  return finish(j);
+}
+
+int onednn_run(onednn_job* j, int times) {
+  for (int i = 0; i < times; ++i) CHECK(dnnl_primitive_execute(j->prim, j->st, j->nargs, j->args));
+  CHECK(dnnl_stream_wait(j->st));
+  return 0;
+}
+
+int onednn_result(onednn_job* j, float* out) {
+  dnnl_memory_t user;
+  CHECK(dnnl_memory_create(&user, j->out_user, j->eng, out));
+  int rc = reorder(j, j->out_mem, user);
+  dnnl_memory_destroy(user);
+  return rc;
+}
+
+const char* onednn_impl(onednn_job* j) { return j->impl; }
+
+void onednn_destroy(onednn_job* j) {
+  if (!j) return;
+  for (int i = 0; i < j->nargs; ++i) dnnl_memory_destroy(j->args[i].memory);
+  if (j->out_user) dnnl_memory_desc_destroy(j->out_user);
+  if (j->prim) dnnl_primitive_destroy(j->prim);
+  if (j->pd) dnnl_primitive_desc_destroy(j->pd);
+  if (j->st) dnnl_stream_destroy(j->st);
+  if (j->eng) dnnl_engine_destroy(j->eng);
+  free(j);
+}

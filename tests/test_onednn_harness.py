@@ -1,0 +1,37 @@
+"""The oneDNN harness computes what it claims, so ratios against it mean something."""
+import numpy as np
+import pytest
+import torch
+
+onednn = pytest.importorskip("benchmarks.onednn")
+try:
+    onednn.load()
+except onednn.Unavailable as e:  # pragma: no cover - setup.sh installs it
+    pytest.skip(str(e), allow_module_level=True)
+
+
+@pytest.mark.parametrize("p", ["fwd", "bwd", "upd"])
+def test_inner_product(rng, p):
+    N, C, K = 33, 20, 17
+    x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
+    job = onednn.Job.ip(p, x if p != "bwd" else None, w if p != "upd" else None,
+                        dy if p != "fwd" else None)
+    job.run(2)
+    want = {"fwd": x @ w.T, "bwd": dy @ w, "upd": dy.T @ x}[p].astype(np.float64)
+    np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", ["fwd", "bwd", "upd"])
+def test_convolution(rng, p):
+    N, C, K, H, W, R, S, st, pd = 2, 3, 5, 9, 8, 3, 2, (2, 1), (1, 0)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+    X, Wt = torch.tensor(x, dtype=torch.float64, requires_grad=True), torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    Y = torch.nn.functional.conv2d(X, Wt, stride=st, padding=pd)
+    dy = rng.standard_normal(Y.shape).astype(np.float32)
+    Y.backward(torch.tensor(dy, dtype=torch.float64))
+    job = onednn.Job.conv(p, N, C, K, H, W, R, S, st, pd, x=x if p != "bwd" else None,
+                          w=w if p != "upd" else None, dy=dy if p != "fwd" else None)
+    job.run()
+    want = {"fwd": Y.detach(), "bwd": X.grad, "upd": Wt.grad}[p].numpy()
+    np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)
