@@ -69,3 +69,17 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
                                              t.itemsize, cpu.address(out), out.shape[1],
                                              threads or 0), "from_blocks")
     return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)
+
+
+def transpose_blocks(t, out=None, threads=None):
+    """Tiles of M [Rb][Sb][br][bs] -> tiles of M.T [Sb][Rb][bs][br] (into `out`)."""
+    if t.ndim != 4 or not t.flags.c_contiguous or t.itemsize not in (2, 4):
+        raise ValueError(f"t: expected C-contiguous 4-D tiles of bf16 or f32, got {t.shape} {t.dtype}")
+    Rb, Sb, br, bs = t.shape
+    if out is None:
+        out = aligned_empty((Sb, Rb, bs, br), t.dtype)
+    elif out.shape != (Sb, Rb, bs, br) or out.dtype != t.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out: expected a C-contiguous {t.dtype} array of shape {(Sb, Rb, bs, br)}")
+    cpu.check(cpu.lib.brgemm_cpu_swap_tiles(cpu.address(t), Rb, Sb, br, bs, t.itemsize,
+                                            cpu.address(out), threads or 0), "transpose_blocks")
+    return out

@@ -20,7 +20,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import aligned_empty
-from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks
+from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._config import settings
 
@@ -315,9 +315,10 @@ class Linear:
 
     def update_blocked(self, dz):
         """dW^T tiles into self.dw and db from dz; needs the forward's x."""
-        self.xt[...] = self.x.transpose(1, 0, 3, 2)  # [Cb][Nb][bc][bn]: x^T tiles
+        transpose_blocks(self.x, out=self.xt)  # [Cb][Nb][bc][bn]: x^T tiles
         self.plans["upd"].run(xt=self.xt, dy=dz, dw=self.dw)
-        self.db = dz.astype(np.float32).sum(axis=(0, 2)).reshape(-1)[:self.K]
+        if self.bias is not None:
+            self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
 
     def backward_blocked(self, dy):
         """dy blocked like y -> dx blocked like x; fills the weight gradients."""

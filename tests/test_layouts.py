@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import brgemm
-from brgemm.layouts import from_blocks, pick_block, to_blocks
+from brgemm.layouts import from_blocks, pick_block, to_blocks, transpose_blocks
 
 
 def ref_blocks(M, br, bs, swap_grid):
@@ -56,3 +56,13 @@ def test_pick_block():
     assert pick_block(1000, 64, 16) == 64      # no multiple-of-16 divisor in [32, 64]: pad
     assert pick_block(96, 64, 16) == 48
     assert pick_block(4096, 64, 16) == 64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, brgemm.bfloat16])
+@pytest.mark.parametrize("br,bs", [(2, 3), (16, 8), (12, 20)])
+def test_transpose_blocks(rng, dtype, br, bs):
+    x = rng.standard_normal((5 * br - 1, 3 * bs - 2)).astype(dtype)
+    t = to_blocks(x, br, bs)
+    np.testing.assert_array_equal(transpose_blocks(t), to_blocks(x, bs, br, transpose=True))
+    with pytest.raises(ValueError, match="^out"):
+        transpose_blocks(t, out=np.empty(3, dtype))

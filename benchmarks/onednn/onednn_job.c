@@ -109,6 +109,27 @@ static int md(dnnl_memory_desc_t* out, int ndims, const dnnl_dims_t dims, int bf
   return 0;
 }
 
+/* The pass's primitive (fwd given) and its three arguments: plain layouts
+ * xt/wt/yt for x, w, y, user data x, w, dy. */
+static int make_pass(onednn_job* j, int pass, dnnl_primitive_desc_t fwd, dnnl_primitive_desc_t pd,
+                     int nd, const dnnl_dims_t xd, const dnnl_dims_t wd, const dnnl_dims_t yd,
+                     dnnl_format_tag_t xt, dnnl_format_tag_t wt, dnnl_format_tag_t yt,
+                     const float* x, const float* w, const float* dy) {
+  j->pd = pass == ONEDNN_FWD ? fwd : pd;
+  if (pass == ONEDNN_FWD)
+    return add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, nd, xd, xt, x, 0) ||
+           add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, nd, wd, wt, w, 0) ||
+           add_arg(j, DNNL_ARG_DST, dnnl_query_dst_md, nd, yd, yt, NULL, 1);
+  dnnl_primitive_desc_destroy(fwd);  /* only a hint for the backward passes */
+  if (pass == ONEDNN_BWD_DATA)
+    return add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, nd, yd, yt, dy, 0) ||
+           add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, nd, wd, wt, w, 0) ||
+           add_arg(j, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, nd, xd, xt, NULL, 1);
+  return add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, nd, xd, xt, x, 0) ||
+         add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, nd, yd, yt, dy, 0) ||
+         add_arg(j, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, nd, wd, wt, NULL, 1);
+}
+
 int onednn_ip(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int bf16,
               const float* x, const float* w, const float* dy) {
   onednn_job* j = job_new();
@@ -120,33 +141,16 @@ int onednn_ip(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int b
   if (md(&xm, 2, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 2, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
       md(&ym, 2, yd, bf16, pass == ONEDNN_FWD))
     return -1;
-  dnnl_primitive_desc_t fwd;
+  dnnl_primitive_desc_t fwd, pd = NULL;
   CHECK(dnnl_inner_product_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training, xm,
                                                          wm, NULL, ym, NULL));
-  if (pass == ONEDNN_FWD) {
-    j->pd = fwd;
-    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 2, xd, dnnl_nc, x, 0) ||
-        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 2, wd, dnnl_oi, w, 0) ||
-        add_arg(j, DNNL_ARG_DST, dnnl_query_dst_md, 2, yd, dnnl_nc, NULL, 1))
-      return -1;
-  } else if (pass == ONEDNN_BWD_DATA) {
-    CHECK(dnnl_inner_product_backward_data_primitive_desc_create(&j->pd, j->eng, xm, wm, ym, fwd,
-                                                                 NULL));
-    if (add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 2, yd, dnnl_nc, dy, 0) ||
-        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 2, wd, dnnl_oi, w, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, 2, xd, dnnl_nc, NULL, 1))
-      return -1;
-  } else {
-    CHECK(dnnl_inner_product_backward_weights_primitive_desc_create(&j->pd, j->eng, xm, wm, NULL,
-                                                                    ym, fwd, NULL));
-    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 2, xd, dnnl_nc, x, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 2, yd, dnnl_nc, dy, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, 2, wd, dnnl_oi, NULL, 1))
-      return -1;
-    dnnl_primitive_desc_destroy(fwd);
-  }
-  if (pass == ONEDNN_BWD_DATA) dnnl_primitive_desc_destroy(fwd);
+  if (pass == ONEDNN_BWD_DATA)
+    CHECK(dnnl_inner_product_backward_data_primitive_desc_create(&pd, j->eng, xm, wm, ym, fwd, NULL));
+  else if (pass == ONEDNN_BWD_WEIGHTS)
+    CHECK(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, j->eng, xm, wm, NULL, ym,
+                                                                    fwd, NULL));
   dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+  if (make_pass(j, pass, fwd, pd, 2, xd, wd, yd, dnnl_nc, dnnl_oi, dnnl_nc, x, w, dy)) return -1;
   return finish(j);
 }
 
@@ -163,35 +167,19 @@ int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int
   if (md(&xm, 4, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 4, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
       md(&ym, 4, yd, bf16, pass == ONEDNN_FWD))
     return -1;
-  dnnl_primitive_desc_t fwd;
+  dnnl_primitive_desc_t fwd, pd = NULL;
   CHECK(dnnl_convolution_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training,
                                                        dnnl_convolution_direct, xm, wm, NULL, ym,
                                                        strides, dil, pad, pad, NULL));
-  if (pass == ONEDNN_FWD) {
-    j->pd = fwd;
-    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 4, xd, dnnl_nchw, x, 0) ||
-        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 4, wd, dnnl_oihw, w, 0) ||
-        add_arg(j, DNNL_ARG_DST, dnnl_query_dst_md, 4, yd, dnnl_nchw, NULL, 1))
-      return -1;
-  } else if (pass == ONEDNN_BWD_DATA) {
+  if (pass == ONEDNN_BWD_DATA)
     CHECK(dnnl_convolution_backward_data_primitive_desc_create(
-        &j->pd, j->eng, dnnl_convolution_direct, xm, wm, ym, strides, dil, pad, pad, fwd, NULL));
-    if (add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 4, yd, dnnl_nchw, dy, 0) ||
-        add_arg(j, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 4, wd, dnnl_oihw, w, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, 4, xd, dnnl_nchw, NULL, 1))
-      return -1;
-  } else {
+        &pd, j->eng, dnnl_convolution_direct, xm, wm, ym, strides, dil, pad, pad, fwd, NULL));
+  else if (pass == ONEDNN_BWD_WEIGHTS)
     CHECK(dnnl_convolution_backward_weights_primitive_desc_create(
-        &j->pd, j->eng, dnnl_convolution_direct, xm, wm, NULL, ym, strides, dil, pad, pad, fwd,
-        NULL));
-    if (add_arg(j, DNNL_ARG_SRC, dnnl_query_src_md, 4, xd, dnnl_nchw, x, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 4, yd, dnnl_nchw, dy, 0) ||
-        add_arg(j, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, 4, wd, dnnl_oihw, NULL, 1))
-      return -1;
-    dnnl_primitive_desc_destroy(fwd);
-  }
-  if (pass == ONEDNN_BWD_DATA) dnnl_primitive_desc_destroy(fwd);
+        &pd, j->eng, dnnl_convolution_direct, xm, wm, NULL, ym, strides, dil, pad, pad, fwd, NULL));
   dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+  if (make_pass(j, pass, fwd, pd, 4, xd, wd, yd, dnnl_nchw, dnnl_oihw, dnnl_nchw, x, w, dy))
+    return -1;
   return finish(j);
 }
 

@@ -63,25 +63,10 @@ static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 /* ---- bf16 helpers ---- */
 
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 /* rows x cols bf16 block (row stride ld) -> contiguous f32 */
 static void widen_block(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = bf16_to_f32(src[r * ld + c]);
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = brgemm_bf16_to_f32(src[r * ld + c]);
 }
 
 /* k x n bf16 block (row stride ld) -> VNNI pairs [k/2][n][2] (k even) */
@@ -216,7 +201,7 @@ static void combine(const brgemm_cpu_desc* d, const float* t, void* c) {
         *cp = d->beta == 0.0f ? v : v + d->beta * *cp;
       } else {
         uint16_t* cp = (uint16_t*)c + i * d->ldc + j;
-        *cp = f32_to_bf16(d->beta == 0.0f ? v : v + d->beta * bf16_to_f32(*cp));
+        *cp = brgemm_f32_to_bf16(d->beta == 0.0f ? v : v + d->beta * brgemm_bf16_to_f32(*cp));
       }
     }
 }

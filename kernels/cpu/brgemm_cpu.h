@@ -152,6 +152,10 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
                            int swap_grid, int transpose, int itemsize, void* dst, int64_t ld,
                            int threads);
 
+/* Tiles of M as [Rb][Sb][br][bs] -> tiles of M^T as [Sb][Rb][bs][br]. */
+int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
+                          int itemsize, void* dst, int threads);
+
 /* Benchmark support: run the stride form `reps` times back to back from C
  * and store the elapsed seconds; the yardstick for the Python call path. */
 int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,

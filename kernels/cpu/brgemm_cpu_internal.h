@@ -2,7 +2,24 @@
  * Python-facing API (brgemm_cpu.h): they trust their arguments. */
 #ifndef BRGEMM_CPU_INTERNAL_H
 #define BRGEMM_CPU_INTERNAL_H
+#include <string.h>
+
 #include "brgemm_cpu.h"
+
+static inline float brgemm_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t brgemm_f32_to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
 
 /* The offset form with BYTE offsets, as libxsmm takes them: no conversion
  * pass, for plans that store byte offsets. Works for any form's kernel whose

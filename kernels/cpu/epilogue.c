@@ -5,15 +5,8 @@
 #include <string.h>
 
 #include "brgemm_cpu.h"
+#include "brgemm_cpu_internal.h"
 #include "epilogue.h"
-
-static inline uint16_t to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
 
 int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
                         void* const* tensors) {
@@ -39,7 +32,7 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
     case BRGEMM_OP_STORE_BF16: {
       uint16_t* dst = (uint16_t*)tensors[op->tensor[0]] + op->offset[0];
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) dst[i * op->ld + j] = to_bf16(c[i * ldc + j]);
+        for (int64_t j = 0; j < n; ++j) dst[i * op->ld + j] = brgemm_f32_to_bf16(c[i * ldc + j]);
       return BRGEMM_OK;
     }
     case BRGEMM_OP_LSTM_CELL: {

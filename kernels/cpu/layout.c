@@ -81,3 +81,28 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
   }
   return BRGEMM_OK;
 }
+
+#define SWAP_LOOP(T)                                                                         \
+  _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nt)")                   \
+  for (int64_t rb = 0; rb < Rb; ++rb)                                                        \
+    for (int64_t sb = 0; sb < Sb; ++sb) {                                                    \
+      const T* in = (const T*)src + (rb * Sb + sb) * br * bs;                                \
+      T* o = (T*)dst + (sb * Rb + rb) * br * bs;                                             \
+      for (int64_t i0 = 0; i0 < br; i0 += 8)                                                 \
+        for (int64_t j0 = 0; j0 < bs; j0 += 8)                                               \
+          for (int64_t i = i0; i < i0 + 8 && i < br; ++i)                                    \
+            for (int64_t j = j0; j < j0 + 8 && j < bs; ++j) o[j * br + i] = in[i * bs + j];  \
+    }
+
+int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
+                          int itemsize, void* dst, int threads) {
+  if (!src || !dst || Rb < 1 || Sb < 1 || br < 1 || bs < 1 || (itemsize != 2 && itemsize != 4))
+    return BRGEMM_EINVAL;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  if (itemsize == 4) {
+    SWAP_LOOP(uint32_t)
+  } else {
+    SWAP_LOOP(uint16_t)
+  }
+  return BRGEMM_OK;
+}
