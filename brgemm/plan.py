@@ -82,14 +82,18 @@ def store_bf16(tensor, offset, ld):
     return Op("store_bf16", (tensor,), (offset,), ld)
 
 
-def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h, h_offset, ld):
+def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h, h_offset, ld,
+              h16=None, h16_offset=0):
     """The LSTM cell on one block: gate pre-activations i, f, g, o at gates_offset
     + q * stride (row stride: the call's ldc); i, f, o = sigmoid, g = tanh
     (written back over the gates, for backward), c = f * c_prev + i * g,
     h = o * tanh(c); c_prev, c and h have row stride ld. All blocks are the
-    call's m x n; attach it to the call that finishes the last gate."""
-    return Op("lstm_cell", (gates, c_prev, c, h), (gates_offset, c_prev_offset, c_offset, h_offset),
-              ld, stride)
+    call's m x n; attach it to the call that finishes the last gate. With h16,
+    a bf16 copy of h goes there too (the next step's bf16 GEMM input)."""
+    names, offs = (gates, c_prev, c, h), (gates_offset, c_prev_offset, c_offset, h_offset)
+    if h16 is not None:
+        names, offs = names + (h16,), offs + (h16_offset,)
+    return Op("lstm_cell", names, offs, ld, stride)
 
 
 _OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6}
@@ -149,6 +153,8 @@ class Eager:
             gi[...], gf[...], gg[...], go[...] = sig(gi), sig(gf), np.tanh(gg), sig(go)
             view(2)[...] = gf * view(1) + gi * gg
             view(3)[...] = go * np.tanh(view(2))
+            if len(op.tensors) > 4:
+                view(4)[...] = view(3).astype(dtypes.bfloat16)
         else:
             raise ValueError(f"op: unknown code {op.code!r}")
 
@@ -225,10 +231,11 @@ class Recorder:
                         blk.m, blk.n, blk.ldc, "lstm_cell")
             for name, off in zip(op.tensors[1:], op.offsets[1:]):
                 self._touch(name, [off], blk.m, blk.n, op.ld, "lstm_cell")
-            for name in op.tensors:
-                if self.tensors[name] != "f32":
-                    raise ValueError(f"lstm_cell: tensor {name!r} is not f32")
-            self.written.update((gates, op.tensors[2], op.tensors[3]))
+            for q, name in enumerate(op.tensors):
+                want = "bf16" if q == 4 else "f32"
+                if self.tensors[name] != want:
+                    raise ValueError(f"lstm_cell: tensor {name!r} is not {want}")
+            self.written.update((gates,) + op.tensors[2:])
 
     def finish(self) -> Plan:
         return Plan(self)
@@ -239,8 +246,9 @@ class Recorder:
 _CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
                   ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
                  align=True)
-_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", 4), ("offset", "<i8", 4), ("ld", "<i8"),
-                ("stride", "<i8")], align=True)
+_OPERANDS = 6
+_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", _OPERANDS), ("offset", "<i8", _OPERANDS),
+                ("ld", "<i8"), ("stride", "<i8")], align=True)
 
 
 def _check_disjoint_writes(rec: Recorder):
@@ -302,8 +310,8 @@ class Plan:
                     a_offs += [o * item for o in ao]  # bytes, libxsmm's unit
                     b_offs += [o * item for o in bo]
                     ops += [(_OP_CODES[o.code],
-                             tuple(self.slots[t] for t in o.tensors) + (-1,) * (4 - len(o.tensors)),
-                             tuple(o.offsets) + (0,) * (4 - len(o.offsets)), o.ld, o.stride)
+                             tuple(self.slots[t] for t in o.tensors) + (-1,) * (_OPERANDS - len(o.tensors)),
+                             tuple(o.offsets) + (0,) * (_OPERANDS - len(o.offsets)), o.ld, o.stride)
                             for o in call_ops]
                 task_begin.append(len(calls))
             phase_begin.append(len(task_begin) - 1)

@@ -91,14 +91,14 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
 /* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
  * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;
  * t1 at off1 is c_prev; writes c to t2 at off2 and h to t3 at off3 (those
- * three with row stride ld), and the activated gates back over their inputs
- * (what backward needs): i,f,o = sigmoid, g = tanh, c = f c_prev + i g,
- * h = o tanh(c). */
+ * three with row stride ld), a bf16 copy of h to t4 at off4 when t4 >= 0,
+ * and the activated gates back over their inputs (what backward needs):
+ * i,f,o = sigmoid, g = tanh, c = f c_prev + i g, h = o tanh(c). */
 
 typedef struct {
   int32_t code;       /* BRGEMM_OP_* */
-  int32_t tensor[4];  /* operand slots, -1 where unused */
-  int64_t offset[4];  /* element offsets of the operands */
+  int32_t tensor[6];  /* operand slots, -1 where unused */
+  int64_t offset[6];  /* element offsets of the operands */
   int64_t ld;         /* row stride of 2-D operands, elements */
   int64_t stride;     /* LSTM_CELL: elements between gate blocks */
 } brgemm_plan_op;

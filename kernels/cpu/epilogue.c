@@ -41,6 +41,7 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
       const float* cp = (const float*)tensors[op->tensor[1]] + op->offset[1];
       float* cn = (float*)tensors[op->tensor[2]] + op->offset[2];
       float* hn = (float*)tensors[op->tensor[3]] + op->offset[3];
+      uint16_t* h16 = op->tensor[4] >= 0 ? (uint16_t*)tensors[op->tensor[4]] + op->offset[4] : NULL;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
           const int64_t e = i * ldc + j, s = i * op->ld + j;  /* gates are C blocks */
@@ -50,6 +51,7 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
           gi[e] = ig, gf[e] = fg, gg[e] = g, go[e] = og;
           cn[s] = cc;
           hn[s] = og * tanhf(cc);
+          if (h16) h16[s] = brgemm_f32_to_bf16(hn[s]);
         }
       return BRGEMM_OK;
     }

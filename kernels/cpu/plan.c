@@ -41,6 +41,9 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
                            : (op->code == BRGEMM_OP_BIAS || op->code == BRGEMM_OP_STORE_BF16);
       for (int q = 0; q < operands; ++q)
         if (op->tensor[q] < 0 || op->tensor[q] >= p->n_tensors || op->offset[q] < 0) return 0;
+      if (op->code == BRGEMM_OP_LSTM_CELL && op->tensor[4] >= 0 &&
+          (op->tensor[4] >= p->n_tensors || op->offset[4] < 0))
+        return 0;
     }
   }
   return 1;

@@ -1,0 +1,307 @@
+"""LSTM, one layer, one direction, as loop nests around the batch-reduce kernel.
+
+    x [T,N,C], h0 c0 [N,K], w_ih [4K,C], w_hh [4K,K], b [4K] -> y [T,N,K], (hT, cT)
+    gates i, f, g, o (torch.nn.LSTM):  G = x_t W_ih^T + h_{t-1} W_hh^T + b
+    c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g),   h_t = sigmoid(o) tanh(c_t)
+
+Blocked layouts (tiles, zero-padded; every gate padded to Kp = Kb*bk columns):
+    x  [T*Nb][Cb][bn][bc]     G, dG [T*Nb][4*Kb][bn][bk]    h, c [T+1][Nb][Kb][bn][bk]
+The work splits into what has no time dependence and what has:
+  - input projection G = x W_ih^T + b for all steps at once: one large FC
+    forward (fc.forward_nest), parallel over steps, minibatch and gates. This
+    hoisting turns T small GEMMs into one big one; see RESULTS.md for numbers;
+  - per step t (a phase each, barriers between): the recurrent batch-reduce
+    G[t] += h[t-1] W_hh^T over the K blocks of h, for the four gates of an
+    output block in one task, the last call carrying the cell as an epilogue
+    (lstm_cell: activations, c_t, h_t, all while the block is hot);
+  - backward through time: per step (reverse) the cell's derivatives
+    element-wise, then dh_{t-1} = dG_t W_hh (an FC backward-data plan); after
+    the loop dx = dG W_ih, dW_ih = dG^T x, dW_hh = dG^T h_prev, db = sum dG as
+    three large FC plans over all steps at once.
+"""
+import dataclasses
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm import plan as P
+from brgemm.arrays import aligned_empty
+from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
+from brgemm.loopspec import Loop, parse_spec
+from primitives import fc
+from primitives._config import settings
+
+SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int}
+_plans = P.PlanCache(maxsize=32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    T: int
+    N: int
+    C: int
+    K: int
+    bn: int
+    bc: int
+    bk: int
+    spec: str
+
+    Nb = property(lambda g: nblocks(g.N, g.bn))
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    Kp = property(lambda g: g.Kb * g.bk)
+
+    def fc_input(self):
+        """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
+        return fc.Geometry(self.T * self.Nb * self.bn, self.C, 4 * self.Kp, self.bn, self.bc,
+                           self.bk, ("NKc", "NCk", "KCn"), (1024, 1024, 1024))
+
+    def fc_hidden(self, steps=1):
+        """W_hh as an FC layer over `steps` steps' hidden states."""
+        return fc.Geometry(steps * self.Nb * self.bn, self.Kp, 4 * self.Kp, self.bn, self.bk,
+                           self.bk, ("NKc", "NCk", "KCn"), (1024, 1024, 1024))
+
+
+def geometry(T, N, C, K, config=None):
+    cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config)
+    return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
+                    pick_block(K, cfg["bk"], 16), cfg["spec"])
+
+
+# ---------------------------------------------------------------- the recurrent nest
+
+def recurrent_nest(ex, loops, g, dtype):
+    """Per step t: G[t][n][q][k] += sum_j h[t][n][j] @ wh[q][k][j] for q = i, f, g, o;
+    the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
+    blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0)
+    tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
+    for phase, task, at in loops.walk():
+        t, n, k = at["t"], at["n"], at["k"]
+        ex.at(phase, task)
+        state = ((t * g.Nb + n) * g.Kb + k) * tile            # h[t], c[t] block (n, k)
+        nxt = state + g.Nb * g.Kb * tile                       # h[t+1], c[t+1]
+        hs = [((t * g.Nb + n) * g.Kb + j) * tile for j in range(g.Kb)]
+        for q in range(4):
+            gate = ((t * g.Nb + n) * 4 * g.Kb + q * g.Kb + k) * tile
+            ops = ()
+            if q == 3:
+                extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
+                ops = (P.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
+                                   "h", nxt, g.bk, **extra),)
+            ex.gemm(blk, h_in, hs, "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
+                                          for j in range(g.Kb)], "G", gate, ops=ops)
+
+
+def recurrent_plan(g, dtype):
+    def record():
+        tensors = {"G": "f32", "c": "f32", "h": "f32", "wh": dtype}
+        if dtype == "bf16":
+            tensors["h16"] = "bf16"
+        rec = P.Recorder(tensors)
+        loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
+                                    Loop("k", 0, g.Kb, 1)])
+        recurrent_nest(rec, loops, g, dtype)
+        return rec.finish()
+    return _plans.get(("rec", g, dtype), record)
+
+
+# ---------------------------------------------------------------- the layer
+
+def _gate_padded(w, g, cols):
+    """[4K, cols] gate-major -> [4*Kp, cols_padded]: each gate padded to Kp rows."""
+    out = np.zeros((4, g.Kp, cols), w.dtype)
+    out[:, :g.K] = w.reshape(4, g.K, -1)
+    return out.reshape(4 * g.Kp, cols)
+
+
+def _gate_unpadded(w, g):
+    return np.ascontiguousarray(w.reshape(4, g.Kp, -1)[:, :g.K].reshape(4 * g.K, -1))
+
+
+class LSTM:
+    """One LSTM layer that keeps its weights blocked and saves what backward needs.
+
+    Weights are f32 (`w_ih` [4K, C], `w_hh` [4K, K], `b` [4K]); with dtype
+    "bf16" the GEMM operands are bf16 and accumulation and the cell are f32."""
+
+    def __init__(self, C, K, dtype="f32", config=None, rng=None):
+        self.C, self.K = fc._positive(C, "C"), fc._positive(K, "K")
+        self.dtype, self.config = dtypes.check_name(dtype), config
+        rng = rng or np.random.default_rng()
+        bound = 1 / np.sqrt(K)  # torch.nn.LSTM's initialisation
+        self.w_ih = rng.uniform(-bound, bound, (4 * K, C)).astype(np.float32)
+        self.w_hh = rng.uniform(-bound, bound, (4 * K, K)).astype(np.float32)
+        self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
+        self.g = None
+
+    def prepare(self, T, N):
+        if self.g is not None and (self.g.T, self.g.N) == (T, N):
+            return self.g
+        g = self.g = geometry(T, N, self.C, self.K, self.config)
+        d, ab = self.dtype, dtypes.NUMPY[self.dtype]
+        self.gx, self.gh, self.gh1 = g.fc_input(), g.fc_hidden(T), g.fc_hidden(1)
+        self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True), rec=recurrent_plan(g, d),
+                          dx=fc.plan(self.gx, "bwd", d), dwx=fc.plan(self.gx, "upd", d),
+                          dh=fc.plan(self.gh1, "bwd", d), dwh=fc.plan(self.gh, "upd", d))
+        tile = (g.bn, g.bk)
+        self.G = aligned_empty((T * g.Nb, 4 * g.Kb) + tile, np.float32)
+        self.h = aligned_empty((T + 1, g.Nb, g.Kb) + tile, np.float32)
+        self.c = aligned_empty(self.h.shape, np.float32)
+        self.h16 = aligned_empty(self.h.shape, ab) if d == "bf16" else None
+        self.load_weights()
+        return g
+
+    def load_weights(self):
+        g, ab = self.g, dtypes.NUMPY[self.dtype]
+        if g is None:
+            return
+        wx = _gate_padded(self.w_ih, g, self.C).astype(ab)
+        wh = np.zeros((4 * g.Kp, g.Kp), ab)
+        wh[:, :self.K] = _gate_padded(self.w_hh, g, self.K)
+        self.wx = to_blocks(wx, g.bc, g.bk, transpose=True, swap_grid=True)    # fwd: W_ih^T tiles
+        self.wx_t = to_blocks(wx, g.bk, g.bc, swap_grid=True)                   # bwd: W_ih tiles
+        self.wh = to_blocks(wh, g.bk, g.bk, transpose=True, swap_grid=True)
+        self.wh_t = to_blocks(wh, g.bk, g.bk, swap_grid=True)
+        self.bp = _gate_padded(self.b[:, None], g, 1).reshape(-1).astype(np.float32)
+
+    # -- forward --
+    def forward(self, x, h0=None, c0=None):
+        """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype."""
+        T, N = _check_x(x, self.C, self.dtype)
+        g = self.prepare(T, N)
+        ab = dtypes.NUMPY[self.dtype]
+        h0 = _state(h0, N, self.K, "h0", x.dtype)
+        c0 = _state(c0, N, self.K, "c0", x.dtype)
+        self.xb = self._steps_to_blocks(x.astype(ab, copy=False), g.bc, g.C)
+        to_blocks(h0.astype(np.float32), g.bn, g.bk, out=self.h[0])
+        to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
+        if self.h16 is not None:
+            self.h16[0] = self.h[0].astype(ab)
+        self.plans["proj"].run(x=self.xb, w=self.wx, y=self.G, b=self.bp)
+        t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
+        if self.h16 is not None:
+            t["h16"] = self.h16
+        self.plans["rec"].run(**t)
+        y = self._steps_from_blocks(self.h[1:], self.K)
+        return (y.astype(x.dtype), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
+                                    from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
+
+    def _steps_to_blocks(self, a, bs, S):
+        """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its own."""
+        g = self.g
+        out = aligned_empty((g.T * g.Nb, nblocks(S, bs), g.bn, bs), a.dtype)
+        for t in range(g.T):
+            to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb])
+        return out
+
+    def _steps_from_blocks(self, tiles, S):
+        g = self.g
+        tiles = tiles.reshape((g.T, g.Nb) + tiles.shape[-3:])
+        return np.stack([from_blocks(np.ascontiguousarray(tiles[t]), g.N, S) for t in range(g.T)])
+
+    # -- backward --
+    def backward(self, dy, dhT=None, dcT=None):
+        """Gradients after forward(): returns dx, dh0, dc0 and sets grad_w_ih,
+        grad_w_hh, grad_b (all f32 for the weights, the input's dtype else)."""
+        g = self.g
+        if g is None:
+            raise ValueError("dy: call forward first")
+        if not isinstance(dy, np.ndarray) or dy.shape != (g.T, g.N, self.K):
+            raise ValueError(f"dy: expected shape {(g.T, g.N, self.K)}, got "
+                             f"{getattr(dy, 'shape', type(dy).__name__)}")
+        ab, out_dtype = dtypes.NUMPY[self.dtype], dy.dtype
+        dyb = self._steps_to_blocks(dy.astype(np.float32), g.bk, self.K)
+        dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
+        dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
+        dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
+        G = self.G.reshape((g.T, g.Nb, 4, g.Kb, g.bn, g.bk))
+        dG = aligned_empty(self.G.shape, ab)
+        dG5 = dG.reshape(G.shape)
+        dh_rec = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        for t in reversed(range(g.T)):
+            i, f, gg, o = (G[t, :, q] for q in range(4))  # activations, saved by the cell
+            dh = dh + dyb[t]
+            tc = np.tanh(self.c[t + 1])
+            dc = dc + dh * o * (1 - tc * tc)
+            dG5[t, :, 0] = dc * gg * i * (1 - i)
+            dG5[t, :, 1] = dc * self.c[t] * f * (1 - f)
+            dG5[t, :, 2] = dc * i * (1 - gg * gg)
+            dG5[t, :, 3] = dh * tc * o * (1 - o)
+            dc = dc * f
+            self.plans["dh"].run(dy=dG[t * g.Nb:(t + 1) * g.Nb], wt=self.wh_t, dx=dh_rec)
+            dh = dh_rec.copy()
+        dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)
+        self.plans["dx"].run(dy=dG, wt=self.wx_t, dx=dxb)
+        dwx = aligned_empty((4 * g.Kb, g.Cb, g.bc, g.bk), np.float32)
+        self.plans["dwx"].run(xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
+        hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
+        hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
+        dwh = aligned_empty((4 * g.Kb, g.Kb, g.bk, g.bk), np.float32)
+        self.plans["dwh"].run(xt=transpose_blocks(hprev), dy=dG, dw=dwh)
+        self.grad_w_ih = _gate_unpadded(from_blocks(dwx, self.C, 4 * g.Kp, transpose=True,
+                                                    swap_grid=True), g)
+        self.grad_w_hh = _gate_unpadded(from_blocks(dwh, g.Kp, 4 * g.Kp, transpose=True,
+                                                    swap_grid=True), g)[:, :self.K]
+        self.grad_b = _gate_unpadded(dG.astype(np.float32).sum(axis=(0, 2)).reshape(-1, 1), g)
+        self.grad_b = self.grad_b.reshape(-1)
+        dx = self._steps_from_blocks(dxb, self.C).astype(out_dtype)
+        return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
+                from_blocks(np.ascontiguousarray(dc), g.N, self.K, dtype=out_dtype))
+
+
+# ---------------------------------------------------------------- functional API
+
+def _check_x(x, C, dtype):
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x: expected a numpy.ndarray, got {type(x).__name__}")
+    allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+    if x.dtype not in allowed:
+        raise TypeError(f"x: expected dtype {' or '.join(map(str, allowed))} for dtype={dtype!r}, "
+                        f"got {x.dtype}")
+    if x.ndim != 3 or x.shape[2] != C or 0 in x.shape:
+        raise ValueError(f"x: expected shape (T, N, {C}) with T, N >= 1, got {x.shape}")
+    return x.shape[:2]
+
+
+def _state(s, N, K, name, dtype):
+    if s is None:
+        return np.zeros((N, K), dtype)
+    if not isinstance(s, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(s).__name__}")
+    if s.shape != (N, K):
+        raise ValueError(f"{name}: expected shape ({N}, {K}), got {s.shape}")
+    return s
+
+
+def _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config):
+    fc._check_backend(backend)
+    for a, name in ((w_ih, "w_ih"), (w_hh, "w_hh"), (b, "b")):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
+    if w_ih.ndim != 2 or w_ih.shape[0] % 4 or w_ih.shape[0] == 0:
+        raise ValueError(f"w_ih: expected shape (4K, C), got {w_ih.shape}")
+    K, C = w_ih.shape[0] // 4, w_ih.shape[1]
+    if w_hh.shape != (4 * K, K):
+        raise ValueError(f"w_hh: expected shape ({4 * K}, {K}) to match w_ih's 4K = {4 * K}, "
+                         f"got {w_hh.shape}")
+    if b.shape != (4 * K,):
+        raise ValueError(f"b: expected shape ({4 * K},), got {b.shape}")
+    T, N = _check_x(x, C, dtype)
+    layer = LSTM(C, K, dtype=dtype, config=config)
+    layer.w_ih, layer.w_hh, layer.b = (a.astype(np.float32) for a in (w_ih, w_hh, b))
+    return layer
+
+
+def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None):
+    """torch.nn.LSTM's forward: y [T, N, K], (hT, cT)."""
+    return _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config).forward(x, h0, c0)
+
+
+def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None):
+    """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db (recomputes the forward)."""
+    layer = _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config)
+    layer.forward(x, h0, c0)
+    dx, dh0, dc0 = layer.backward(dy, dhT, dcT)
+    out = x.dtype
+    return (dx, dh0, dc0, layer.grad_w_ih.astype(out), layer.grad_w_hh.astype(out),
+            layer.grad_b.astype(out))
