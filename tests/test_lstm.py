@@ -1,0 +1,113 @@
+"""LSTM against torch.nn.LSTM in float64: y, hT, cT and all six gradients,
+both dtypes, remainder sizes, K != C, the layer class, and bad input."""
+import numpy as np
+import pytest
+import torch
+
+import brgemm
+from primitives import lstm
+
+SHAPES = [(1, 1, 1, 1), (3, 4, 5, 6), (5, 70, 33, 40), (2, 64, 64, 64), (4, 9, 130, 20)]
+
+
+def make(rng, T, N, C, K, npdt):
+    r = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(npdt)  # noqa: E731
+    return dict(x=r(T, N, C), h0=r(N, K), c0=r(N, K), w_ih=r(4 * K, C, scale=0.3),
+                w_hh=r(4 * K, K, scale=0.3), b=r(4 * K)), dict(dy=r(T, N, K), dhT=r(N, K),
+                                                               dcT=r(N, K))
+
+
+def reference(a, d):
+    T, N, C = a["x"].shape
+    K = a["h0"].shape[1]
+    f64 = lambda v, grad=False: torch.tensor(np.asarray(v, np.float64), requires_grad=grad)  # noqa: E731
+    m = torch.nn.LSTM(C, K).double()
+    with torch.no_grad():
+        m.weight_ih_l0.copy_(f64(a["w_ih"]))
+        m.weight_hh_l0.copy_(f64(a["w_hh"]))
+        m.bias_ih_l0.copy_(f64(a["b"]))
+        m.bias_hh_l0.zero_()
+    X, H0, C0 = f64(a["x"], True), f64(a["h0"], True), f64(a["c0"], True)
+    Y, (HT, CT) = m(X, (H0[None], C0[None]))
+    loss = (Y * f64(d["dy"])).sum() + (HT[0] * f64(d["dhT"])).sum() + (CT[0] * f64(d["dcT"])).sum()
+    loss.backward()
+    fwd = [t.detach().numpy() for t in (Y, HT[0], CT[0])]
+    bwd = [X.grad, H0.grad, C0.grad, m.weight_ih_l0.grad, m.weight_hh_l0.grad, m.bias_ih_l0.grad]
+    return fwd, [g.numpy() for g in bwd]
+
+
+def check(names, got, want, rel):
+    for name, g, w in zip(names, got, want):
+        err = np.abs(np.asarray(g, np.float64) - w).max()
+        scale = np.abs(w).max() + 1
+        print(f"{name}: max abs diff {err:.3e} (scale {scale:.2e})")
+        assert err <= rel * scale, name
+
+
+@pytest.mark.parametrize("T,N,C,K", SHAPES)
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_forward_backward(rng, T, N, C, K, dtype):
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    a, d = make(rng, T, N, C, K, npdt)
+    cfg = {"fwd": {"bn": 16, "bc": 32, "bk": 16}}  # several blocks even on small shapes
+    y, (hT, cT) = lstm.forward(**a, dtype=dtype, config=cfg)
+    grads = lstm.backward(**d, **a, dtype=dtype, config=cfg)
+    assert y.dtype == hT.dtype == grads[0].dtype == grads[3].dtype == npdt
+    fwd, bwd = reference(a, d)
+    # f32: sums over T*N and 4K terms; bf16: operands rounded to 8 bits every step
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    check(["y", "hT", "cT"], (y, hT, cT), fwd, rel)
+    check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, bwd, rel)
+
+
+def test_layer_reuses_plans_and_matches(rng):
+    T, N, C, K = 6, 20, 24, 40
+    layer = lstm.LSTM(C, K, rng=rng)
+    a, d = make(rng, T, N, C, K, np.float32)
+    a.update(w_ih=layer.w_ih, w_hh=layer.w_hh, b=layer.b)
+    for _ in range(2):  # second pass on the same buffers and plans
+        y, (hT, cT) = layer.forward(a["x"], a["h0"], a["c0"])
+        dx, dh0, dc0 = layer.backward(d["dy"], d["dhT"], d["dcT"])
+    fwd, bwd = reference(a, d)
+    check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
+    check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"],
+          (dx, dh0, dc0, layer.grad_w_ih, layer.grad_w_hh, layer.grad_b), bwd, 1e-5)
+
+
+class TestBadInput:
+    T, N, C, K = 2, 3, 4, 5
+
+    def args(self, **over):
+        r = np.ones
+        a = dict(x=r((2, 3, 4), np.float32), h0=r((3, 5), np.float32), c0=r((3, 5), np.float32),
+                 w_ih=r((20, 4), np.float32), w_hh=r((20, 5), np.float32), b=r(20, np.float32))
+        a.update(over)
+        return a
+
+    def test_shapes(self):
+        with pytest.raises(ValueError, match="^w_ih: expected shape"):
+            lstm.forward(**self.args(w_ih=np.ones((19, 4), np.float32)))
+        with pytest.raises(ValueError, match="^w_hh: expected shape"):
+            lstm.forward(**self.args(w_hh=np.ones((20, 4), np.float32)))
+        with pytest.raises(ValueError, match="^b: expected shape"):
+            lstm.forward(**self.args(b=np.ones(16, np.float32)))
+        with pytest.raises(ValueError, match=r"^x: expected shape \(T, N, 4\)"):
+            lstm.forward(**self.args(x=np.ones((2, 3, 5), np.float32)))
+        with pytest.raises(ValueError, match=r"^h0: expected shape \(3, 5\)"):
+            lstm.forward(**self.args(h0=np.ones((4, 5), np.float32)))
+        with pytest.raises(ValueError, match=r"^c0: expected shape"):
+            lstm.forward(**self.args(c0=np.ones((3, 6), np.float32)))
+
+    def test_types(self):
+        with pytest.raises(TypeError, match="^x: expected dtype"):
+            lstm.forward(**self.args(x=np.ones((2, 3, 4))))
+        with pytest.raises(TypeError, match="^w_hh: expected a numpy.ndarray"):
+            lstm.forward(**self.args(w_hh=[[1.0]]))
+        with pytest.raises(ValueError, match="^dtype"):
+            lstm.forward(**self.args(), dtype="f16")
+
+    def test_backward(self):
+        with pytest.raises(ValueError, match=r"^dy: expected shape \(2, 3, 5\)"):
+            lstm.backward(np.ones((3, 3, 5), np.float32), None, None, **self.args())
+        with pytest.raises(ValueError, match="^dy: call forward first"):
+            lstm.LSTM(4, 5).backward(np.ones((2, 3, 5), np.float32))
