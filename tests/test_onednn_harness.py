@@ -35,3 +35,25 @@ def test_convolution(rng, p):
     job.run()
     want = {"fwd": Y.detach(), "bwd": X.grad, "upd": Wt.grad}[p].numpy()
     np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", ["fwd", "bwd"])
+def test_lstm(rng, p):
+    T, N, C, K = 4, 5, 6, 7
+    r = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    x, h0, c0, wih, whh, b = r(T, N, C), r(N, K), r(N, K), r(4 * K, C), r(4 * K, K), r(4 * K)
+    dy, dhT, dcT = r(T, N, K), r(N, K), r(N, K)
+    m = torch.nn.LSTM(C, K).double()
+    with torch.no_grad():
+        m.weight_ih_l0.copy_(torch.tensor(wih))
+        m.weight_hh_l0.copy_(torch.tensor(whh))
+        m.bias_ih_l0.copy_(torch.tensor(b))
+        m.bias_hh_l0.zero_()
+    f64 = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    X = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    Y, (HT, CT) = m(X, (f64(h0)[None], f64(c0)[None]))
+    ((Y * f64(dy)).sum() + (HT[0] * f64(dhT)).sum() + (CT[0] * f64(dcT)).sum()).backward()
+    job = onednn.Job.lstm(p, x, h0, c0, wih, whh, b, dy, dhT, dcT)
+    job.run()
+    want = Y.detach().numpy() if p == "fwd" else X.grad.numpy()
+    np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)

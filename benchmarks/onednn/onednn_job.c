@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXARGS 8
+#define MAXARGS 32
 
 struct onednn_job {
   dnnl_engine_t eng;
@@ -21,7 +21,7 @@ struct onednn_job {
   char impl[128];
 };
 
-static char err[256];
+static char err[512];
 const char* onednn_error(void) { return err; }
 
 #define CHECK(call)                                                                  \
@@ -180,6 +180,117 @@ int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int
   dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
   if (make_pass(j, pass, fwd, pd, 4, xd, wd, yd, dnnl_nchw, dnnl_oihw, dnnl_nchw, x, w, dy))
     return -1;
+  return finish(j);
+}
+
+/* RNN arguments: memory in the primitive's format for `arg`, filled from user
+ * data (plain layout `tag`) or from another memory, appended to `list` */
+static int rnn_arg(onednn_job* j, dnnl_primitive_desc_t pd, int arg, int nd, const dnnl_dims_t dims,
+                   dnnl_format_tag_t tag, const float* data, dnnl_memory_t from,
+                   dnnl_exec_arg_t* list, int* n, dnnl_memory_t* made) {
+  const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+  dnnl_memory_t mem;
+  CHECK(dnnl_memory_create(&mem, md, j->eng, DNNL_MEMORY_ALLOCATE));
+  if (data) {
+    dnnl_memory_desc_t umd;
+    dnnl_memory_t user;
+    CHECK(dnnl_memory_desc_create_with_tag(&umd, nd, dims, dnnl_f32, tag));
+    CHECK(dnnl_memory_create(&user, umd, j->eng, (void*)data));
+    if (reorder(j, user, mem)) return -1;
+    dnnl_memory_destroy(user);
+    dnnl_memory_desc_destroy(umd);
+  } else if (from && reorder(j, from, mem)) {
+    return -1;
+  }
+  list[*n].arg = arg;
+  list[*n].memory = mem;
+  ++*n;
+  if (made) *made = mem;
+  return 0;
+}
+
+int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int64_t K,
+                const float* x, const float* h0, const float* c0, const float* w_ih,
+                const float* w_hh, const float* b, const float* dy, const float* dhT,
+                const float* dcT) {
+  onednn_job* j = job_new();
+  if (!j) return -1;
+  *out = j;
+  dnnl_dims_t xd = {T, N, C}, sd = {1, 1, N, K}, wxd = {1, 1, C, 4, K}, whd = {1, 1, K, 4, K},
+              bd = {1, 1, 4, K}, yd = {T, N, K};
+  dnnl_memory_desc_t m[6];
+  const int64_t* dims[6] = {xd, sd, wxd, whd, bd, yd};
+  const int nds[6] = {3, 4, 5, 5, 4, 3};
+  for (int i = 0; i < 6; ++i)
+    CHECK(dnnl_memory_desc_create_with_tag(&m[i], nds[i], dims[i], dnnl_f32, dnnl_format_tag_any));
+  dnnl_primitive_desc_t fpd;
+  CHECK(dnnl_lstm_forward_primitive_desc_create(&fpd, j->eng, dnnl_forward_training,
+                                                dnnl_unidirectional_left2right, m[0], m[1], m[1],
+                                                m[2], m[3], NULL, NULL, m[4], m[5], m[1], m[1],
+                                                dnnl_rnn_flags_undef, NULL));
+  /* forward arguments (the output of a fwd job, the saved state of a bwd job) */
+  dnnl_exec_arg_t fa[MAXARGS];
+  int nf = 0;
+  dnnl_memory_t y, hT, cT, ws;
+  if (rnn_arg(j, fpd, DNNL_ARG_SRC_LAYER, 3, xd, dnnl_tnc, x, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_SRC_ITER, 4, sd, dnnl_ldnc, h0, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_SRC_ITER_C, 4, sd, dnnl_ldnc, c0, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_WEIGHTS_LAYER, 5, wxd, dnnl_ldgoi, w_ih, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_WEIGHTS_ITER, 5, whd, dnnl_ldgoi, w_hh, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_BIAS, 4, bd, dnnl_ldgo, b, NULL, fa, &nf, NULL) ||
+      rnn_arg(j, fpd, DNNL_ARG_DST_LAYER, 3, yd, dnnl_tnc, NULL, NULL, fa, &nf, &y) ||
+      rnn_arg(j, fpd, DNNL_ARG_DST_ITER, 4, sd, dnnl_ldnc, NULL, NULL, fa, &nf, &hT) ||
+      rnn_arg(j, fpd, DNNL_ARG_DST_ITER_C, 4, sd, dnnl_ldnc, NULL, NULL, fa, &nf, &cT) ||
+      rnn_arg(j, fpd, DNNL_ARG_WORKSPACE, 0, NULL, 0, NULL, NULL, fa, &nf, &ws))
+    return -1;
+  if (pass == ONEDNN_FWD) {
+    j->pd = fpd;
+    memcpy(j->args, fa, sizeof fa);
+    j->nargs = nf;
+    j->out_mem = y;
+    CHECK(dnnl_memory_desc_create_with_tag(&j->out_user, 3, yd, dnnl_f32, dnnl_tnc));
+  } else {
+    dnnl_primitive_t fp;
+    CHECK(dnnl_primitive_create(&fp, fpd));
+    CHECK(dnnl_primitive_execute(fp, j->st, nf, fa));
+    CHECK(dnnl_stream_wait(j->st));
+    dnnl_primitive_destroy(fp);
+    CHECK(dnnl_lstm_backward_primitive_desc_create(
+        &j->pd, j->eng, dnnl_backward, dnnl_unidirectional_left2right, m[0], m[1], m[1], m[2],
+        m[3], NULL, NULL, m[4], m[5], m[1], m[1], m[0], m[1], m[1], m[2], m[3], NULL, NULL, m[4],
+        m[5], m[1], m[1], dnnl_rnn_flags_undef, fpd, NULL));
+    int n = 0;
+    dnnl_memory_t dx;
+    if (rnn_arg(j, j->pd, DNNL_ARG_SRC_LAYER, 3, xd, dnnl_tnc, x, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_SRC_ITER, 4, sd, dnnl_ldnc, h0, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_SRC_ITER_C, 4, sd, dnnl_ldnc, c0, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_WEIGHTS_LAYER, 5, wxd, dnnl_ldgoi, w_ih, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_WEIGHTS_ITER, 5, whd, dnnl_ldgoi, w_hh, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_BIAS, 4, bd, dnnl_ldgo, b, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DST_LAYER, 0, NULL, 0, NULL, y, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DST_ITER, 0, NULL, 0, NULL, hT, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DST_ITER_C, 0, NULL, 0, NULL, cT, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_DST_LAYER, 3, yd, dnnl_tnc, dy, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_DST_ITER, 4, sd, dnnl_ldnc, dhT, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_DST_ITER_C, 4, sd, dnnl_ldnc, dcT, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_SRC_LAYER, 0, NULL, 0, NULL, NULL, j->args, &n, &dx) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_SRC_ITER, 0, NULL, 0, NULL, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_SRC_ITER_C, 0, NULL, 0, NULL, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_WEIGHTS_LAYER, 0, NULL, 0, NULL, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_WEIGHTS_ITER, 0, NULL, 0, NULL, NULL, j->args, &n, NULL) ||
+        rnn_arg(j, j->pd, DNNL_ARG_DIFF_BIAS, 0, NULL, 0, NULL, NULL, j->args, &n, NULL))
+      return -1;
+    j->args[n].arg = DNNL_ARG_WORKSPACE;  /* the forward's, as it left it */
+    j->args[n++].memory = ws;
+    j->nargs = n;
+    j->out_mem = dx;
+    CHECK(dnnl_memory_desc_create_with_tag(&j->out_user, 3, xd, dnnl_f32, dnnl_tnc));
+    /* the forward's memories served as sources above; the bwd job owns copies */
+    for (int i = 0; i < nf; ++i)
+      if (fa[i].memory != ws) dnnl_memory_destroy(fa[i].memory);
+    dnnl_primitive_desc_destroy(fpd);
+  }
+  for (int i = 0; i < 6; ++i) dnnl_memory_desc_destroy(m[i]);
   return finish(j);
 }
 

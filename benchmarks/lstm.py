@@ -1,0 +1,71 @@
+"""LSTM forward and forward+backward: ours (lstm.LSTM, weights blocked once,
+plans cached) against oneDNN's LSTM primitive in the same run, same threads.
+
+Both sides are timed on what a training step runs: our forward converts x
+into its blocked layout and back (torch.nn.LSTM layouts in and out), oneDNN
+gets its inputs reordered once, outside. Outputs (y, then dx) are checked
+against each other before timing. FLOPs: 2 * T * N * 4K * (C + K) forward,
+twice that backward (data and weights)."""
+import numpy as np
+
+from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
+from brgemm.backend import cpu
+from primitives import lstm
+
+
+def run(quick=False, dtype="f32", threads=None):
+    threads = set_threads(threads)
+    from benchmarks.onednn import Job
+    if dtype != "f32":
+        print("lstm: the oneDNN harness runs LSTM in f32 only; skipping bf16")
+        return []
+    rng = np.random.default_rng()
+    shapes = read_shapes("gnmt_lstm")
+    if quick:
+        shapes = [s for s in shapes if s[1] in ("small_t10_n64", "single_step_t1")]
+    peak = cpu.fma_peak(0.2)[0] * threads
+    reps = 3 if quick else 5
+    print(f"lstm f32, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
+          "interleaved")
+    head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
+            "  oneDNN impl")
+    print(head + "\n" + "-" * len(head))
+    rows = []
+    for (T, N, C, K), name in shapes:
+        r = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
+        x, h0, c0 = r(T, N, C), r(N, K), r(N, K)
+        dy, dhT, dcT = r(T, N, K), r(N, K), r(N, K)
+        layer = lstm.LSTM(C, K, rng=rng)
+        w = (layer.w_ih, layer.w_hh, layer.b)
+        fwd_flops = 2.0 * T * N * 4 * K * (C + K)
+        ours_f = lambda: layer.forward(x, h0, c0)  # noqa: E731
+        ours_fb = lambda: (layer.forward(x, h0, c0), layer.backward(dy, dhT, dcT))  # noqa: E731
+        jf = Job.lstm("fwd", x, h0, c0, *w)
+        jb = Job.lstm("bwd", x, h0, c0, *w, dy, dhT, dcT)
+        y, _ = ours_f()
+        jf.run()
+        _check(f"{name} y", y, jf.result())
+        dx = layer.backward(dy, dhT, dcT)[0]
+        jb.run()
+        _check(f"{name} dx", dx, jb.result())
+        (t_f, t_df, t_fb, t_db), _ = interleaved([ours_f, jf.run, ours_fb,
+                                                  lambda: (jf.run(), jb.run())], reps=reps)
+        for p, t_ours, t_dnn, flops in (("fwd", t_f, t_df, fwd_flops),
+                                        ("fwd+bwd", t_fb, t_db, 3 * fwd_flops)):
+            row = dict(shape=name, T=T, N=N, C=C, K=K, pass_=p, threads=threads,
+                       ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9, impl=jf.impl)
+            row["ratio"] = row["ours"] / row["onednn"]
+            row["pct_peak"] = 100 * row["ours"] / peak
+            rows.append(row)
+            print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
+                  f"{row['pct_peak']:>8.1f}%  {jf.impl}", flush=True)
+    for p in ("fwd", "fwd+bwd"):
+        print(f"geomean ours/oneDNN {p}: {geomean([r['ratio'] for r in rows if r['pass_'] == p]):.2f}")
+    save_report(f"lstm-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
+    return rows
+
+
+def _check(what, ours, theirs):
+    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
+    if err > 1e-4:
+        raise AssertionError(f"{what}: ours and oneDNN differ by {err:.2e} (relative to max)")
