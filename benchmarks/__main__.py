@@ -1,4 +1,4 @@
-"""python -m benchmarks <kernel|plan|fc|lstm> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
+"""python -m benchmarks <all|kernel|plan|fc|lstm> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
 
 The primitives (conv, fc, lstm) and the oneDNN comparison plug in here as they land."""
 import argparse
@@ -9,7 +9,7 @@ from benchmarks import fc, kernel, lstm, plan
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["kernel", "plan", "fc", "lstm"], help="what to benchmark")
+    parser.add_argument("what", choices=["all", "kernel", "plan", "fc", "lstm"], help="what to benchmark")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
                         help="data type (repeatable; default both)")
@@ -18,7 +18,14 @@ def main(argv=None):
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
                         help="pass (repeatable; default all)")
     args = parser.parse_args(argv)
-    if args.what == "kernel":
+    if args.what == "all":  # the README's main job: each part against oneDNN
+        kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+        for dtype in args.dtype or ["f32"]:
+            print()
+            fc.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
+            print()
+            lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)
+    elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
     elif args.what == "plan":
         plan.run(quick=args.quick, threads=args.threads or 2)
