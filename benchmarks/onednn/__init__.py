@@ -6,6 +6,7 @@ with oneDNN's own best ('any') formats; inputs are reordered in when the job is
 made and the output is reordered out on request, both outside timed regions."""
 import hashlib
 import importlib.util
+import os
 import pathlib
 import sys
 
@@ -22,7 +23,7 @@ class Unavailable(RuntimeError):
 
 
 def _locate():
-    prefix = pathlib.Path(sys.prefix)
+    prefix = pathlib.Path(os.environ.get("ONEDNN_ROOT") or sys.prefix)  # where pip put its lib/
     header = prefix / "include" / "oneapi" / "dnnl" / "dnnl.h"
     lib = prefix / "lib" / "libdnnl.so"
     if not header.exists() or not lib.exists():
