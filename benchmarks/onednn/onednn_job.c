@@ -136,20 +136,23 @@ int onednn_ip(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int b
   if (!j) return -1;
   *out = j;
   dnnl_dims_t xd = {N, C}, wd = {K, C}, yd = {N, K};
-  dnnl_memory_desc_t xm, wm, ym;
-  /* the pass's output stays f32; its inputs are bf16 when asked */
-  if (md(&xm, 2, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 2, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
-      md(&ym, 2, yd, bf16, pass == ONEDNN_FWD))
+  /* the forward (also the backward passes' hint) reads bf16 x, w and writes f32 y;
+   * the backward passes read bf16 dy and write f32 dx or dw */
+  dnnl_memory_desc_t xm, wm, ym, dxm, dwm, dym;
+  if (md(&xm, 2, xd, bf16, 0) || md(&wm, 2, wd, bf16, 0) || md(&ym, 2, yd, bf16, 1) ||
+      md(&dxm, 2, xd, bf16, 1) || md(&dwm, 2, wd, bf16, 1) || md(&dym, 2, yd, bf16, 0))
     return -1;
   dnnl_primitive_desc_t fwd, pd = NULL;
   CHECK(dnnl_inner_product_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training, xm,
                                                          wm, NULL, ym, NULL));
   if (pass == ONEDNN_BWD_DATA)
-    CHECK(dnnl_inner_product_backward_data_primitive_desc_create(&pd, j->eng, xm, wm, ym, fwd, NULL));
+    CHECK(dnnl_inner_product_backward_data_primitive_desc_create(&pd, j->eng, dxm, wm, dym, fwd,
+                                                                 NULL));
   else if (pass == ONEDNN_BWD_WEIGHTS)
-    CHECK(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, j->eng, xm, wm, NULL, ym,
-                                                                    fwd, NULL));
-  dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+    CHECK(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, j->eng, xm, dwm, NULL,
+                                                                    dym, fwd, NULL));
+  dnnl_memory_desc_t all[6] = {xm, wm, ym, dxm, dwm, dym};
+  for (int i = 0; i < 6; ++i) dnnl_memory_desc_destroy(all[i]);
   if (make_pass(j, pass, fwd, pd, 2, xd, wd, yd, dnnl_nc, dnnl_oi, dnnl_nc, x, w, dy)) return -1;
   return finish(j);
 }
@@ -163,9 +166,9 @@ int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int
   const int64_t P = (H + 2 * ph - R) / sh + 1, Q = (W + 2 * pw - S) / sw + 1;
   dnnl_dims_t xd = {N, C, H, W}, wd = {K, C, R, S}, yd = {N, K, P, Q};
   dnnl_dims_t strides = {sh, sw}, dil = {0, 0}, pad = {ph, pw};
-  dnnl_memory_desc_t xm, wm, ym;
-  if (md(&xm, 4, xd, bf16, pass == ONEDNN_BWD_DATA) || md(&wm, 4, wd, bf16, pass == ONEDNN_BWD_WEIGHTS) ||
-      md(&ym, 4, yd, bf16, pass == ONEDNN_FWD))
+  dnnl_memory_desc_t xm, wm, ym, dxm, dwm, dym;  /* as in onednn_ip */
+  if (md(&xm, 4, xd, bf16, 0) || md(&wm, 4, wd, bf16, 0) || md(&ym, 4, yd, bf16, 1) ||
+      md(&dxm, 4, xd, bf16, 1) || md(&dwm, 4, wd, bf16, 1) || md(&dym, 4, yd, bf16, 0))
     return -1;
   dnnl_primitive_desc_t fwd, pd = NULL;
   CHECK(dnnl_convolution_forward_primitive_desc_create(&fwd, j->eng, dnnl_forward_training,
@@ -173,11 +176,13 @@ int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int
                                                        strides, dil, pad, pad, NULL));
   if (pass == ONEDNN_BWD_DATA)
     CHECK(dnnl_convolution_backward_data_primitive_desc_create(
-        &pd, j->eng, dnnl_convolution_direct, xm, wm, ym, strides, dil, pad, pad, fwd, NULL));
+        &pd, j->eng, dnnl_convolution_direct, dxm, wm, dym, strides, dil, pad, pad, fwd, NULL));
   else if (pass == ONEDNN_BWD_WEIGHTS)
     CHECK(dnnl_convolution_backward_weights_primitive_desc_create(
-        &pd, j->eng, dnnl_convolution_direct, xm, wm, NULL, ym, strides, dil, pad, pad, fwd, NULL));
-  dnnl_memory_desc_destroy(xm), dnnl_memory_desc_destroy(wm), dnnl_memory_desc_destroy(ym);
+        &pd, j->eng, dnnl_convolution_direct, xm, dwm, NULL, dym, strides, dil, pad, pad, fwd,
+        NULL));
+  dnnl_memory_desc_t all[6] = {xm, wm, ym, dxm, dwm, dym};
+  for (int i = 0; i < 6; ++i) dnnl_memory_desc_destroy(all[i]);
   if (make_pass(j, pass, fwd, pd, 4, xd, wd, yd, dnnl_nchw, dnnl_oihw, dnnl_nchw, x, w, dy))
     return -1;
   return finish(j);
