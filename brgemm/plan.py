@@ -253,35 +253,28 @@ _OP = np.dtype([("code", "<i4"), ("tensor", "<i4", _OPERANDS), ("offset", "<i8",
 
 def _check_disjoint_writes(rec: Recorder):
     """Within a phase no two tasks may write the same C element: that is what
-    makes the replay race-free and independent of the thread count."""
+    makes the replay race-free and independent of the thread count. Exact:
+    per phase and tensor, a map of the written span records each element's
+    task (the blocks of one task may overlap: they accumulate in order)."""
     blocks = {blk_id: blk for blk, blk_id in rec.blocks.items()}
-    for phase, tasks in rec.phases.items():
-        rects = {}  # (tensor, ldc) -> list of (row0, row1, col0, col1, task)
-        for t, (task, calls) in enumerate(tasks.items()):
+    for tasks in rec.phases.values():
+        spans = {}  # tensor -> [(offset, block, task)]
+        for t, calls in enumerate(tasks.values()):
             for kid, _, _, c, c_off, *_ in calls:
-                blk = blocks[kid]
-                row0, col0 = divmod(c_off, blk.ldc)
-                rects.setdefault((c, blk.ldc), []).append((row0, row0 + blk.m, col0,
-                                                           col0 + blk.n, t))
-        by_tensor = {}
-        for (c, ldc), rs in rects.items():
-            by_tensor.setdefault(c, []).append(ldc)
-        for c, lds in by_tensor.items():
-            if len(lds) > 1:  # different row strides into one tensor: compare flat spans
-                raise ValueError(f"tensor {c!r} is written with row strides {sorted(lds)} in one "
-                                 "phase; use one row stride per output tensor")
-        for (c, _), rs in rects.items():
-            rs.sort()
-            active = []  # rectangles whose rows may still overlap the next one
-            for r in rs:
-                active = [q for q in active if q[1] > r[0]]
-                for q in active:
-                    if q[4] != r[4] and q[2] < r[3] and r[2] < q[3]:
-                        raise ValueError(f"tensor {c!r}: two parallel tasks of one phase write "
-                                         f"the same elements (rows {r[0]}.., columns "
-                                         f"{max(q[2], r[2])}..); make the parallel loop one "
-                                         "that splits the output")
-                active.append(r)
+                spans.setdefault(c, []).append((c_off, blocks[kid], t))
+        for c, written in spans.items():
+            lo = min(off for off, _, _ in written)
+            hi = max(off + (b.m - 1) * b.ldc + b.n for off, b, _ in written)
+            owner = np.full(hi - lo, -1, np.int32)
+            for off, b, t in written:
+                view = np.lib.stride_tricks.as_strided(owner[off - lo:], (b.m, b.n),
+                                                       (b.ldc * 4, 4))
+                if np.any((view != -1) & (view != t)):
+                    row = int(np.argmax(np.any((view != -1) & (view != t), axis=1)))
+                    raise ValueError(f"tensor {c!r}: two parallel tasks of one phase write the "
+                                     f"same elements (block at offset {off}, row {row}); make "
+                                     "the parallel loop one that splits the output")
+                view[...] = t
 
 
 class Plan:

@@ -1,0 +1,276 @@
+"""2-D convolution as loop nests around the batch-reduce kernel (F.conv2d: no
+bias, dilation 1, groups 1).
+
+    x [N,C,H,W], w [K,C,R,S] -> y [N,K,P,Q],  P = (H + 2ph - R) // sh + 1
+
+Blocked layouts (channels in blocks of bc / bk, innermost; zero-padded):
+    x, dx  [N][Cb][Hp][Wp][bc]   Hp = H + 2ph, Wp = W + 2pw (padding kept physically)
+    y      [N][Kb][P][Q][bk]     w [Kb][Cb][R][S][bc][bk]    wt [Cb][Kb][R][S][bk][bc]
+    dyp    [N][Kb][Pp][Qp][bk]   dy with a zero border for the backward-data pass
+    dyt    [N][Kb][P][bk][Q]     dy with pixels innermost, for the weight update
+Forward (the seed paper's nest): a row segment of bq output pixels of one
+output-channel block = sum over input-channel blocks, r and s of a bq x bc
+strip of x (rows sw*bc apart: the stride is a row stride) times a bc x bk tap.
+Backward-data: a transposed convolution, written per residue class of the
+padded input pixels modulo the stride, so each call reads contiguous dy
+pixels and only the taps that reach them. Weight update: a tap's bk x bc tile
+= sum over images, rows and pixel blocks of dy^T (bk x bq) times x (bq x bc).
+"""
+import dataclasses
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm import plan as P
+from brgemm.arrays import aligned_empty
+from brgemm.layouts import nblocks, pick_block
+from brgemm.loopspec import Loop, parse_spec
+from primitives._config import settings
+
+SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int},
+          "bwd": {"spec": str}, "upd": {"spec": str}}
+_plans = P.PlanCache(maxsize=64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    N: int
+    C: int
+    K: int
+    H: int
+    W: int
+    R: int
+    S: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    bc: int
+    bk: int
+    bq: int
+    specs: tuple
+
+    P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
+    Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
+    Hp = property(lambda g: g.H + 2 * g.ph)
+    Wp = property(lambda g: g.W + 2 * g.pw)
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    # dy's zero border for backward-data: output rows/pixels a tap can reach from outside
+    bp = property(lambda g: -(-(g.R - 1) // g.sh))
+    bw = property(lambda g: -(-(g.S - 1) // g.sw))
+    Pp = property(lambda g: g.P + 2 * g.bp)
+    # a residue class of padded input pixels reaches dy pixels up to (Wp - 1) / sw
+    Qp = property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
+
+
+def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
+    shape = dict(N=N, C=C, K=K, H=H, W=W, R=R, S=S, sh=stride[0], sw=stride[1], ph=padding[0],
+                 pw=padding[1])
+    cfg = {p: settings("conv", p, shape, SCHEMA[p], config) for p in SCHEMA}
+    f = cfg["fwd"]
+    Q = (W + 2 * padding[1] - S) // stride[1] + 1
+    return Geometry(N, C, K, H, W, R, S, *stride, *padding, pick_block(C, f["bc"], 16),
+                    pick_block(K, f["bk"], 16), pick_block(Q, f["bq"]),
+                    tuple(cfg[p]["spec"] for p in SCHEMA))
+
+
+# ---------------------------------------------------------------- the loop nests
+
+def forward_nest(ex, loops, g, dtype):
+    """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s]."""
+    for phase, task, at in loops.walk():
+        n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
+        m = min(g.bq, g.Q - q0)
+        ex.at(phase, task)
+        taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
+        ex.gemm(P.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0),
+                "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
+                      for c, r, s in taps],
+                "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk for c, r, s in taps],
+                "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
+
+
+def backward_nest(ex, loops, g, dtype):
+    """dx[n][c][h][w] for padded pixels w = rho + sw*u (one residue class per
+    call) = sum over k and the taps (r, s) with h - r = sh*p, w - s = sw*q of
+    dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its zero-bordered copy."""
+    for phase, task, at in loops.walk():
+        n, c, h, ru = at["n"], at["c"], at["h"], at["u"]
+        rho, u0 = ru % g.sw, (ru // g.sw) * g.bq   # loop u runs over residue x pixel block
+        width = len(range(rho, g.Wp, g.sw))        # padded pixels in this residue class
+        if u0 >= width:
+            continue
+        m = min(g.bq, width - u0)
+        taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
+                if (h - r) % g.sh == 0 and (rho - s) % g.sw == 0
+                and 0 <= (h - r) // g.sh + g.bp < g.Pp]
+        ex.at(phase, task)
+        dy_at = lambda k, r, s: ((((n * g.Kb + k) * g.Pp + (h - r) // g.sh + g.bp) * g.Qp  # noqa: E731
+                                  + u0 + (rho - s) // g.sw + g.bw) * g.bk)
+        ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype, beta=0.0),
+                "dyp", [dy_at(k, r, s) for k, r, s in taps],
+                "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc for k, r, s in taps],
+                "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + rho + g.sw * u0) * g.bc)
+
+
+def update_nest(ex, loops, g, dtype):
+    """dw[k][c][r][s] (bk x bc) = sum_{n, p, q-blocks} dyt[n][k][p][:, q0:] @ x rows of the tap."""
+    qs = range(0, g.Q, g.bq)
+    for phase, task, at in loops.walk():
+        k, c, r, s = at["k"], at["c"], at["r"], at["s"]
+        ex.at(phase, task)
+        for q0 in qs:  # one call per pixel-block width (the last may be short)
+            m = min(g.bq, g.Q - q0)
+            rows = [(n, p) for n in range(g.N) for p in range(g.P)]
+            ex.gemm(P.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
+                            beta=0.0 if q0 == 0 else 1.0),
+                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p in rows],
+                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
+                          for n, p in rows],
+                    "dw", (((k * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+
+
+def _loops(g, pass_):
+    if pass_ == "fwd":
+        loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, g.P, 1),
+                 Loop("q", 0, g.Q, g.bq)]
+    elif pass_ == "bwd":
+        per_residue = nblocks(nblocks(g.Wp, g.sw), g.bq)  # pixel blocks of one residue class
+        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.Hp, 1),
+                 Loop("u", 0, g.sw * per_residue, 1)]
+    else:
+        loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
+                 Loop("s", 0, g.S, 1)]
+    return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops)
+
+
+_NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
+_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "x", "dw")}
+
+
+def plan(g, pass_, dtype="f32"):
+    def record():
+        a, b, c = _TENSORS[pass_]
+        rec = P.Recorder({a: dtype, b: dtype, c: "f32"})
+        _NESTS[pass_](rec, _loops(g, pass_), g, dtype)
+        return rec.finish()
+    return _plans.get((g, pass_, dtype), record)
+
+
+# ---------------------------------------------------------------- layouts
+
+def block_x(x, g, dtype):
+    """[N, C, H, W] -> [N][Cb][Hp][Wp][bc], zero-padded channels and border."""
+    out = np.zeros((g.N, g.Cb * g.bc, g.Hp, g.Wp), dtypes.NUMPY[dtype])
+    out[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W] = x
+    res = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), out.dtype)
+    res[...] = out.reshape(g.N, g.Cb, g.bc, g.Hp, g.Wp).transpose(0, 1, 3, 4, 2)
+    return res
+
+
+def unblock_x(t, g, dtype):
+    """[N][Cb][Hp][Wp][bc] -> [N, C, H, W] (padding dropped)."""
+    full = t.transpose(0, 1, 4, 2, 3).reshape(g.N, g.Cb * g.bc, g.Hp, g.Wp)
+    return np.array(full[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W], dtype=dtype)
+
+
+def block_y(y, g, dtype, bordered=False, pixels_last=False):
+    """[N, K, P, Q] -> [N][Kb][P][Q][bk]; bordered: [N][Kb][Pp][Qp][bk] with dy at
+    (bp, bw) in a zero border (backward-data); pixels_last: [N][Kb][P][bk][Q]."""
+    rows, cols = (g.Pp, g.Qp) if bordered else (g.P, g.Q)
+    r0, c0 = (g.bp, g.bw) if bordered else (0, 0)
+    out = np.zeros((g.N, g.Kb * g.bk, rows, cols), dtypes.NUMPY[dtype])
+    out[:, :g.K, r0:r0 + g.P, c0:c0 + g.Q] = y
+    t = out.reshape(g.N, g.Kb, g.bk, rows, cols)
+    order = (0, 1, 3, 2, 4) if pixels_last else (0, 1, 3, 4, 2)
+    res = aligned_empty(tuple(t.shape[i] for i in order), out.dtype)
+    res[...] = t.transpose(order)
+    return res
+
+
+def unblock_y(t, g, dtype):
+    full = t.transpose(0, 1, 4, 2, 3).reshape(g.N, g.Kb * g.bk, g.P, g.Q)
+    return np.array(full[:, :g.K], dtype=dtype)
+
+
+def block_w(w, g, dtype, transposed=False):
+    """[K, C, R, S] -> w [Kb][Cb][R][S][bc][bk], or wt [Cb][Kb][R][S][bk][bc]."""
+    full = np.zeros((g.Kb * g.bk, g.Cb * g.bc, g.R, g.S), dtypes.NUMPY[dtype])
+    full[:g.K, :g.C] = w
+    t = full.reshape(g.Kb, g.bk, g.Cb, g.bc, g.R, g.S)
+    order = (2, 0, 4, 5, 1, 3) if transposed else (0, 2, 4, 5, 3, 1)
+    res = aligned_empty(tuple(t.shape[i] for i in order), full.dtype)
+    res[...] = t.transpose(order)
+    return res
+
+
+def unblock_dw(t, g, dtype):
+    """dw [Kb][Cb][R][S][bk][bc] -> [K, C, R, S]."""
+    full = t.transpose(0, 4, 1, 5, 2, 3).reshape(g.Kb * g.bk, g.Cb * g.bc, g.R, g.S)
+    return np.array(full[:g.K, :g.C], dtype=dtype)
+
+
+# ---------------------------------------------------------------- functional API
+
+def _pair(v, name, minimum):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        v = (int(v), int(v))
+    if (not isinstance(v, (tuple, list)) or len(v) != 2
+            or not all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in v)):
+        raise TypeError(f"{name}: expected an int or a pair of ints, got {v!r}")
+    if min(v) < minimum:
+        raise ValueError(f"{name}: expected values >= {minimum}, got {tuple(v)}")
+    return int(v[0]), int(v[1])
+
+
+def _check(x, w, dtype, stride, padding):
+    dtypes.check_name(dtype)
+    allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+    for a, name in ((x, "x"), (w, "w")):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
+        if a.dtype not in allowed:
+            raise TypeError(f"{name}: expected dtype {' or '.join(map(str, allowed))} for "
+                            f"dtype={dtype!r}, got {a.dtype}")
+        if a.ndim != 4 or 0 in a.shape:
+            raise ValueError(f"{name}: expected 4 non-empty dimensions, got shape {a.shape}")
+    stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+    (N, C, H, W), (K, C2, R, S) = x.shape, w.shape
+    if C2 != C:
+        raise ValueError(f"w: has {C2} input channels, x has {C}")
+    if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+        raise ValueError(f"w: kernel {R}x{S} is larger than the padded input "
+                         f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
+    return (N, C, K, H, W, R, S), stride, padding
+
+
+def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
+    """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q]."""
+    from primitives.fc import _check_backend
+    dims, stride, padding = _check(x, w, dtype, stride, padding)
+    _check_backend(backend)
+    g = geometry(*dims, stride, padding, config)
+    y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
+    plan(g, "fwd", dtype).run(x=block_x(x, g, dtype), w=block_w(w, g, dtype), y=y)
+    return unblock_y(y, g, x.dtype)
+
+
+def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
+    """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]."""
+    from primitives.fc import _check_backend
+    dims, stride, padding = _check(x, w, dtype, stride, padding)
+    _check_backend(backend)
+    g = geometry(*dims, stride, padding, config)
+    if not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
+        raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got "
+                         f"{getattr(dy, 'shape', type(dy).__name__)}")
+    if dy.dtype != x.dtype:
+        raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
+    dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
+    plan(g, "bwd", dtype).run(dyp=block_y(dy, g, dtype, bordered=True),
+                              wt=block_w(w, g, dtype, transposed=True), dx=dx)
+    dw = aligned_empty((g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32)
+    plan(g, "upd", dtype).run(dyt=block_y(dy, g, dtype, pixels_last=True),
+                              x=block_x(x, g, dtype), dw=dw)
+    return unblock_x(dx, g, x.dtype), unblock_dw(dw, g, x.dtype)
