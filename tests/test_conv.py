@@ -1,0 +1,107 @@
+"""Convolution against PyTorch autograd (float64): forward, backward-data and
+weight update on a spread of shapes (ResNet-50 layers at reduced size, the 7x7
+stride-2 first layer with C=3, odd channel counts, asymmetric stride and
+padding), both dtypes, and bad input."""
+import numpy as np
+import pytest
+import torch
+
+import brgemm
+from primitives import conv
+
+CASES = [  # N, C, K, H, W, R, S, stride, padding
+    (2, 3, 64, 32, 32, 7, 7, 2, 3),           # conv1 at reduced size
+    (2, 64, 64, 14, 14, 3, 3, 1, 1),          # res2a_branch2b
+    (2, 64, 256, 14, 14, 1, 1, 1, 0),         # res2a_branch1
+    (2, 256, 128, 14, 14, 1, 1, 2, 0),        # res3a_branch2a, stride 2
+    (1, 128, 128, 9, 9, 3, 3, 1, 1),
+    (2, 24, 48, 11, 13, 5, 3, (3, 2), (2, 1)),  # asymmetric
+    (1, 112, 208, 7, 7, 3, 3, 1, 1),          # odd channel counts
+    (1, 16, 96, 9, 8, 4, 2, (4, 1), (0, 1)),  # stride 4
+    (3, 3, 5, 6, 6, 6, 6, 1, 0),              # kernel = input
+    (1, 528, 16, 5, 5, 1, 1, 1, 0),
+]
+
+
+def reference(x, w, dy, stride, padding):
+    X = torch.tensor(np.asarray(x, np.float64), requires_grad=True)
+    W = torch.tensor(np.asarray(w, np.float64), requires_grad=True)
+    Y = torch.nn.functional.conv2d(X, W, stride=stride, padding=padding)
+    Y.backward(torch.tensor(np.asarray(dy, np.float64)))
+    return Y.detach().numpy(), X.grad.numpy(), W.grad.numpy()
+
+
+def magnitude(x, w, dy, stride, padding):
+    """Sums of |terms|: what f32 rounding error scales with, per output."""
+    ax, aw, ady = (torch.tensor(np.abs(np.asarray(a, np.float64))) for a in (x, w, dy))
+    Y = torch.nn.functional.conv2d(ax, aw, stride=stride, padding=padding)
+    dX = torch.nn.grad.conv2d_input(ax.shape, aw, ady, stride=stride, padding=padding)
+    dW = torch.nn.grad.conv2d_weight(ax, aw.shape, ady, stride=stride, padding=padding)
+    return [t.numpy() for t in (Y, dX, dW)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_forward_backward(rng, case, dtype):
+    N, C, K, H, W, R, S, stride, padding = case
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    x = rng.standard_normal((N, C, H, W)).astype(npdt)
+    w = rng.standard_normal((K, C, R, S)).astype(npdt)
+    cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5}}  # several blocks and a ragged pixel block
+    y = conv.forward(x, w, stride, padding, dtype=dtype, config=cfg)
+    dy = rng.standard_normal(y.shape).astype(npdt)
+    dx, dw = conv.backward(dy, x, w, stride, padding, dtype=dtype, config=cfg)
+    assert y.dtype == dx.dtype == dw.dtype == npdt
+    rel = 1e-5 if dtype == "f32" else 1e-2  # bf16 results are rounded to 8 bits
+    for name, got, want, mag in zip(("y", "dx", "dw"), (y, dx, dw),
+                                    reference(x, w, dy, stride, padding),
+                                    magnitude(x, w, dy, stride, padding)):
+        err = np.abs(np.asarray(got, np.float64) - want)
+        print(f"{name}: max abs diff {err.max():.3e}")
+        assert np.all(err <= rel * (mag + 1e-3)), name
+
+
+def test_default_config_and_eager_match(rng):
+    x = rng.standard_normal((2, 64, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    y = conv.forward(x, w, 1, 1)
+    g = conv.geometry(2, 64, 32, 12, 12, 3, 3, (1, 1), (1, 1))
+    ye = np.zeros((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
+    conv.forward_nest(brgemm.plan.Eager(x=conv.block_x(x, g, "f32"), w=conv.block_w(w, g, "f32"),
+                                        y=ye), conv._loops(g, "fwd"), g, "f32")
+    np.testing.assert_array_equal(conv.unblock_y(ye, g, np.float32), y)
+
+
+class TestBadInput:
+    x = np.ones((1, 3, 8, 8), np.float32)
+    w = np.ones((4, 3, 3, 3), np.float32)
+
+    def test_shapes(self):
+        with pytest.raises(ValueError, match="^w: has 2 input channels, x has 3"):
+            conv.forward(self.x, np.ones((4, 2, 3, 3), np.float32))
+        with pytest.raises(ValueError, match="^w: kernel 9x9 is larger than the padded input 8x8"):
+            conv.forward(self.x, np.ones((4, 3, 9, 9), np.float32))
+        with pytest.raises(ValueError, match="^x: expected 4 non-empty dimensions"):
+            conv.forward(np.ones((3, 8, 8), np.float32), self.w)
+        with pytest.raises(ValueError, match=r"^dy: expected shape \(1, 4, 6, 6\)"):
+            conv.backward(np.ones((1, 4, 5, 6), np.float32), self.x, self.w)
+
+    def test_stride_and_padding(self):
+        with pytest.raises(ValueError, match="^padding: expected values >= 0"):
+            conv.forward(self.x, self.w, padding=-1)
+        with pytest.raises(ValueError, match="^stride: expected values >= 1"):
+            conv.forward(self.x, self.w, stride=(1, 0))
+        with pytest.raises(TypeError, match="^stride: expected an int or a pair"):
+            conv.forward(self.x, self.w, stride=1.5)
+        with pytest.raises(TypeError, match="^padding: expected an int or a pair"):
+            conv.forward(self.x, self.w, padding=(1, 2, 3))
+
+    def test_types(self):
+        with pytest.raises(TypeError, match="^x: expected dtype"):
+            conv.forward(self.x.astype(np.float64), self.w)
+        with pytest.raises(TypeError, match="^w: expected a numpy.ndarray"):
+            conv.forward(self.x, self.w.tolist())
+        with pytest.raises(TypeError, match="^dy: expected dtype"):
+            conv.backward(np.ones((1, 4, 6, 6)), self.x, self.w)
+        with pytest.raises(ValueError, match="^backend"):
+            conv.forward(self.x, self.w, backend="tpu")
