@@ -1,15 +1,15 @@
-"""python -m benchmarks <all|kernel|plan|fc|lstm> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
 
-The primitives (conv, fc, lstm) and the oneDNN comparison plug in here as they land."""
+Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads."""
 import argparse
 
-from benchmarks import fc, kernel, lstm, plan
+from benchmarks import conv, fc, kernel, lstm, plan
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "fc", "lstm"], help="what to benchmark")
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm"], help="what to benchmark")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
                         help="data type (repeatable; default both)")
@@ -22,6 +22,8 @@ def main(argv=None):
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
         for dtype in args.dtype or ["f32"]:
             print()
+            conv.run(quick=args.quick, dtype=dtype, threads=args.threads)
+            print()
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
             print()
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)
@@ -29,6 +31,10 @@ def main(argv=None):
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
     elif args.what == "plan":
         plan.run(quick=args.quick, threads=args.threads or 2)
+    elif args.what == "conv":
+        for dtype in args.dtype or ["f32"]:
+            conv.run(quick=args.quick, dtype=dtype, threads=args.threads,
+                     passes=args.passes or ("fwd", "bwd", "upd"))
     elif args.what == "lstm":
         for dtype in args.dtype or ["f32"]:
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)

@@ -1,0 +1,80 @@
+"""Convolution forward, backward-data and weight update on the 20 distinct
+ResNet-50 layers: ours against oneDNN in the same run, same threads.
+
+Minibatch: one image per thread (the seed paper's per-core minibatch of 1).
+Layer path: tensors already in our blocked layouts and plans cached; only the
+plan replay is timed, as oneDNN is timed on its own 'any' formats with the
+reorders outside. Outputs are checked against oneDNN's before timing."""
+import numpy as np
+
+import brgemm
+from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
+from brgemm.backend import cpu
+from primitives import conv
+
+QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
+
+
+def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd")):
+    threads = set_threads(threads)
+    from benchmarks.onednn import Job
+    rng = np.random.default_rng()
+    shapes = read_shapes("resnet50_conv")
+    if quick:
+        shapes = [s for s in shapes if s[1] in QUICK]
+    N = threads
+    peak = cpu.fma_peak(0.2)[0] * threads
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    reps = 3 if quick else 5
+    print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
+          f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
+    head = f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}  oneDNN impl"
+    print(head + "\n" + "-" * len(head))
+    rows = []
+    for (C, K, H, W, R, S, st, pd), name in shapes:
+        x = rng.standard_normal((N, C, H, W)).astype(npdt)
+        w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
+        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+        t = dict(x=conv.block_x(x, g, dtype), w=conv.block_w(w, g, dtype),
+                 wt=conv.block_w(w, g, dtype, transposed=True),
+                 dyp=conv.block_y(dy, g, dtype, bordered=True),
+                 dyt=conv.block_y(dy, g, dtype, pixels_last=True),
+                 y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
+                 dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
+                 dw=brgemm.aligned_empty((g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32))
+        flops = 2.0 * N * K * g.P * g.Q * C * R * S
+        for p in passes:
+            plan = conv.plan(g, p, dtype)
+            args = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "x", "dw")}[p]
+            ours = lambda: plan.run(**{a: t[a] for a in args})  # noqa: E731
+            try:
+                job = Job.conv(p, N, C, K, H, W, R, S, (st, st), (pd, pd), x=x if p != "bwd" else None,
+                               w=w if p != "upd" else None, dy=dy if p != "fwd" else None,
+                               dtype=dtype)
+            except RuntimeError as e:
+                print(f"{name:<17}{p:<5} oneDNN cannot run this here: {e}")
+                continue
+            ours()
+            job.run()
+            got = {"fwd": lambda: conv.unblock_y(t["y"], g, np.float32),
+                   "bwd": lambda: conv.unblock_x(t["dx"], g, np.float32),
+                   "upd": lambda: conv.unblock_dw(t["dw"], g, np.float32)}[p]()
+            theirs = job.result()
+            err = np.abs(got - theirs).max() / (np.abs(theirs).max() + 1e-30)
+            if err > (1e-4 if dtype == "f32" else 2e-2):
+                raise AssertionError(f"{name} {p}: ours and oneDNN differ by {err:.2e}")
+            (t_ours, t_dnn), _ = interleaved([ours, job.run], reps=reps)
+            r = dict(shape=name, pass_=p, dtype=dtype, N=N, threads=threads,
+                     ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9, impl=job.impl)
+            r["ratio"] = r["ours"] / r["onednn"]
+            r["pct_peak"] = 100 * r["ours"] / peak
+            rows.append(r)
+            print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}"
+                  f"{r['pct_peak']:>8.1f}%  {job.impl}", flush=True)
+    for p in passes:
+        ratios = [r["ratio"] for r in rows if r["pass_"] == p]
+        if ratios:
+            print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
+    save_report(f"conv-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
+    return rows
