@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# FC and LSTM against oneDNN on the lent GPU machine's host CPU (a Xeon with
-# AVX-512, AVX512-BF16 and AMX), 2 threads pinned to 2 cores: f32, then bf16
-# with oneDNN capped at our ISA (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and
-# with AMX allowed. Expects .devcarry (see device_cpu.sh) plus the
-# onednn-cpu-gomp and onednn-devel-cpu-gomp wheels in .devcarry/whl.
+# Conv, FC and LSTM against oneDNN on the lent GPU machine's host CPU (a Xeon
+# with AVX-512, AVX512-BF16 and AMX), 2 threads pinned to 2 cores: f32, then
+# bf16 with oneDNN capped at our ISA (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and
+# with AMX allowed. Arguments pick the parts (conv fc lstm; default all).
+# Expects .devcarry (see device_cpu.sh) plus the onednn-cpu-gomp and
+# onednn-devel-cpu-gomp wheels in .devcarry/whl.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
@@ -14,7 +15,14 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ONEDNN_ROOT=/tmp/dnnl
 LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py 2>/dev/null || exit 1
 out=${OUT:-/tmp}
 run() { taskset -c 2,3 python3 -m benchmarks "$@" --threads 2; }
-run fc 2>&1 | tee $out/fc_f32.txt
-ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run fc --dtype bf16 2>&1 | tee $out/fc_bf16_isa.txt
-run fc --dtype bf16 --quick 2>&1 | tee $out/fc_bf16_amx.txt
-run lstm --quick 2>&1 | tee $out/lstm_f32.txt
+parts=${*:-conv fc lstm}
+for what in $parts; do
+  case $what in
+    conv|fc)
+      run $what 2>&1 | tee $out/${what}_f32.txt
+      ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run $what --dtype bf16 2>&1 | tee $out/${what}_bf16_isa.txt
+      run $what --dtype bf16 --quick 2>&1 | tee $out/${what}_bf16_amx.txt ;;
+    lstm)
+      run lstm --quick 2>&1 | tee $out/lstm_f32.txt ;;
+  esac
+done
