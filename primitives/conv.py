@@ -92,26 +92,28 @@ def forward_nest(ex, loops, g, dtype):
 
 
 def backward_nest(ex, loops, g, dtype):
-    """dx[n][c][h][w] for padded pixels w = rho + sw*u (one residue class per
-    call) = sum over k and the taps (r, s) with h - r = sh*p, w - s = sw*q of
-    dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its zero-bordered copy."""
+    """dx[n][c][h][w] for the input's pixels w = first + sw*u of one residue class
+    (one class per call) = sum over k and the taps (r, s) with h - r = sh*p and
+    w - s = sw*q of dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its
+    zero-bordered copy. Only the unpadded interior of dx is written."""
     for phase, task, at in loops.walk():
-        n, c, h, ru = at["n"], at["c"], at["h"], at["u"]
+        n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
         rho, u0 = ru % g.sw, (ru // g.sw) * g.bq   # loop u runs over residue x pixel block
-        width = len(range(rho, g.Wp, g.sw))        # padded pixels in this residue class
+        first = g.pw + (rho - g.pw) % g.sw         # the class's first interior pixel
+        width = len(range(first, g.pw + g.W, g.sw))
         if u0 >= width:
             continue
         m = min(g.bq, width - u0)
         taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
-                if (h - r) % g.sh == 0 and (rho - s) % g.sw == 0
+                if (h - r) % g.sh == 0 and (first - s) % g.sw == 0
                 and 0 <= (h - r) // g.sh + g.bp < g.Pp]
         ex.at(phase, task)
         dy_at = lambda k, r, s: ((((n * g.Kb + k) * g.Pp + (h - r) // g.sh + g.bp) * g.Qp  # noqa: E731
-                                  + u0 + (rho - s) // g.sw + g.bw) * g.bk)
+                                  + u0 + (first - s) // g.sw + g.bw) * g.bk)
         ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype, beta=0.0),
                 "dyp", [dy_at(k, r, s) for k, r, s in taps],
                 "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc for k, r, s in taps],
-                "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + rho + g.sw * u0) * g.bc)
+                "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + first + g.sw * u0) * g.bc)
 
 
 def update_nest(ex, loops, g, dtype):
@@ -136,8 +138,8 @@ def _loops(g, pass_):
         loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, g.P, 1),
                  Loop("q", 0, g.Q, g.bq)]
     elif pass_ == "bwd":
-        per_residue = nblocks(nblocks(g.Wp, g.sw), g.bq)  # pixel blocks of one residue class
-        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.Hp, 1),
+        per_residue = nblocks(nblocks(g.W, g.sw), g.bq)  # pixel blocks of one residue class
+        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.H, 1),
                  Loop("u", 0, g.sw * per_residue, 1)]
     else:
         loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
