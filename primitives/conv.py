@@ -8,6 +8,7 @@ Blocked layouts (channels in blocks of bc / bk, innermost; zero-padded):
     y      [N][Kb][P][Q][bk]     w [Kb][Cb][R][S][bc][bk]    wt [Cb][Kb][R][S][bk][bc]
     dyp    [N][Kb][Pp][Qp][bk]   dy with a zero border for the backward-data pass
     dyt    [N][Kb][P][bk][Q]     dy with pixels innermost, for the weight update
+    dw     [J][Kb][Cb][R][S][bk][bc]  J shares of the weight gradient, summed after
 Forward (the seed paper's nest): a row segment of bq output pixels of one
 output-channel block = sum over input-channel blocks, r and s of a bq x bc
 strip of x (rows sw*bc apart: the stride is a row stride) times a bc x bk tap.
@@ -28,7 +29,7 @@ from brgemm.loopspec import Loop, parse_spec
 from primitives._config import settings
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int},
-          "bwd": {"spec": str}, "upd": {"spec": str}}
+          "bwd": {"spec": str}, "upd": {"spec": str, "tiles": int}}
 _plans = P.PlanCache(maxsize=64)
 
 
@@ -49,6 +50,7 @@ class Geometry:
     bk: int
     bq: int
     specs: tuple
+    splits: int  # shares of the weight update's reduction (see update_nest)
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -70,9 +72,13 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
     cfg = {p: settings("conv", p, shape, SCHEMA[p], config) for p in SCHEMA}
     f = cfg["fwd"]
     Q = (W + 2 * padding[1] - S) // stride[1] + 1
-    return Geometry(N, C, K, H, W, R, S, *stride, *padding, pick_block(C, f["bc"], 16),
-                    pick_block(K, f["bk"], 16), pick_block(Q, f["bq"]),
-                    tuple(cfg[p]["spec"] for p in SCHEMA))
+    P_ = (H + 2 * padding[0] - R) // stride[0] + 1
+    bc, bk = pick_block(C, f["bc"], 16), pick_block(K, f["bk"], 16)
+    # enough weight-update tasks: split its reduction until there are `tiles` of them
+    tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
+    splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
+    return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
+                    tuple(cfg[p]["spec"] for p in SCHEMA), splits)
 
 
 # ---------------------------------------------------------------- the loop nests
@@ -117,20 +123,24 @@ def backward_nest(ex, loops, g, dtype):
 
 
 def update_nest(ex, loops, g, dtype):
-    """dw[k][c][r][s] (bk x bc) = sum_{n, p, q-blocks} dyt[n][k][p][:, q0:] @ x rows of the tap."""
-    qs = range(0, g.Q, g.bq)
+    """dw[j][k][c][r][s] (bk x bc) = sum over the j-th share of the (n, p) rows and
+    the q-blocks of dyt[n][k][p][:, q0:] @ the tap's x rows. Splitting the
+    reduction into shares j (summed afterwards) gives the threads work when
+    there are few weight tiles (1x1 layers with 64 channels have one)."""
+    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
+    share = -(-len(rows) // g.splits)
     for phase, task, at in loops.walk():
-        k, c, r, s = at["k"], at["c"], at["r"], at["s"]
+        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
+        mine = rows[j * share:(j + 1) * share]
         ex.at(phase, task)
-        for q0 in qs:  # one call per pixel-block width (the last may be short)
+        for q0 in range(0, g.Q, g.bq):  # one call per pixel-block width (the last may be short)
             m = min(g.bq, g.Q - q0)
-            rows = [(n, p) for n in range(g.N) for p in range(g.P)]
             ex.gemm(P.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
                             beta=0.0 if q0 == 0 else 1.0),
-                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p in rows],
+                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p in mine],
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                          for n, p in rows],
-                    "dw", (((k * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+                          for n, p in mine],
+                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
 
 
 def _loops(g, pass_):
@@ -143,7 +153,7 @@ def _loops(g, pass_):
                  Loop("u", 0, g.sw * per_residue, 1)]
     else:
         loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
-                 Loop("s", 0, g.S, 1)]
+                 Loop("s", 0, g.S, 1), Loop("j", 0, g.splits, 1)]
     return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops)
 
 
@@ -272,7 +282,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
     plan(g, "bwd", dtype).run(dyp=block_y(dy, g, dtype, bordered=True),
                               wt=block_w(w, g, dtype, transposed=True), dx=dx)
-    dw = aligned_empty((g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32)
+    dw = aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32)
     plan(g, "upd", dtype).run(dyt=block_y(dy, g, dtype, pixels_last=True),
                               x=block_x(x, g, dtype), dw=dw)
-    return unblock_x(dx, g, x.dtype), unblock_dw(dw, g, x.dtype)
+    return unblock_x(dx, g, x.dtype), unblock_dw(dw.sum(axis=0), g, x.dtype)
