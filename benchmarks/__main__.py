@@ -1,4 +1,4 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--set NAME] [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads."""
 import argparse
@@ -10,6 +10,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm"], help="what to benchmark")
+    parser.add_argument("--set", dest="shape_set",
+                        help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
                         help="data type (repeatable; default both)")
@@ -34,14 +36,17 @@ def main(argv=None):
     elif args.what == "conv":
         for dtype in args.dtype or ["f32"]:
             conv.run(quick=args.quick, dtype=dtype, threads=args.threads,
-                     passes=args.passes or ("fwd", "bwd", "upd"))
+                     passes=args.passes or ("fwd", "bwd", "upd"),
+                     shape_set=args.shape_set or "resnet50_conv")
     elif args.what == "lstm":
         for dtype in args.dtype or ["f32"]:
-            lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)
+            lstm.run(quick=args.quick, dtype=dtype, threads=args.threads,
+                     shape_set=args.shape_set or "gnmt_lstm")
     elif args.what == "fc":
         for dtype in args.dtype or ["f32"]:
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads,
-                   passes=args.passes or ("fwd", "bwd", "upd"), vs=args.vs.split(","))
+                   passes=args.passes or ("fwd", "bwd", "upd"), vs=args.vs.split(","),
+                   shape_set=args.shape_set or "fc_sizes")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,17 @@ import time
 SHAPES_DIR = pathlib.Path(__file__).resolve().parent / "shapes"
 
 
+ALIASES = {"resnet50": "resnet50_conv", "gnmt": "gnmt_lstm", "fc": "fc_sizes"}
+
+
 def read_shapes(name):
-    """Rows of a shape file (benchmarks/shapes/<name>.txt): ints then a name."""
+    """Rows of a shape file (benchmarks/shapes/<name>.txt, or an alias): ints then a name."""
+    path = SHAPES_DIR / f"{ALIASES.get(name, name)}.txt"
+    if not path.exists():
+        known = sorted(p.stem for p in SHAPES_DIR.glob("*.txt")) + sorted(ALIASES)
+        raise SystemExit(f"--set: no shape set {name!r} (known: {', '.join(known)})")
     rows = []
-    for line in (SHAPES_DIR / f"{name}.txt").read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].split()
         if line:
             rows.append((tuple(int(v) for v in line[:-1]), line[-1]))
@@ -18,9 +25,29 @@ def read_shapes(name):
 
 
 def set_threads(threads):
-    """Same thread count for us (OpenMP), PyTorch and oneDNN; returns it."""
+    """Same thread count for us (OpenMP), PyTorch and oneDNN, and proof of it:
+    our executor's count from C, oneDNN's from its own verbose report (run in
+    a child process with the same environment). Returns the count."""
+    import re
+    import subprocess
+    import sys
+
+    from brgemm.backend import cpu
     threads = threads or len(os.sched_getaffinity(0))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
+    cpu.lib.brgemm_cpu_set_threads(threads)  # the runtime read the variable when it loaded
+    ours = cpu.lib.brgemm_cpu_plan_threads(0)
+    probe = ("import numpy as np; from benchmarks.onednn import Job; "
+             "Job.ip('fwd', np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), None).run()")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "ONEDNN_VERBOSE": "1"}).stdout
+    nthr = re.search(r"nthr:(\d+)", out)
+    isa = re.search(r"cpu,isa:([^\n]+)", out)
+    theirs = int(nthr.group(1)) if nthr else None
+    print(f"threads: ours {ours} (OpenMP), oneDNN {theirs} (its verbose report; "
+          f"isa: {isa.group(1) if isa else '?'})")
+    if ours != threads or theirs != threads:
+        raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}, oneDNN {theirs}")
     return threads
 
 

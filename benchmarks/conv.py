@@ -15,11 +15,12 @@ from primitives import conv
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
 
 
-def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd")):
+def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
+        passes=("fwd", "bwd", "upd")):
     threads = set_threads(threads)
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
-    shapes = read_shapes("resnet50_conv")
+    shapes = read_shapes(shape_set)
     if quick:
         shapes = [s for s in shapes if s[1] in QUICK]
     N = threads

@@ -23,7 +23,8 @@ def _check(name, ours, theirs, dtype):
         raise AssertionError(f"{name}: ours and oneDNN differ by {err:.2e} (relative to max)")
 
 
-def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd"), vs=("onednn",)):
+def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
+        passes=("fwd", "bwd", "upd"), vs=("onednn",)):
     threads = set_threads(threads)
     from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
     torch = None
@@ -31,7 +32,7 @@ def run(quick=False, dtype="f32", threads=None, passes=("fwd", "bwd", "upd"), vs
         import torch
         torch.set_num_threads(threads)
     rng = np.random.default_rng()
-    shapes = read_shapes("fc_sizes")[:3] if quick else read_shapes("fc_sizes")
+    shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
     peak = cpu.fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "

@@ -13,14 +13,14 @@ from brgemm.backend import cpu
 from primitives import lstm
 
 
-def run(quick=False, dtype="f32", threads=None):
+def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
     threads = set_threads(threads)
     from benchmarks.onednn import Job
     if dtype != "f32":
         print("lstm: the oneDNN harness runs LSTM in f32 only; skipping bf16")
         return []
     rng = np.random.default_rng()
-    shapes = read_shapes("gnmt_lstm")
+    shapes = read_shapes(shape_set)
     if quick:
         shapes = [s for s in shapes if s[1] in ("small_t10_n64", "single_step_t1")]
     peak = cpu.fma_peak(0.2)[0] * threads

@@ -135,6 +135,9 @@ typedef struct {
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* plan, void* const* tensors, int threads);
 /* Threads a run with `threads` would use. */
 int brgemm_cpu_plan_threads(int threads);
+/* OpenMP's default thread count from now on (as OMP_NUM_THREADS at start-up;
+ * libraries sharing the OpenMP runtime, such as oneDNN's gomp build, follow). */
+void brgemm_cpu_set_threads(int threads);
 /* Benchmark support: seconds for `reps` passes over all calls of the plan,
  * one thread, kernels only (no epilogues, no OpenMP): "kernel calls from C". */
 int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* plan, void* const* tensors, int64_t reps,

@@ -63,6 +63,10 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
 
 int brgemm_cpu_plan_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
+void brgemm_cpu_set_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int threads) {
   if (!plan_valid(p, tensors)) return BRGEMM_EINVAL;
   int err = BRGEMM_OK;
