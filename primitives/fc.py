@@ -14,6 +14,7 @@ configs/fc.toml (BRGEMM_CONFIG or config= override); the block sizes of the
 [fwd] table are the layer's blocking for all three passes.
 """
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -79,6 +80,48 @@ def update_nest(ex, loops, g, dtype, epilogue):
                 ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
 
 
+# The functional forms get plain weights on every call. Re-blocking them would
+# cost as much as a third of the forward, so these two nests read W in place
+# where it is the kernel's A operand (its rows may be far apart: A is read by
+# broadcasts, which do not mind; B is read by vector loads, which do):
+#   forward   y^T[k][n] = sum_c W[k rows, c cols] @ xt[c][n]     (yt, xt tiles of y^T, x^T)
+#   update    dW[k rows, c cols] = sum_n dyt[k][n] @ x[n][c]     (dW written in place)
+# Ragged edges of W and dW get kernels of their own sizes.
+
+def _edges(total, block):
+    """(first block index, count, width) groups: the full blocks, then the remainder."""
+    full, rest = divmod(total, block)
+    return [(0, full, block)] * (full > 0) + [(full, 1, rest)] * (rest > 0)
+
+
+def forward_plain_nest(ex, loops, g, dtype):
+    """y^T tiles from plain W (K x C, row stride C) and x^T tiles."""
+    for phase, task, at in loops.walk():
+        n, k = at["n"], at["k"]
+        m = min(g.bk, g.K - k * g.bk)
+        ex.at(phase, task)
+        for i, (c0, count, width) in enumerate(_edges(g.C, g.bc)):
+            cs = range(c0, c0 + count)
+            ex.gemm(P.Block(m, g.bn, width, lda=g.C, ldb=g.bn, ldc=g.bn, dtype=dtype,
+                            beta=0.0 if i == 0 else 1.0),
+                    "w", [k * g.bk * g.C + c * g.bc for c in cs],
+                    "xt", [(c * g.Nb + n) * g.bc * g.bn for c in cs],
+                    "yt", (k * g.Nb + n) * g.bk * g.bn)
+
+
+def update_plain_nest(ex, loops, g, dtype):
+    """dW (K x C, row stride C) from dy^T tiles and x tiles; the minibatch is the reduction."""
+    ns = range(g.Nb)
+    for phase, task, at in loops.walk():
+        k, c = at["k"], at["c"]
+        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
+        ex.at(phase, task)
+        ex.gemm(P.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype, beta=0.0),
+                "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
+                "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
+                "dw", k * g.bk * g.C + c * g.bc)
+
+
 # ---------------------------------------------------------------- geometry and plans
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +184,25 @@ _NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
 _TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("xt", "dy", "dw")}
 
 
+def plain_plan(g, pass_, dtype="f32"):
+    """The functional forms' forward or update on plain W / dW (cached)."""
+    def record():
+        # the pass's configured order, without its reduction loop (whole here)
+        spec = g.specs[0] if pass_ == "fwd" else g.specs[2]
+        spec = spec.replace("c", "").replace("C", "") if pass_ == "fwd" else \
+            spec.replace("n", "").replace("N", "")
+        if pass_ == "fwd":
+            rec = P.Recorder({"w": dtype, "xt": dtype, "yt": "f32"})
+            loops = parse_spec(spec, [Loop("n", 0, g.Nb, 1), Loop("k", 0, g.Kb, 1)])
+            forward_plain_nest(rec, loops, g, dtype)
+        else:
+            rec = P.Recorder({"dyt": dtype, "x": dtype, "dw": "f32"})
+            loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1)])
+            update_plain_nest(rec, loops, g, dtype)
+        return rec.finish()
+    return _plans.get(("plain", g, pass_, dtype), record)
+
+
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False):
     """The recorded plan of one pass (cached by geometry and options)."""
     key = (g, pass_, dtype, has_bias, activation, bf16_out)
@@ -160,6 +222,23 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False)
 
 
 # ---------------------------------------------------------------- functional API
+
+_scratch = threading.local()
+
+
+def _buffer(name, shape, dtype):
+    """A per-thread buffer reused across functional calls of the same sizes:
+    fresh pages cost a fault each, as much as the layout copies themselves."""
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
+    key = (name, shape, np.dtype(dtype))
+    if key not in bufs:
+        if len(bufs) > 64:
+            bufs.clear()
+        bufs[key] = aligned_empty(shape, dtype)
+    return bufs[key]
+
 
 def _dtype_of(dtype, *arrays, names):
     dtypes.check_name(dtype)
@@ -196,14 +275,15 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    t = dict(x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc),
-             w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True),
-             y=aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32))
+    yt = _buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32)
+    plain_plan(g, "fwd", dtype).run(
+        w=np.ascontiguousarray(w, dtype=ab),
+        xt=to_blocks(x.astype(ab, copy=False), g.bc, g.bn, transpose=True,
+                     out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)), yt=yt)
+    y = from_blocks(yt, K, N, transpose=True)
     if b is not None:
-        t["b"] = np.zeros(g.Kb * g.bk, np.float32)
-        t["b"][:K] = b
-    plan(g, "fwd", dtype, has_bias=b is not None).run(**t)
-    return from_blocks(t["y"], N, K, dtype=out_dtype)
+        y += b.astype(np.float32)
+    return y.astype(out_dtype, copy=False)
 
 
 def backward(dy, x, w, dtype="f32", backend=None, config=None):
@@ -217,14 +297,19 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
         raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    dy_b = to_blocks(dy.astype(ab, copy=False), g.bn, g.bk)
-    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True),
-             dx=aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32))
+    dy_b = to_blocks(dy.astype(ab, copy=False), g.bn, g.bk,
+                     out=_buffer("dy", (g.Nb, g.Kb, g.bn, g.bk), ab))
+    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
+                                   out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)),
+             dx=_buffer("dx", (g.Nb, g.Cb, g.bn, g.bc), np.float32))
     plan(g, "bwd", dtype).run(**t)
-    u = dict(xt=to_blocks(x.astype(ab, copy=False), g.bc, g.bn, transpose=True), dy=dy_b,
-             dw=aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32))
-    plan(g, "upd", dtype).run(**u)
-    dw = from_blocks(u["dw"], C, K, transpose=True, swap_grid=True, dtype=out_dtype)  # dW^T tiles
+    dw = np.empty((K, C), np.float32)
+    plain_plan(g, "upd", dtype).run(
+        dyt=to_blocks(dy.astype(ab, copy=False), g.bk, g.bn, transpose=True,
+                      out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)),
+        x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,
+                    out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)), dw=dw)
+    dw = dw.astype(out_dtype, copy=False)
     db = dy.astype(np.float32).sum(axis=0).astype(out_dtype)
     return from_blocks(t["dx"], N, C, dtype=out_dtype), dw, db
 

@@ -180,9 +180,9 @@ class TestBadInput:
             fc.forward(self.x, self.w, config={"fwd": {"bq": 3}})
         with pytest.raises(SpecError, match="position 2"):
             fc.forward(self.x, self.w, config={"fwd": {"spec": "NKz"}})
-        with pytest.raises(ValueError, match="two parallel tasks"):
-            fc.forward(np.ones((4, 200), np.float32), np.ones((5, 200), np.float32),
-                       config={"fwd": {"spec": "nkC", "bc": 32, "chunk": 1}})
+        with pytest.raises(ValueError, match="two parallel tasks"):  # the layer's chunked nest
+            fc.Linear(200, 5, config={"fwd": {"spec": "nkC", "bc": 32, "chunk": 1}}).forward(
+                np.ones((4, 200), np.float32))
 
     def test_layers(self):
         with pytest.raises(ValueError, match="^activation"):
