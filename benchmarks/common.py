@@ -109,3 +109,21 @@ def save_report(name, rows, key, label):
     fig.tight_layout()
     fig.savefig(out / f"{name}-{stamp}.png", dpi=110)
     plt.close(fig)
+
+
+def ratio_row(flops, t_ours, t_onednn, peak, **fields):
+    """One table row: GFLOP/s of both sides, ours / oneDNN and ours as % of peak."""
+    row = dict(fields, ours=flops / t_ours * 1e-9, onednn=flops / t_onednn * 1e-9)
+    row["ratio"] = row["ours"] / row["onednn"]
+    row["pct_peak"] = 100 * row["ours"] / peak
+    return row
+
+
+def finish_report(name, rows, passes):
+    """The geomean of ours / oneDNN per pass, then JSON and PNG (save_report)."""
+    for p in passes:
+        ratios = [r["ratio"] for r in rows if r["pass_"] == p]
+        if ratios:
+            print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
+    save_report(name, rows, "ratio", "ours / oneDNN")
+    return rows

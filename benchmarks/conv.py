@@ -8,7 +8,7 @@ reorders outside. Outputs are checked against oneDNN's before timing."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
+from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
 from brgemm.backend import cpu
 from primitives import conv
 
@@ -69,16 +69,9 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
             if err > (1e-4 if dtype == "f32" else 2e-2):
                 raise AssertionError(f"{name} {p}: ours and oneDNN differ by {err:.2e}")
             (t_ours, t_dnn), _ = interleaved([ours, job.run], reps=reps)
-            r = dict(shape=name, pass_=p, dtype=dtype, N=N, threads=threads,
-                     ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9, impl=job.impl)
-            r["ratio"] = r["ours"] / r["onednn"]
-            r["pct_peak"] = 100 * r["ours"] / peak
+            r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
+                          threads=threads, impl=job.impl)
             rows.append(r)
             print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}"
                   f"{r['pct_peak']:>8.1f}%  {job.impl}", flush=True)
-    for p in passes:
-        ratios = [r["ratio"] for r in rows if r["pass_"] == p]
-        if ratios:
-            print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
-    save_report(f"conv-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
-    return rows
+    return finish_report(f"conv-{dtype}-{threads}t", rows, passes)

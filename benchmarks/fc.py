@@ -11,7 +11,7 @@ against oneDNN's before it is timed."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
+from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
 from brgemm.backend import cpu
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc
@@ -80,23 +80,15 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
                 t_func_ref = t_ours + interleaved([lambda: lin.update_blocked(dyb)], reps=3)[0][0]
             else:
                 t_func_ref = t_ours
-            r = dict(shape=name, N=N, C=C, K=K, pass_=p, dtype=dtype, threads=threads,
-                     ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9,
-                     func=flops / t_func * 1e-9 if t_func else None,
-                     func_over_ours=t_func_ref / t_func if t_func else None,
-                     torch=flops / times[-1] * 1e-9 if torch is not None else None,
-                     spread=max(spread[:2]), impl=job.impl)
-            r["ratio"] = r["ours"] / r["onednn"]
-            r["pct_peak"] = 100 * r["ours"] / peak
+            r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,
+                          dtype=dtype, threads=threads, spread=max(spread[:2]), impl=job.impl,
+                          func=flops / t_func * 1e-9 if t_func else None,
+                          func_over_ours=t_func_ref / t_func if t_func else None,
+                          torch=flops / times[-1] * 1e-9 if torch is not None else None)
             rows.append(r)
             fr = f"{r['func']:>8.1f}" if r["func"] else f"{'-':>8}"
             fo = f"{r['func_over_ours']:>10.2f}" if r["func_over_ours"] else f"{'-':>10}"
             print(f"{name:<15}{p:<5}{r['ours']:>8.1f}{fr}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
                   f"{r['pct_peak']:>8.1f}%" + (f"{r['torch']:>8.1f}" if torch else "")
                   + f"  {job.impl}", flush=True)
-    for p in passes:
-        ratios = [r["ratio"] for r in rows if r["pass_"] == p]
-        if ratios:
-            print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
-    save_report(f"fc-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
-    return rows
+    return finish_report(f"fc-{dtype}-{threads}t", rows, passes)

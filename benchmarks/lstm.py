@@ -8,7 +8,7 @@ against each other before timing. FLOPs: 2 * T * N * 4K * (C + K) forward,
 twice that backward (data and weights)."""
 import numpy as np
 
-from benchmarks.common import geomean, interleaved, machine, read_shapes, save_report, set_threads
+from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
 from brgemm.backend import cpu
 from primitives import lstm
 
@@ -52,17 +52,12 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
                                                   lambda: (jf.run(), jb.run())], reps=reps)
         for p, t_ours, t_dnn, flops in (("fwd", t_f, t_df, fwd_flops),
                                         ("fwd+bwd", t_fb, t_db, 3 * fwd_flops)):
-            row = dict(shape=name, T=T, N=N, C=C, K=K, pass_=p, threads=threads,
-                       ours=flops / t_ours * 1e-9, onednn=flops / t_dnn * 1e-9, impl=jf.impl)
-            row["ratio"] = row["ours"] / row["onednn"]
-            row["pct_peak"] = 100 * row["ours"] / peak
+            row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
+                            threads=threads, impl=jf.impl)
             rows.append(row)
             print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
                   f"{row['pct_peak']:>8.1f}%  {jf.impl}", flush=True)
-    for p in ("fwd", "fwd+bwd"):
-        print(f"geomean ours/oneDNN {p}: {geomean([r['ratio'] for r in rows if r['pass_'] == p]):.2f}")
-    save_report(f"lstm-{dtype}-{threads}t", rows, "ratio", "ours / oneDNN")
-    return rows
+    return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
 
 
 def _check(what, ours, theirs):
