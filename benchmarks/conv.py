@@ -26,10 +26,11 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
     N = threads
     peak = cpu.fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    reps = 3 if quick else 5
+    reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
-    head = f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}  oneDNN impl"
+    head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
+            f"{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
@@ -68,10 +69,10 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
             err = np.abs(got - theirs).max() / (np.abs(theirs).max() + 1e-30)
             if err > (1e-4 if dtype == "f32" else 2e-2):
                 raise AssertionError(f"{name} {p}: ours and oneDNN differ by {err:.2e}")
-            (t_ours, t_dnn), _ = interleaved([ours, job.run], reps=reps)
+            (t_ours, t_dnn), spread = interleaved([ours, job.run], reps=reps)
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
-                          threads=threads, impl=job.impl)
+                          threads=threads, impl=job.impl, spread=max(spread))
             rows.append(r)
             print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}"
-                  f"{r['pct_peak']:>8.1f}%  {job.impl}", flush=True)
+                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)

@@ -38,7 +38,8 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
           f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
     head = (f"{'shape':<15}{'pass':<5}{'ours':>8}{'func':>8}{'oneDNN':>8}{'ours/oneDNN':>12}"
-            f"{'func/ours':>10}{'ours %pk':>9}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
+            f"{'func/ours':>10}{'ours %pk':>9}{'spread':>8}" + (f"{'torch':>8}" if torch else "")
+            + "  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (N, C, K), name in shapes:
@@ -89,6 +90,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
             fr = f"{r['func']:>8.1f}" if r["func"] else f"{'-':>8}"
             fo = f"{r['func_over_ours']:>10.2f}" if r["func_over_ours"] else f"{'-':>10}"
             print(f"{name:<15}{p:<5}{r['ours']:>8.1f}{fr}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%" + (f"{r['torch']:>8.1f}" if torch else "")
+                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%"
+                  + (f"{r['torch']:>8.1f}" if torch else "")
                   + f"  {job.impl}", flush=True)
     return finish_report(f"fc-{dtype}-{threads}t", rows, passes)

@@ -24,11 +24,11 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
     if quick:
         shapes = [s for s in shapes if s[1] in ("small_t10_n64", "single_step_t1")]
     peak = cpu.fma_peak(0.2)[0] * threads
-    reps = 3 if quick else 5
+    reps = 5 if quick else 7
     print(f"lstm f32, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
           "interleaved")
     head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
-            "  oneDNN impl")
+            f"{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (T, N, C, K), name in shapes:
@@ -48,15 +48,15 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
         dx = layer.backward(dy, dhT, dcT)[0]
         jb.run()
         _check(f"{name} dx", dx, jb.result())
-        (t_f, t_df, t_fb, t_db), _ = interleaved([ours_f, jf.run, ours_fb,
+        (t_f, t_df, t_fb, t_db), spread = interleaved([ours_f, jf.run, ours_fb,
                                                   lambda: (jf.run(), jb.run())], reps=reps)
-        for p, t_ours, t_dnn, flops in (("fwd", t_f, t_df, fwd_flops),
-                                        ("fwd+bwd", t_fb, t_db, 3 * fwd_flops)):
+        for p, t_ours, t_dnn, flops, sp in (("fwd", t_f, t_df, fwd_flops, spread[:2]),
+                                            ("fwd+bwd", t_fb, t_db, 3 * fwd_flops, spread[2:])):
             row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
-                            threads=threads, impl=jf.impl)
+                            threads=threads, impl=jf.impl, spread=max(sp))
             rows.append(row)
             print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
-                  f"{row['pct_peak']:>8.1f}%  {jf.impl}", flush=True)
+                  f"{row['pct_peak']:>8.1f}%{100 * row['spread']:>7.0f}%  {jf.impl}", flush=True)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
 
 
