@@ -96,7 +96,20 @@ def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h
     return Op("lstm_cell", names, offs, ld, stride)
 
 
-_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6}
+def lstm_cell_bwd(dy, dy_offset, gates, gates_offset, stride, c, c_offset, c_prev_offset, dc,
+                  dc_offset, dgates, dgates_offset, ld):
+    """The LSTM cell's derivatives on one block. The call's C block holds the dh
+    that flows back from the next step; with dy it makes this step's dh. Reads
+    the activated gates (i, f, g, o at gates_offset + q * stride), c_t and
+    c_prev (both in tensor c), dc; writes the four pre-activation gradients at
+    dgates_offset + q * stride and overwrites dc with the previous step's."""
+    return Op("lstm_cell_bwd", (dy, gates, c, c, dc, dgates),
+              (dy_offset, gates_offset, c_offset, c_prev_offset, dc_offset, dgates_offset),
+              ld, stride)
+
+
+_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6,
+             "lstm_cell_bwd": 7}
 
 
 # ---------------------------------------------------------------- eager
@@ -155,6 +168,19 @@ class Eager:
             view(3)[...] = go * np.tanh(view(2))
             if len(op.tensors) > 4:
                 view(4)[...] = view(3).astype(dtypes.bfloat16)
+        elif op.code == "lstm_cell_bwd":
+            blk = lambda q, extra=0: _block_view(  # noqa: E731
+                self.arrays[op.tensors[q]], op.offsets[q] + extra, *C.shape, op.ld)
+            dh = C + blk(0)
+            i, f, g, o = (blk(1, q * op.stride) for q in range(4))
+            tc = np.tanh(blk(2))
+            dc = blk(4) + dh * o * (1 - tc * tc)
+            dgi, dgf, dgg, dgo = (blk(5, q * op.stride) for q in range(4))
+            dgo[...] = dh * tc * o * (1 - o)
+            dgi[...] = dc * g * i * (1 - i)
+            dgg[...] = dc * i * (1 - g * g)
+            dgf[...] = dc * blk(3) * f * (1 - f)
+            blk(4)[...] = dc * f
         else:
             raise ValueError(f"op: unknown code {op.code!r}")
 
@@ -236,6 +262,13 @@ class Recorder:
                 if self.tensors[name] != want:
                     raise ValueError(f"lstm_cell: tensor {name!r} is not {want}")
             self.written.update((gates,) + op.tensors[2:])
+        elif op.code == "lstm_cell_bwd":
+            for q, (name, off) in enumerate(zip(op.tensors, op.offsets)):
+                offs = [off + g * op.stride for g in range(4)] if q in (1, 5) else [off]
+                self._touch(name, offs, blk.m, blk.n, op.ld, "lstm_cell_bwd")
+                if self.tensors[name] != "f32":
+                    raise ValueError(f"lstm_cell_bwd: tensor {name!r} is not f32")
+            self.written.update((op.tensors[4], op.tensors[5]))
 
     def finish(self) -> Plan:
         return Plan(self)

@@ -105,6 +105,37 @@ def recurrent_plan(g, dtype):
     return _plans.get(("rec", g, dtype), record)
 
 
+def backward_nest(ex, loops, g):
+    """Steps t = T-1 .. 0, a phase each: dh[n][k] = sum_{q, j} dG[t+1][n][q][j] @
+    wht[k][q][j] (the dh flowing back from the next step; at the last step dhr
+    already holds dhT), then the cell's derivatives on that block as an
+    epilogue: dG[t] for the four gates, and dc for the step before."""
+    tile = g.bn * g.bk
+    step = g.Nb * g.Kb * tile                       # one step of h, c, dy
+    for phase, task, at in loops.walk():
+        t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
+        ex.at(phase, task)
+        st = (n * g.Kb + k) * tile
+        gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
+        op = P.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
+                             t * step + st, "dc", st, "dG", gates, g.bk)
+        qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
+        ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, beta=0.0 if qj else 1.0),
+                "dG", [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in qj],
+                "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in qj],
+                "dhr", st, ops=(op,))
+
+
+def backward_plan(g):
+    def record():
+        rec = P.Recorder(dict.fromkeys(("dy", "G", "c", "dc", "dG", "dhr", "wht"), "f32"))
+        loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
+                                    Loop("k", 0, g.Kb, 1)])
+        backward_nest(rec, loops, g)
+        return rec.finish()
+    return _plans.get(("bptt", g), record)
+
+
 # ---------------------------------------------------------------- the layer
 
 def _gate_padded(w, g, cols):
@@ -214,10 +245,27 @@ class LSTM:
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
         dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
         dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
-        G = self.G.reshape((g.T, g.Nb, 4, g.Kb, g.bn, g.bk))
         dG = aligned_empty(self.G.shape, ab)
-        dG5 = dG.reshape(G.shape)
         dh_rec = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        if self.dtype == "f32":  # the whole recurrence as one plan, the cell fused
+            dhr = np.ascontiguousarray(dh)
+            dc = np.ascontiguousarray(dc)
+            backward_plan(g).run(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dhr, wht=self.wh_t)
+            self.plans["dh"].run(dy=dG[:g.Nb], wt=self.wh_t, dx=dh_rec)
+            dh = dh_rec
+        else:
+            dh, dc = self._bptt_numpy(dyb, dh, dc, dG, dh_rec)
+        self._weight_grads(dG, g)
+        dx = self._steps_from_blocks(self._dx(dG, g), self.C).astype(out_dtype)
+        return (dx, from_blocks(np.ascontiguousarray(dh), g.N, self.K, dtype=out_dtype),
+                from_blocks(np.ascontiguousarray(dc), g.N, self.K, dtype=out_dtype))
+
+    def _bptt_numpy(self, dyb, dh, dc, dG, dh_rec):
+        """The recurrence step by step: the cell's derivatives in NumPy (f32),
+        dG rounded to bf16 for the per-step plan dh = dG W_hh."""
+        g = self.g
+        G = self.G.reshape((g.T, g.Nb, 4, g.Kb, g.bn, g.bk))
+        dG5 = dG.reshape(G.shape)
         for t in reversed(range(g.T)):
             i, f, gg, o = (G[t, :, q] for q in range(4))  # activations, saved by the cell
             dh = dh + dyb[t]
@@ -230,8 +278,14 @@ class LSTM:
             dc = dc * f
             self.plans["dh"].run(dy=dG[t * g.Nb:(t + 1) * g.Nb], wt=self.wh_t, dx=dh_rec)
             dh = dh_rec.copy()
+        return dh, dc
+
+    def _dx(self, dG, g):
         dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)
         self.plans["dx"].run(dy=dG, wt=self.wx_t, dx=dxb)
+        return dxb
+
+    def _weight_grads(self, dG, g):
         dwx = aligned_empty((4 * g.Kb, g.Cb, g.bc, g.bk), np.float32)
         self.plans["dwx"].run(xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
@@ -244,9 +298,6 @@ class LSTM:
                                                     swap_grid=True), g)[:, :self.K]
         self.grad_b = _gate_unpadded(dG.astype(np.float32).sum(axis=(0, 2)).reshape(-1, 1), g)
         self.grad_b = self.grad_b.reshape(-1)
-        dx = self._steps_from_blocks(dxb, self.C).astype(out_dtype)
-        return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
-                from_blocks(np.ascontiguousarray(dc), g.N, self.K, dtype=out_dtype))
 
 
 # ---------------------------------------------------------------- functional API

@@ -86,14 +86,20 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
   BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
   BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
-  BRGEMM_OP_LSTM_CELL = 6    /* the LSTM cell on m x n blocks, row stride ld, see below */
+  BRGEMM_OP_LSTM_CELL = 6,   /* the LSTM cell on m x n blocks, row stride ld, see below */
+  BRGEMM_OP_LSTM_CELL_BWD = 7 /* its derivatives, see below */
 };
 /* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
  * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;
  * t1 at off1 is c_prev; writes c to t2 at off2 and h to t3 at off3 (those
  * three with row stride ld), a bf16 copy of h to t4 at off4 when t4 >= 0,
  * and the activated gates back over their inputs (what backward needs):
- * i,f,o = sigmoid, g = tanh, c = f c_prev + i g, h = o tanh(c). */
+ * i,f,o = sigmoid, g = tanh, c = f c_prev + i g, h = o tanh(c).
+ * LSTM_CELL_BWD: the call's C block holds dh from the next step (dG W_hh);
+ * t0 dy, t1 the activated gates (4 blocks, stride), t2 c_t, t3 c_prev, t4 dc
+ * (read, then overwritten with the dc that flows to the previous step), t5
+ * dG (4 blocks, stride): the gradients at the gates' pre-activations. All but
+ * the C block have row stride ld. */
 
 typedef struct {
   int32_t code;       /* BRGEMM_OP_* */

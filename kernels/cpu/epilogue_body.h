@@ -84,6 +84,34 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       }
       return BRGEMM_OK;
     }
+    case BRGEMM_OP_LSTM_CELL_BWD: {
+      const float* restrict dy = (const float*)tensors[op->tensor[0]] + op->offset[0];
+      const float* restrict gi = (const float*)tensors[op->tensor[1]] + op->offset[1];
+      const float* restrict gf = gi + op->stride;
+      const float* restrict gg = gi + 2 * op->stride;
+      const float* restrict go = gi + 3 * op->stride;
+      const float* restrict ct = (const float*)tensors[op->tensor[2]] + op->offset[2];
+      const float* restrict cp = (const float*)tensors[op->tensor[3]] + op->offset[3];
+      float* restrict dc = (float*)tensors[op->tensor[4]] + op->offset[4];
+      float* restrict di = (float*)tensors[op->tensor[5]] + op->offset[5];
+      float* restrict df = di + op->stride;
+      float* restrict dg = di + 2 * op->stride;
+      float* restrict dout = di + 3 * op->stride;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t s = i * op->ld + j;
+          const float dh = c[i * ldc + j] + dy[s];
+          const float tc = tanh_approx(ct[s]);
+          const float ig = gi[s], fg = gf[s], g = gg[s], og = go[s];
+          const float dcc = dc[s] + dh * og * (1.0f - tc * tc);
+          dout[s] = dh * tc * og * (1.0f - og);
+          di[s] = dcc * g * ig * (1.0f - ig);
+          dg[s] = dcc * ig * (1.0f - g * g);
+          df[s] = dcc * cp[s] * fg * (1.0f - fg);
+          dc[s] = dcc * fg;
+        }
+      return BRGEMM_OK;
+    }
     default:
       return BRGEMM_EINVAL;
   }
