@@ -1,4 +1,5 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--set NAME] [--quick] [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--set NAME] [--quick]
+    [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads."""
 import argparse
@@ -9,7 +10,8 @@ from benchmarks import conv, fc, kernel, lstm, plan
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm"], help="what to benchmark")
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm"],
+                        help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")

@@ -47,7 +47,9 @@ ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h"))
 ffibuilder.set_source(
     "brgemm._brgemm_cpu",
     '#include "brgemm_cpu.h"',
-    sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "epilogue", "epilogue_avx2", "plan", "layout", "peak", "timing")],  # relative: setuptools refuses absolute
+    # relative paths: setuptools refuses absolute ones
+    sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "epilogue", "epilogue_avx2",
+                                                  "plan", "layout", "peak", "timing")],
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],

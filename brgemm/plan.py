@@ -351,9 +351,10 @@ class Plan:
 
     def _describe(self):
         """The brgemm_cpu_plan struct; it points into this object's arrays."""
-        ffi, lib = self._cpu.ffi, self._cpu.lib
-        assert ffi.sizeof("brgemm_plan_call") == _CALL.itemsize
-        assert ffi.sizeof("brgemm_plan_op") == _OP.itemsize
+        ffi = self._cpu.ffi
+        for ctype, dt in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):
+            if ffi.sizeof(ctype) != dt.itemsize:  # the NumPy records must be the C structs
+                raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, {dt.itemsize} here")
         keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in self.kernels] or [ffi.NULL])]
 
         def buf(ctype, arr):

@@ -42,7 +42,7 @@ import pkgutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from brgemm.config import PASSES, ConfigError, write_config
