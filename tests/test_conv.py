@@ -105,3 +105,28 @@ class TestBadInput:
             conv.backward(np.ones((1, 4, 6, 6)), self.x, self.w)
         with pytest.raises(ValueError, match="^backend"):
             conv.forward(self.x, self.w, backend="tpu")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_conv2d_layer(rng, dtype):
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    layer = conv.Conv2d(5, 12, (3, 2), stride=(2, 1), padding=1, dtype=dtype, rng=rng)
+    x = rng.standard_normal((2, 5, 9, 7)).astype(npdt)
+    for _ in range(2):  # the second pass reuses plans and blocked weights
+        y = layer.forward(x)
+        dy = rng.standard_normal(y.shape).astype(npdt)
+        dx = layer.backward(dy)
+    w = layer.weight.astype(npdt)
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    for name, got, want, mag in zip(("y", "dx", "dw"), (y, dx, layer.grad_weight),
+                                    reference(x, w, dy, (2, 1), 1),
+                                    magnitude(x, w, dy, (2, 1), 1)):
+        err = np.abs(np.asarray(got, np.float64) - want)
+        assert np.all(err <= rel * (mag + 1e-3)), name
+    before = layer.weight.copy()
+    layer.step(0.1)
+    np.testing.assert_allclose(layer.weight, before - 0.1 * layer.grad_weight, rtol=1e-6)
+    with pytest.raises(ValueError, match="^dy: expected the forward's output shape"):
+        layer.backward(np.ones((1, 12, 5, 8), np.float32))
+    with pytest.raises(ValueError, match="^kernel_size"):
+        conv.Conv2d(3, 4, 0)
