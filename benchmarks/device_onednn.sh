@@ -23,6 +23,6 @@ for what in $parts; do
       ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run $what --dtype bf16 2>&1 | tee $out/${what}_bf16_isa.txt
       run $what --dtype bf16 --quick 2>&1 | tee $out/${what}_bf16_amx.txt ;;
     lstm)
-      run lstm --quick 2>&1 | tee $out/lstm_f32.txt ;;
+      run lstm 2>&1 | tee $out/lstm_f32.txt ;;
   esac
 done
