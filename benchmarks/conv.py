@@ -38,21 +38,25 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
         w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
         g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
         dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+        upd = conv.update_inputs(x, dy, g, dtype)
         t = dict(x=conv.block_x(x, g, dtype), w=conv.block_w(w, g, dtype),
                  wt=conv.block_w(w, g, dtype, transposed=True),
                  dyp=conv.block_y(dy, g, dtype, bordered=True),
-                 dyt=conv.block_y(dy, g, dtype, pixels_last=True),
                  y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
                  dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
-                 dw=brgemm.aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32))
+                 dw=conv.update_output(g))
         flops = 2.0 * N * K * g.P * g.Q * C * R * S
         for p in passes:
             plan = conv.plan(g, p, dtype)
-            args = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "x", "dw")}[p]
+            args = {"fwd": dict(x=t["x"], w=t["w"], y=t["y"]),
+                    "bwd": dict(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
+                    "upd": dict(dw=t["dw"], **upd)}[p]
+
             def ours():  # the update's shares are summed as part of it
-                plan.run(**{a: t[a] for a in args})
+                plan.run(**args)
                 if p == "upd" and g.splits > 1:
                     t["dw"][0] = t["dw"].sum(axis=0)
+
             try:
                 job = Job.conv(p, N, C, K, H, W, R, S, (st, st), (pd, pd), x=x if p != "bwd" else None,
                                w=w if p != "upd" else None, dy=dy if p != "fwd" else None,
@@ -64,7 +68,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
             job.run()
             got = {"fwd": lambda: conv.unblock_y(t["y"], g, np.float32),
                    "bwd": lambda: conv.unblock_x(t["dx"], g, np.float32),
-                   "upd": lambda: conv.unblock_dw(t["dw"][0], g, np.float32)}[p]()
+                   "upd": lambda: conv.unblock_dw(t["dw"][:1], g, np.float32)}[p]()
             theirs = job.result()
             err = np.abs(got - theirs).max() / (np.abs(theirs).max() + 1e-30)
             if err > (1e-4 if dtype == "f32" else 2e-2):

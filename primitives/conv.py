@@ -143,6 +143,35 @@ def update_nest(ex, loops, g, dtype):
                     "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
 
 
+def update_narrow_nest(ex, loops, g, dtype):
+    """The weight update for layers with few input channels (bc < 16, e.g. the
+    RGB input layer): there the tile above would have the channels as its
+    vector dimension, so this computes dw^T[j][k][c][r][s] (bc x bk) = sum of
+    x^T (bc x pixels) @ dy (pixels x bk), with x read from xs, a copy whose
+    pixels are innermost and split by phase modulo the stride (so a tap's
+    strided pixels are contiguous), and dy from its plain blocked layout."""
+    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
+    share = -(-len(rows) // g.splits)
+    Ws = nblocks(g.Wp, g.sw)
+    for phase, task, at in loops.walk():
+        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
+        mine = rows[j * share:(j + 1) * share]
+        ex.at(phase, task)
+        for q0 in range(0, g.Q, g.bq):
+            m = min(g.bq, g.Q - q0)
+            ex.gemm(P.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
+                            beta=0.0 if q0 == 0 else 1.0),
+                    "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
+                           + q0 + s // g.sw for n, p in mine],
+                    "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p in mine],
+                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+
+
+def narrow(g):
+    """Few input channels: the weight update takes update_narrow_nest."""
+    return g.bc < 16
+
+
 def _loops(g, pass_):
     if pass_ == "fwd":
         loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, g.P, 1),
@@ -163,11 +192,27 @@ _TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "
 
 def plan(g, pass_, dtype="f32"):
     def record():
-        a, b, c = _TENSORS[pass_]
+        nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
+        if pass_ == "upd" and narrow(g):
+            nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
         rec = P.Recorder({a: dtype, b: dtype, c: "f32"})
-        _NESTS[pass_](rec, _loops(g, pass_), g, dtype)
+        nest(rec, _loops(g, pass_), g, dtype)
         return rec.finish()
     return _plans.get((g, pass_, dtype), record)
+
+
+def update_inputs(x, dy, g, dtype):
+    """The weight update's inputs from NCHW x and dy: {"dyt", "x"} or, for
+    narrow layers, {"xs", "dyb"}."""
+    if narrow(g):
+        return dict(xs=block_xs(x, g, dtype), dyb=block_y(dy, g, dtype))
+    return dict(dyt=block_y(dy, g, dtype, pixels_last=True), x=block_x(x, g, dtype))
+
+
+def update_output(g):
+    """The buffer the weight update writes: shares x weight tiles."""
+    tile = (g.bc, g.bk) if narrow(g) else (g.bk, g.bc)
+    return aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S) + tile, np.float32)
 
 
 # ---------------------------------------------------------------- layouts
@@ -218,9 +263,23 @@ def block_w(w, g, dtype, transposed=False):
 
 
 def unblock_dw(t, g, dtype):
-    """dw [Kb][Cb][R][S][bk][bc] -> [K, C, R, S]."""
-    full = t.transpose(0, 4, 1, 5, 2, 3).reshape(g.Kb * g.bk, g.Cb * g.bc, g.R, g.S)
+    """The update's output (shares summed) [Kb][Cb][R][S][bk][bc], or [..][bc][bk]
+    for narrow layers, -> [K, C, R, S]."""
+    order = (0, 5, 1, 4, 2, 3) if narrow(g) else (0, 4, 1, 5, 2, 3)
+    full = t.sum(axis=0).transpose(order).reshape(g.Kb * g.bk, g.Cb * g.bc, g.R, g.S)
     return np.array(full[:g.K, :g.C], dtype=dtype)
+
+
+def block_xs(x, g, dtype):
+    """[N, C, H, W] -> xs [N][Cb][Hp][sw][bc][ceil(Wp/sw)]: padded x with pixels
+    innermost, split by phase modulo the stride (update_narrow_nest reads it)."""
+    Ws = nblocks(g.Wp, g.sw)
+    full = np.zeros((g.N, g.Cb * g.bc, g.Hp, Ws * g.sw), dtypes.NUMPY[dtype])
+    full[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W] = x
+    t = full.reshape(g.N, g.Cb, g.bc, g.Hp, Ws, g.sw)
+    res = aligned_empty((g.N, g.Cb, g.Hp, g.sw, g.bc, Ws), full.dtype)
+    res[...] = t.transpose(0, 1, 3, 5, 2, 4)
+    return res
 
 
 # ---------------------------------------------------------------- functional API
@@ -282,10 +341,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
     plan(g, "bwd", dtype).run(dyp=block_y(dy, g, dtype, bordered=True),
                               wt=block_w(w, g, dtype, transposed=True), dx=dx)
-    dw = aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32)
-    plan(g, "upd", dtype).run(dyt=block_y(dy, g, dtype, pixels_last=True),
-                              x=block_x(x, g, dtype), dw=dw)
-    return unblock_x(dx, g, x.dtype), unblock_dw(dw.sum(axis=0), g, x.dtype)
+    dw = update_output(g)
+    plan(g, "upd", dtype).run(dw=dw, **update_inputs(x, dy, g, dtype))
+    return unblock_x(dx, g, x.dtype), unblock_dw(dw, g, x.dtype)
 
 
 # ---------------------------------------------------------------- the layer
@@ -337,21 +395,22 @@ class Conv2d:
         self.plans["fwd"].run(x=x, w=self.w, y=self.y)
         return self.y
 
-    def backward_blocked(self, dyp, dyt):
-        """dy twice (bordered for backward-data, pixels-last for the update, see
-        block_y) -> dx blocked like x (interior only); sets grad_weight."""
+    def backward_blocked(self, dyp, update_inputs):
+        """dy bordered for backward-data (block_y) and the update's inputs
+        (update_inputs()) -> dx blocked like x (interior only); sets grad_weight."""
         g = self.g
         dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
         self.plans["bwd"].run(dyp=dyp, wt=self.wt, dx=dx)
-        dw = aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S, g.bk, g.bc), np.float32)
-        self.plans["upd"].run(dyt=dyt, x=self.x, dw=dw)
-        self.grad_weight = unblock_dw(dw.sum(axis=0), g, np.float32)
+        dw = update_output(g)
+        self.plans["upd"].run(dw=dw, **update_inputs)
+        self.grad_weight = unblock_dw(dw, g, np.float32)
         return dx
 
     def forward(self, x):
         """x [N, C, H, W] -> y [N, K, P, Q] in x's dtype."""
         _check(x, self.weight, self.dtype, self.stride, self.padding)  # f32 weights fit either dtype
         g = self.prepare(x.shape[0], x.shape[2], x.shape[3])
+        self.x_nchw = x  # the update re-blocks it (narrow layers need another layout)
         return unblock_y(self.forward_blocked(block_x(x, g, self.dtype)), g, x.dtype)
 
     def backward(self, dy):
@@ -362,7 +421,7 @@ class Conv2d:
                              f"{(g.N, g.K, g.P, g.Q) if g else '(call forward first)'}, got "
                              f"{getattr(dy, 'shape', type(dy).__name__)}")
         dx = self.backward_blocked(block_y(dy, g, self.dtype, bordered=True),
-                                   block_y(dy, g, self.dtype, pixels_last=True))
+                                   update_inputs(self.x_nchw, dy, g, self.dtype))
         return unblock_x(dx, g, dy.dtype)
 
     def step(self, lr):
