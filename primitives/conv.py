@@ -428,3 +428,62 @@ class Conv2d:
         """Plain SGD on the f32 weights, then re-block them."""
         self.weight -= np.float32(lr) * self.grad_weight
         self.load_weights()
+
+
+# ---------------------------------------------------------------- tuning
+
+def search(pass_, shape, threads=None):
+    """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
+    shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
+    all three passes share; bwd and upd tune their loop order (upd: its tiles)."""
+    import itertools
+    import time as _time
+
+    from brgemm.tuning import Search
+    if pass_ not in SCHEMA:
+        raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
+    s = shape
+    dims = (s["N"], s["C"], s["K"], s["H"], s["W"], s["R"], s["S"])
+    stride, padding = (s["sh"], s["sw"]), (s["ph"], s["pw"])
+    Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
+    if pass_ == "fwd":
+        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq)
+                 for sp, bc, bk, bq in itertools.product(("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64),
+                                                         (32, 64), (7, 14, 28, 56))
+                 if bq <= max(Q, 7)]
+    elif pass_ == "bwd":
+        cands = [dict(spec=sp) for sp in ("NChu", "CNhu", "NCHu", "nCHu")]
+    else:
+        cands = [dict(spec=sp, tiles=t) for sp, t in itertools.product(("KCRSJ", "CKRSJ"),
+                                                                       (4, 8, 16, 32))]
+    rng = np.random.default_rng()
+    x = rng.standard_normal((s["N"], s["C"], s["H"], s["W"])).astype(np.float32)
+    w = rng.standard_normal((s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
+
+    def cost(cfg):
+        # a model of the obvious: wide channel blocks and long pixel rows per call run
+        # best; deeper structure is left to the timings
+        full = {**settings("conv", "fwd", shape, SCHEMA["fwd"]), **cfg} if pass_ == "fwd" else \
+            settings("conv", "fwd", shape, SCHEMA["fwd"])
+        return 1.0 / (min(full["bk"], 64) * min(full["bc"], 64) * min(full["bq"], Q))
+
+    def time(cfg, threads_):
+        g = geometry(*dims, stride, padding, config={pass_: cfg})
+        dy = rng.standard_normal((g.N, g.K, g.P, g.Q)).astype(np.float32)
+        t = {"fwd": dict(x=block_x(x, g, "f32"), w=block_w(w, g, "f32"),
+                         y=aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)),
+             "bwd": dict(dyp=block_y(dy, g, "f32", bordered=True),
+                         wt=block_w(w, g, "f32", transposed=True),
+                         dx=aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)),
+             "upd": dict(dw=update_output(g), **update_inputs(x, dy, g, "f32"))}[pass_]
+        p = plan(g, pass_, "f32")
+        p.run(threads=threads_, **t)
+        best = float("inf")
+        for _ in range(3):
+            t0 = _time.perf_counter()
+            p.run(threads=threads_, **t)
+            best = min(best, _time.perf_counter() - t0)
+        return best
+
+    return Search("conv", pass_, dict(shape), settings("conv", pass_, shape, SCHEMA[pass_]),
+                  cands, cost, time)

@@ -124,3 +124,36 @@ def test_cli_progress_and_quiet(tmp_path):
     for word in ("default", "best", "speedup", "timed", f"wrote {out}"):
         assert word in quiet.stdout
     assert settings("gemm", "fwd", SHAPE, gemm.SCHEMA, config=out)   # still loads
+
+
+@pytest.mark.parametrize("primitive,shape", [
+    ("fc", {"N": 40, "C": 70, "K": 50}),
+    ("conv", {"N": 1, "C": 3, "K": 8, "H": 9, "W": 9, "R": 3, "S": 3, "sh": 2, "sw": 2,
+              "ph": 1, "pw": 1}),
+])
+def test_fc_and_conv_are_tunable(tmp_path, primitive, shape):
+    """Every candidate of every pass records a plan; a short run writes a config
+    that the primitive then computes correctly with."""
+    import importlib
+    mod = importlib.import_module(f"primitives.{primitive}")
+    for pass_ in ("fwd", "bwd", "upd"):
+        search = mod.search(pass_, shape)
+        assert search.candidates and search.default
+        for cfg in search.candidates[:12]:
+            assert search.time(cfg, 1) > 0
+    out = tmp_path / "tuned.toml"
+    tune(primitive, "fwd", shape, 2.0, out=str(out), progress=None)
+    rng = np.random.default_rng()
+    if primitive == "fc":
+        x = rng.standard_normal((shape["N"], shape["C"])).astype(np.float32)
+        w = rng.standard_normal((shape["K"], shape["C"])).astype(np.float32)
+        got, want = mod.forward(x, w, config=str(out)), x.astype(np.float64) @ w.T
+    else:
+        import torch
+        x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+        w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+        got = mod.forward(x, w, 2, 1, config=str(out))
+        want = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64),
+                                          torch.tensor(w, dtype=torch.float64), stride=2,
+                                          padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
