@@ -468,7 +468,10 @@ def search(pass_, shape, threads=None):
         return 1.0 / (min(full["bk"], 64) * min(full["bc"], 64) * min(full["bq"], Q))
 
     def time(cfg, threads_):
-        g = geometry(*dims, stride, padding, config={pass_: cfg})
+        # the other passes as configured (BRGEMM_CONFIG included): bwd and upd are
+        # tuned on the blocking that a tuned fwd chose
+        others = {p: settings("conv", p, shape, SCHEMA[p]) for p in SCHEMA if p != pass_}
+        g = geometry(*dims, stride, padding, config={**others, pass_: cfg})
         dy = rng.standard_normal((g.N, g.K, g.P, g.Q)).astype(np.float32)
         t = {"fwd": dict(x=block_x(x, g, "f32"), w=block_w(w, g, "f32"),
                          y=aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)),

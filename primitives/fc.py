@@ -542,7 +542,10 @@ def search(pass_, shape, threads=None):
         return 2.0 * N * C * K / (eff * 50e9) / min(par, 2) * (1 + 0.1 * (cfg["chunk"] < 16))
 
     def time(cfg, threads_):
-        lin = Linear(C, K, config={pass_: cfg}, rng=rng)
+        # the other passes as configured (BRGEMM_CONFIG included): bwd and upd are
+        # tuned on the blocking that a tuned fwd chose
+        others = {p: settings("fc", p, shape, SCHEMA[p]) for p in SCHEMA if p != pass_}
+        lin = Linear(C, K, config={**others, pass_: cfg}, rng=rng)
         g = lin.prepare(N)
         xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
         lin.forward_blocked(xb)
