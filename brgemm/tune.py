@@ -148,9 +148,9 @@ def get_search(name: str, pass_: str, shape: Mapping[str, int]):
     mod = load_primitive(name)
     if pass_ not in PASSES:
         raise TuneError("pass", f"{pass_!r} is not one of {', '.join(PASSES)}")
-    for k, v in shape.items():
-        if not k.isidentifier() or isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise TuneError("shape", f"{k}={v!r}: expected a name = a positive int")
+    for k, v in shape.items():  # ranges are the primitive's to check (padding may be 0)
+        if not k.isidentifier() or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise TuneError("shape", f"{k}={v!r}: expected a name = a non-negative int")
     seen = _ReadShape(shape)
     try:
         search = mod.search(pass_, seen)
@@ -363,8 +363,8 @@ def parse_shape(text: str) -> dict[str, int]:
         if not (eq and name.isidentifier()):
             raise argparse.ArgumentTypeError(
                 f"{item!r} is not NAME=VALUE (expected e.g. M=256,N=256,K=256)")
-        if not (value.isascii() and value.isdigit() and int(value) > 0):
-            raise argparse.ArgumentTypeError(f"{item!r}: {value!r} is not a positive int "
+        if not (value.isascii() and value.isdigit()):
+            raise argparse.ArgumentTypeError(f"{item!r}: {value!r} is not a non-negative int "
                                              "(expected e.g. M=256,N=256,K=256)")
         if name in out:
             raise argparse.ArgumentTypeError(f"{name} given twice")

@@ -443,6 +443,9 @@ def search(pass_, shape, threads=None):
     if pass_ not in SCHEMA:
         raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
     s = shape
+    for name in ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw"):
+        if s[name] < (0 if name in ("ph", "pw") else 1):
+            raise ValueError(f"shape: {name} = {s[name]} is out of range")
     dims = (s["N"], s["C"], s["K"], s["H"], s["W"], s["R"], s["S"])
     stride, padding = (s["sh"], s["sw"]), (s["ph"], s["pw"])
     Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1

@@ -516,6 +516,9 @@ def search(pass_, shape, threads=None):
     if pass_ not in SCHEMA:
         raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
     N, C, K = shape["N"], shape["C"], shape["K"]
+    for name in ("N", "C", "K"):
+        if shape[name] < 1:
+            raise ValueError(f"shape: {name} = {shape[name]} must be at least 1")
     specs = {"fwd": ["NKc", "KNc", "Nkc", "Knc", "nKc", "kNc"],
              "bwd": ["NCk", "CNk", "Nck", "Cnk", "nCk", "cNk"],
              "upd": ["KCn", "CKn", "Kcn", "Ckn", "kCn", "cKn"]}[pass_]

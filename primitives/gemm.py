@@ -88,6 +88,9 @@ def search(pass_, shape, threads=None):
     if pass_ != "fwd":
         raise ValueError(f"pass: gemm has only 'fwd', got {pass_!r}")
     M, N, K = shape["M"], shape["N"], shape["K"]
+    for name in ("M", "N", "K"):
+        if shape[name] < 1:
+            raise ValueError(f"shape: {name} = {shape[name]} must be at least 1")
     specs = ["IJk", "JIk", "Ijk", "Jik", "iJk", "jIk", "kIJ", "k|IJ"]
     cands = []
     for spec in specs:
