@@ -13,3 +13,16 @@ class Search:
     candidates: list[dict]              # legal configs (each a full set of the pass's keys)
     cost: Callable[[dict], float]       # model estimate, seconds; lower is better
     time: Callable[[dict, int], float]  # measured seconds of one replay with `threads` threads
+
+
+def best_time(run, reps=3):
+    """Seconds of the fastest of `reps` calls of run(), after one warm-up call:
+    what a Search's timer reports for a config."""
+    import time
+    run()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -437,9 +437,8 @@ def search(pass_, shape, threads=None):
     shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
     all three passes share; bwd and upd tune their loop order (upd: its tiles)."""
     import itertools
-    import time as _time
 
-    from brgemm.tuning import Search
+    from brgemm.tuning import Search, best_time
     if pass_ not in SCHEMA:
         raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
     s = shape
@@ -483,13 +482,7 @@ def search(pass_, shape, threads=None):
                          dx=aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)),
              "upd": dict(dw=update_output(g), **update_inputs(x, dy, g, "f32"))}[pass_]
         p = plan(g, pass_, "f32")
-        p.run(threads=threads_, **t)
-        best = float("inf")
-        for _ in range(3):
-            t0 = _time.perf_counter()
-            p.run(threads=threads_, **t)
-            best = min(best, _time.perf_counter() - t0)
-        return best
+        return best_time(lambda: p.run(threads=threads_, **t))
 
     return Search("conv", pass_, dict(shape), settings("conv", pass_, shape, SCHEMA[pass_]),
                   cands, cost, time)

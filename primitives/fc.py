@@ -510,9 +510,8 @@ def search(pass_, shape, threads=None):
     fwd tunes the blocking too (it is the layer's blocking for all passes);
     bwd and upd tune their loop order and reduction chunk on that blocking."""
     import itertools
-    import time as _time
 
-    from brgemm.tuning import Search
+    from brgemm.tuning import Search, best_time
     if pass_ not in SCHEMA:
         raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
     N, C, K = shape["N"], shape["C"], shape["K"]
@@ -558,13 +557,7 @@ def search(pass_, shape, threads=None):
                "bwd": lambda: lin.plans["bwd"].run(threads=threads_, dy=dyb, wt=lin.wt, dx=lin.dx),
                "upd": lambda: lin.plans["upd"].run(threads=threads_, xt=lin.xt, dy=dyb,
                                                    dw=lin.dw)}[pass_]
-        run()
-        best = float("inf")
-        for _ in range(3):
-            t0 = _time.perf_counter()
-            run()
-            best = min(best, _time.perf_counter() - t0)
-        return best
+        return best_time(run)
 
     default = settings("fc", pass_, shape, SCHEMA[pass_])
     return Search("fc", pass_, dict(shape), default, cands, cost, time)

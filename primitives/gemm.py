@@ -84,7 +84,7 @@ def forward(A, B, dtype="f32", config=None, threads=None, eager=False):
 
 def search(pass_, shape, threads=None):
     """Configs the tuner may try for this shape (see brgemm.tuning.Search)."""
-    from brgemm.tuning import Search
+    from brgemm.tuning import Search, best_time
     if pass_ != "fwd":
         raise ValueError(f"pass: gemm has only 'fwd', got {pass_!r}")
     M, N, K = shape["M"], shape["N"], shape["K"]
@@ -114,15 +114,8 @@ def search(pass_, shape, threads=None):
         return 2.0 * M * N * K / (eff * 50e9) * idle + 1e-7 * tasks * -(-K // bk)
 
     def time(cfg, threads_):
-        import time as _t
         p = plan(M, N, K, config={"fwd": cfg})
-        p.run(threads=threads_, **data)
-        best = float("inf")
-        for _ in range(3):
-            t0 = _t.perf_counter()
-            p.run(threads=threads_, **data)
-            best = min(best, _t.perf_counter() - t0)
-        return best
+        return best_time(lambda: p.run(threads=threads_, **data))
 
     default = settings("gemm", "fwd", shape, SCHEMA)
     return Search("gemm", "fwd", dict(shape), default, cands, cost, time)
