@@ -4,7 +4,10 @@ ResNet-50 layers: ours against oneDNN in the same run, same threads.
 Minibatch: one image per thread (the seed paper's per-core minibatch of 1).
 Layer path: tensors already in our blocked layouts and plans cached; only the
 plan replay is timed, as oneDNN is timed on its own 'any' formats with the
-reorders outside. Outputs are checked against oneDNN's before timing."""
+reorders outside. func/ours: the functional forms (conv.forward, and
+conv.backward against the layer's bwd + upd) on NCHW arrays, conversions
+included, relative to the layer path. Outputs are checked against oneDNN's
+before timing."""
 import numpy as np
 
 import brgemm
@@ -29,8 +32,8 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
     reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
-    head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
-            f"{'spread':>8}  oneDNN impl")
+    head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
+            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
@@ -73,10 +76,25 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
             err = np.abs(got - theirs).max() / (np.abs(theirs).max() + 1e-30)
             if err > (1e-4 if dtype == "f32" else 2e-2):
                 raise AssertionError(f"{name} {p}: ours and oneDNN differ by {err:.2e}")
-            (t_ours, t_dnn), spread = interleaved([ours, job.run], reps=reps)
+            # functional forms on NCHW arrays, conversions included; conv.backward does
+            # backward-data and the update, so it is compared with both layer passes
+            upd_plan = conv.plan(g, "upd", dtype)
+            extra = {"fwd": [lambda: conv.forward(x, w, st, pd, dtype=dtype)],
+                     "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
+                             lambda: upd_plan.run(dw=t["dw"], **upd)],
+                     "upd": []}[p]
+            times, spread = interleaved([ours, job.run] + extra, reps=reps)
+            t_ours, t_dnn = times[:2]
+            func_over_ours = None
+            if p == "fwd":
+                func_over_ours = t_ours / times[2]
+            elif p == "bwd":
+                func_over_ours = (t_ours + times[3]) / times[2]
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
-                          threads=threads, impl=job.impl, spread=max(spread))
+                          threads=threads, impl=job.impl, spread=max(spread[:2]),
+                          func_over_ours=func_over_ours)
             rows.append(r)
-            print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}"
+            fo = f"{func_over_ours:>10.2f}" if func_over_ours else f"{'-':>10}"
+            print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
                   f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)
