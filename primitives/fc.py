@@ -372,8 +372,9 @@ class Linear:
         g, ab = self.g, dtypes.NUMPY[self.dtype]
         if g is None:
             return
-        self.w = to_blocks(self.weight.astype(ab), g.bc, g.bk, transpose=True, swap_grid=True)
-        self.wt = to_blocks(self.weight.astype(ab), g.bk, g.bc, swap_grid=True)
+        weight = self.weight.astype(ab, copy=False)
+        self.w = to_blocks(weight, g.bc, g.bk, transpose=True, swap_grid=True)
+        self.wt = to_blocks(weight, g.bk, g.bc, swap_grid=True)
         self.b = np.zeros(g.Kb * g.bk, np.float32)
         if self.bias is not None:
             self.b[:self.K] = self.bias

@@ -5,6 +5,13 @@
 
 #include "brgemm_cpu.h"
 
+/* what to_blocks and from_blocks both require of their arguments */
+static int args_ok(const void* src, const void* dst, int64_t R, int64_t S, int64_t ld,
+                   int transpose, int itemsize, int64_t br, int64_t bs) {
+  return src && dst && R >= 1 && S >= 1 && br >= 1 && bs >= 1 && ld >= (transpose ? R : S) &&
+         (itemsize == 2 || itemsize == 4);
+}
+
 #define TILE_LOOP(T)                                                                         \
   _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nt)")                   \
   for (int64_t rb = 0; rb < Rb; ++rb)                                                        \
@@ -37,8 +44,7 @@
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
                          int swap_grid, int itemsize, int64_t br, int64_t bs, void* dst,
                          int threads) {
-  if (!src || !dst || R < 1 || S < 1 || br < 1 || bs < 1) return BRGEMM_EINVAL;
-  if ((transpose ? ld < R : ld < S) || (itemsize != 2 && itemsize != 4)) return BRGEMM_EINVAL;
+  if (!args_ok(src, dst, R, S, ld, transpose, itemsize, br, bs)) return BRGEMM_EINVAL;
   const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
   const int nt = brgemm_cpu_plan_threads(threads);
   if (itemsize == 4) {
@@ -70,8 +76,7 @@ int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int 
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
                            int swap_grid, int transpose, int itemsize, void* dst, int64_t ld,
                            int threads) {
-  if (!src || !dst || R < 1 || S < 1 || br < 1 || bs < 1) return BRGEMM_EINVAL;
-  if ((transpose ? ld < R : ld < S) || (itemsize != 2 && itemsize != 4)) return BRGEMM_EINVAL;
+  if (!args_ok(src, dst, R, S, ld, transpose, itemsize, br, bs)) return BRGEMM_EINVAL;
   const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
   const int nt = brgemm_cpu_plan_threads(threads);
   if (itemsize == 4) {
