@@ -161,7 +161,7 @@ class Kernel:
             with self._lock:  # JIT once even when threads race here
                 kern = self._native.get(key)
                 if kern is None:
-                    kern = self._impl.CpuKernel(
+                    kern = self._impl.NativeKernel(
                         form=form, dtype_ab=self.dtype, dtype_c=dtype_c, m=self.m, n=self.n,
                         k=self.k, lda=lda, ldb=ldb, ldc=ldc, alpha=self.alpha, beta=self.beta,
                         stride_a=stride_a, stride_b=stride_b)

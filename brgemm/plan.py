@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from brgemm import dtypes
+from brgemm.backend import get as get_backend
+from brgemm.backend import resolve as resolve_backend
 from brgemm.kernel import Kernel
 
 # ---------------------------------------------------------------- descriptions
@@ -314,7 +316,7 @@ class Plan:
     """A recorded loop nest. run(**arrays) binds buffers and replays it natively."""
 
     def __init__(self, rec: Recorder):
-        from brgemm.backend import cpu  # the only replay backend so far
+        from brgemm.backend import cpu  # recording makes the CPU tables; other backends convert them
         self._cpu = cpu
         _check_disjoint_writes(rec)
         self.tensors = dict(rec.tensors)
@@ -348,6 +350,8 @@ class Plan:
         self.task_begin = np.array(task_begin, np.int64)
         self.phase_begin = np.array(phase_begin, np.int64)
         self._native = self._describe()
+        self._replays = {}  # other backends' replays, by name
+        self._replay_lock = threading.Lock()
 
     def _describe(self):
         """The brgemm_cpu_plan struct; it points into this object's arrays."""
@@ -375,7 +379,10 @@ class Plan:
         return desc
 
     # -- binding and running --
-    def _bind(self, arrays):
+    def _check(self, arrays, device_type=None):
+        """Every tensor present, of the right dtype and size, flat, writable where
+        written, and no written tensor overlapping another. device_type: the
+        backend's device-resident array class, accepted in place of NumPy."""
         missing = set(self.tensors) - set(arrays)
         if missing:
             raise ValueError(f"{sorted(missing)[0]}: the plan needs it (tensors: "
@@ -384,35 +391,67 @@ class Plan:
         if extra:
             raise ValueError(f"{sorted(extra)[0]}: not a tensor of this plan "
                              f"(tensors: {', '.join(self.tensors)})")
-        ptrs = []
         for name, want in self.tensors.items():
             x = arrays[name]
-            if not isinstance(x, np.ndarray):
-                raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+            resident = device_type is not None and isinstance(x, device_type)
+            if not resident and not isinstance(x, np.ndarray):
+                where = f" or {device_type.__name__}" if device_type is not None else ""
+                raise TypeError(f"{name}: expected a numpy.ndarray{where}, got {type(x).__name__}")
             if x.dtype != dtypes.NUMPY[want]:
                 raise TypeError(f"{name}: expected dtype {want} ({dtypes.NUMPY[want]}), "
                                 f"got {x.dtype}")
-            if not x.flags.c_contiguous:
-                raise ValueError(f"{name}: a plan reads tensors as flat buffers; pass "
-                                 f"np.ascontiguousarray({name})")
             if x.size < self.extent[name]:
                 raise ValueError(f"{name}: the plan touches {self.extent[name]} elements, "
                                  f"the array has {x.size}")
+            if resident:
+                continue
+            if not x.flags.c_contiguous:
+                raise ValueError(f"{name}: a plan reads tensors as flat buffers; pass "
+                                 f"np.ascontiguousarray({name})")
             if name in self.written and not x.flags.writeable:
                 raise ValueError(f"{name}: is read-only; the plan writes it")
-            ptrs.append(self._cpu.address(x))
         for w in self.written:
             for name in self.tensors:
-                if name != w and np.may_share_memory(arrays[w], arrays[name]) and \
-                        np.shares_memory(arrays[w], arrays[name], max_work=10**5):
+                if name == w:
+                    continue
+                a, b = arrays[w], arrays[name]
+                if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+                    shared = np.may_share_memory(a, b) and np.shares_memory(a, b, max_work=10**5)
+                else:
+                    shared = a is b
+                if shared:
                     raise ValueError(f"{w}: overlaps {name}; the plan writes {w}")
+
+    def _bind(self, arrays):
+        self._check(arrays)
+        ptrs = [self._cpu.address(arrays[name]) for name in self.tensors]
         return self._cpu.ffi.new("void *[]", ptrs or [self._cpu.ffi.NULL])
 
-    def run(self, threads=None, **arrays):
-        """Replay with `threads` OpenMP threads (default: OMP_NUM_THREADS, else all cores)."""
+    def run(self, threads=None, backend=None, **arrays):
+        """Replay on `backend` (default: BRGEMM_BACKEND, else "cpu"). On the CPU,
+        with `threads` OpenMP threads (default: OMP_NUM_THREADS, else all cores);
+        elsewhere the device schedules the tasks and `threads` must be None."""
+        name = resolve_backend(backend)
+        if name != "cpu":
+            if threads is not None:
+                raise ValueError(f"threads: the {name!r} backend schedules its own work; "
+                                 f"pass threads=None")
+            replay = self._replay(name)
+            self._check(arrays, replay.device_array)
+            return replay.run(arrays)
         tensors = self._bind(arrays)
         self._cpu.check(self._cpu.lib.brgemm_cpu_plan_run(self._native, tensors,
                                                           _threads(threads)), "Plan.run")
+
+    def _replay(self, name):
+        """The backend's replay of this plan, made on first use (tables uploaded once)."""
+        replay = self._replays.get(name)
+        if replay is None:
+            with self._replay_lock:
+                replay = self._replays.get(name)
+                if replay is None:
+                    replay = self._replays[name] = get_backend(name).PlanReplay(self)
+        return replay
 
     def time_bare(self, reps=1, **arrays):
         """Seconds for `reps` passes over the calls from a plain C loop, one thread,

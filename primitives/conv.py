@@ -26,6 +26,7 @@ from brgemm import plan as P
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
+from primitives._args import backend_name, positive
 from primitives._config import settings
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int},
@@ -318,20 +319,18 @@ def _check(x, w, dtype, stride, padding):
 
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
     """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q]."""
-    from primitives.fc import _check_backend
     dims, stride, padding = _check(x, w, dtype, stride, padding)
-    _check_backend(backend)
+    backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config)
     y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
-    plan(g, "fwd", dtype).run(x=block_x(x, g, dtype), w=block_w(w, g, dtype), y=y)
+    plan(g, "fwd", dtype).run(backend=backend, x=block_x(x, g, dtype), w=block_w(w, g, dtype), y=y)
     return unblock_y(y, g, x.dtype)
 
 
 def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
     """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]."""
-    from primitives.fc import _check_backend
     dims, stride, padding = _check(x, w, dtype, stride, padding)
-    _check_backend(backend)
+    backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config)
     if not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
         raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got "
@@ -339,10 +338,10 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-    plan(g, "bwd", dtype).run(dyp=block_y(dy, g, dtype, bordered=True),
+    plan(g, "bwd", dtype).run(backend=backend, dyp=block_y(dy, g, dtype, bordered=True),
                               wt=block_w(w, g, dtype, transposed=True), dx=dx)
     dw = update_output(g)
-    plan(g, "upd", dtype).run(dw=dw, **update_inputs(x, dy, g, dtype))
+    plan(g, "upd", dtype).run(backend=backend, dw=dw, **update_inputs(x, dy, g, dtype))
     return unblock_x(dx, g, x.dtype), unblock_dw(dw, g, x.dtype)
 
 
@@ -358,9 +357,8 @@ class Conv2d:
 
     def __init__(self, C, K, kernel_size, stride=1, padding=0, dtype="f32", backend=None,
                  config=None, rng=None):
-        from primitives.fc import _check_backend, _positive
-        _check_backend(backend)
-        self.C, self.K = _positive(C, "C"), _positive(K, "K")
+        self.backend = backend_name(backend)
+        self.C, self.K = positive(C, "C"), positive(K, "K")
         self.R, self.S = _pair(kernel_size, "kernel_size", 1)
         self.stride, self.padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
         self.dtype, self.config = dtypes.check_name(dtype), config
@@ -392,7 +390,7 @@ class Conv2d:
         g = self.g
         self.x = x
         self.y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
-        self.plans["fwd"].run(x=x, w=self.w, y=self.y)
+        self.plans["fwd"].run(backend=self.backend, x=x, w=self.w, y=self.y)
         return self.y
 
     def backward_blocked(self, dyp, update_inputs):
@@ -400,9 +398,9 @@ class Conv2d:
         (update_inputs()) -> dx blocked like x (interior only); sets grad_weight."""
         g = self.g
         dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-        self.plans["bwd"].run(dyp=dyp, wt=self.wt, dx=dx)
+        self.plans["bwd"].run(backend=self.backend, dyp=dyp, wt=self.wt, dx=dx)
         dw = update_output(g)
-        self.plans["upd"].run(dw=dw, **update_inputs)
+        self.plans["upd"].run(backend=self.backend, dw=dw, **update_inputs)
         self.grad_weight = unblock_dw(dw, g, np.float32)
         return dx
 

@@ -23,6 +23,7 @@ from brgemm import plan as P
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
+from primitives._args import backend_name, positive
 from primitives._config import settings
 
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int},
@@ -254,16 +255,10 @@ def _dtype_of(dtype, *arrays, names):
     return arrays[0].dtype
 
 
-def _check_backend(backend):
-    from brgemm.backend import resolve
-    if resolve(backend) != "cpu":
-        raise ValueError(f"backend: fc runs on 'cpu' only so far, got {backend!r}")
-
-
 def forward(x, w, b=None, dtype="f32", backend=None, config=None):
     """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K]."""
     out_dtype = _dtype_of(dtype, x, w, names=("x", "w"))
-    _check_backend(backend)
+    backend = backend_name(backend)
     (N, C), K = x.shape, w.shape[0]
     if w.shape[1] != C:
         raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
@@ -277,7 +272,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
     ab = dtypes.NUMPY[dtype]
     yt = _buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32)
     plain_plan(g, "fwd", dtype).run(
-        w=np.ascontiguousarray(w, dtype=ab),
+        backend=backend, w=np.ascontiguousarray(w, dtype=ab),
         xt=to_blocks(x.astype(ab, copy=False), g.bc, g.bn, transpose=True,
                      out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)), yt=yt)
     y = from_blocks(yt, K, N, transpose=True)
@@ -289,7 +284,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
 def backward(dy, x, w, dtype="f32", backend=None, config=None):
     """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]."""
     out_dtype = _dtype_of(dtype, dy, x, w, names=("dy", "x", "w"))
-    _check_backend(backend)
+    backend = backend_name(backend)
     (N, C), K = x.shape, w.shape[0]
     if w.shape[1] != C:
         raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
@@ -302,10 +297,10 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
     t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
                                    out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)),
              dx=_buffer("dx", (g.Nb, g.Cb, g.bn, g.bc), np.float32))
-    plan(g, "bwd", dtype).run(**t)
+    plan(g, "bwd", dtype).run(backend=backend, **t)
     dw = np.empty((K, C), np.float32)
     plain_plan(g, "upd", dtype).run(
-        dyt=to_blocks(dy.astype(ab, copy=False), g.bk, g.bn, transpose=True,
+        backend=backend, dyt=to_blocks(dy.astype(ab, copy=False), g.bk, g.bn, transpose=True,
                       out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)),
         x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,
                     out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)), dw=dw)
@@ -336,8 +331,8 @@ class Linear:
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of relu, sigmoid, tanh, none, "
                              f"got {activation!r}")
-        _check_backend(backend)
-        self.C, self.K = _positive(C, "C"), _positive(K, "K")
+        self.backend = backend_name(backend)
+        self.C, self.K = positive(C, "C"), positive(K, "K")
         self.dtype, self.activation = dtypes.check_name(dtype), activation
         self.config, self.blocks = config, blocks
         rng = rng or np.random.default_rng()
@@ -387,7 +382,7 @@ class Linear:
             t["b"] = self.b
         if self.y16 is not None:
             t["y16"] = self.y16
-        self.plans["fwd"].run(**t)
+        self.plans["fwd"].run(backend=self.backend, **t)
         self.x = x
         return self.y16 if self.y16 is not None else self.y
 
@@ -396,13 +391,13 @@ class Linear:
         t = dict(dy=dz, wt=self.wt, dx=self.dx)
         if self.dx16 is not None:
             t["dx16"] = self.dx16
-        self.plans["bwd"].run(**t)
+        self.plans["bwd"].run(backend=self.backend, **t)
         return self.dx16 if self.dx16 is not None else self.dx
 
     def update_blocked(self, dz):
         """dW^T tiles into self.dw and db from dz; needs the forward's x."""
         transpose_blocks(self.x, out=self.xt)  # [Cb][Nb][bc][bn]: x^T tiles
-        self.plans["upd"].run(xt=self.xt, dy=dz, dw=self.dw)
+        self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dz, dw=self.dw)
         if self.bias is not None:
             self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
 
@@ -496,12 +491,6 @@ class MLP:
     def step(self, lr):
         for layer in self.layers:
             layer.step(lr)
-
-
-def _positive(v, name):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{name}: expected a positive int, got {v!r}")
-    return int(v)
 
 
 # ---------------------------------------------------------------- tuning

@@ -28,6 +28,7 @@ from brgemm import plan as P
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
+from primitives._args import backend_name, positive
 from primitives import fc
 from primitives._config import settings
 
@@ -160,8 +161,9 @@ class LSTM:
     Weights are f32 (`w_ih` [4K, C], `w_hh` [4K, K], `b` [4K]); with dtype
     "bf16" the GEMM operands are bf16 and accumulation and the cell are f32."""
 
-    def __init__(self, C, K, dtype="f32", config=None, rng=None):
-        self.C, self.K = fc._positive(C, "C"), fc._positive(K, "K")
+    def __init__(self, C, K, dtype="f32", backend=None, config=None, rng=None):
+        self.backend = backend_name(backend)
+        self.C, self.K = positive(C, "C"), positive(K, "K")
         self.dtype, self.config = dtypes.check_name(dtype), config
         rng = rng or np.random.default_rng()
         bound = 1 / np.sqrt(K)  # torch.nn.LSTM's initialisation
@@ -213,11 +215,11 @@ class LSTM:
         to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
-        self.plans["proj"].run(x=self.xb, w=self.wx, y=self.G, b=self.bp)
+        self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G, b=self.bp)
         t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
         if self.h16 is not None:
             t["h16"] = self.h16
-        self.plans["rec"].run(**t)
+        self.plans["rec"].run(backend=self.backend, **t)
         y = self._steps_from_blocks(self.h[1:], self.K)
         return (y.astype(x.dtype), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
@@ -255,8 +257,8 @@ class LSTM:
         if self.dtype == "f32":  # the whole recurrence as one plan, the cell fused
             dhr = np.ascontiguousarray(dh)
             dc = np.ascontiguousarray(dc)
-            backward_plan(g).run(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dhr, wht=self.wh_t)
-            self.plans["dh"].run(dy=dG[:g.Nb], wt=self.wh_t, dx=dh_rec)
+            backward_plan(g).run(backend=self.backend, dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dhr, wht=self.wh_t)
+            self.plans["dh"].run(backend=self.backend, dy=dG[:g.Nb], wt=self.wh_t, dx=dh_rec)
             dh = dh_rec
         else:
             dh, dc = self._bptt_numpy(dyb, dh, dc, dG, dh_rec)
@@ -281,22 +283,22 @@ class LSTM:
             dG5[t, :, 2] = dc * i * (1 - gg * gg)
             dG5[t, :, 3] = dh * tc * o * (1 - o)
             dc = dc * f
-            self.plans["dh"].run(dy=dG[t * g.Nb:(t + 1) * g.Nb], wt=self.wh_t, dx=dh_rec)
+            self.plans["dh"].run(backend=self.backend, dy=dG[t * g.Nb:(t + 1) * g.Nb], wt=self.wh_t, dx=dh_rec)
             dh = dh_rec.copy()
         return dh, dc
 
     def _dx(self, dG, g):
         dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)
-        self.plans["dx"].run(dy=dG, wt=self.wx_t, dx=dxb)
+        self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.wx_t, dx=dxb)
         return dxb
 
     def _weight_grads(self, dG, g):
         dwx = aligned_empty((4 * g.Kb, g.Cb, g.bc, g.bk), np.float32)
-        self.plans["dwx"].run(xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
+        self.plans["dwx"].run(backend=self.backend, xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
         dwh = aligned_empty((4 * g.Kb, g.Kb, g.bk, g.bk), np.float32)
-        self.plans["dwh"].run(xt=transpose_blocks(hprev), dy=dG, dw=dwh)
+        self.plans["dwh"].run(backend=self.backend, xt=transpose_blocks(hprev), dy=dG, dw=dwh)
         self.grad_w_ih = _gate_unpadded(from_blocks(dwx, self.C, 4 * g.Kp, transpose=True,
                                                     swap_grid=True), g)
         self.grad_w_hh = _gate_unpadded(from_blocks(dwh, g.Kp, 4 * g.Kp, transpose=True,
@@ -330,7 +332,6 @@ def _state(s, N, K, name, dtype):
 
 
 def _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config):
-    fc._check_backend(backend)
     for a, name in ((w_ih, "w_ih"), (w_hh, "w_hh"), (b, "b")):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
@@ -343,7 +344,7 @@ def _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config):
     if b.shape != (4 * K,):
         raise ValueError(f"b: expected shape ({4 * K},), got {b.shape}")
     T, N = _check_x(x, C, dtype)
-    layer = LSTM(C, K, dtype=dtype, config=config)
+    layer = LSTM(C, K, dtype=dtype, backend=backend, config=config)
     layer.w_ih, layer.w_hh, layer.b = (a.astype(np.float32) for a in (w_ih, w_hh, b))
     return layer
 

@@ -87,6 +87,9 @@ class CpuKernel:
         return out
 
 
+NativeKernel = CpuKernel  # the name brgemm.kernel asks every backend for
+
+
 def arch():
     return ffi.string(lib.brgemm_cpu_arch()).decode()
 

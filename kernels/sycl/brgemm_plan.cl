@@ -1,0 +1,151 @@
+/* One phase of a recorded plan on a SYCL device (OpenCL C, compiled at run
+ * time by dpctl). Work-group g runs task (task0 + g) of the phase: its kernel
+ * calls in order, each followed by its epilogue ops, exactly the CPU
+ * executor's contract (kernels/cpu/plan.c); tasks of one phase write disjoint
+ * elements, so work-groups never need to talk to each other.
+ *
+ * Inside a work-group, sub-groups of SG lanes take TM x SG tiles of the call's
+ * C block: lane j owns column j of the tile and keeps TM accumulators; the
+ * lanes load SG consecutive k-values of each A row together and share them
+ * with sub_group_broadcast, the cooperative pattern Intel GPUs want (on the
+ * CPU device a sub-group is one SIMD register). This is the portable path:
+ * no DPAS (sub-group matrix) instructions, which no device here has.
+ *
+ * Tables (all int64 unless said): tensors = USM base address per tensor slot;
+ * kdesc = per kernel m, n, k, lda, ldb, ldc, dtype_ab, dtype_c (0 f32, 1 bf16);
+ * kscal (float) = per kernel alpha, beta; calls = CALL_FIELDS per call (below);
+ * a_offs, b_offs = element offsets of the blocks; ops = OP_FIELDS per op. */
+
+#define SG 16
+#define TM 8
+#define CALL_FIELDS 9
+#define OP_FIELDS 15
+#define KDESC_FIELDS 8
+
+enum { C_KERNEL, C_A, C_B, C_C, C_COFF, C_COUNT, C_OFFS, C_OPBEGIN, C_OPCOUNT };
+enum { OP_BIAS = 1, OP_RELU, OP_SIGMOID, OP_TANH, OP_STORE_BF16, OP_LSTM_CELL, OP_LSTM_CELL_BWD };
+
+inline float bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
+
+/* round to nearest even, as the CPU side (brgemm_f32_to_bf16); NaN stays NaN */
+inline ushort bf16_round(float x) {
+  uint u = as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float load_ab(__global const void* base, int bf16, long i) {
+  return bf16 ? bf16_load((__global const ushort*)base, i) : ((__global const float*)base)[i];
+}
+
+inline float sigm(float x) { return 1.0f / (1.0f + exp(-x)); }
+
+#define F32(slot, off) ((__global float*)tensors[slot] + (off))
+
+/* Epilogue op on element (i, j) of the call's f32 C block c (row stride ldc). */
+inline void apply_op(__global const long* op, __global float* c, long i, long j, long ldc,
+                     __global const ulong* tensors) {
+  const long code = op[0], ld = op[13], stride = op[14];
+  const long e = i * ldc + j;
+  switch (code) {
+    case OP_BIAS: c[e] += F32(op[1], op[7])[j]; break;
+    case OP_RELU: c[e] = fmax(c[e], 0.0f); break;
+    case OP_SIGMOID: c[e] = sigm(c[e]); break;
+    case OP_TANH: c[e] = tanh(c[e]); break;
+    case OP_STORE_BF16:
+      ((__global ushort*)tensors[op[1]] + op[7])[i * ld + j] = bf16_round(c[e]);
+      break;
+    case OP_LSTM_CELL: {
+      __global float* g = F32(op[1], op[7]);  /* gate blocks have the call's row stride */
+      const long s = i * ld + j;
+      const float ig = sigm(g[e]), fg = sigm(g[e + stride]);
+      const float gg = tanh(g[e + 2 * stride]), og = sigm(g[e + 3 * stride]);
+      const float cc = fg * F32(op[2], op[8])[s] + ig * gg;
+      g[e] = ig; g[e + stride] = fg; g[e + 2 * stride] = gg; g[e + 3 * stride] = og;
+      F32(op[3], op[9])[s] = cc;
+      const float h = og * tanh(cc);
+      F32(op[4], op[10])[s] = h;
+      if (op[5] >= 0) ((__global ushort*)tensors[op[5]] + op[11])[s] = bf16_round(h);
+      break;
+    }
+    case OP_LSTM_CELL_BWD: {
+      const long s = i * ld + j;
+      __global const float* gt = F32(op[2], op[8]);
+      __global float* dcp = F32(op[5], op[11]);
+      __global float* dg = F32(op[6], op[12]);
+      const float dh = c[e] + F32(op[1], op[7])[s];
+      const float tc = tanh(F32(op[3], op[9])[s]);
+      const float ig = gt[s], fg = gt[s + stride], gg = gt[s + 2 * stride], og = gt[s + 3 * stride];
+      const float dcc = dcp[s] + dh * og * (1.0f - tc * tc);
+      dg[s + 3 * stride] = dh * tc * og * (1.0f - og);
+      dg[s] = dcc * gg * ig * (1.0f - ig);
+      dg[s + 2 * stride] = dcc * ig * (1.0f - gg * gg);
+      dg[s + stride] = dcc * F32(op[4], op[10])[s] * fg * (1.0f - fg);
+      dcp[s] = dcc * fg;
+      break;
+    }
+  }
+}
+
+__attribute__((intel_reqd_sub_group_size(SG)))
+__kernel void brgemm_plan_phase(__global const ulong* tensors, __global const long* kdesc,
+                                __global const float* kscal, __global const long* calls,
+                                __global const long* a_offs, __global const long* b_offs,
+                                __global const long* ops, __global const long* task_begin,
+                                long task0) {
+  const long task = task0 + get_group_id(0);
+  const int lane = get_sub_group_local_id();
+  const int sg = get_sub_group_id(), n_sg = get_num_sub_groups();
+  const int lid = get_local_id(0), wg = get_local_size(0);
+
+  for (long ci = task_begin[task]; ci < task_begin[task + 1]; ++ci) {
+    __global const long* call = calls + ci * CALL_FIELDS;
+    __global const long* kd = kdesc + call[C_KERNEL] * KDESC_FIELDS;
+    const long m = kd[0], n = kd[1], k = kd[2], lda = kd[3], ldb = kd[4], ldc = kd[5];
+    const int ab16 = (int)kd[6], c16 = (int)kd[7];
+    const float alpha = kscal[2 * call[C_KERNEL]], beta = kscal[2 * call[C_KERNEL] + 1];
+    __global const void* A = (__global const void*)tensors[call[C_A]];
+    __global const void* B = (__global const void*)tensors[call[C_B]];
+    __global float* C32 = (__global float*)tensors[call[C_C]] + call[C_COFF];
+    __global ushort* C16 = (__global ushort*)tensors[call[C_C]] + call[C_COFF];
+    const long count = call[C_COUNT];
+    __global const long* ao = a_offs + call[C_OFFS];
+    __global const long* bo = b_offs + call[C_OFFS];
+
+    const long tiles_m = (m + TM - 1) / TM, tiles_n = (n + SG - 1) / SG;
+    for (long t = sg; t < tiles_m * tiles_n; t += n_sg) {
+      const long i0 = (t / tiles_n) * TM, j = (t % tiles_n) * SG + lane;
+      const int jn = j < n;
+      float acc[TM];
+      for (int r = 0; r < TM; ++r) acc[r] = 0.0f;
+      for (long b = 0; b < count; ++b) {
+        const long a0 = ao[b], b0 = bo[b];
+        for (long k0 = 0; k0 < k; k0 += SG) {
+          const int kl = (int)min((long)SG, k - k0);
+          float a_lane[TM];  /* lane l holds A[i0 + r][k0 + l] */
+          for (int r = 0; r < TM; ++r)
+            a_lane[r] = (lane < kl && i0 + r < m) ? load_ab(A, ab16, a0 + (i0 + r) * lda + k0 + lane)
+                                                  : 0.0f;
+          for (int l = 0; l < kl; ++l) {
+            const float bv = jn ? load_ab(B, ab16, b0 + (k0 + l) * ldb + j) : 0.0f;
+            for (int r = 0; r < TM; ++r) acc[r] = fma(sub_group_broadcast(a_lane[r], l), bv, acc[r]);
+          }
+        }
+      }
+      if (jn)
+        for (int r = 0; r < TM && i0 + r < m; ++r) {
+          const long e = (i0 + r) * ldc + j;
+          float v = alpha * acc[r];
+          if (beta != 0.0f) v += beta * (c16 ? bf16_load(C16, e) : C32[e]);
+          if (c16) C16[e] = bf16_round(v); else C32[e] = v;
+        }
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);  /* the whole block is written before its ops read it */
+    const long n_ops = call[C_OPCOUNT];
+    for (long o = 0; o < n_ops; ++o) {
+      __global const long* op = ops + (call[C_OPBEGIN] + o) * OP_FIELDS;
+      for (long e = lid; e < m * n; e += wg) apply_op(op, C32, e / n, e % n, ldc, tensors);
+      barrier(CLK_GLOBAL_MEM_FENCE);  /* ops run in order; the next call may read this one */
+    }
+  }
+}
