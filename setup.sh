@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Sets up brgemm on Debian from nothing: apt packages (libxsmm-dev, a C
 # compiler), a virtual environment at .venv, and the package built in place
-# with its test and bench extras (PyTorch CPU, oneDNN, matplotlib). Safe to
-# re-run: it skips what is done and rebuilds only when the native sources or
-# the packaging changed.
+# with its test, bench and sycl extras (PyTorch CPU, oneDNN, matplotlib; dpctl
+# and the SYCL CPU runtime). Safe to re-run: it skips what is done and
+# rebuilds only when the native sources or the packaging changed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,7 +30,7 @@ fi
 stamp=$(cat pyproject.toml setup.py brgemm/_build_cpu.py kernels/cpu/* | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.brgemm-stamp 2>/dev/null)" != "$stamp" ] \
    || ! .venv/bin/python -c 'import brgemm._brgemm_cpu' 2>/dev/null; then
-  echo "setup: installing brgemm with its test and bench extras into .venv (first time: a few minutes)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+  echo "setup: installing brgemm with its test, bench and sycl extras into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench,sycl]'
   echo "$stamp" > .venv/.brgemm-stamp
 fi

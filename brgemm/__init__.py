@@ -2,9 +2,10 @@
 and deep-learning primitives written as Python loop nests around it."""
 from brgemm.backend import BackendUnavailable
 from brgemm.backend import available as backends
-from brgemm.arrays import aligned_empty
+from brgemm.arrays import aligned_empty, to_device, to_host
 from brgemm.dtypes import bfloat16
 from brgemm.kernel import Kernel, PackedB, brgemm
 
-__all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "aligned_empty", "BackendUnavailable"]
+__all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "aligned_empty", "to_device",
+           "to_host", "BackendUnavailable"]
 __version__ = "0.1.0"

@@ -5,6 +5,12 @@ import pytest
 import brgemm
 
 
+@pytest.fixture(params=brgemm.backends())
+def backend(request):
+    """Every backend available here (CI: cpu and the SYCL CPU device)."""
+    return request.param
+
+
 @pytest.fixture
 def rng(request):
     # fresh data every run, but printed so a failure can be replayed

@@ -42,15 +42,15 @@ def magnitude(x, w, dy, stride, padding):
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_forward_backward(rng, case, dtype):
+def test_forward_backward(rng, backend, case, dtype):
     N, C, K, H, W, R, S, stride, padding = case
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, C, H, W)).astype(npdt)
     w = rng.standard_normal((K, C, R, S)).astype(npdt)
     cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5}}  # several blocks and a ragged pixel block
-    y = conv.forward(x, w, stride, padding, dtype=dtype, config=cfg)
+    y = conv.forward(x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
     dy = rng.standard_normal(y.shape).astype(npdt)
-    dx, dw = conv.backward(dy, x, w, stride, padding, dtype=dtype, config=cfg)
+    dx, dw = conv.backward(dy, x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
     assert y.dtype == dx.dtype == dw.dtype == npdt
     rel = 1e-5 if dtype == "f32" else 1e-2  # bf16 results are rounded to 8 bits
     for name, got, want, mag in zip(("y", "dx", "dw"), (y, dx, dw),
@@ -108,9 +108,9 @@ class TestBadInput:
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_conv2d_layer(rng, dtype):
+def test_conv2d_layer(rng, backend, dtype):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    layer = conv.Conv2d(5, 12, (3, 2), stride=(2, 1), padding=1, dtype=dtype, rng=rng)
+    layer = conv.Conv2d(5, 12, (3, 2), stride=(2, 1), padding=1, dtype=dtype, rng=rng, backend=backend)
     x = rng.standard_normal((2, 5, 9, 7)).astype(npdt)
     for _ in range(2):  # the second pass reuses plans and blocked weights
         y = layer.forward(x)
@@ -129,4 +129,4 @@ def test_conv2d_layer(rng, dtype):
     with pytest.raises(ValueError, match="^dy: expected the forward's output shape"):
         layer.backward(np.ones((1, 12, 5, 8), np.float32))
     with pytest.raises(ValueError, match="^kernel_size"):
-        conv.Conv2d(3, 4, 0)
+        conv.Conv2d(3, 4, 0, backend=backend)

@@ -43,14 +43,14 @@ def scales(x, w, dy):
 @pytest.mark.parametrize("N,C,K", SHAPES)
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_functional(rng, N, C, K, dtype, with_bias):
+def test_functional(rng, backend, N, C, K, dtype, with_bias):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, C)).astype(npdt)
     w = rng.standard_normal((K, C)).astype(npdt)
     b = rng.standard_normal(K).astype(npdt) if with_bias else None
     dy = rng.standard_normal((N, K)).astype(npdt)
-    y = fc.forward(x, w, b, dtype=dtype)
-    dx, dw, db = fc.backward(dy, x, w, dtype=dtype)
+    y = fc.forward(x, w, b, dtype=dtype, backend=backend)
+    dx, dw, db = fc.backward(dy, x, w, dtype=dtype, backend=backend)
     assert y.dtype == dx.dtype == dw.dtype == db.dtype == npdt
     ry, rdx, rdw, rdb = reference(x, w, b, dy)
     s = scales(x, w, dy)
@@ -60,10 +60,10 @@ def test_functional(rng, N, C, K, dtype, with_bias):
     check("db", db, dy.astype(np.float64).sum(0), dtype, s["db"])
 
 
-def test_bf16_accepts_float32_inputs(rng):
+def test_bf16_accepts_float32_inputs(rng, backend):
     x = rng.standard_normal((20, 30)).astype(np.float32)
     w = rng.standard_normal((10, 30)).astype(np.float32)
-    y = fc.forward(x, w, dtype="bf16")
+    y = fc.forward(x, w, dtype="bf16", backend=backend)
     assert y.dtype == np.float32
     xb, wb = x.astype(brgemm.bfloat16), w.astype(brgemm.bfloat16)
     ref = xb.astype(np.float64) @ wb.astype(np.float64).T  # bf16 operands, exact products
@@ -72,14 +72,14 @@ def test_bf16_accepts_float32_inputs(rng):
 
 @pytest.mark.parametrize("spec", [("NKc", "NCk", "KCn"), ("KNc", "CNk", "CKn"), ("nkc", "nck", "kcn"),
                                   ("Nkc", "Cnk", "Kcn")])
-def test_specs_and_chunks(rng, spec):
+def test_specs_and_chunks(rng, backend, spec):
     cfg = {"fwd": {"spec": spec[0], "bn": 16, "bc": 32, "bk": 16, "chunk": 2},
            "bwd": {"spec": spec[1], "chunk": 3}, "upd": {"spec": spec[2], "chunk": 2}}
     N, C, K = 50, 100, 70
     x, w = rng.standard_normal((N, C)).astype(np.float32), rng.standard_normal((K, C)).astype(np.float32)
     b, dy = rng.standard_normal(K).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
-    y = fc.forward(x, w, b, config=cfg)
-    dx, dw, db = fc.backward(dy, x, w, config=cfg)
+    y = fc.forward(x, w, b, config=cfg, backend=backend)
+    dx, dw, db = fc.backward(dy, x, w, config=cfg, backend=backend)
     ry, rdx, rdw, _ = reference(x, w, b, dy)
     s = scales(x, w, dy)
     check("y", y, ry, "f32", s["y"])
@@ -89,9 +89,9 @@ def test_specs_and_chunks(rng, spec):
 
 @pytest.mark.parametrize("act", [None, "relu", "sigmoid", "tanh"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_linear_layer_matches_torch(rng, act, dtype):
+def test_linear_layer_matches_torch(rng, backend, act, dtype):
     N, C, K = 70, 50, 90
-    lin = fc.Linear(C, K, activation=act, dtype=dtype, rng=rng)
+    lin = fc.Linear(C, K, activation=act, dtype=dtype, rng=rng, backend=backend)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, C)).astype(npdt)
     dy = rng.standard_normal((N, K)).astype(npdt)
@@ -107,14 +107,14 @@ def test_linear_layer_matches_torch(rng, act, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_mlp_training_reduces_loss(rng, dtype):
+def test_mlp_training_reduces_loss(rng, backend, dtype):
     """A small regression task: after 150 SGD steps the loss is under half the first
     (over 20 seeds it ended at 0.12x median, 0.22x worst, for both dtypes)."""
     N, sizes = 128, [16, 64, 64, 1]
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, sizes[0])).astype(np.float32)
     target = np.sin(x[:, :1] * 2) + 0.5 * x[:, 1:2]
-    mlp = fc.MLP(sizes, activation="tanh", dtype=dtype, rng=rng, blocks=(32, 32, 32))
+    mlp = fc.MLP(sizes, activation="tanh", dtype=dtype, rng=rng, blocks=(32, 32, 32), backend=backend)
     losses = []
     for _ in range(150):
         y = mlp.forward(x.astype(npdt)).astype(np.float32)
@@ -125,9 +125,9 @@ def test_mlp_training_reduces_loss(rng, dtype):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_mlp_matches_torch_one_step(rng):
+def test_mlp_matches_torch_one_step(rng, backend):
     sizes, N = [10, 20, 7], 9
-    mlp = fc.MLP(sizes, activation="relu", rng=rng, blocks=(16, 16, 16))
+    mlp = fc.MLP(sizes, activation="relu", rng=rng, blocks=(16, 16, 16), backend=backend)
     x = rng.standard_normal((N, sizes[0])).astype(np.float32)
     dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
     y = mlp.forward(x)

@@ -46,12 +46,12 @@ def check(names, got, want, rel):
 
 @pytest.mark.parametrize("T,N,C,K", SHAPES)
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_forward_backward(rng, T, N, C, K, dtype):
+def test_forward_backward(rng, backend, T, N, C, K, dtype):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     a, d = make(rng, T, N, C, K, npdt)
     cfg = {"fwd": {"bn": 16, "bc": 32, "bk": 16}}  # several blocks even on small shapes
-    y, (hT, cT) = lstm.forward(**a, dtype=dtype, config=cfg)
-    grads = lstm.backward(**d, **a, dtype=dtype, config=cfg)
+    y, (hT, cT) = lstm.forward(**a, dtype=dtype, config=cfg, backend=backend)
+    grads = lstm.backward(**d, **a, dtype=dtype, config=cfg, backend=backend)
     assert y.dtype == hT.dtype == grads[0].dtype == grads[3].dtype == npdt
     fwd, bwd = reference(a, d)
     # f32: sums over T*N and 4K terms; bf16: operands rounded to 8 bits every step
@@ -60,9 +60,9 @@ def test_forward_backward(rng, T, N, C, K, dtype):
     check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, bwd, rel)
 
 
-def test_layer_reuses_plans_and_matches(rng):
+def test_layer_reuses_plans_and_matches(rng, backend):
     T, N, C, K = 6, 20, 24, 40
-    layer = lstm.LSTM(C, K, rng=rng)
+    layer = lstm.LSTM(C, K, rng=rng, backend=backend)
     a, d = make(rng, T, N, C, K, np.float32)
     a.update(w_ih=layer.w_ih, w_hh=layer.w_hh, b=layer.b)
     for _ in range(2):  # second pass on the same buffers and plans

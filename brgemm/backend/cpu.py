@@ -90,6 +90,10 @@ class CpuKernel:
 NativeKernel = CpuKernel  # the name brgemm.kernel asks every backend for
 
 
+def to_device(x):
+    return x  # the CPU's tensors are NumPy arrays
+
+
 def arch():
     return ffi.string(lib.brgemm_cpu_arch()).decode()
 

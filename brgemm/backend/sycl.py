@@ -168,6 +168,10 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={device_name()!r})"
 
 
+def to_device(x):
+    return DeviceArray.from_numpy(x)
+
+
 # ---------------------------------------------------------------- phases
 
 
