@@ -1,16 +1,17 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm> [--set NAME] [--quick]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|sycl> [--set NAME] [--quick]
     [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch]
 
-Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads."""
+Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads;
+sycl: the SYCL backend on the SYCL device here against our CPU backend (informative)."""
 import argparse
 
-from benchmarks import conv, fc, kernel, lstm, plan
+from benchmarks import conv, fc, kernel, lstm, plan, sycl
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm"],
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "sycl"],
                         help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
@@ -33,6 +34,8 @@ def main(argv=None):
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+    elif args.what == "sycl":
+        sycl.run(quick=args.quick)
     elif args.what == "plan":
         plan.run(quick=args.quick, threads=args.threads or 2)
     elif args.what == "conv":

@@ -31,9 +31,9 @@ def test_one_submission_per_phase(rng):
     before = sycl.submissions
     p.run(backend="sycl", A=A, B=B, C=C_dev)
     assert sycl.submissions - before == phases
-    ref = A.astype(np.float64) @ B.astype(np.float64)
-    assert np.all(np.abs(C_dev - ref) <= 1e-5 * (np.abs(A) @ np.abs(B)))
-    np.testing.assert_allclose(C_dev, C_cpu, rtol=1e-5, atol=1e-5)
+    ref, bound = A.astype(np.float64) @ B.astype(np.float64), 1e-5 * (np.abs(A) @ np.abs(B))
+    assert np.all(np.abs(C_dev - ref) <= bound)  # each side within f32 rounding of float64
+    assert np.all(np.abs(C_cpu - ref) <= bound)
 
 
 def test_primitives_run_on_the_device(rng):
