@@ -25,7 +25,7 @@ def _row(label, flops, plan, arrays, reps):
         lambda: plan.run(backend="sycl", **resident),
         lambda: plan.run(backend="sycl", **arrays)], reps=reps)
     gf = [flops / t * 1e-9 for t in (t_cpu, t_res, t_np)]
-    print(f"{label:<22}{gf[0]:>10.1f}{gf[1]:>14.2f}{gf[2]:>12.2f}{t_cpu / t_res:>12.3f}"
+    print(f"{label:<22}{gf[0]:>10.1f}{gf[1]:>14.2f}{gf[2]:>14.2f}{t_cpu / t_res:>12.3f}"
           f"{max(spread):>8.0%}", flush=True)
     return dict(shape=label, cpu_gflops=gf[0], sycl_resident_gflops=gf[1],
                 sycl_numpy_gflops=gf[2], ratio_sycl_to_cpu=t_cpu / t_res)
@@ -40,7 +40,7 @@ def run(quick=False):
     rng = np.random.default_rng()
     reps = 5 if quick else 9
     print(f"SYCL device: {sycl.device_name()}; host {machine()}; f32")
-    print(f"{'shape':<22}{'cpu GF/s':>10}{'sycl res GF/s':>14}{'sycl np GF/s':>12}"
+    print(f"{'shape':<22}{'cpu GF/s':>10}{'sycl res GF/s':>14}{'sycl np GF/s':>14}"
           f"{'sycl/cpu':>12}{'spread':>8}")
     rows = []
     for M, N, K in GEMMS[:1] if quick else GEMMS:

@@ -38,6 +38,27 @@ inline float load_ab(__global const void* base, int bf16, long i) {
   return bf16 ? bf16_load((__global const ushort*)base, i) : ((__global const float*)base)[i];
 }
 
+/* acc[r] += sum over the call's blocks of A[i0 + r][:] . B[:][j]; LOAD_A and
+ * LOAD_B read element ia of A and ib of B. Lane l first loads A[i0 + r][k0 + l]
+ * for all r; the lanes then share those values by broadcast. */
+#define BATCH_REDUCE(LOAD_A, LOAD_B)                                                   \
+  for (long b = 0; b < count; ++b) {                                                  \
+    const long a0 = ao[b], b0 = bo[b];                                                \
+    for (long k0 = 0; k0 < k; k0 += SG) {                                             \
+      const int kl = (int)min((long)SG, k - k0);                                      \
+      float a_lane[TM];                                                               \
+      for (int r = 0; r < TM; ++r) {                                                  \
+        const long ia = a0 + (i0 + r) * lda + k0 + lane;                              \
+        a_lane[r] = (lane < kl && i0 + r < m) ? (LOAD_A) : 0.0f;                      \
+      }                                                                               \
+      for (int l = 0; l < kl; ++l) {                                                  \
+        const long ib = b0 + (k0 + l) * ldb + j;                                      \
+        const float bv = jn ? (LOAD_B) : 0.0f;                                        \
+        for (int r = 0; r < TM; ++r) acc[r] = fma(sub_group_broadcast(a_lane[r], l), bv, acc[r]); \
+      }                                                                               \
+    }                                                                                 \
+  }
+
 inline float sigm(float x) { return 1.0f / (1.0f + exp(-x)); }
 
 #define F32(slot, off) ((__global float*)tensors[slot] + (off))
@@ -118,20 +139,10 @@ __kernel void brgemm_plan_phase(__global const ulong* tensors, __global const lo
       const int jn = j < n;
       float acc[TM];
       for (int r = 0; r < TM; ++r) acc[r] = 0.0f;
-      for (long b = 0; b < count; ++b) {
-        const long a0 = ao[b], b0 = bo[b];
-        for (long k0 = 0; k0 < k; k0 += SG) {
-          const int kl = (int)min((long)SG, k - k0);
-          float a_lane[TM];  /* lane l holds A[i0 + r][k0 + l] */
-          for (int r = 0; r < TM; ++r)
-            a_lane[r] = (lane < kl && i0 + r < m) ? load_ab(A, ab16, a0 + (i0 + r) * lda + k0 + lane)
-                                                  : 0.0f;
-          for (int l = 0; l < kl; ++l) {
-            const float bv = jn ? load_ab(B, ab16, b0 + (k0 + l) * ldb + j) : 0.0f;
-            for (int r = 0; r < TM; ++r) acc[r] = fma(sub_group_broadcast(a_lane[r], l), bv, acc[r]);
-          }
-        }
-      }
+      /* the dtype is uniform per call: one loop per dtype keeps the branch out
+       * of the inner loop (the CPU device's compiler does not unswitch it) */
+      if (ab16) BATCH_REDUCE(bf16_load((__global const ushort*)A, ia), bf16_load((__global const ushort*)B, ib))
+      else BATCH_REDUCE(((__global const float*)A)[ia], ((__global const float*)B)[ib])
       if (jn)
         for (int r = 0; r < TM && i0 + r < m; ++r) {
           const long e = (i0 + r) * ldc + j;
