@@ -25,7 +25,7 @@ def read_shapes(name):
 
 
 def set_threads(threads):
-    """Same thread count for us (OpenMP), PyTorch and oneDNN, and proof of it:
+    """Same thread count (and cores) for us (OpenMP), PyTorch and oneDNN, and proof of it:
     our executor's count from C, oneDNN's from its own verbose report (run in
     a child process with the same environment). Returns the count."""
     import re
@@ -33,7 +33,13 @@ def set_threads(threads):
     import sys
 
     from brgemm.backend import cpu
-    threads = threads or len(os.sched_getaffinity(0))
+    cpus = sorted(os.sched_getaffinity(0))
+    threads = threads or len(cpus)
+    if threads > len(cpus):
+        raise SystemExit(f"--threads: {threads} asked, this process may run on {len(cpus)} cores")
+    # oneDNN 3.13 runs on TBB, which sizes its pool from the CPU affinity mask:
+    # keep the process (and the oneDNN probe below) on `threads` cores
+    os.sched_setaffinity(0, cpus[:threads])
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
     cpu.lib.brgemm_cpu_set_threads(threads)  # the runtime read the variable when it loaded
     ours = cpu.lib.brgemm_cpu_plan_threads(0)

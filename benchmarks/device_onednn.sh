@@ -4,7 +4,9 @@
 # bf16 with oneDNN capped at our ISA (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and
 # with AMX allowed. Arguments pick the parts (conv fc lstm; default all).
 # Expects .devcarry (see device_cpu.sh) plus the onednn-cpu-gomp and
-# onednn-devel-cpu-gomp wheels in .devcarry/whl.
+# onednn-devel-cpu-gomp wheels (oneDNN 3.2, GNU OpenMP) in .devcarry/whl: the
+# machine has no network and PyPI's onednn 3.13 needs Intel's SYCL runtime
+# wheels (over 300 MB), more than a run may carry.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1

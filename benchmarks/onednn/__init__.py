@@ -1,7 +1,8 @@
 """oneDNN itself, for same-run comparisons: a small C shim (onednn_job.c) over
 oneDNN's C API, built with cffi on first use against the oneDNN in this
-environment (PyPI onednn-cpu-gomp + onednn-devel-cpu-gomp: oneDNN 3.2 with GNU
-OpenMP, the same threading runtime as our plans). Each Job is one primitive
+environment: PyPI onednn + onednn-devel (oneDNN 3.13, whose CPU runtime is
+SYCL with TBB threads), or any oneDNN 3.x under ONEDNN_ROOT (the lent GPU
+machine's host uses the 3.2 GNU-OpenMP wheels). Each Job is one primitive
 with oneDNN's own best ('any') formats; inputs are reordered in when the job is
 made and the output is reordered out on request, both outside timed regions."""
 import hashlib
@@ -28,8 +29,7 @@ def _locate():
     lib = prefix / "lib" / "libdnnl.so"
     if not header.exists() or not lib.exists():
         raise Unavailable(f"oneDNN not found under {prefix} (need include/oneapi/dnnl/dnnl.h and "
-                          "lib/libdnnl.so): pip install onednn-cpu-gomp onednn-devel-cpu-gomp, "
-                          "which ./setup.sh does")
+                          "lib/libdnnl.so): pip install onednn onednn-devel, which ./setup.sh does")
     return prefix / "include", prefix / "lib"
 
 
@@ -39,6 +39,10 @@ def load():
     if _lib is not None:
         return _lib
     inc, libdir = _locate()
+    # the SYCL build's CPU engine needs the SYCL CPU device: point the OpenCL
+    # loader at it before libdnnl (and through it libsycl) loads
+    from brgemm.backend.opencl_icd import point_icd_loader
+    point_icd_loader()
     sources = [HERE / "onednn_job.h", HERE / "onednn_job.c"]
     tag = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + str(libdir).encode())
     name = f"_onednn_job_{tag.hexdigest()[:12]}"
@@ -50,7 +54,10 @@ def load():
         ffi.set_source(name, '#include <stdint.h>\n#include "onednn_job.h"',
                        sources=[str(sources[1])], include_dirs=[str(HERE), str(inc)],
                        library_dirs=[str(libdir)], libraries=["dnnl"],
-                       extra_link_args=[f"-Wl,-rpath,{libdir}"], extra_compile_args=["-O2"])
+                       # DT_RPATH, not RUNPATH: libdnnl's own dependencies (TBB,
+                       # libsycl) lie in the same folder and it names none
+                       extra_link_args=[f"-Wl,--disable-new-dtags,-rpath,{libdir}"],
+                       extra_compile_args=["-O2"])
         BUILD.mkdir(exist_ok=True)
         found = [pathlib.Path(ffi.compile(tmpdir=str(BUILD)))]
     spec = importlib.util.spec_from_file_location(name, found[0])

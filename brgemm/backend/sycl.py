@@ -16,7 +16,6 @@ Tested on the SYCL CPU device only: no Intel GPU is available here. The
 kernel has no DPAS (sub-group matrix) path; its sub-group tiles are the
 portable path, which an Intel GPU would run as well.
 """
-import importlib.metadata
 import os
 import pathlib
 import threading
@@ -24,24 +23,9 @@ import time
 
 import numpy as np
 
+from brgemm.backend.opencl_icd import point_icd_loader
 
-def _point_icd_loader():
-    """Add intel-opencl-rt's libintelocl.so to OCL_ICD_FILENAMES (if installed)."""
-    try:
-        files = importlib.metadata.files("intel-opencl-rt") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in files:
-        if f.name == "libintelocl.so":
-            path = str(pathlib.Path(f.locate()).resolve())
-            current = [p for p in os.environ.get("OCL_ICD_FILENAMES", "").split(":") if p]
-            if path not in current:
-                os.environ["OCL_ICD_FILENAMES"] = ":".join(current + [path])
-            return path
-    return None
-
-
-_ICD = _point_icd_loader()
+_ICD = point_icd_loader()
 
 import dpctl  # noqa: E402  (after the loader fix: the OpenCL loader reads it once)
 import dpctl.program  # noqa: E402
