@@ -37,8 +37,9 @@ def test_convolution(rng, p):
     np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("p", ["fwd", "bwd"])
-def test_lstm(rng, p):
+def test_lstm(rng, p, dtype):
     T, N, C, K = 4, 5, 6, 7
     r = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
     x, h0, c0, wih, whh, b = r(T, N, C), r(N, K), r(N, K), r(4 * K, C), r(4 * K, K), r(4 * K)
@@ -53,7 +54,15 @@ def test_lstm(rng, p):
     X = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     Y, (HT, CT) = m(X, (f64(h0)[None], f64(c0)[None]))
     ((Y * f64(dy)).sum() + (HT[0] * f64(dhT)).sum() + (CT[0] * f64(dcT)).sum()).backward()
-    job = onednn.Job.lstm(p, x, h0, c0, wih, whh, b, dy, dhT, dcT)
-    job.run()
     want = Y.detach().numpy() if p == "fwd" else X.grad.numpy()
-    np.testing.assert_allclose(job.result(), want, rtol=1e-4, atol=1e-4)
+    try:
+        job = onednn.Job.lstm(p, x, h0, c0, wih, whh, b, dy, dhT, dcT, dtype=dtype)
+    except RuntimeError as e:
+        # oneDNN has bf16 RNNs only from AVX512-BF16 on (our AVX2 machines): it
+        # must then say unimplemented (status 3), nothing else
+        assert dtype == "bf16" and "status 3" in str(e), e
+        return
+    job.run()
+    # bf16: inputs, weights and h rounded to 8 bits (2**-8 relative) per step
+    tol = 1e-4 if dtype == "f32" else 3e-2
+    np.testing.assert_allclose(job.result(), want, rtol=tol, atol=tol)

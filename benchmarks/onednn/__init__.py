@@ -116,9 +116,11 @@ class Job:
         return cls(make, out)
 
     @classmethod
-    def lstm(cls, pass_, x, h0, c0, w_ih, w_hh, b, dy=None, dhT=None, dcT=None):
-        """LSTM in torch.nn.LSTM layouts (f32). fwd outputs y; bwd outputs dx (and
-        computes all the other gradients too, as a training step would)."""
+    def lstm(cls, pass_, x, h0, c0, w_ih, w_hh, b, dy=None, dhT=None, dcT=None, dtype="f32"):
+        """LSTM in torch.nn.LSTM layouts (f32 values in and out). fwd outputs y; bwd
+        outputs dx (and computes all the other gradients too, as a training step
+        would). bf16: x, h, weights and y in bf16, the c state, bias and all
+        gradients f32 (oneDNN's RNN data types)."""
         T, N, C = x.shape
         K = h0.shape[1]
         keep = [cls._f32(a) for a in (x, h0, c0, w_ih, w_hh, b, dy, dhT, dcT)]
@@ -126,7 +128,7 @@ class Job:
         def make(ptr):
             ffi, lib = load()
             p = [ffi.from_buffer("float[]", a) if a is not None else ffi.NULL for a in keep]
-            return lib.onednn_lstm(ptr, PASSES[pass_], T, N, C, K, *p)
+            return lib.onednn_lstm(ptr, PASSES[pass_], T, N, C, K, dtype == "bf16", *p)
         return cls(make, (T, N, K) if pass_ == "fwd" else (T, N, C))
 
     def run(self, times=1):

@@ -214,7 +214,7 @@ static int rnn_arg(onednn_job* j, dnnl_primitive_desc_t pd, int arg, int nd, con
   return 0;
 }
 
-int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int64_t K,
+int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int64_t K, int bf16,
                 const float* x, const float* h0, const float* c0, const float* w_ih,
                 const float* w_hh, const float* b, const float* dy, const float* dhT,
                 const float* dcT) {
@@ -223,15 +223,21 @@ int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int
   *out = j;
   dnnl_dims_t xd = {T, N, C}, sd = {1, 1, N, K}, wxd = {1, 1, C, 4, K}, whd = {1, 1, K, 4, K},
               bd = {1, 1, 4, K}, yd = {T, N, K};
-  dnnl_memory_desc_t m[6];
+  /* m: x, h state, weights, bias, y, c state. bf16 (oneDNN's RNN data types):
+   * x, h, weights and y bf16; the c state and the bias f32; every diff_* f32 */
+  dnnl_memory_desc_t m[6], d[6];
   const int64_t* dims[6] = {xd, sd, wxd, whd, bd, yd};
   const int nds[6] = {3, 4, 5, 5, 4, 3};
-  for (int i = 0; i < 6; ++i)
-    CHECK(dnnl_memory_desc_create_with_tag(&m[i], nds[i], dims[i], dnnl_f32, dnnl_format_tag_any));
+  for (int i = 0; i < 6; ++i) {
+    const dnnl_data_type_t dt = bf16 && i != 4 ? dnnl_bf16 : dnnl_f32;
+    CHECK(dnnl_memory_desc_create_with_tag(&m[i], nds[i], dims[i], dt, dnnl_format_tag_any));
+    CHECK(dnnl_memory_desc_create_with_tag(&d[i], nds[i], dims[i], dnnl_f32, dnnl_format_tag_any));
+  }
+  dnnl_memory_desc_t mc = d[1];  /* the c state: f32 either way */
   dnnl_primitive_desc_t fpd;
   CHECK(dnnl_lstm_forward_primitive_desc_create(&fpd, j->eng, dnnl_forward_training,
-                                                dnnl_unidirectional_left2right, m[0], m[1], m[1],
-                                                m[2], m[3], NULL, NULL, m[4], m[5], m[1], m[1],
+                                                dnnl_unidirectional_left2right, m[0], m[1], mc,
+                                                m[2], m[3], NULL, NULL, m[4], m[5], m[1], mc,
                                                 dnnl_rnn_flags_undef, NULL));
   /* forward arguments (the output of a fwd job, the saved state of a bwd job) */
   dnnl_exec_arg_t fa[MAXARGS];
@@ -261,9 +267,9 @@ int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int
     CHECK(dnnl_stream_wait(j->st));
     dnnl_primitive_destroy(fp);
     CHECK(dnnl_lstm_backward_primitive_desc_create(
-        &j->pd, j->eng, dnnl_backward, dnnl_unidirectional_left2right, m[0], m[1], m[1], m[2],
-        m[3], NULL, NULL, m[4], m[5], m[1], m[1], m[0], m[1], m[1], m[2], m[3], NULL, NULL, m[4],
-        m[5], m[1], m[1], dnnl_rnn_flags_undef, fpd, NULL));
+        &j->pd, j->eng, dnnl_backward, dnnl_unidirectional_left2right, m[0], m[1], mc, m[2],
+        m[3], NULL, NULL, m[4], m[5], m[1], mc, d[0], d[1], d[1], d[2], d[3], NULL, NULL, d[4],
+        d[5], d[1], d[1], dnnl_rnn_flags_undef, fpd, NULL));
     int n = 0;
     dnnl_memory_t dx;
     if (rnn_arg(j, j->pd, DNNL_ARG_SRC_LAYER, 3, xd, dnnl_tnc, x, NULL, j->args, &n, NULL) ||
@@ -295,7 +301,10 @@ int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int
       if (fa[i].memory != ws) dnnl_memory_destroy(fa[i].memory);
     dnnl_primitive_desc_destroy(fpd);
   }
-  for (int i = 0; i < 6; ++i) dnnl_memory_desc_destroy(m[i]);
+  for (int i = 0; i < 6; ++i) {
+    dnnl_memory_desc_destroy(m[i]);
+    dnnl_memory_desc_destroy(d[i]);
+  }
   return finish(j);
 }
 

@@ -23,7 +23,7 @@ int onednn_conv(onednn_job** out, int pass, int64_t N, int64_t C, int64_t K, int
  * w_ih [4K,C], w_hh [4K,K], b [4K] (gates i, f, g, o), dy [T,N,K], dhT dcT [N,K].
  * fwd (training, workspace kept) outputs y; bwd_data runs the forward once
  * when made, then each run is the backward pass (data and weights), output dx. f32. */
-int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int64_t K,
+int onednn_lstm(onednn_job** out, int pass, int64_t T, int64_t N, int64_t C, int64_t K, int bf16,
                 const float* x, const float* h0, const float* c0, const float* w_ih,
                 const float* w_hh, const float* b, const float* dy, const float* dhT,
                 const float* dcT);
