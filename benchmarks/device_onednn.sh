@@ -2,7 +2,8 @@
 # Conv, FC and LSTM against oneDNN on the lent GPU machine's host CPU (a Xeon
 # with AVX-512, AVX512-BF16 and AMX), 2 threads pinned to 2 cores: f32, then
 # bf16 with oneDNN capped at our ISA (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and
-# with AMX allowed. Arguments pick the parts (conv fc lstm; default all).
+# with AMX allowed. Arguments pick the parts (conv fc lstm lstm_bf16; default
+# conv fc lstm).
 # Expects .devcarry (see device_cpu.sh) plus the onednn-cpu-gomp and
 # onednn-devel-cpu-gomp wheels (oneDNN 3.2, GNU OpenMP) in .devcarry/whl: the
 # machine has no network and PyPI's onednn 3.13 needs Intel's SYCL runtime
@@ -26,5 +27,9 @@ for what in $parts; do
       run $what --dtype bf16 --quick 2>&1 | tee $out/${what}_bf16_amx.txt ;;
     lstm)
       run lstm 2>&1 | tee $out/lstm_f32.txt ;;
+    lstm_bf16)
+      python3 -m pytest -q -p no:cacheprovider tests/test_onednn_harness.py 2>&1 | tail -3
+      ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run lstm --dtype bf16 2>&1 | tee $out/lstm_bf16_isa.txt
+      run lstm --dtype bf16 --quick 2>&1 | tee $out/lstm_bf16_amx.txt ;;
   esac
 done
