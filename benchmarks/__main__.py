@@ -27,11 +27,11 @@ def main(argv=None):
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
         for dtype in args.dtype or ["f32"]:
             print()
-            conv.run(quick=args.quick, dtype=dtype, threads=args.threads)
+            conv.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
             print()
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
             print()
-            lstm.run(quick=args.quick, dtype=dtype, threads=args.threads)
+            lstm.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
     elif args.what == "sycl":
@@ -42,11 +42,11 @@ def main(argv=None):
         for dtype in args.dtype or ["f32"]:
             conv.run(quick=args.quick, dtype=dtype, threads=args.threads,
                      passes=args.passes or ("fwd", "bwd", "upd"),
-                     shape_set=args.shape_set or "resnet50_conv")
+                     shape_set=args.shape_set or "resnet50_conv", vs=args.vs.split(","))
     elif args.what == "lstm":
         for dtype in args.dtype or ["f32"]:
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads,
-                     shape_set=args.shape_set or "gnmt_lstm")
+                     shape_set=args.shape_set or "gnmt_lstm", vs=args.vs.split(","))
     elif args.what == "fc":
         for dtype in args.dtype or ["f32"]:
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads,

@@ -19,9 +19,13 @@ QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
 
 
 def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
-        passes=("fwd", "bwd", "upd")):
+        passes=("fwd", "bwd", "upd"), vs=("onednn",)):
     threads = set_threads(threads)
     from benchmarks.onednn import Job
+    torch = None
+    if "torch" in vs:  # PyTorch's CPU convolutions (oneDNN inside, NCHW in and out)
+        import torch
+        torch.set_num_threads(threads)
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)
     if quick:
@@ -33,7 +37,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
     head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
-            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
+            f"{'ours %pk':>9}{'spread':>8}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
@@ -83,6 +87,8 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
                              lambda: upd_plan.run(dw=t["dw"], **upd)],
                      "upd": []}[p]
+            if torch is not None:
+                extra.append(_torch_pass(torch, p, x, w, dy, st, pd))
             times, spread = interleaved([ours, job.run] + extra, reps=reps)
             t_ours, t_dnn = times[:2]
             func_over_ours = None
@@ -92,9 +98,22 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
                 func_over_ours = (t_ours + times[3]) / times[2]
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
                           threads=threads, impl=job.impl, spread=max(spread[:2]),
-                          func_over_ours=func_over_ours)
+                          func_over_ours=func_over_ours,
+                          torch=flops / times[-1] * 1e-9 if torch is not None else None)
             rows.append(r)
             fo = f"{func_over_ours:>10.2f}" if func_over_ours else f"{'-':>10}"
             print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
+                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%"
+                  + (f"{r['torch']:>8.1f}" if torch else "") + f"  {job.impl}", flush=True)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)
+
+
+def _torch_pass(torch, p, x, w, dy, st, pd):
+    """One pass through PyTorch's own convolution entry points, same dtype."""
+    tdt = torch.float32 if x.dtype == np.float32 else torch.bfloat16
+    tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
+    F = torch.nn.functional
+    return {"fwd": lambda: F.conv2d(tx, tw, stride=st, padding=pd),
+            "bwd": lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, stride=st, padding=pd),
+            "upd": lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, stride=st,
+                                                       padding=pd)}[p]

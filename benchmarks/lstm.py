@@ -13,9 +13,13 @@ from brgemm.backend import cpu
 from primitives import lstm
 
 
-def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
+def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm", vs=("onednn",)):
     threads = set_threads(threads)
     from benchmarks.onednn import Job
+    torch = None
+    if "torch" in vs:  # torch.nn.LSTM on the CPU, same data and threads
+        import torch
+        torch.set_num_threads(threads)
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)
     if quick:
@@ -25,7 +29,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
     print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
           "interleaved")
     head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
-            f"{'spread':>8}  oneDNN impl")
+            f"{'spread':>8}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (T, N, C, K), name in shapes:
@@ -50,16 +54,41 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm"):
         dx = layer.backward(dy, dhT, dcT)[0]
         jb.run()
         _check(f"{name} dx", dx, jb.result(), dtype)
-        (t_f, t_df, t_fb, t_db), spread = interleaved([ours_f, jf.run, ours_fb,
-                                                  lambda: (jf.run(), jb.run())], reps=reps)
-        for p, t_ours, t_dnn, flops, sp in (("fwd", t_f, t_df, fwd_flops, spread[:2]),
-                                            ("fwd+bwd", t_fb, t_db, 3 * fwd_flops, spread[2:])):
+        fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run())]
+        if torch is not None:
+            fns += _torch_passes(torch, dtype, x, h0, c0, w, dy)
+        times, spread = interleaved(fns, reps=reps)
+        (t_f, t_df, t_fb, t_db), t_torch = times[:4], times[4:] or (None, None)
+        for i, (p, t_ours, t_dnn, flops, sp) in enumerate((
+                ("fwd", t_f, t_df, fwd_flops, spread[:2]),
+                ("fwd+bwd", t_fb, t_db, 3 * fwd_flops, spread[2:4]))):
             row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
-                            threads=threads, impl=jf.impl, spread=max(sp))
+                            threads=threads, impl=jf.impl, spread=max(sp),
+                            torch=flops / t_torch[i] * 1e-9 if torch is not None else None)
             rows.append(row)
             print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
-                  f"{row['pct_peak']:>8.1f}%{100 * row['spread']:>7.0f}%  {jf.impl}", flush=True)
+                  f"{row['pct_peak']:>8.1f}%{100 * row['spread']:>7.0f}%"
+                  + (f"{row['torch']:>8.1f}" if torch else "") + f"  {jf.impl}", flush=True)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
+
+
+def _torch_passes(torch, dtype, x, h0, c0, w, dy):
+    """torch.nn.LSTM forward, and forward + backward, on the same weights."""
+    T, N, C = x.shape
+    K = h0.shape[1]
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    m = torch.nn.LSTM(C, K).to(tdt)
+    with torch.no_grad():
+        for param, value in zip((m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0), w):
+            param.copy_(torch.from_numpy(value))
+        m.bias_hh_l0.zero_()
+    tx, th, tc, tdy = (torch.from_numpy(a).to(tdt) for a in (x, h0[None], c0[None], dy))
+    tx.requires_grad_(True)
+
+    def fwd_bwd():
+        y, _ = m(tx, (th, tc))
+        y.backward(tdy)
+    return [lambda: m(tx, (th, tc)), fwd_bwd]
 
 
 def _check(what, ours, theirs, dtype):
