@@ -30,8 +30,9 @@ from primitives._args import backend_name, positive
 from primitives._config import settings
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int},
-          "bwd": {"spec": str}, "upd": {"spec": str, "tiles": int}}
+          "bwd": {"spec": str}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
 _plans = P.PlanCache(maxsize=64)
+UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Geometry:
     bq: int
     specs: tuple
     splits: int  # shares of the weight update's reduction (see update_nest)
+    call_kb: int  # the weight update's A and B bytes per kernel call, at most (KiB)
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -79,7 +81,7 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
     splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
     return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
-                    tuple(cfg[p]["spec"] for p in SCHEMA), splits)
+                    tuple(cfg[p]["spec"] for p in SCHEMA), splits, cfg["upd"]["call_kb"])
 
 
 # ---------------------------------------------------------------- the loop nests
@@ -134,13 +136,12 @@ def update_nest(ex, loops, g, dtype):
         k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
         mine = rows[j * share:(j + 1) * share]
         ex.at(phase, task)
-        for q0 in range(0, g.Q, g.bq):  # one call per pixel-block width (the last may be short)
-            m = min(g.bq, g.Q - q0)
+        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
             ex.gemm(P.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
-                            beta=0.0 if q0 == 0 else 1.0),
-                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p in mine],
+                            beta=0.0 if i == 0 else 1.0),
+                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p, q0 in pairs],
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                          for n, p in mine],
+                          for n, p, q0 in pairs],
                     "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
 
 
@@ -158,14 +159,34 @@ def update_narrow_nest(ex, loops, g, dtype):
         k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
         mine = rows[j * share:(j + 1) * share]
         ex.at(phase, task)
-        for q0 in range(0, g.Q, g.bq):
-            m = min(g.bq, g.Q - q0)
+        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
             ex.gemm(P.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if q0 == 0 else 1.0),
+                            beta=0.0 if i == 0 else 1.0),
                     "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
-                           + q0 + s // g.sw for n, p in mine],
-                    "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p in mine],
+                           + q0 + s // g.sw for n, p, q0 in pairs],
+                    "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p, q0 in pairs],
                     "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+
+
+def _update_calls(g, rows, dtype):
+    """The weight update's kernel calls for one tile and share of rows: lists of
+    (pixels per block, [(n, p, q0), ...]) whose blocks all accumulate into the
+    tile. Whole output rows up to UPDATE_ROW pixels are one block; a short last
+    block gets calls of its own. libxsmm re-reads a call's A and B blocks once
+    per register tile of C, so each call reads at most about call_kb KiB of them
+    (the rows' partial sums accumulate in C, which stays in cache)."""
+    bq = g.Q if g.Q <= UPDATE_ROW else g.bq
+    full = [(q0, bq) for q0 in range(0, g.Q - bq + 1, bq)]
+    rest = [(q0, g.Q - q0) for q0 in range(len(full) * bq, g.Q, bq)]
+    item = 2 if dtype == "bf16" else 4
+    calls = []
+    for blocks in (full, rest):
+        if blocks:
+            m = blocks[0][1]
+            pairs = [(n, p, q0) for n, p in rows for q0, _ in blocks]
+            per_call = max(1, (g.call_kb << 10) // ((g.bk + g.bc) * m * item))
+            calls += [(m, pairs[i:i + per_call]) for i in range(0, len(pairs), per_call)]
+    return calls
 
 
 def narrow(g):
@@ -433,7 +454,8 @@ class Conv2d:
 def search(pass_, shape, threads=None):
     """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
     shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
-    all three passes share; bwd and upd tune their loop order (upd: its tiles)."""
+    all three passes share; bwd and upd tune their loop order (upd: its tiles and
+    the bytes per call)."""
     import itertools
 
     from brgemm.tuning import Search, best_time
@@ -454,8 +476,9 @@ def search(pass_, shape, threads=None):
     elif pass_ == "bwd":
         cands = [dict(spec=sp) for sp in ("NChu", "CNhu", "NCHu", "nCHu")]
     else:
-        cands = [dict(spec=sp, tiles=t) for sp, t in itertools.product(("KCRSJ", "CKRSJ"),
-                                                                       (4, 8, 16, 32))]
+        cands = [dict(spec=sp, tiles=t, call_kb=kb)
+                 for sp, t, kb in itertools.product(("KCRSJ", "CKRSJ"), (4, 8, 16, 32),
+                                                    (32, 64, 128, 256))]
     rng = np.random.default_rng()
     x = rng.standard_normal((s["N"], s["C"], s["H"], s["W"])).astype(np.float32)
     w = rng.standard_normal((s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
