@@ -29,8 +29,8 @@ from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
 from primitives._config import settings
 
-SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int},
-          "bwd": {"spec": str}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
+SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
+          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
 _plans = P.PlanCache(maxsize=64)
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
 
@@ -53,7 +53,7 @@ class Geometry:
     bq: int
     specs: tuple
     splits: int  # shares of the weight update's reduction (see update_nest)
-    call_kb: int  # the weight update's A and B bytes per kernel call, at most (KiB)
+    call_kb: tuple  # per pass: at most this many KiB of A and B blocks per kernel call
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -81,7 +81,8 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
     splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
     return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
-                    tuple(cfg[p]["spec"] for p in SCHEMA), splits, cfg["upd"]["call_kb"])
+                    tuple(cfg[p]["spec"] for p in SCHEMA), splits,
+                    tuple(cfg[p]["call_kb"] for p in SCHEMA))
 
 
 # ---------------------------------------------------------------- the loop nests
@@ -93,11 +94,15 @@ def forward_nest(ex, loops, g, dtype):
         m = min(g.bq, g.Q - q0)
         ex.at(phase, task)
         taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
-        ex.gemm(P.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0),
-                "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                      for c, r, s in taps],
-                "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk for c, r, s in taps],
-                "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
+        per_call = _per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
+        for i in range(0, len(taps), per_call):
+            ex.gemm(P.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype,
+                            beta=0.0 if i == 0 else 1.0),
+                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
+                          for c, r, s in taps[i:i + per_call]],
+                    "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk
+                          for c, r, s in taps[i:i + per_call]],
+                    "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
 
 
 def backward_nest(ex, loops, g, dtype):
@@ -119,10 +124,14 @@ def backward_nest(ex, loops, g, dtype):
         ex.at(phase, task)
         dy_at = lambda k, r, s: ((((n * g.Kb + k) * g.Pp + (h - r) // g.sh + g.bp) * g.Qp  # noqa: E731
                                   + u0 + (first - s) // g.sw + g.bw) * g.bk)
-        ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype, beta=0.0),
-                "dyp", [dy_at(k, r, s) for k, r, s in taps],
-                "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc for k, r, s in taps],
-                "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + first + g.sw * u0) * g.bc)
+        per_call = _per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
+        for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
+            ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype,
+                            beta=0.0 if i == 0 else 1.0),
+                    "dyp", [dy_at(k, r, s) for k, r, s in taps[i:i + per_call]],
+                    "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc
+                           for k, r, s in taps[i:i + per_call]],
+                    "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + first + g.sw * u0) * g.bc)
 
 
 def update_nest(ex, loops, g, dtype):
@@ -168,23 +177,28 @@ def update_narrow_nest(ex, loops, g, dtype):
                     "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
 
 
+def _per_call(kib, elems_per_block, dtype):
+    """How many blocks of elems_per_block A and B elements one call may read:
+    libxsmm re-reads a call's blocks once per register tile of C, so they should
+    stay in cache; the calls' partial sums accumulate in C."""
+    return max(1, (kib << 10) // (elems_per_block * (2 if dtype == "bf16" else 4)))
+
+
 def _update_calls(g, rows, dtype):
     """The weight update's kernel calls for one tile and share of rows: lists of
     (pixels per block, [(n, p, q0), ...]) whose blocks all accumulate into the
     tile. Whole output rows up to UPDATE_ROW pixels are one block; a short last
-    block gets calls of its own. libxsmm re-reads a call's A and B blocks once
-    per register tile of C, so each call reads at most about call_kb KiB of them
-    (the rows' partial sums accumulate in C, which stays in cache)."""
+    block gets calls of its own; each call reads at most about the pass's
+    call_kb KiB of A and B (_per_call)."""
     bq = g.Q if g.Q <= UPDATE_ROW else g.bq
     full = [(q0, bq) for q0 in range(0, g.Q - bq + 1, bq)]
     rest = [(q0, g.Q - q0) for q0 in range(len(full) * bq, g.Q, bq)]
-    item = 2 if dtype == "bf16" else 4
     calls = []
     for blocks in (full, rest):
         if blocks:
             m = blocks[0][1]
             pairs = [(n, p, q0) for n, p in rows for q0, _ in blocks]
-            per_call = max(1, (g.call_kb << 10) // ((g.bk + g.bc) * m * item))
+            per_call = _per_call(g.call_kb[2], (g.bk + g.bc) * m, dtype)
             calls += [(m, pairs[i:i + per_call]) for i in range(0, len(pairs), per_call)]
     return calls
 
@@ -454,8 +468,8 @@ class Conv2d:
 def search(pass_, shape, threads=None):
     """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
     shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
-    all three passes share; bwd and upd tune their loop order (upd: its tiles and
-    the bytes per call)."""
+    all three passes share; bwd and upd tune their loop order (upd: its tiles), and
+    each pass the bytes its kernel calls read (call_kb)."""
     import itertools
 
     from brgemm.tuning import Search, best_time
@@ -469,12 +483,13 @@ def search(pass_, shape, threads=None):
     stride, padding = (s["sh"], s["sw"]), (s["ph"], s["pw"])
     Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
     if pass_ == "fwd":
-        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq)
-                 for sp, bc, bk, bq in itertools.product(("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64),
-                                                         (32, 64), (7, 14, 28, 56))
+        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb)
+                 for sp, bc, bk, bq, kb in itertools.product(
+                     ("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64), (32, 64), (7, 14, 28, 56), (32, 128))
                  if bq <= max(Q, 7)]
     elif pass_ == "bwd":
-        cands = [dict(spec=sp) for sp in ("NChu", "CNhu", "NCHu", "nCHu")]
+        cands = [dict(spec=sp, call_kb=kb) for sp, kb in itertools.product(
+            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128))]
     else:
         cands = [dict(spec=sp, tiles=t, call_kb=kb)
                  for sp, t, kb in itertools.product(("KCRSJ", "CKRSJ"), (4, 8, 16, 32),
