@@ -32,7 +32,7 @@ from primitives._args import backend_name, positive
 from primitives import fc
 from primitives._config import settings
 
-SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int}
+SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int}
 _plans = P.PlanCache(maxsize=32)
 
 
@@ -46,6 +46,7 @@ class Geometry:
     bc: int
     bk: int
     spec: str
+    call_kb: int  # the recurrent and BPTT nests read at most this many KiB per call
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))
@@ -71,7 +72,13 @@ class Geometry:
 def geometry(T, N, C, K, config=None):
     cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config)
     return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
-                    pick_block(K, cfg["bk"], 16), cfg["spec"])
+                    pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"])
+
+
+def _per_call(g, elems_per_block, dtype):
+    """Blocks per kernel call: at most call_kb KiB of A and B (see conv.toml's
+    note: libxsmm re-reads a call's blocks once per register tile of C)."""
+    return max(1, (g.call_kb << 10) // (elems_per_block * (2 if dtype == "bf16" else 4)))
 
 
 # ---------------------------------------------------------------- the recurrent nest
@@ -81,6 +88,7 @@ def recurrent_nest(ex, loops, g, dtype):
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
     blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0)
     tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
+    per_call = _per_call(g, (g.bn + g.bk) * g.bk, dtype)
     for phase, task, at in loops.walk():
         t, n, k = at["t"], at["n"], at["k"]
         ex.at(phase, task)
@@ -94,8 +102,11 @@ def recurrent_nest(ex, loops, g, dtype):
                 extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
                 ops = (P.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
                                    "h", nxt, g.bk, **extra),)
-            ex.gemm(blk, h_in, hs, "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
-                                          for j in range(g.Kb)], "G", gate, ops=ops)
+            js = list(range(g.Kb))
+            for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
+                ex.gemm(blk, h_in, hs[i:i + per_call],
+                        "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk for j in js[i:i + per_call]],
+                        "G", gate, ops=ops if i + per_call >= g.Kb else ())
 
 
 def recurrent_plan(g, dtype):
@@ -118,6 +129,7 @@ def backward_nest(ex, loops, g):
     epilogue: dG[t] for the four gates, and dc for the step before."""
     tile = g.bn * g.bk
     step = g.Nb * g.Kb * tile                       # one step of h, c, dy
+    per_call = _per_call(g, (g.bn + g.bk) * g.bk, "f32")
     for phase, task, at in loops.walk():
         t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
         ex.at(phase, task)
@@ -126,10 +138,14 @@ def backward_nest(ex, loops, g):
         op = P.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
                              t * step + st, "dc", st, "dG", gates, g.bk)
         qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
-        ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, beta=0.0 if qj else 1.0),
-                "dG", [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in qj],
-                "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in qj],
-                "dhr", st, ops=(op,))
+        starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
+        for i in starts:
+            part = qj[i:i + per_call]
+            ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk,
+                            beta=0.0 if qj and i == 0 else 1.0),
+                    "dG", [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
+                    "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
+                    "dhr", st, ops=(op,) if i == starts[-1] else ())
 
 
 def backward_plan(g):
