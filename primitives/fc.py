@@ -36,9 +36,11 @@ _plans = P.PlanCache(maxsize=128)
 
 # ---------------------------------------------------------------- the loop nests
 
-def forward_nest(ex, loops, g, dtype, epilogue):
-    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
-    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
+def forward_nest(ex, loops, g, dtype, epilogue, plain=False):
+    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk.
+    plain: y is a plain [Nb*bn, Kb*bk] matrix instead of tiles (the functional form)."""
+    ldc = g.Kb * g.bk if plain else g.bk
+    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=ldc, dtype=dtype, beta=0.0)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, k, c0 = at["n"], at["k"], at["c"]
@@ -47,13 +49,14 @@ def forward_nest(ex, loops, g, dtype, epilogue):
         ex.gemm(first if c0 == 0 else rest,
                 "x", [(n * g.Cb + c) * g.bn * g.bc for c in cs],
                 "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                "y", (n * g.Kb + k) * g.bn * g.bk,
+                "y", n * g.bn * ldc + k * g.bk if plain else (n * g.Kb + k) * g.bn * g.bk,
                 ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
 
 
-def backward_nest(ex, loops, g, dtype, epilogue):
-    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]."""
-    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0)
+def backward_nest(ex, loops, g, dtype, epilogue, plain=False):
+    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]; plain: dx is a plain [Nb*bn, Cb*bc] matrix."""
+    ldc = g.Cb * g.bc if plain else g.bc
+    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=ldc, dtype=dtype, beta=0.0)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, c, k0 = at["n"], at["c"], at["k"]
@@ -62,7 +65,7 @@ def backward_nest(ex, loops, g, dtype, epilogue):
         ex.gemm(first if k0 == 0 else rest,
                 "dy", [(n * g.Kb + k) * g.bn * g.bk for k in ks],
                 "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                "dx", (n * g.Cb + c) * g.bn * g.bc,
+                "dx", n * g.bn * ldc + c * g.bc if plain else (n * g.Cb + c) * g.bn * g.bc,
                 ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
 
 
@@ -173,9 +176,10 @@ def plain_plan(g, dtype="f32"):
     return _plans.get(("plain", g, "upd", dtype), record)
 
 
-def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False):
-    """The recorded plan of one pass (cached by geometry and options)."""
-    key = (g, pass_, dtype, has_bias, activation, bf16_out)
+def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False):
+    """The recorded plan of one pass (cached by geometry and options); plain: the
+    output (fwd's y, bwd's dx) as a plain padded matrix, for the functional forms."""
+    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain)
 
     def record():
         a, b, c = _TENSORS[pass_]
@@ -186,7 +190,8 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False)
             tensors[c + "16"] = "bf16"
         rec = P.Recorder(tensors)
         _NESTS[pass_](rec, _loops(g, pass_), g, dtype,
-                      _epilogue(g, pass_, has_bias, activation, bf16_out))
+                      _epilogue(g, pass_, has_bias, activation, bf16_out),
+                      **({"plain": True} if plain else {}))
         return rec.finish()
     return _plans.get(key, record)
 
@@ -208,6 +213,20 @@ def _buffer(name, shape, dtype):
             bufs.clear()
         bufs[key] = aligned_empty(shape, dtype)
     return bufs[key]
+
+
+def _plain_out(rows, cols, padded_rows, padded_cols):
+    """The plain f32 output a plan writes: the result itself when the blocks tile
+    it exactly, else a padded scratch matrix that _crop copies from."""
+    if (rows, cols) == (padded_rows, padded_cols):
+        return np.empty((rows, cols), np.float32)
+    return _buffer("plain", (padded_rows, padded_cols), np.float32)
+
+
+def _crop(out, rows, cols, dtype):
+    if out.shape != (rows, cols):
+        out = np.array(out[:rows, :cols])
+    return out.astype(dtype, copy=False)
 
 
 def _dtype_of(dtype, *arrays, names):
@@ -246,12 +265,12 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
                          out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
              w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True,
                          out=_buffer("w", (g.Kb, g.Cb, g.bc, g.bk), ab)),
-             y=_buffer("y", (g.Nb, g.Kb, g.bn, g.bk), np.float32))
+             y=_plain_out(N, K, g.Nb * g.bn, g.Kb * g.bk))
     if b is not None:
         t["b"] = np.zeros(g.Kb * g.bk, np.float32)
         t["b"][:K] = b
-    plan(g, "fwd", dtype, has_bias=b is not None).run(backend=backend, **t)
-    return from_blocks(t["y"], N, K, dtype=out_dtype)
+    plan(g, "fwd", dtype, has_bias=b is not None, plain=True).run(backend=backend, **t)
+    return _crop(t["y"], N, K, out_dtype)
 
 
 def backward(dy, x, w, dtype="f32", backend=None, config=None):
@@ -269,8 +288,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
                      out=_buffer("dy", (g.Nb, g.Kb, g.bn, g.bk), ab))
     t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
                                    out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)),
-             dx=_buffer("dx", (g.Nb, g.Cb, g.bn, g.bc), np.float32))
-    plan(g, "bwd", dtype).run(backend=backend, **t)
+             dx=_plain_out(N, C, g.Nb * g.bn, g.Cb * g.bc))
+    plan(g, "bwd", dtype, plain=True).run(backend=backend, **t)
     dw = np.empty((K, C), np.float32)
     plain_plan(g, dtype).run(
         backend=backend, dyt=to_blocks(dy.astype(ab, copy=False), g.bk, g.bn, transpose=True,
@@ -279,7 +298,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
                     out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)), dw=dw)
     dw = dw.astype(out_dtype, copy=False)
     db = dy.astype(np.float32).sum(axis=0).astype(out_dtype)
-    return from_blocks(t["dx"], N, C, dtype=out_dtype), dw, db
+    return _crop(t["dx"], N, C, out_dtype), dw, db
 
 
 # ---------------------------------------------------------------- layers
