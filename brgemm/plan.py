@@ -99,15 +99,19 @@ def lstm_cell(gates, gates_offset, stride, c_prev, c_prev_offset, c, c_offset, h
 
 
 def lstm_cell_bwd(dy, dy_offset, gates, gates_offset, stride, c, c_offset, c_prev_offset, dc,
-                  dc_offset, dgates, dgates_offset, ld):
+                  dc_offset, dgates, dgates_offset, ld, dgates16=None):
     """The LSTM cell's derivatives on one block. The call's C block holds the dh
     that flows back from the next step; with dy it makes this step's dh. Reads
     the activated gates (i, f, g, o at gates_offset + q * stride), c_t and
     c_prev (both in tensor c), dc; writes the four pre-activation gradients at
-    dgates_offset + q * stride and overwrites dc with the previous step's."""
-    return Op("lstm_cell_bwd", (dy, gates, c, c, dc, dgates),
-              (dy_offset, gates_offset, c_offset, c_prev_offset, dc_offset, dgates_offset),
-              ld, stride)
+    dgates_offset + q * stride and overwrites dc with the previous step's. With
+    dgates16, bf16 copies of the gradients go there too, at the same offsets
+    (the bf16 operands of the GEMMs that read them)."""
+    names = (dy, gates, c, c, dc, dgates)
+    offs = (dy_offset, gates_offset, c_offset, c_prev_offset, dc_offset, dgates_offset)
+    if dgates16 is not None:
+        names, offs = names + (dgates16,), offs + (dgates_offset,)
+    return Op("lstm_cell_bwd", names, offs, ld, stride)
 
 
 _OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6,
@@ -183,6 +187,9 @@ class Eager:
             dgg[...] = dc * i * (1 - g * g)
             dgf[...] = dc * blk(3) * f * (1 - f)
             blk(4)[...] = dc * f
+            if len(op.tensors) > 6:
+                for q in range(4):
+                    blk(6, q * op.stride)[...] = blk(5, q * op.stride).astype(dtypes.bfloat16)
         else:
             raise ValueError(f"op: unknown code {op.code!r}")
 
@@ -266,11 +273,12 @@ class Recorder:
             self.written.update((gates,) + op.tensors[2:])
         elif op.code == "lstm_cell_bwd":
             for q, (name, off) in enumerate(zip(op.tensors, op.offsets)):
-                offs = [off + g * op.stride for g in range(4)] if q in (1, 5) else [off]
+                offs = [off + g * op.stride for g in range(4)] if q in (1, 5, 6) else [off]
                 self._touch(name, offs, blk.m, blk.n, op.ld, "lstm_cell_bwd")
-                if self.tensors[name] != "f32":
-                    raise ValueError(f"lstm_cell_bwd: tensor {name!r} is not f32")
-            self.written.update((op.tensors[4], op.tensors[5]))
+                want = "bf16" if q == 6 else "f32"
+                if self.tensors[name] != want:
+                    raise ValueError(f"lstm_cell_bwd: tensor {name!r} is not {want}")
+            self.written.update(op.tensors[4:])
 
     def finish(self) -> Plan:
         return Plan(self)
@@ -281,7 +289,7 @@ class Recorder:
 _CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
                   ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
                  align=True)
-_OPERANDS = 6
+_OPERANDS = 7
 _OP = np.dtype([("code", "<i4"), ("tensor", "<i4", _OPERANDS), ("offset", "<i8", _OPERANDS),
                 ("ld", "<i8"), ("stride", "<i8")], align=True)
 

@@ -122,40 +122,48 @@ def recurrent_plan(g, dtype):
     return _plans.get(("rec", g, dtype), record)
 
 
-def backward_nest(ex, loops, g):
+def backward_nest(ex, loops, g, dtype="f32"):
     """Steps t = T-1 .. 0, a phase each: dh[n][k] = sum_{q, j} dG[t+1][n][q][j] @
     wht[k][q][j] (the dh flowing back from the next step; at the last step dhr
     already holds dhT), then the cell's derivatives on that block as an
-    epilogue: dG[t] for the four gates, and dc for the step before."""
+    epilogue: dG[t] for the four gates, and dc for the step before. bf16: the
+    epilogue also rounds dG into dG16, the bf16 operand of the next step's GEMM
+    (and of the weight-gradient plans); the cell itself is f32."""
     tile = g.bn * g.bk
     step = g.Nb * g.Kb * tile                       # one step of h, c, dy
-    per_call = _per_call(g, (g.bn + g.bk) * g.bk, "f32")
+    per_call = _per_call(g, (g.bn + g.bk) * g.bk, dtype)
+    dg_in = "dG16" if dtype == "bf16" else "dG"
     for phase, task, at in loops.walk():
         t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
         ex.at(phase, task)
         st = (n * g.Kb + k) * tile
         gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
         op = P.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
-                             t * step + st, "dc", st, "dG", gates, g.bk)
+                             t * step + st, "dc", st, "dG", gates, g.bk,
+                             dgates16="dG16" if dtype == "bf16" else None)
         qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
         starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
         for i in starts:
             part = qj[i:i + per_call]
-            ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk,
+            ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
                             beta=0.0 if qj and i == 0 else 1.0),
-                    "dG", [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
+                    dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
                     "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
                     "dhr", st, ops=(op,) if i == starts[-1] else ())
 
 
-def backward_plan(g):
+def backward_plan(g, dtype="f32"):
     def record():
-        rec = P.Recorder(dict.fromkeys(("dy", "G", "c", "dc", "dG", "dhr", "wht"), "f32"))
+        tensors = dict.fromkeys(("dy", "G", "c", "dc", "dG", "dhr"), "f32")
+        tensors["wht"] = dtype
+        if dtype == "bf16":
+            tensors["dG16"] = "bf16"
+        rec = P.Recorder(tensors)
         loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
                                     Loop("k", 0, g.Kb, 1)])
-        backward_nest(rec, loops, g)
+        backward_nest(rec, loops, g, dtype)
         return rec.finish()
-    return _plans.get(("bptt", g), record)
+    return _plans.get(("bptt", g, dtype), record)
 
 
 # ---------------------------------------------------------------- the layer
@@ -268,47 +276,29 @@ class LSTM:
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
         dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
         dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
-        dG = aligned_empty(self.G.shape, ab)
-        dh_rec = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
-        if self.dtype == "f32":  # the whole recurrence as one plan, the cell fused
-            dhr = np.ascontiguousarray(dh)
-            dc = np.ascontiguousarray(dc)
-            backward_plan(g).run(backend=self.backend, dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dhr, wht=self.wh_t)
-            self.plans["dh"].run(backend=self.backend, dy=dG[:g.Nb], wt=self.wh_t, dx=dh_rec)
-            dh = dh_rec
-        else:
-            dh, dc = self._bptt_numpy(dyb, dh, dc, dG, dh_rec)
-        self._weight_grads(dG, g)
-        dx = self._steps_from_blocks(self._dx(dG, g), self.C).astype(out_dtype)
+        # the whole recurrence as one plan, the cell's derivatives fused; with
+        # bf16, dG16 holds dG rounded for the GEMMs that read it
+        dG = aligned_empty(self.G.shape, np.float32)
+        t = dict(dy=dyb, G=self.G, c=self.c, dc=np.ascontiguousarray(dc), dG=dG,
+                 dhr=np.ascontiguousarray(dh), wht=self.wh_t)
+        if self.dtype == "bf16":
+            t["dG16"] = aligned_empty(self.G.shape, ab)
+        backward_plan(g, self.dtype).run(backend=self.backend, **t)
+        dG_in = t.get("dG16", dG)
+        dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
+        dc = t["dc"]
+        self._weight_grads(dG_in, g, dG)
+        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C).astype(out_dtype)
         return (dx, from_blocks(np.ascontiguousarray(dh), g.N, self.K, dtype=out_dtype),
                 from_blocks(np.ascontiguousarray(dc), g.N, self.K, dtype=out_dtype))
-
-    def _bptt_numpy(self, dyb, dh, dc, dG, dh_rec):
-        """The recurrence step by step: the cell's derivatives in NumPy (f32),
-        dG rounded to bf16 for the per-step plan dh = dG W_hh."""
-        g = self.g
-        G = self.G.reshape((g.T, g.Nb, 4, g.Kb, g.bn, g.bk))
-        dG5 = dG.reshape(G.shape)
-        for t in reversed(range(g.T)):
-            i, f, gg, o = (G[t, :, q] for q in range(4))  # activations, saved by the cell
-            dh = dh + dyb[t]
-            tc = np.tanh(self.c[t + 1])
-            dc = dc + dh * o * (1 - tc * tc)
-            dG5[t, :, 0] = dc * gg * i * (1 - i)
-            dG5[t, :, 1] = dc * self.c[t] * f * (1 - f)
-            dG5[t, :, 2] = dc * i * (1 - gg * gg)
-            dG5[t, :, 3] = dh * tc * o * (1 - o)
-            dc = dc * f
-            self.plans["dh"].run(backend=self.backend, dy=dG[t * g.Nb:(t + 1) * g.Nb], wt=self.wh_t, dx=dh_rec)
-            dh = dh_rec.copy()
-        return dh, dc
 
     def _dx(self, dG, g):
         dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.wx_t, dx=dxb)
         return dxb
 
-    def _weight_grads(self, dG, g):
+    def _weight_grads(self, dG, g, dG32):
         dwx = aligned_empty((4 * g.Kb, g.Cb, g.bc, g.bk), np.float32)
         self.plans["dwx"].run(backend=self.backend, xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
@@ -319,7 +309,7 @@ class LSTM:
                                                     swap_grid=True), g)
         self.grad_w_hh = _gate_unpadded(from_blocks(dwh, g.Kp, 4 * g.Kp, transpose=True,
                                                     swap_grid=True), g)[:, :self.K]
-        self.grad_b = _gate_unpadded(dG.astype(np.float32).sum(axis=(0, 2)).reshape(-1, 1), g)
+        self.grad_b = _gate_unpadded(dG32.sum(axis=(0, 2)).reshape(-1, 1), g)
         self.grad_b = self.grad_b.reshape(-1)
 
 

@@ -113,10 +113,12 @@ class TestBadInput:
             lstm.LSTM(4, 5).backward(np.ones((2, 3, 5), np.float32))
 
 
-def test_fused_recurrence_eager_matches_replay(rng):
-    """The BPTT nest run eagerly (NumPy epilogue) and replayed (C epilogue) agree."""
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_fused_recurrence_eager_matches_replay(rng, dtype):
+    """The BPTT nest run eagerly (NumPy epilogue) and replayed (C epilogue) agree;
+    with bf16, the dG16 copies the next step's GEMM reads too."""
     T, N, C, K = 3, 20, 8, 24
-    layer = lstm.LSTM(C, K, rng=rng, config={"fwd": {"bn": 16, "bc": 16, "bk": 16}})
+    layer = lstm.LSTM(C, K, dtype=dtype, rng=rng, config={"fwd": {"bn": 16, "bc": 16, "bk": 16}})
     a, d = make(rng, T, N, C, K, np.float32)
     layer.forward(a["x"], a["h0"], a["c0"])
     g = layer.g
@@ -126,15 +128,21 @@ def test_fused_recurrence_eager_matches_replay(rng):
     for run in ("replay", "eager"):
         t = dict(dy=dyb, G=layer.G, c=layer.c, dc=start(d["dcT"]), dG=np.zeros_like(layer.G),
                  dhr=start(d["dhT"]), wht=layer.wh_t)
+        if dtype == "bf16":
+            t["dG16"] = np.zeros(layer.G.shape, brgemm.bfloat16)
         if run == "replay":
-            lstm.backward_plan(g).run(**t)
+            lstm.backward_plan(g, dtype).run(**t)
         else:
             loops = lstm.parse_spec(g.spec, [lstm.Loop("t", 0, g.T, 1), lstm.Loop("n", 0, g.Nb, 1),
                                              lstm.Loop("k", 0, g.Kb, 1)])
-            lstm.backward_nest(brgemm.plan.Eager(**t), loops, g)
-        outs.append((t["dG"], t["dc"]))
+            lstm.backward_nest(brgemm.plan.Eager(**t), loops, g, dtype)
+        outs.append((t["dG"], t["dc"], t.get("dG16")))
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+    if dtype == "bf16":  # the copies are dG rounded: within one bf16 step of each other
+        np.testing.assert_allclose(outs[0][2].astype(np.float32), outs[0][0], rtol=2**-8, atol=1e-6)
+        np.testing.assert_allclose(outs[0][2].astype(np.float32), outs[1][2].astype(np.float32),
+                                   rtol=2**-7, atol=1e-6)
 
 
 def to_tiles(v, g):

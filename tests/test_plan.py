@@ -178,6 +178,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match="^a: tensor 'A' is f32, the block wants bf16"):
             rec.gemm(P.Block(2, 2, 2, 2, 2, 2, dtype="bf16"), "A", [0], "B", [0], "C", 0)
 
+    def test_lstm_cell_bwd_operand_types(self):
+        rec = P.Recorder(dict.fromkeys(("A", "B", "C", "dy", "G", "c", "dc", "dG", "D"), "f32"))
+        blk = P.Block(2, 2, 2, lda=2, ldb=2, ldc=2)
+        op = P.lstm_cell_bwd("dy", 0, "G", 0, 4, "c", 4, 0, "dc", 0, "dG", 0, 2, dgates16="D")
+        with pytest.raises(ValueError, match="^lstm_cell_bwd: tensor 'D' is not bf16"):
+            rec.gemm(blk, "A", [0], "B", [0], "C", 0, ops=(op,))
+
     def test_native_layer_rejects_a_corrupted_plan(self):
         p = gemm.plan(8, 8, 8, config={"fwd": {"spec": "ijk", "bm": 8, "bn": 8, "bk": 8, "kc": 8}})
         p.calls["kernel"][0] = 7  # only kernel 0 exists

@@ -36,7 +36,7 @@ ffi, capi = _dpctl_capi.load(dpctl)
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2] / "kernels" / "sycl" / "brgemm_plan.cl"
 WORK_GROUP = 64          # four sub-groups of 16 lanes (SG in the kernel source)
-CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = 9, 15, 8
+CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = 9, 17, 8
 DTYPE_CODE = {"f32": 0, "bf16": 1}
 
 submissions = 0          # ND-range submissions made so far (tests count them)

@@ -98,13 +98,14 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
  * LSTM_CELL_BWD: the call's C block holds dh from the next step (dG W_hh);
  * t0 dy, t1 the activated gates (4 blocks, stride), t2 c_t, t3 c_prev, t4 dc
  * (read, then overwritten with the dc that flows to the previous step), t5
- * dG (4 blocks, stride): the gradients at the gates' pre-activations. All but
- * the C block have row stride ld. */
+ * dG (4 blocks, stride): the gradients at the gates' pre-activations, and
+ * their bf16 copies to t6 (same offsets) when t6 >= 0. All but the C block
+ * have row stride ld. */
 
 typedef struct {
   int32_t code;       /* BRGEMM_OP_* */
-  int32_t tensor[6];  /* operand slots, -1 where unused */
-  int64_t offset[6];  /* element offsets of the operands */
+  int32_t tensor[7];  /* operand slots, -1 where unused */
+  int64_t offset[7];  /* element offsets of the operands */
   int64_t ld;         /* row stride of 2-D operands, elements */
   int64_t stride;     /* LSTM_CELL: elements between gate blocks */
 } brgemm_plan_op;

@@ -110,6 +110,15 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
           df[s] = dcc * cp[s] * fg * (1.0f - fg);
           dc[s] = dcc * fg;
         }
+      if (op->tensor[6] >= 0) { /* bf16 copies: the next step's and the weight GEMMs' operands */
+        uint16_t* d16 = (uint16_t*)tensors[op->tensor[6]] + op->offset[6];
+        for (int q = 0; q < 4; ++q)
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const int64_t s = q * op->stride + i * op->ld + j;
+              d16[s] = brgemm_f32_to_bf16(di[s]);
+            }
+      }
       return BRGEMM_OK;
     }
     default:

@@ -45,6 +45,9 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
       if (op->code == BRGEMM_OP_LSTM_CELL && op->tensor[4] >= 0 &&
           (op->tensor[4] >= p->n_tensors || op->offset[4] < 0))
         return 0;
+      if (op->code == BRGEMM_OP_LSTM_CELL_BWD && op->tensor[6] >= 0 &&
+          (op->tensor[6] >= p->n_tensors || op->offset[6] < 0))
+        return 0;
     }
   }
   return 1;

@@ -14,12 +14,13 @@
  * Tables (all int64 unless said): tensors = USM base address per tensor slot;
  * kdesc = per kernel m, n, k, lda, ldb, ldc, dtype_ab, dtype_c (0 f32, 1 bf16);
  * kscal (float) = per kernel alpha, beta; calls = CALL_FIELDS per call (below);
- * a_offs, b_offs = element offsets of the blocks; ops = OP_FIELDS per op. */
+ * a_offs, b_offs = element offsets of the blocks; ops = OP_FIELDS per op:
+ * code, 7 tensor slots (-1 unused), 7 element offsets, ld, stride. */
 
 #define SG 16
 #define TM 8
 #define CALL_FIELDS 9
-#define OP_FIELDS 15
+#define OP_FIELDS 17
 #define KDESC_FIELDS 8
 
 enum { C_KERNEL, C_A, C_B, C_C, C_COFF, C_COUNT, C_OFFS, C_OPBEGIN, C_OPCOUNT };
@@ -61,47 +62,50 @@ inline float load_ab(__global const void* base, int bf16, long i) {
 
 inline float sigm(float x) { return 1.0f / (1.0f + exp(-x)); }
 
-#define F32(slot, off) ((__global float*)tensors[slot] + (off))
+/* op q's operand: tensor slot T(q), element offset O(q) (see OP_FIELDS) */
+#define T(q) op[1 + (q)]
+#define O(q) op[8 + (q)]
+#define F32(q) ((__global float*)tensors[T(q)] + O(q))
+#define BF16(q) ((__global ushort*)tensors[T(q)] + O(q))
 
 /* Epilogue op on element (i, j) of the call's f32 C block c (row stride ldc). */
 inline void apply_op(__global const long* op, __global float* c, long i, long j, long ldc,
                      __global const ulong* tensors) {
-  const long code = op[0], ld = op[13], stride = op[14];
+  const long code = op[0], ld = op[15], stride = op[16];
   const long e = i * ldc + j;
   switch (code) {
-    case OP_BIAS: c[e] += F32(op[1], op[7])[j]; break;
+    case OP_BIAS: c[e] += F32(0)[j]; break;
     case OP_RELU: c[e] = fmax(c[e], 0.0f); break;
     case OP_SIGMOID: c[e] = sigm(c[e]); break;
     case OP_TANH: c[e] = tanh(c[e]); break;
-    case OP_STORE_BF16:
-      ((__global ushort*)tensors[op[1]] + op[7])[i * ld + j] = bf16_round(c[e]);
-      break;
+    case OP_STORE_BF16: BF16(0)[i * ld + j] = bf16_round(c[e]); break;
     case OP_LSTM_CELL: {
-      __global float* g = F32(op[1], op[7]);  /* gate blocks have the call's row stride */
+      __global float* g = F32(0);  /* gate blocks have the call's row stride */
       const long s = i * ld + j;
       const float ig = sigm(g[e]), fg = sigm(g[e + stride]);
       const float gg = tanh(g[e + 2 * stride]), og = sigm(g[e + 3 * stride]);
-      const float cc = fg * F32(op[2], op[8])[s] + ig * gg;
+      const float cc = fg * F32(1)[s] + ig * gg;
       g[e] = ig; g[e + stride] = fg; g[e + 2 * stride] = gg; g[e + 3 * stride] = og;
-      F32(op[3], op[9])[s] = cc;
+      F32(2)[s] = cc;
       const float h = og * tanh(cc);
-      F32(op[4], op[10])[s] = h;
-      if (op[5] >= 0) ((__global ushort*)tensors[op[5]] + op[11])[s] = bf16_round(h);
+      F32(3)[s] = h;
+      if (T(4) >= 0) BF16(4)[s] = bf16_round(h);
       break;
     }
     case OP_LSTM_CELL_BWD: {
       const long s = i * ld + j;
-      __global const float* gt = F32(op[2], op[8]);
-      __global float* dcp = F32(op[5], op[11]);
-      __global float* dg = F32(op[6], op[12]);
-      const float dh = c[e] + F32(op[1], op[7])[s];
-      const float tc = tanh(F32(op[3], op[9])[s]);
+      __global const float* gt = F32(1);
+      __global float* dcp = F32(4);
+      __global float* dg = F32(5);
+      const float dh = c[e] + F32(0)[s];
+      const float tc = tanh(F32(2)[s]);
       const float ig = gt[s], fg = gt[s + stride], gg = gt[s + 2 * stride], og = gt[s + 3 * stride];
       const float dcc = dcp[s] + dh * og * (1.0f - tc * tc);
-      dg[s + 3 * stride] = dh * tc * og * (1.0f - og);
-      dg[s] = dcc * gg * ig * (1.0f - ig);
-      dg[s + 2 * stride] = dcc * ig * (1.0f - gg * gg);
-      dg[s + stride] = dcc * F32(op[4], op[10])[s] * fg * (1.0f - fg);
+      const float d[4] = {dcc * gg * ig * (1.0f - ig), dcc * F32(3)[s] * fg * (1.0f - fg),
+                          dcc * ig * (1.0f - gg * gg), dh * tc * og * (1.0f - og)};
+      for (int q = 0; q < 4; ++q) dg[s + q * stride] = d[q];
+      if (T(6) >= 0)  /* bf16 copies, the operands of the GEMMs that read them */
+        for (int q = 0; q < 4; ++q) BF16(6)[s + q * stride] = bf16_round(d[q]);
       dcp[s] = dcc * fg;
       break;
     }
