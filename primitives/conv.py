@@ -16,6 +16,10 @@ Backward-data: a transposed convolution, written per residue class of the
 padded input pixels modulo the stride, so each call reads contiguous dy
 pixels and only the taps that reach them. Weight update: a tap's bk x bc tile
 = sum over images, rows and pixel blocks of dy^T (bk x bq) times x (bq x bc).
+
+Each pass's loop nest has a file of its own (conv_forward.py, conv_backward.py,
+conv_update.py); this module holds the geometry, the plans, the layouts, the
+functional forms, the layer and the tuner's search space.
 """
 import dataclasses
 
@@ -28,11 +32,13 @@ from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
 from primitives._config import settings
+from primitives.conv_backward import backward_nest
+from primitives.conv_forward import forward_nest
+from primitives.conv_update import narrow, update_narrow_nest, update_nest
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
           "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
 _plans = P.PlanCache(maxsize=64)
-UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,127 +92,6 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
 
 
 # ---------------------------------------------------------------- the loop nests
-
-def forward_nest(ex, loops, g, dtype):
-    """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s]."""
-    for phase, task, at in loops.walk():
-        n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
-        m = min(g.bq, g.Q - q0)
-        ex.at(phase, task)
-        taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
-        per_call = _per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
-        for i in range(0, len(taps), per_call):
-            ex.gemm(P.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
-                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                          for c, r, s in taps[i:i + per_call]],
-                    "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk
-                          for c, r, s in taps[i:i + per_call]],
-                    "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
-
-
-def backward_nest(ex, loops, g, dtype):
-    """dx[n][c][h][w] for the input's pixels w = first + sw*u of one residue class
-    (one class per call) = sum over k and the taps (r, s) with h - r = sh*p and
-    w - s = sw*q of dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its
-    zero-bordered copy. Only the unpadded interior of dx is written."""
-    for phase, task, at in loops.walk():
-        n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
-        rho, u0 = ru % g.sw, (ru // g.sw) * g.bq   # loop u runs over residue x pixel block
-        first = g.pw + (rho - g.pw) % g.sw         # the class's first interior pixel
-        width = len(range(first, g.pw + g.W, g.sw))
-        if u0 >= width:
-            continue
-        m = min(g.bq, width - u0)
-        taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
-                if (h - r) % g.sh == 0 and (first - s) % g.sw == 0
-                and 0 <= (h - r) // g.sh + g.bp < g.Pp]
-        ex.at(phase, task)
-        dy_at = lambda k, r, s: ((((n * g.Kb + k) * g.Pp + (h - r) // g.sh + g.bp) * g.Qp  # noqa: E731
-                                  + u0 + (first - s) // g.sw + g.bw) * g.bk)
-        per_call = _per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
-        for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
-            ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
-                    "dyp", [dy_at(k, r, s) for k, r, s in taps[i:i + per_call]],
-                    "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc
-                           for k, r, s in taps[i:i + per_call]],
-                    "dx", (((n * g.Cb + c) * g.Hp + h) * g.Wp + first + g.sw * u0) * g.bc)
-
-
-def update_nest(ex, loops, g, dtype):
-    """dw[j][k][c][r][s] (bk x bc) = sum over the j-th share of the (n, p) rows and
-    the q-blocks of dyt[n][k][p][:, q0:] @ the tap's x rows. Splitting the
-    reduction into shares j (summed afterwards) gives the threads work when
-    there are few weight tiles (1x1 layers with 64 channels have one)."""
-    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
-    share = -(-len(rows) // g.splits)
-    for phase, task, at in loops.walk():
-        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
-        mine = rows[j * share:(j + 1) * share]
-        ex.at(phase, task)
-        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(P.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
-                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p, q0 in pairs],
-                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                          for n, p, q0 in pairs],
-                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
-
-
-def update_narrow_nest(ex, loops, g, dtype):
-    """The weight update for layers with few input channels (bc < 16, e.g. the
-    RGB input layer): there the tile above would have the channels as its
-    vector dimension, so this computes dw^T[j][k][c][r][s] (bc x bk) = sum of
-    x^T (bc x pixels) @ dy (pixels x bk), with x read from xs, a copy whose
-    pixels are innermost and split by phase modulo the stride (so a tap's
-    strided pixels are contiguous), and dy from its plain blocked layout."""
-    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
-    share = -(-len(rows) // g.splits)
-    Ws = nblocks(g.Wp, g.sw)
-    for phase, task, at in loops.walk():
-        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
-        mine = rows[j * share:(j + 1) * share]
-        ex.at(phase, task)
-        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(P.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
-                    "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
-                           + q0 + s // g.sw for n, p, q0 in pairs],
-                    "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p, q0 in pairs],
-                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
-
-
-def _per_call(kib, elems_per_block, dtype):
-    """How many blocks of elems_per_block A and B elements one call may read:
-    libxsmm re-reads a call's blocks once per register tile of C, so they should
-    stay in cache; the calls' partial sums accumulate in C."""
-    return max(1, (kib << 10) // (elems_per_block * (2 if dtype == "bf16" else 4)))
-
-
-def _update_calls(g, rows, dtype):
-    """The weight update's kernel calls for one tile and share of rows: lists of
-    (pixels per block, [(n, p, q0), ...]) whose blocks all accumulate into the
-    tile. Whole output rows up to UPDATE_ROW pixels are one block; a short last
-    block gets calls of its own; each call reads at most about the pass's
-    call_kb KiB of A and B (_per_call)."""
-    bq = g.Q if g.Q <= UPDATE_ROW else g.bq
-    full = [(q0, bq) for q0 in range(0, g.Q - bq + 1, bq)]
-    rest = [(q0, g.Q - q0) for q0 in range(len(full) * bq, g.Q, bq)]
-    calls = []
-    for blocks in (full, rest):
-        if blocks:
-            m = blocks[0][1]
-            pairs = [(n, p, q0) for n, p in rows for q0, _ in blocks]
-            per_call = _per_call(g.call_kb[2], (g.bk + g.bc) * m, dtype)
-            calls += [(m, pairs[i:i + per_call]) for i in range(0, len(pairs), per_call)]
-    return calls
-
-
-def narrow(g):
-    """Few input channels: the weight update takes update_narrow_nest."""
-    return g.bc < 16
-
 
 def _loops(g, pass_):
     if pass_ == "fwd":

@@ -29,6 +29,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
+from primitives._calls import blocks_per_call
 from primitives import fc
 from primitives._config import settings
 
@@ -75,12 +76,6 @@ def geometry(T, N, C, K, config=None):
                     pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"])
 
 
-def _per_call(g, elems_per_block, dtype):
-    """Blocks per kernel call: at most call_kb KiB of A and B (see conv.toml's
-    note: libxsmm re-reads a call's blocks once per register tile of C)."""
-    return max(1, (g.call_kb << 10) // (elems_per_block * (2 if dtype == "bf16" else 4)))
-
-
 # ---------------------------------------------------------------- the recurrent nest
 
 def recurrent_nest(ex, loops, g, dtype):
@@ -88,7 +83,7 @@ def recurrent_nest(ex, loops, g, dtype):
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
     blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0)
     tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
-    per_call = _per_call(g, (g.bn + g.bk) * g.bk, dtype)
+    per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     for phase, task, at in loops.walk():
         t, n, k = at["t"], at["n"], at["k"]
         ex.at(phase, task)
@@ -131,7 +126,7 @@ def backward_nest(ex, loops, g, dtype="f32"):
     (and of the weight-gradient plans); the cell itself is f32."""
     tile = g.bn * g.bk
     step = g.Nb * g.Kb * tile                       # one step of h, c, dy
-    per_call = _per_call(g, (g.bn + g.bk) * g.bk, dtype)
+    per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     dg_in = "dG16" if dtype == "bf16" else "dG"
     for phase, task, at in loops.walk():
         t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
