@@ -58,66 +58,85 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       return BRGEMM_OK;
     }
     case BRGEMM_OP_LSTM_CELL: {
-      /* the operands are distinct blocks (the recorder checks offsets): restrict
-       * lets the element loop vectorise */
-      float* restrict gi = (float*)tensors[op->tensor[0]] + op->offset[0];
-      float* restrict gf = gi + op->stride;
-      float* restrict gg = gi + 2 * op->stride;
-      float* restrict go = gi + 3 * op->stride;
-      const float* restrict cp = (const float*)tensors[op->tensor[1]] + op->offset[1];
-      float* restrict cn = (float*)tensors[op->tensor[2]] + op->offset[2];
-      float* restrict hn = (float*)tensors[op->tensor[3]] + op->offset[3];
-      for (int64_t i = 0; i < m; ++i)
+      /* the operands are distinct blocks (the recorder checks offsets); strides
+       * in locals and one row at a time let the element loop vectorise */
+      const int64_t ld = op->ld, st = op->stride;
+      float* g0 = (float*)tensors[op->tensor[0]] + op->offset[0];
+      const float* cp0 = (const float*)tensors[op->tensor[1]] + op->offset[1];
+      float* cn0 = (float*)tensors[op->tensor[2]] + op->offset[2];
+      float* hn0 = (float*)tensors[op->tensor[3]] + op->offset[3];
+      uint16_t* h16 = op->tensor[4] >= 0 ? (uint16_t*)tensors[op->tensor[4]] + op->offset[4] : NULL;
+      for (int64_t i = 0; i < m; ++i) {
+        /* gates are C blocks: row stride ldc; the states: ld */
+        float* restrict gi = g0 + i * ldc;
+        float* restrict gf = gi + st;
+        float* restrict gg = gi + 2 * st;
+        float* restrict go = gi + 3 * st;
+        const float* restrict cp = cp0 + i * ld;
+        float* restrict cn = cn0 + i * ld;
+        float* restrict hn = hn0 + i * ld;
+        /* GCC ignores block-scope restrict: ivdep says the rows do not overlap */
+#pragma GCC ivdep
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t e = i * ldc + j, s = i * op->ld + j;  /* gates are C blocks */
-          const float ig = sigmoid(gi[e]), fg = sigmoid(gf[e]);
-          const float g = tanh_approx(gg[e]), og = sigmoid(go[e]);
-          const float cc = fg * cp[s] + ig * g;
-          gi[e] = ig, gf[e] = fg, gg[e] = g, go[e] = og;
-          cn[s] = cc;
-          hn[s] = og * tanh_approx(cc);
+          const float ig = sigmoid(gi[j]), fg = sigmoid(gf[j]);
+          const float g = tanh_approx(gg[j]), og = sigmoid(go[j]);
+          const float cc = fg * cp[j] + ig * g;
+          gi[j] = ig;
+          gf[j] = fg;
+          gg[j] = g;
+          go[j] = og;
+          cn[j] = cc;
+          hn[j] = og * tanh_approx(cc);
         }
-      if (op->tensor[4] >= 0) {
-        uint16_t* h16 = (uint16_t*)tensors[op->tensor[4]] + op->offset[4];
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) h16[i * op->ld + j] = brgemm_f32_to_bf16(hn[i * op->ld + j]);
+        if (h16) {
+          uint16_t* restrict hr = h16 + i * ld;
+          for (int64_t j = 0; j < n; ++j) hr[j] = brgemm_f32_to_bf16(hn[j]);
+        }
       }
       return BRGEMM_OK;
     }
     case BRGEMM_OP_LSTM_CELL_BWD: {
-      const float* restrict dy = (const float*)tensors[op->tensor[0]] + op->offset[0];
-      const float* restrict gi = (const float*)tensors[op->tensor[1]] + op->offset[1];
-      const float* restrict gf = gi + op->stride;
-      const float* restrict gg = gi + 2 * op->stride;
-      const float* restrict go = gi + 3 * op->stride;
-      const float* restrict ct = (const float*)tensors[op->tensor[2]] + op->offset[2];
-      const float* restrict cp = (const float*)tensors[op->tensor[3]] + op->offset[3];
-      float* restrict dc = (float*)tensors[op->tensor[4]] + op->offset[4];
-      float* restrict di = (float*)tensors[op->tensor[5]] + op->offset[5];
-      float* restrict df = di + op->stride;
-      float* restrict dg = di + 2 * op->stride;
-      float* restrict dout = di + 3 * op->stride;
-      for (int64_t i = 0; i < m; ++i)
+      const int64_t ld = op->ld, st = op->stride;
+      const float* dy0 = (const float*)tensors[op->tensor[0]] + op->offset[0];
+      const float* g0 = (const float*)tensors[op->tensor[1]] + op->offset[1];
+      const float* ct0 = (const float*)tensors[op->tensor[2]] + op->offset[2];
+      const float* cp0 = (const float*)tensors[op->tensor[3]] + op->offset[3];
+      float* dc0 = (float*)tensors[op->tensor[4]] + op->offset[4];
+      float* d0 = (float*)tensors[op->tensor[5]] + op->offset[5];
+      uint16_t* d16 = op->tensor[6] >= 0 ? (uint16_t*)tensors[op->tensor[6]] + op->offset[6] : NULL;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t r = i * ld;
+        const float* restrict dh_in = c + i * ldc;
+        const float* restrict dy = dy0 + r;
+        const float* restrict gi = g0 + r;
+        const float* restrict gf = gi + st;
+        const float* restrict gg = gi + 2 * st;
+        const float* restrict go = gi + 3 * st;
+        const float* restrict ct = ct0 + r;
+        const float* restrict cp = cp0 + r;
+        float* restrict dc = dc0 + r;
+        float* restrict di = d0 + r;
+        float* restrict df = di + st;
+        float* restrict dg = di + 2 * st;
+        float* restrict dout = di + 3 * st;
+#pragma GCC ivdep
         for (int64_t j = 0; j < n; ++j) {
-          const int64_t s = i * op->ld + j;
-          const float dh = c[i * ldc + j] + dy[s];
-          const float tc = tanh_approx(ct[s]);
-          const float ig = gi[s], fg = gf[s], g = gg[s], og = go[s];
-          const float dcc = dc[s] + dh * og * (1.0f - tc * tc);
-          dout[s] = dh * tc * og * (1.0f - og);
-          di[s] = dcc * g * ig * (1.0f - ig);
-          dg[s] = dcc * ig * (1.0f - g * g);
-          df[s] = dcc * cp[s] * fg * (1.0f - fg);
-          dc[s] = dcc * fg;
+          const float dh = dh_in[j] + dy[j];
+          const float tc = tanh_approx(ct[j]);
+          const float ig = gi[j], fg = gf[j], g = gg[j], og = go[j];
+          const float dcc = dc[j] + dh * og * (1.0f - tc * tc);
+          dout[j] = dh * tc * og * (1.0f - og);
+          di[j] = dcc * g * ig * (1.0f - ig);
+          dg[j] = dcc * ig * (1.0f - g * g);
+          df[j] = dcc * cp[j] * fg * (1.0f - fg);
+          dc[j] = dcc * fg;
         }
-      if (op->tensor[6] >= 0) { /* bf16 copies: the next step's and the weight GEMMs' operands */
-        uint16_t* d16 = (uint16_t*)tensors[op->tensor[6]] + op->offset[6];
-        for (int q = 0; q < 4; ++q)
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              const int64_t s = q * op->stride + i * op->ld + j;
-              d16[s] = brgemm_f32_to_bf16(di[s]);
-            }
+        if (d16) /* bf16 copies: the next step's and the weight GEMMs' operands */
+          for (int q = 0; q < 4; ++q) {
+            const float* restrict from = di + q * st;
+            uint16_t* restrict to = d16 + r + q * st;
+            for (int64_t j = 0; j < n; ++j) to[j] = brgemm_f32_to_bf16(from[j]);
+          }
       }
       return BRGEMM_OK;
     }
