@@ -173,7 +173,7 @@ def plain_plan(g, dtype="f32"):
         loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1)])
         update_plain_nest(rec, loops, g, dtype)
         return rec.finish()
-    return _plans.get(("plain", g, "upd", dtype), record)
+    return _plans.get(("plain", g, dtype), record)
 
 
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False):

@@ -98,10 +98,10 @@ def recurrent_nest(ex, loops, g, dtype):
                 extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
                 ops = (P.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
                                    "h", nxt, g.bk, **extra),)
-            js = list(range(g.Kb))
             for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
                 ex.gemm(blk, h_in, hs[i:i + per_call],
-                        "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk for j in js[i:i + per_call]],
+                        "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
+                               for j in range(i, min(i + per_call, g.Kb))],
                         "G", gate, ops=ops if i + per_call >= g.Kb else ())
 
 
@@ -275,19 +275,17 @@ class LSTM:
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = aligned_empty(self.G.shape, np.float32)
-        t = dict(dy=dyb, G=self.G, c=self.c, dc=np.ascontiguousarray(dc), dG=dG,
-                 dhr=np.ascontiguousarray(dh), wht=self.wh_t)
+        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.wh_t)
         if self.dtype == "bf16":
             t["dG16"] = aligned_empty(self.G.shape, ab)
         backward_plan(g, self.dtype).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
-        dc = t["dc"]
         self._weight_grads(dG_in, g, dG)
         dx = self._steps_from_blocks(self._dx(dG_in, g), self.C).astype(out_dtype)
-        return (dx, from_blocks(np.ascontiguousarray(dh), g.N, self.K, dtype=out_dtype),
-                from_blocks(np.ascontiguousarray(dc), g.N, self.K, dtype=out_dtype))
+        return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
+                from_blocks(dc, g.N, self.K, dtype=out_dtype))
 
     def _dx(self, dG, g):
         dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)

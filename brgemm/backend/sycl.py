@@ -170,8 +170,7 @@ class _Tables:
 
     def __init__(self, kdesc, kscal, calls, a_offs, b_offs, ops, task_begin, phase_begin):
         self.kdesc = _int64_table(kdesc, KDESC_FIELDS)
-        self.kscal = _upload_array(np.ascontiguousarray(np.asarray(kscal, np.float32).reshape(-1)
-                                                        if len(kscal) else np.zeros(2, np.float32)))
+        self.kscal = _upload_array(np.asarray(kscal or [0.0, 0.0], np.float32))  # alpha, beta
         self.calls = _int64_table(calls, CALL_FIELDS)
         self.a_offs = _int64_table(a_offs, 1)
         self.b_offs = _int64_table(b_offs, 1)
