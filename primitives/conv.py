@@ -31,6 +31,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
+from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest
@@ -76,6 +77,12 @@ class Geometry:
 
 
 def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
+    stride, padding = tuple(stride), tuple(padding)
+    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding), config,
+                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config))
+
+
+def _geometry(N, C, K, H, W, R, S, stride, padding, config):
     shape = dict(N=N, C=C, K=K, H=H, W=W, R=R, S=S, sh=stride[0], sw=stride[1], ph=padding[0],
                  pw=padding[1])
     cfg = {p: settings("conv", p, shape, SCHEMA[p], config) for p in SCHEMA}

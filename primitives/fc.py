@@ -24,6 +24,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
+from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int},
@@ -36,11 +37,9 @@ _plans = P.PlanCache(maxsize=128)
 
 # ---------------------------------------------------------------- the loop nests
 
-def forward_nest(ex, loops, g, dtype, epilogue, plain=False):
-    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk.
-    plain: y is a plain [Nb*bn, Kb*bk] matrix instead of tiles (the functional form)."""
-    ldc = g.Kb * g.bk if plain else g.bk
-    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=ldc, dtype=dtype, beta=0.0)
+def forward_nest(ex, loops, g, dtype, epilogue):
+    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
+    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, k, c0 = at["n"], at["k"], at["c"]
@@ -49,14 +48,13 @@ def forward_nest(ex, loops, g, dtype, epilogue, plain=False):
         ex.gemm(first if c0 == 0 else rest,
                 "x", [(n * g.Cb + c) * g.bn * g.bc for c in cs],
                 "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                "y", n * g.bn * ldc + k * g.bk if plain else (n * g.Kb + k) * g.bn * g.bk,
+                "y", (n * g.Kb + k) * g.bn * g.bk,
                 ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
 
 
-def backward_nest(ex, loops, g, dtype, epilogue, plain=False):
-    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]; plain: dx is a plain [Nb*bn, Cb*bc] matrix."""
-    ldc = g.Cb * g.bc if plain else g.bc
-    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=ldc, dtype=dtype, beta=0.0)
+def backward_nest(ex, loops, g, dtype, epilogue):
+    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
+    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, c, k0 = at["n"], at["c"], at["k"]
@@ -65,7 +63,7 @@ def backward_nest(ex, loops, g, dtype, epilogue, plain=False):
         ex.gemm(first if k0 == 0 else rest,
                 "dy", [(n * g.Kb + k) * g.bn * g.bk for k in ks],
                 "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                "dx", n * g.bn * ldc + c * g.bc if plain else (n * g.Cb + c) * g.bn * g.bc,
+                "dx", (n * g.Cb + c) * g.bn * g.bc,
                 ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
 
 
@@ -84,22 +82,72 @@ def update_nest(ex, loops, g, dtype, epilogue):
                 ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
 
 
-# The functional backward writes the caller's plain dW directly (no blocked
-# copy to convert back): the kernel's C block is a window of dW (row stride C)
+# The functional forms read and write the caller's plain matrices where the
+# kernel takes them at full speed: as its broadcast operand A (x, dy) and its
+# output (y, dx, dW), row windows C or K apart. The operand it streams as B
+# comes in tiles (w, wt, x in the update): read in place, rows C apart, that
+# update ran 2x slower (256 x 1024 x 1024 on the EPYC), as did reading W in
+# place. dy^T for the update is tiles too. Ragged edges get kernels of their
+# own sizes, and a plain ragged last reduction block a call of its own:
+#   forward   y[n rows, k cols]  = sum_c x[n][c] @ w[k][c]
+#   backward  dx[n rows, c cols] = sum_k dy[n][k] @ wt[c][k]
 #   update    dW[k rows, c cols] = sum_n dyt[k][n] @ x[n][c]
-# Ragged edges of dW get kernels of their own sizes.
 
-def update_plain_nest(ex, loops, g, dtype):
-    """dW (K x C, row stride C) from dy^T tiles and x tiles; the minibatch is the reduction."""
-    ns = range(g.Nb)
+def _reduce(blocks, nb, dim, b):
+    """The calls of one reduction chunk: (blocks, depth) with the full blocks
+    together and the matrix's ragged last block (if in the chunk) alone."""
+    if blocks[-1] == nb - 1 and dim % b:
+        if len(blocks) > 1:
+            yield blocks[:-1], b
+        yield blocks[-1:], dim - (nb - 1) * b
+    else:
+        yield blocks, b
+
+
+def forward_plain_nest(ex, loops, g, dtype, epilogue):
+    """y (N x K) = x (N x C) @ W^T from w tiles; epilogue(n, k) on the last c."""
     for phase, task, at in loops.walk():
-        k, c = at["k"], at["c"]
-        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
+        n, k, c0 = at["n"], at["k"], at["c"]
+        m, width = min(g.bn, g.N - n * g.bn), min(g.bk, g.K - k * g.bk)
         ex.at(phase, task)
-        ex.gemm(P.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype, beta=0.0),
+        for cs, depth in _reduce(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
+            ex.gemm(P.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
+                            beta=0.0 if cs[0] == 0 else 1.0),
+                    "x", [n * g.bn * g.C + c * g.bc for c in cs],
+                    "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
+                    "y", n * g.bn * g.K + k * g.bk,
+                    ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
+
+
+def backward_plain_nest(ex, loops, g, dtype, epilogue):
+    """dx (N x C) = dy (N x K) @ W from wt tiles."""
+    for phase, task, at in loops.walk():
+        n, c, k0 = at["n"], at["c"], at["k"]
+        m, width = min(g.bn, g.N - n * g.bn), min(g.bc, g.C - c * g.bc)
+        ex.at(phase, task)
+        for ks, depth in _reduce(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
+            ex.gemm(P.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
+                            beta=0.0 if ks[0] == 0 else 1.0),
+                    "dy", [n * g.bn * g.K + k * g.bk for k in ks],
+                    "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
+                    "dx", n * g.bn * g.C + c * g.bc,
+                    ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
+
+
+def update_plain_nest(ex, loops, g, dtype, epilogue):
+    """dW (K x C) = dy^T (tiles) @ x (tiles): both zero-padded, so the reduction
+    needs no ragged call; only dW's edges are."""
+    for phase, task, at in loops.walk():
+        k, c, n0 = at["k"], at["c"], at["n"]
+        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
+        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
+        ex.at(phase, task)
+        ex.gemm(P.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
+                        beta=0.0 if n0 == 0 else 1.0),
                 "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
                 "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
-                "dw", k * g.bk * g.C + c * g.bc)
+                "dw", k * g.bk * g.C + c * g.bc,
+                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
 
 
 # ---------------------------------------------------------------- geometry and plans
@@ -124,6 +172,11 @@ class Geometry:
 
 def geometry(N, C, K, config=None, blocks=None):
     """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets)."""
+    return cached_geometry("fc", (N, C, K, blocks and tuple(blocks)), config,
+                           lambda: _geometry(N, C, K, config, blocks))
+
+
+def _geometry(N, C, K, config, blocks):
     shape = {"N": N, "C": C, "K": K}
     cfg = {p: settings("fc", p, shape, SCHEMA[p], config) for p in ("fwd", "bwd", "upd")}
     bn, bc, bk = blocks or (cfg["fwd"]["bn"], cfg["fwd"]["bc"], cfg["fwd"]["bk"])
@@ -162,36 +215,27 @@ def _epilogue(g, pass_, has_bias, activation, bf16_out):
 
 _NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
 _TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("xt", "dy", "dw")}
-
-
-def plain_plan(g, dtype="f32"):
-    """The functional backward's weight update into plain dW (cached)."""
-    def record():
-        # the configured update order, without its reduction loop (whole here)
-        spec = g.specs[2].replace("n", "").replace("N", "")
-        rec = P.Recorder({"dyt": dtype, "x": dtype, "dw": "f32"})
-        loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1)])
-        update_plain_nest(rec, loops, g, dtype)
-        return rec.finish()
-    return _plans.get(("plain", g, dtype), record)
+_PLAIN_NESTS = {"fwd": forward_plain_nest, "bwd": backward_plain_nest, "upd": update_plain_nest}
+_PLAIN_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("dyt", "x", "dw")}
 
 
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False):
     """The recorded plan of one pass (cached by geometry and options); plain: the
-    output (fwd's y, bwd's dx) as a plain padded matrix, for the functional forms."""
+    functional form's plan, on plain matrices as the plain nests above say."""
+    if plain and bf16_out:
+        raise ValueError("bf16_out: the plain (functional) plans write f32 only")
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain)
 
     def record():
-        a, b, c = _TENSORS[pass_]
+        a, b, c = (_PLAIN_TENSORS if plain else _TENSORS)[pass_]
         tensors = {a: dtype, b: dtype, c: "f32"}
         if pass_ == "fwd" and has_bias:
             tensors["b"] = "f32"
         if bf16_out:
             tensors[c + "16"] = "bf16"
         rec = P.Recorder(tensors)
-        _NESTS[pass_](rec, _loops(g, pass_), g, dtype,
-                      _epilogue(g, pass_, has_bias, activation, bf16_out),
-                      **({"plain": True} if plain else {}))
+        (_PLAIN_NESTS if plain else _NESTS)[pass_](
+            rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
         return rec.finish()
     return _plans.get(key, record)
 
@@ -215,18 +259,9 @@ def _buffer(name, shape, dtype):
     return bufs[key]
 
 
-def _plain_out(rows, cols, padded_rows, padded_cols):
-    """The plain f32 output a plan writes: the result itself when the blocks tile
-    it exactly, else a padded scratch matrix that _crop copies from."""
-    if (rows, cols) == (padded_rows, padded_cols):
-        return np.empty((rows, cols), np.float32)
-    return _buffer("plain", (padded_rows, padded_cols), np.float32)
-
-
-def _crop(out, rows, cols, dtype):
-    if out.shape != (rows, cols):
-        out = np.array(out[:rows, :cols])
-    return out.astype(dtype, copy=False)
+def _plain(a, dtype):
+    """a as the C-contiguous matrix of `dtype` a plain plan reads (no copy if it is one)."""
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 def _dtype_of(dtype, *arrays, names):
@@ -258,19 +293,16 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    # the layer's own plan: re-blocking W costs a tenth of the forward or less
-    # (0.24 ms of 3.3 ms at 256 x 1024 x 1024 on the EPYC), reading it in place
-    # (rows C apart) made the kernel calls 25-40% slower
-    t = dict(x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,
-                         out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
+    # x and y stay plain; W^T is re-blocked per call (0.25-0.5 ms of a 4 ms
+    # forward at 256 x 1024 x 1024 on the EPYC): read in place, W's rows would be
+    # the streamed operand C apart, 25-40% slower kernel calls
+    t = dict(x=_plain(x, ab), y=np.empty((N, K), np.float32),
              w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True,
-                         out=_buffer("w", (g.Kb, g.Cb, g.bc, g.bk), ab)),
-             y=_plain_out(N, K, g.Nb * g.bn, g.Kb * g.bk))
+                         out=_buffer("w", (g.Kb, g.Cb, g.bc, g.bk), ab)))
     if b is not None:
-        t["b"] = np.zeros(g.Kb * g.bk, np.float32)
-        t["b"][:K] = b
+        t["b"] = _plain(b, np.float32)
     plan(g, "fwd", dtype, has_bias=b is not None, plain=True).run(backend=backend, **t)
-    return _crop(t["y"], N, K, out_dtype)
+    return t["y"].astype(out_dtype, copy=False)
 
 
 def backward(dy, x, w, dtype="f32", backend=None, config=None):
@@ -282,23 +314,26 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
         raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
     if dy.shape != (N, K):
         raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
+    if N == 0 or K == 0 or C == 0:
+        raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    dy_b = to_blocks(dy.astype(ab, copy=False), g.bn, g.bk,
-                     out=_buffer("dy", (g.Nb, g.Kb, g.bn, g.bk), ab))
-    t = dict(dy=dy_b, wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
-                                   out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)),
-             dx=_plain_out(N, C, g.Nb * g.bn, g.Cb * g.bc))
-    plan(g, "bwd", dtype, plain=True).run(backend=backend, **t)
+    dy_p = _plain(dy, ab)
+    dx = np.empty((N, C), np.float32)
+    plan(g, "bwd", dtype, plain=True).run(
+        backend=backend, dy=dy_p, dx=dx,
+        wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
+                     out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)))
     dw = np.empty((K, C), np.float32)
-    plain_plan(g, dtype).run(
-        backend=backend, dyt=to_blocks(dy.astype(ab, copy=False), g.bk, g.bn, transpose=True,
-                      out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)),
+    plan(g, "upd", dtype, plain=True).run(
+        backend=backend, dw=dw,
         x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,
-                    out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)), dw=dw)
-    dw = dw.astype(out_dtype, copy=False)
-    db = dy.astype(np.float32).sum(axis=0).astype(out_dtype)
-    return _crop(t["dx"], N, C, out_dtype), dw, db
+                    out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
+        dyt=to_blocks(dy_p, g.bk, g.bn, transpose=True,
+                      out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)))
+    db = dy.sum(axis=0, dtype=np.float32)
+    return (dx.astype(out_dtype, copy=False), dw.astype(out_dtype, copy=False),
+            db.astype(out_dtype, copy=False))
 
 
 # ---------------------------------------------------------------- layers

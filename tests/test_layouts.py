@@ -16,7 +16,9 @@ def ref_blocks(M, br, bs, swap_grid):
     return t.transpose(1, 0, 2, 3) if swap_grid else t
 
 
-@pytest.mark.parametrize("R,S,br,bs", [(5, 7, 2, 3), (64, 64, 16, 32), (1, 1, 4, 4), (33, 100, 32, 16)])
+# sizes that reach the SIMD sub-blocks (4x4 f32, 8x8 bf16) with ragged edges too
+@pytest.mark.parametrize("R,S,br,bs", [(5, 7, 2, 3), (64, 64, 16, 32), (1, 1, 4, 4), (33, 100, 32, 16),
+                                      (37, 70, 16, 24), (100, 50, 64, 32), (13, 9, 12, 8)])
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("swap_grid", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, brgemm.bfloat16])
