@@ -206,6 +206,7 @@ class LSTM:
         self.h = aligned_empty((T + 1, g.Nb, g.Kb) + tile, np.float32)
         self.c = aligned_empty(self.h.shape, np.float32)
         self.h16 = aligned_empty(self.h.shape, ab) if d == "bf16" else None
+        self._bufs = {}
         self.load_weights()
         return g
 
@@ -222,6 +223,14 @@ class LSTM:
         self.wh_t = to_blocks(wh, g.bk, g.bk, swap_grid=True)
         self.bp = _gate_padded(self.b[:, None], g, 1).reshape(-1).astype(np.float32)
 
+    def _buffer(self, name, shape, dtype=np.float32):
+        """A buffer this layer reuses across steps (kept per name; prepare()
+        drops them): fresh pages would cost a fault each, about 5 ms per 64 MB."""
+        buf = self._bufs.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != dtype:
+            buf = self._bufs[name] = aligned_empty(shape, dtype)
+        return buf
+
     # -- forward --
     def forward(self, x, h0=None, c0=None):
         """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype."""
@@ -230,7 +239,7 @@ class LSTM:
         ab = dtypes.NUMPY[self.dtype]
         h0 = _state(h0, N, self.K, "h0", x.dtype)
         c0 = _state(c0, N, self.K, "c0", x.dtype)
-        self.xb = self._steps_to_blocks(x.astype(ab, copy=False), g.bc, g.C)
+        self.xb = self._steps_to_blocks(x.astype(ab, copy=False), g.bc, g.C, "x")
         to_blocks(h0.astype(np.float32), g.bn, g.bk, out=self.h[0])
         to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
         if self.h16 is not None:
@@ -241,21 +250,24 @@ class LSTM:
             t["h16"] = self.h16
         self.plans["rec"].run(backend=self.backend, **t)
         y = self._steps_from_blocks(self.h[1:], self.K)
-        return (y.astype(x.dtype), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
+        return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
 
-    def _steps_to_blocks(self, a, bs, S):
+    def _steps_to_blocks(self, a, bs, S, name):
         """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its own."""
         g = self.g
-        out = aligned_empty((g.T * g.Nb, nblocks(S, bs), g.bn, bs), a.dtype)
+        out = self._buffer(name, (g.T * g.Nb, nblocks(S, bs), g.bn, bs), a.dtype)
+        if g.N % g.bn == 0:  # no padding between steps: one parallel copy
+            return to_blocks(a.reshape(g.T * g.N, S), g.bn, bs, out=out)
         for t in range(g.T):
             to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb])
         return out
 
     def _steps_from_blocks(self, tiles, S):
         g = self.g
-        tiles = tiles.reshape((g.T, g.Nb) + tiles.shape[-3:])
-        return np.stack([from_blocks(np.ascontiguousarray(tiles[t]), g.N, S) for t in range(g.T)])
+        tiles = tiles.reshape((g.T * g.Nb,) + tiles.shape[-3:])
+        plain = from_blocks(tiles, g.T * g.Nb * g.bn, S).reshape(g.T, g.Nb * g.bn, S)
+        return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
 
     # -- backward --
     def backward(self, dy, dhT=None, dcT=None):
@@ -268,42 +280,48 @@ class LSTM:
             raise ValueError(f"dy: expected shape {(g.T, g.N, self.K)}, got "
                              f"{getattr(dy, 'shape', type(dy).__name__)}")
         ab, out_dtype = dtypes.NUMPY[self.dtype], dy.dtype
-        dyb = self._steps_to_blocks(dy.astype(np.float32), g.bk, self.K)
+        dyb = self._steps_to_blocks(dy.astype(np.float32, copy=False), g.bk, self.K, "dy")
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
         dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
         dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
-        dG = aligned_empty(self.G.shape, np.float32)
+        dG = self._buffer("dG", self.G.shape)
         t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.wh_t)
         if self.dtype == "bf16":
-            t["dG16"] = aligned_empty(self.G.shape, ab)
+            t["dG16"] = self._buffer("dG16", self.G.shape, ab)
         backward_plan(g, self.dtype).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
         self._weight_grads(dG_in, g, dG)
-        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C).astype(out_dtype)
+        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C).astype(out_dtype, copy=False)
         return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
                 from_blocks(dc, g.N, self.K, dtype=out_dtype))
 
     def _dx(self, dG, g):
-        dxb = aligned_empty((g.T * g.Nb, g.Cb, g.bn, g.bc), np.float32)
+        dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.wx_t, dx=dxb)
         return dxb
 
     def _weight_grads(self, dG, g, dG32):
-        dwx = aligned_empty((4 * g.Kb, g.Cb, g.bc, g.bk), np.float32)
-        self.plans["dwx"].run(backend=self.backend, xt=transpose_blocks(self.xb), dy=dG, dw=dwx)
+        dwx = self._buffer("dwx", (4 * g.Kb, g.Cb, g.bc, g.bk))
+        xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, g.T * g.Nb, g.bc, g.bn),
+                                                         self.xb.dtype))
+        self.plans["dwx"].run(backend=self.backend, xt=xt, dy=dG, dw=dwx)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
-        dwh = aligned_empty((4 * g.Kb, g.Kb, g.bk, g.bk), np.float32)
-        self.plans["dwh"].run(backend=self.backend, xt=transpose_blocks(hprev), dy=dG, dw=dwh)
+        dwh = self._buffer("dwh", (4 * g.Kb, g.Kb, g.bk, g.bk))
+        ht = transpose_blocks(hprev, out=self._buffer("ht", (g.Kb, g.T * g.Nb, g.bk, g.bn),
+                                                       hprev.dtype))
+        self.plans["dwh"].run(backend=self.backend, xt=ht, dy=dG, dw=dwh)
         self.grad_w_ih = _gate_unpadded(from_blocks(dwx, self.C, 4 * g.Kp, transpose=True,
                                                     swap_grid=True), g)
         self.grad_w_hh = _gate_unpadded(from_blocks(dwh, g.Kp, 4 * g.Kp, transpose=True,
                                                     swap_grid=True), g)[:, :self.K]
-        self.grad_b = _gate_unpadded(dG32.sum(axis=(0, 2)).reshape(-1, 1), g)
+        # rows of tiles summed first: a contiguous reduction, 2-3x faster than axis=(0, 2)
+        per_tile = dG32.reshape(dG32.shape[0], -1).sum(axis=0).reshape(dG32.shape[1:])
+        self.grad_b = _gate_unpadded(per_tile.sum(axis=1).reshape(-1, 1), g)
         self.grad_b = self.grad_b.reshape(-1)
 
 

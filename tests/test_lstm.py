@@ -122,7 +122,7 @@ def test_fused_recurrence_eager_matches_replay(rng, dtype):
     a, d = make(rng, T, N, C, K, np.float32)
     layer.forward(a["x"], a["h0"], a["c0"])
     g = layer.g
-    dyb = layer._steps_to_blocks(d["dy"], g.bk, K)
+    dyb = layer._steps_to_blocks(d["dy"], g.bk, K, "dy")
     start = lambda v: to_tiles(v, g)  # noqa: E731
     outs = []
     for run in ("replay", "eager"):
