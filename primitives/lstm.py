@@ -33,7 +33,9 @@ from primitives._calls import blocks_per_call
 from primitives import fc
 from primitives._config import settings
 
-SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int}
+SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int,
+          "proj_spec": str, "proj_chunk": int, "dx_spec": str, "dx_chunk": int,
+          "dw_spec": str, "dw_chunk": int}
 _plans = P.PlanCache(maxsize=32)
 
 
@@ -48,28 +50,26 @@ class Geometry:
     bk: int
     spec: str
     call_kb: int  # the recurrent and BPTT nests read at most this many KiB per call
+    # loop orders and reduction chunks of the hoisted FC plans (fc's fwd, bwd,
+    # upd nests): the input projection, backward-data (dx, dh0), weight updates
+    fc_specs: tuple = ("NKc", "CNk", "CKn")
+    fc_chunks: tuple = (8, 2, 8)
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))
     Kb = property(lambda g: nblocks(g.K, g.bk))
     Kp = property(lambda g: g.Kb * g.bk)
 
-    # loop orders and reduction chunks of the FC plans below: measured on the
-    # EPYC for the GNMT sizes (3200 x 1024 x 4096: fwd 116 -> 134, bwd 96 -> 126,
-    # upd 61 -> 82 GFLOP/s against the FC defaults NKc/NCk/KCn, whole reductions;
-    # with bk = 32, backward-data chunks of 2 blocks instead of 8: 138 -> 179)
-    FC_SPECS, FC_CHUNKS = ("NKc", "CNk", "CKn"), (8, 2, 8)
-
     def fc_input(self):
         """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
         return fc.Geometry(self.T * self.Nb * self.bn, self.C, 4 * self.Kp, self.bn, self.bc,
-                           self.bk, self.FC_SPECS, self.FC_CHUNKS)
+                           self.bk, self.fc_specs, self.fc_chunks)
 
     def fc_hidden(self, steps=1, bc=None):
         """W_hh as an FC layer over `steps` steps' hidden states (inputs in
         blocks of bc, default bk)."""
         return fc.Geometry(steps * self.Nb * self.bn, self.Kp, 4 * self.Kp, self.bn,
-                           bc or self.bk, self.bk, self.FC_SPECS, self.FC_CHUNKS)
+                           bc or self.bk, self.bk, self.fc_specs, self.fc_chunks)
 
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's): the
     # update ran at 139 GF/s on 32 x 32 tiles, against 159 for dW_ih's
@@ -80,7 +80,9 @@ class Geometry:
 def geometry(T, N, C, K, config=None):
     cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config)
     return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
-                    pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"])
+                    pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"],
+                    (cfg["proj_spec"], cfg["dx_spec"], cfg["dw_spec"]),
+                    (cfg["proj_chunk"], cfg["dx_chunk"], cfg["dw_chunk"]))
 
 
 # ---------------------------------------------------------------- the recurrent nest
@@ -197,6 +199,7 @@ class LSTM:
         self.w_hh = rng.uniform(-bound, bound, (4 * K, K)).astype(np.float32)
         self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
         self.g = None
+        self._grad_tiles, self._grads = None, {}
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -328,14 +331,33 @@ class LSTM:
             ht = paired
         dwh = self._buffer("dwh", (4 * g.Kb, hb, pair * g.bk, g.bk))
         self.plans["dwh"].run(backend=self.backend, xt=ht, dy=dG, dw=dwh)
-        self.grad_w_ih = _gate_unpadded(from_blocks(dwx, self.C, 4 * g.Kp, transpose=True,
-                                                    swap_grid=True), g)
-        self.grad_w_hh = _gate_unpadded(from_blocks(dwh, g.Kp, 4 * g.Kp, transpose=True,
-                                                    swap_grid=True), g)[:, :self.K]
-        # rows of tiles summed first: a contiguous reduction, 2-3x faster than axis=(0, 2)
-        per_tile = dG32.reshape(dG32.shape[0], -1).sum(axis=0).reshape(dG32.shape[1:])
-        self.grad_b = _gate_unpadded(per_tile.sum(axis=1).reshape(-1, 1), g)
-        self.grad_b = self.grad_b.reshape(-1)
+        self._grad_tiles = dict(w_ih=dwx, w_hh=dwh, b=dG32)
+        self._grads = {}
+
+    # The weight gradients stay in the update plans' tiles until read (as
+    # fc.Linear's grad_weight): a training step that applies them blocked
+    # never pays the conversion, 2 x 12 ms for large_t10_n64's 64 MB ones.
+    grad_w_ih = property(lambda self: self._grad("w_ih"), doc="dL/dw_ih [4K, C], f32")
+    grad_w_hh = property(lambda self: self._grad("w_hh"), doc="dL/dw_hh [4K, K], f32")
+    grad_b = property(lambda self: self._grad("b"), doc="dL/db [4K], f32")
+
+    def _grad(self, name):
+        """One gradient of the last backward() as a plain array (None before one)."""
+        if name not in self._grads:
+            if self._grad_tiles is None:
+                return None
+            g, tiles = self.g, self._grad_tiles[name]
+            if name == "b":  # rows of tiles summed first: contiguous, 2-3x faster
+                per_tile = tiles.reshape(tiles.shape[0], -1).sum(axis=0).reshape(tiles.shape[1:])
+                out = _gate_unpadded(per_tile.sum(axis=1).reshape(-1, 1), g).reshape(-1)
+            elif name == "w_ih":
+                out = _gate_unpadded(from_blocks(tiles, self.C, 4 * g.Kp, transpose=True,
+                                                 swap_grid=True), g)
+            else:
+                out = _gate_unpadded(from_blocks(tiles, g.Kp, 4 * g.Kp, transpose=True,
+                                                 swap_grid=True), g)[:, :self.K]
+            self._grads[name] = out
+        return self._grads[name]
 
 
 # ---------------------------------------------------------------- functional API

