@@ -56,15 +56,23 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
     return out
 
 
-def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=None):
-    """The matrix M [R, S] that tiles t hold (M.T with transpose), as a new array."""
+def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=None, out=None):
+    """The matrix M [R, S] that tiles t hold (M.T with transpose), as a new
+    array or into `out` (C-contiguous, t's dtype, not overlapping t)."""
     if t.ndim != 4 or not t.flags.c_contiguous:
         raise ValueError(f"t: expected C-contiguous tiles [.., .., br, bs], got shape {t.shape}")
     br, bs = t.shape[2:]
     grid = (nblocks(S, bs), nblocks(R, br)) if swap_grid else (nblocks(R, br), nblocks(S, bs))
     if t.shape[:2] != grid:
         raise ValueError(f"t: tiles {t.shape} do not cover a {R}x{S} matrix")
-    out = np.empty((S, R) if transpose else (R, S), t.dtype)
+    shape = (S, R) if transpose else (R, S)
+    if out is None:
+        out = np.empty(shape, t.dtype)
+    elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != t.dtype
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out: expected a writeable C-contiguous {t.dtype} array of shape {shape}")
+    elif np.may_share_memory(out, t):
+        raise ValueError("out: overlaps t")
     cpu.check(cpu.lib.brgemm_cpu_from_blocks(cpu.address(t), R, S, br, bs, swap_grid, transpose,
                                              t.itemsize, cpu.address(out), out.shape[1],
                                              threads or 0), "from_blocks")

@@ -20,7 +20,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import aligned_empty
+from brgemm.arrays import Recycler, aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
@@ -243,6 +243,7 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
 # ---------------------------------------------------------------- functional API
 
 _scratch = threading.local()
+_results = Recycler()  # the arrays the functional forms return
 
 
 def _buffer(name, shape, dtype):
@@ -296,7 +297,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
     # x and y stay plain; W^T is re-blocked per call (0.25-0.5 ms of a 4 ms
     # forward at 256 x 1024 x 1024 on the EPYC): read in place, W's rows would be
     # the streamed operand C apart, 25-40% slower kernel calls
-    t = dict(x=_plain(x, ab), y=np.empty((N, K), np.float32),
+    t = dict(x=_plain(x, ab), y=_results.empty("y", (N, K), np.float32),
              w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True,
                          out=_buffer("w", (g.Kb, g.Cb, g.bc, g.bk), ab)))
     if b is not None:
@@ -319,12 +320,12 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
     dy_p = _plain(dy, ab)
-    dx = np.empty((N, C), np.float32)
+    dx = _results.empty("dx", (N, C), np.float32)
     plan(g, "bwd", dtype, plain=True).run(
         backend=backend, dy=dy_p, dx=dx,
         wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
                      out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)))
-    dw = np.empty((K, C), np.float32)
+    dw = _results.empty("dw", (K, C), np.float32)
     plan(g, "upd", dtype, plain=True).run(
         backend=backend, dw=dw,
         x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,

@@ -25,7 +25,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import aligned_empty
+from brgemm.arrays import Recycler, aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
@@ -200,6 +200,7 @@ class LSTM:
         self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
         self.g = None
         self._grad_tiles, self._grads = None, {}
+        self._results = Recycler()
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -259,7 +260,7 @@ class LSTM:
         if self.h16 is not None:
             t["h16"] = self.h16
         self.plans["rec"].run(backend=self.backend, **t)
-        y = self._steps_from_blocks(self.h[1:], self.K)
+        y = self._steps_from_blocks(self.h[1:], self.K, "y")
         return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
 
@@ -273,10 +274,13 @@ class LSTM:
             to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb])
         return out
 
-    def _steps_from_blocks(self, tiles, S):
+    def _steps_from_blocks(self, tiles, S, name):
+        """[T*Nb][Sb][bn][bs] -> [T, N, S], a result array (see Recycler)."""
         g = self.g
         tiles = tiles.reshape((g.T * g.Nb,) + tiles.shape[-3:])
-        plain = from_blocks(tiles, g.T * g.Nb * g.bn, S).reshape(g.T, g.Nb * g.bn, S)
+        rows = g.T * g.Nb * g.bn
+        plain = from_blocks(tiles, rows, S, out=self._results.empty(name, (rows, S), tiles.dtype))
+        plain = plain.reshape(g.T, g.Nb * g.bn, S)
         return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
 
     # -- backward --
@@ -305,7 +309,8 @@ class LSTM:
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
         self._weight_grads(dG_in, g, dG)
-        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C).astype(out_dtype, copy=False)
+        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
+                                                                             copy=False)
         return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
                 from_blocks(dc, g.N, self.K, dtype=out_dtype))
 

@@ -1,0 +1,41 @@
+"""Array helpers: result recycling never hands out an array someone still holds."""
+import numpy as np
+import pytest
+
+from brgemm.arrays import Recycler
+from brgemm.layouts import from_blocks, to_blocks
+
+
+def test_recycler_reuses_only_released_results():
+    pool = Recycler()
+    a = pool.empty("y", (4, 5), np.float32)
+    a[:] = 1
+    b = pool.empty("y", (4, 5), np.float32)       # a is still held: a new array
+    assert b is not a and not np.shares_memory(a, b)
+    b[:] = 2
+    np.testing.assert_array_equal(a, 1)
+    view = b[1:]
+    del b
+    c = pool.empty("y", (4, 5), np.float32)       # b's memory is still reachable via view
+    assert not np.shares_memory(c, view)
+    address = c.ctypes.data
+    del c
+    d = pool.empty("y", (4, 5), np.float32)       # released: the same memory again
+    assert d.ctypes.data == address
+    assert pool.empty("y", (4, 6), np.float32).shape == (4, 6)   # other shape: new
+    assert pool.empty("y", (4, 6), np.float64).dtype == np.float64
+
+
+def test_from_blocks_into_out(rng):
+    x = rng.standard_normal((7, 9)).astype(np.float32)
+    t = to_blocks(x, 4, 4)
+    out = np.empty((7, 9), np.float32)
+    assert from_blocks(t, 7, 9, out=out) is out
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(ValueError, match="^out: expected"):
+        from_blocks(t, 7, 9, out=np.empty((9, 7), np.float32))
+    with pytest.raises(ValueError, match="^out: expected"):
+        from_blocks(t, 7, 9, out=np.empty((7, 9), np.float64))
+    one = to_blocks(x[:4, :4], 4, 4)              # a single tile
+    with pytest.raises(ValueError, match="^out: overlaps"):
+        from_blocks(one, 4, 4, out=one[0, 0])
