@@ -156,12 +156,19 @@ def test_fused_recurrence_eager_matches_replay(rng, dtype):
                                              lstm.Loop("k", 0, g.Kb, 1)])
             lstm.backward_nest(brgemm.plan.Eager(**t), loops, g, dtype)
         outs.append((t["dG"], t["dc"], t.get("dG16")))
-    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+    (dG, dc, _), (dG_ref, dc_ref, _) = outs
+    last = slice((T - 1) * g.Nb, None)  # the last step's dG: no rounded input yet
+    np.testing.assert_allclose(dG[last], dG_ref[last], rtol=1e-5, atol=1e-6)
+    # earlier steps read dG16: where the C and NumPy cells differ in dG's last
+    # bits, the bf16 rounding of an element can land one bf16 step apart (2^-8)
+    tight = dtype == "f32"
+    for got, want in ((dG, dG_ref), (dc, dc_ref)):
+        np.testing.assert_allclose(got, want, rtol=1e-5 if tight else 2**-7,
+                                   atol=1e-6 if tight else 2**-8 * np.abs(want).max())
     if dtype == "bf16":  # the copies are dG rounded: within one bf16 step of each other
         np.testing.assert_allclose(outs[0][2].astype(np.float32), outs[0][0], rtol=2**-8, atol=1e-6)
         np.testing.assert_allclose(outs[0][2].astype(np.float32), outs[1][2].astype(np.float32),
-                                   rtol=2**-7, atol=1e-6)
+                                   rtol=2**-7, atol=2**-8 * np.abs(dG_ref).max())
 
 
 def to_tiles(v, g):
