@@ -11,7 +11,10 @@ Weight update:  dw[k][c] = sum_n xt[c][n] @ dy[n][k],   db = sum_n dy
 Each nest's loops (in blocks): forward n, k and c (reduction chunks of `chunk`
 blocks); backward n, c, k; update k, c, n. Specs and block sizes come from
 configs/fc.toml (BRGEMM_CONFIG or config= override); the block sizes of the
-[fwd] table are the layer's blocking for all three passes.
+[fwd] table are the layer's blocking for all three passes. A spec may name a
+loop twice, blocking it by `group` blocks: "n|KCn" with group = 8 runs the
+update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
+its L2 (see the LSTM's defaults).
 """
 import dataclasses
 import threading
@@ -27,9 +30,9 @@ from primitives._args import backend_name, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 
-SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int},
-          "bwd": {"spec": str, "chunk": int},
-          "upd": {"spec": str, "chunk": int}}
+SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
+          "bwd": {"spec": str, "chunk": int, "group": int},
+          "upd": {"spec": str, "chunk": int, "group": int}}
 ACTIVATIONS = {None: (), "none": (), "relu": (P.relu(),), "sigmoid": (P.sigmoid(),),
                "tanh": (P.tanh(),)}
 _plans = P.PlanCache(maxsize=128)
@@ -163,6 +166,7 @@ class Geometry:
     bk: int
     specs: tuple    # (fwd, bwd, upd) spec strings
     chunks: tuple   # (fwd, bwd, upd) reduction chunks, in blocks
+    groups: tuple = (None, None, None)  # outer block of the loop a spec names twice
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))
@@ -183,17 +187,23 @@ def _geometry(N, C, K, config, blocks):
     # feature blocks are the kernel's vector dimension in some pass: multiples of 16
     return Geometry(N, C, K, pick_block(N, bn), pick_block(C, bc, 16), pick_block(K, bk, 16),
                     tuple(cfg[p]["spec"] for p in ("fwd", "bwd", "upd")),
-                    tuple(cfg[p]["chunk"] for p in ("fwd", "bwd", "upd")))
+                    tuple(cfg[p]["chunk"] for p in ("fwd", "bwd", "upd")),
+                    tuple(cfg[p].get("group") for p in ("fwd", "bwd", "upd")))
 
 
 def _loops(g, pass_):
-    if pass_ == "fwd":
-        loops = [Loop("n", 0, g.Nb, 1), Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, g.chunk["fwd"])]
-    elif pass_ == "bwd":
-        loops = [Loop("n", 0, g.Nb, 1), Loop("c", 0, g.Cb, 1), Loop("k", 0, g.Kb, g.chunk["bwd"])]
-    else:
-        loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("n", 0, g.Nb, g.chunk["upd"])]
-    spec = g.specs[("fwd", "bwd", "upd").index(pass_)]
+    i = ("fwd", "bwd", "upd").index(pass_)
+    spec, group = g.specs[i], g.groups[i]
+    dims = {"n": g.Nb, "c": g.Cb, "k": g.Kb}
+    order = {"fwd": "nkc", "bwd": "nck", "upd": "kcn"}[pass_]  # the reduction last
+    loops = []
+    for name in order:
+        step = g.chunks[i] if name == order[-1] else 1
+        repeated = spec.lower().count(name) > 1
+        if repeated and group is None:
+            raise ValueError(f"group: spec {spec!r} names loop {name!r} twice, which needs "
+                             f"the group (its outer block, in blocks) in the [{pass_}] config")
+        loops.append(Loop(name, 0, dims[name], step, blocks=(group,) if repeated else ()))
     return parse_spec(spec, loops)
 
 

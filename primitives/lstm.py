@@ -34,8 +34,8 @@ from primitives import fc
 from primitives._config import settings
 
 SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int,
-          "proj_spec": str, "proj_chunk": int, "dx_spec": str, "dx_chunk": int,
-          "dw_spec": str, "dw_chunk": int}
+          "proj_spec": str, "proj_chunk": int, "proj_group": int, "dx_spec": str,
+          "dx_chunk": int, "dx_group": int, "dw_spec": str, "dw_chunk": int, "dw_group": int}
 _plans = P.PlanCache(maxsize=32)
 
 
@@ -50,10 +50,12 @@ class Geometry:
     bk: int
     spec: str
     call_kb: int  # the recurrent and BPTT nests read at most this many KiB per call
-    # loop orders and reduction chunks of the hoisted FC plans (fc's fwd, bwd,
-    # upd nests): the input projection, backward-data (dx, dh0), weight updates
+    # loop orders, reduction chunks and loop groups of the hoisted FC plans
+    # (fc's fwd, bwd, upd nests): input projection, backward-data (dx, dh0),
+    # weight updates
     fc_specs: tuple = ("NKc", "CNk", "CKn")
     fc_chunks: tuple = (8, 2, 8)
+    fc_groups: tuple = (None, None, None)
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))
@@ -63,13 +65,14 @@ class Geometry:
     def fc_input(self):
         """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
         return fc.Geometry(self.T * self.Nb * self.bn, self.C, 4 * self.Kp, self.bn, self.bc,
-                           self.bk, self.fc_specs, self.fc_chunks)
+                           self.bk, self.fc_specs, self.fc_chunks, self.fc_groups)
 
     def fc_hidden(self, steps=1, bc=None):
         """W_hh as an FC layer over `steps` steps' hidden states (inputs in
         blocks of bc, default bk)."""
         return fc.Geometry(steps * self.Nb * self.bn, self.Kp, 4 * self.Kp, self.bn,
-                           bc or self.bk, self.bk, self.fc_specs, self.fc_chunks)
+                           bc or self.bk, self.bk, self.fc_specs, self.fc_chunks,
+                           self.fc_groups)
 
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's): the
     # update ran at 139 GF/s on 32 x 32 tiles, against 159 for dW_ih's
@@ -82,7 +85,8 @@ def geometry(T, N, C, K, config=None):
     return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
                     pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"],
                     (cfg["proj_spec"], cfg["dx_spec"], cfg["dw_spec"]),
-                    (cfg["proj_chunk"], cfg["dx_chunk"], cfg["dw_chunk"]))
+                    (cfg["proj_chunk"], cfg["dx_chunk"], cfg["dw_chunk"]),
+                    tuple(cfg.get(p + "_group") for p in ("proj", "dx", "dw")))
 
 
 # ---------------------------------------------------------------- the recurrent nest

@@ -71,10 +71,16 @@ def test_bf16_accepts_float32_inputs(rng, backend):
 
 
 @pytest.mark.parametrize("spec", [("NKc", "NCk", "KCn"), ("KNc", "CNk", "CKn"), ("nkc", "nck", "kcn"),
-                                  ("Nkc", "Cnk", "Kcn")])
+                                  ("Nkc", "Cnk", "Kcn"), ("c|NKc", "k|NCk", "n|KCn"),
+                                  ("KNkc", "CNck", "Kkcn")])
 def test_specs_and_chunks(rng, backend, spec):
-    cfg = {"fwd": {"spec": spec[0], "bn": 16, "bc": 32, "bk": 16, "chunk": 2},
-           "bwd": {"spec": spec[1], "chunk": 3}, "upd": {"spec": spec[2], "chunk": 2}}
+    """Loop orders, chunks and groups (a loop named twice: the reduction split
+    into phases, or an outer parallel block) all give the same gradients."""
+    cfg = {"fwd": {"spec": spec[0], "bn": 16, "bc": 32, "bk": 16, "chunk": 2, "group": 4},
+           "bwd": {"spec": spec[1], "chunk": 3, "group": 2}, "upd": {"spec": spec[2], "chunk": 2,
+                                                                   "group": 2}}
+    if "|" in spec[1]:
+        cfg["bwd"]["group"] = 6  # the reduction's group: a multiple of its chunk
     N, C, K = 50, 100, 70
     x, w = rng.standard_normal((N, C)).astype(np.float32), rng.standard_normal((K, C)).astype(np.float32)
     b, dy = rng.standard_normal(K).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
@@ -180,6 +186,9 @@ class TestBadInput:
             fc.forward(self.x, self.w, config={"fwd": {"bq": 3}})
         with pytest.raises(SpecError, match="position 2"):
             fc.forward(self.x, self.w, config={"fwd": {"spec": "NKz"}})
+        with pytest.raises(ValueError, match="^group: spec 'n|KCn' names loop 'n' twice"):
+            fc.backward(np.ones((4, 5), np.float32), self.x, self.w,
+                        config={"upd": {"spec": "n|KCn"}})
         with pytest.raises(ValueError, match="two parallel tasks"):  # the layer's chunked nest
             fc.Linear(200, 5, config={"fwd": {"spec": "nkC", "bc": 32, "chunk": 1}}).forward(
                 np.ones((4, 200), np.float32))
