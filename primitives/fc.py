@@ -88,9 +88,9 @@ def update_nest(ex, loops, g, dtype, epilogue):
 # The functional forms read and write the caller's plain matrices where the
 # kernel takes them at full speed: as its broadcast operand A (x, dy) and its
 # output (y, dx, dW), row windows C or K apart. The operand it streams as B
-# comes in tiles (w, wt, x in the update): read in place, rows C apart, that
-# update ran 2x slower (256 x 1024 x 1024 on the EPYC), as did reading W in
-# place. dy^T for the update is tiles too. Ragged edges get kernels of their
+# comes in tiles (w, wt, x in the update): read in place, rows C apart, x
+# made the update 2x slower and W the forward 25-40% slower (256 x 1024 x 1024,
+# EPYC). dy^T for the update is tiles too. Ragged edges get kernels of their
 # own sizes, and a plain ragged last reduction block a call of its own:
 #   forward   y[n rows, k cols]  = sum_c x[n][c] @ w[k][c]
 #   backward  dx[n rows, c cols] = sum_k dy[n][k] @ wt[c][k]
