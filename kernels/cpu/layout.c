@@ -20,9 +20,8 @@ static int args_ok(const void* src, const void* dst, int64_t R, int64_t S, int64
  * element, slower than memory. */
 static void transpose4(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t na,
                        int64_t nb) {
-  int64_t a0 = 0, b0 = 0;
-  for (b0 = 0; b0 + 4 <= nb; b0 += 4)
-    for (a0 = 0; a0 + 4 <= na; a0 += 4) {
+  for (int64_t b0 = 0; b0 + 4 <= nb; b0 += 4)
+    for (int64_t a0 = 0; a0 + 4 <= na; a0 += 4) {
       const float* in = (const float*)(src + b0 * lds + a0);
       __m128 r0 = _mm_loadu_ps(in), r1 = _mm_loadu_ps(in + lds), r2 = _mm_loadu_ps(in + 2 * lds),
              r3 = _mm_loadu_ps(in + 3 * lds);
