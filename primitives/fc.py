@@ -166,7 +166,7 @@ class Geometry:
     bk: int
     specs: tuple    # (fwd, bwd, upd) spec strings
     chunks: tuple   # (fwd, bwd, upd) reduction chunks, in blocks
-    groups: tuple = (None, None, None)  # outer block of the loop a spec names twice
+    groups: tuple   # (fwd, bwd, upd) outer block of the loop a spec names twice, or None
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))

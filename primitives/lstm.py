@@ -52,10 +52,10 @@ class Geometry:
     call_kb: int  # the recurrent and BPTT nests read at most this many KiB per call
     # loop orders, reduction chunks and loop groups of the hoisted FC plans
     # (fc's fwd, bwd, upd nests): input projection, backward-data (dx, dh0),
-    # weight updates
-    fc_specs: tuple = ("NKc", "CNk", "CKn")
-    fc_chunks: tuple = (8, 2, 8)
-    fc_groups: tuple = (None, None, None)
+    # weight updates; from lstm.toml's proj_*, dx_*, dw_*
+    fc_specs: tuple
+    fc_chunks: tuple
+    fc_groups: tuple
 
     Nb = property(lambda g: nblocks(g.N, g.bn))
     Cb = property(lambda g: nblocks(g.C, g.bc))
