@@ -93,6 +93,10 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config):
     # enough weight-update tasks: split its reduction until there are `tiles` of them
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
     splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
+    # rows per share rounded up can leave the last shares with no rows, and an
+    # empty share would leave its slice of the reduction buffer unwritten:
+    # keep only as many shares as the rounded-up share size needs
+    splits = -(-N * P_ // -(-N * P_ // splits))
     return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
                     tuple(cfg[p]["spec"] for p in SCHEMA), splits,
                     tuple(cfg[p]["call_kb"] for p in SCHEMA))
