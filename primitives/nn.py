@@ -1,0 +1,405 @@
+"""PyTorch modules whose forward and backward run our primitives (CPU tensors).
+
+    Linear, Conv2d, LSTM   torch.nn's modules with their forward replaced: same
+                           constructor arguments, initialisation, Parameter names
+                           and state_dict keys (they are subclasses)
+    MLP(sizes, activation) fc.MLP's stack as a torch module of our Linears
+    convert(model)         the model's nn.Linear, nn.Conv2d and single-layer
+                           nn.LSTM modules switched to ours in place, their
+                           Parameter objects untouched (optimizers keep working)
+
+Each module's forward is a torch.autograd.Function whose forward and backward
+call fc, conv and lstm on NumPy views of the tensors' memory: float32 through
+Tensor.numpy(), bfloat16 through an int16 view read as ml_dtypes.bfloat16, so a
+contiguous tensor is never copied on the way in, and results come back as
+tensors over the arrays the primitives returned. Conv2d's bias is added in
+torch (the primitive has none); the LSTM's two biases are summed into one, and
+both get its gradient.
+
+The LSTM keeps one lstm.LSTM layer per module: its blocked weights are rebuilt
+only when a parameter's version counter or storage changed (every in-place
+torch op, optimizer steps and load_state_dict included, bumps the counter;
+writes through `.data` or a NumPy view do not: call `reload_weights()` after
+those). Its forward saves the state its backward reads; if another forward ran
+on the module before that backward (two calls in one graph), the backward
+recomputes its own forward first instead of reading the other's state.
+"""
+import warnings
+import weakref
+
+import numpy as np
+import torch
+from torch import nn
+
+from brgemm import dtypes
+from primitives import conv, fc, lstm
+
+__all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+# ---------------------------------------------------------------- tensors <-> arrays
+
+def _dtype(name, t, *others):
+    """"f32" or "bf16" for a CPU tensor t; the other tensors (None allowed) must match."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise TypeError(f"{name}: expected a CPU tensor, got one on {t.device}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}: expected dtype torch.float32 or torch.bfloat16, got {t.dtype}")
+    for other_name, o in others:
+        if o is not None and (o.dtype != t.dtype or o.device != t.device):
+            raise TypeError(f"{other_name}: expected {t.dtype} on {t.device} like {name}, "
+                            f"got {o.dtype} on {o.device}")
+    return _DTYPES[t.dtype]
+
+
+def _array(t):
+    """The NumPy view of a tensor's memory (a contiguous copy first if it is strided)."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tensor(a):
+    """A tensor over array a's memory (no copy)."""
+    if a.dtype == dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _cast(a, like):
+    """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
+    return _tensor(a).to(like.dtype)
+
+
+# ---------------------------------------------------------------- Linear
+
+class _LinearFunction(torch.autograd.Function):
+    """y = x W^T + b over x's last axis: fc.forward / fc.backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
+        K, C = weight.shape
+        if x.shape[-1:] != (C,):
+            raise ValueError(f"input: expected last dimension {C} (in_features), got shape "
+                             f"{tuple(x.shape)}")
+        ctx.save_for_backward(x, weight, bias)
+        ctx.dtype = dtype
+        rows = x.reshape(-1, C)
+        if rows.shape[0] == 0:
+            return x.new_empty(x.shape[:-1] + (K,))
+        y = fc.forward(_array(rows), _array(weight), None if bias is None else _array(bias),
+                       dtype=dtype)
+        return _tensor(y).reshape(x.shape[:-1] + (K,))
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias = ctx.saved_tensors
+        K, C = weight.shape
+        rows = x.reshape(-1, C)
+        if rows.shape[0] == 0:
+            return (torch.zeros_like(x), torch.zeros_like(weight),
+                    None if bias is None else torch.zeros_like(bias))
+        dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
+                                 _array(weight), dtype=ctx.dtype)
+        need_x, need_w, need_b = ctx.needs_input_grad
+        return (_tensor(dx).reshape(x.shape) if need_x else None,
+                _cast(dw, weight) if need_w else None,
+                _cast(db, bias) if need_b else None)
+
+
+class Linear(nn.Linear):
+    """torch.nn.Linear (same arguments and parameters) computed by fc."""
+
+    def forward(self, input):
+        return _LinearFunction.apply(input, self.weight, self.bias)
+
+
+class MLP(nn.Module):
+    """fc.MLP as a torch module: Linear layers of `sizes`, `activation` between
+    them and `last_activation` after the last; parameters layers.<i>.weight/bias."""
+
+    ACTIVATIONS = {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+                   "none": None, None: None}
+
+    def __init__(self, sizes, activation="relu", last_activation=None, bias=True, device=None,
+                 dtype=None):
+        super().__init__()
+        sizes = list(sizes)
+        if len(sizes) < 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
+            raise ValueError(f"sizes: expected at least two positive ints, got {sizes!r}")
+        for name, act in (("activation", activation), ("last_activation", last_activation)):
+            if act not in self.ACTIVATIONS:
+                raise ValueError(f"{name}: expected one of relu, sigmoid, tanh, none, got {act!r}")
+        self.sizes, self.activation, self.last_activation = sizes, activation, last_activation
+        self.layers = nn.ModuleList(Linear(c, k, bias=bias, device=device, dtype=dtype)
+                                    for c, k in zip(sizes[:-1], sizes[1:]))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            act = self.ACTIVATIONS[self.activation if i < len(self.layers) - 1
+                                   else self.last_activation]
+            if act is not None:
+                x = act(x)
+        return x
+
+    def extra_repr(self):
+        return f"sizes={self.sizes}, activation={self.activation!r}"
+
+
+# ---------------------------------------------------------------- Conv2d
+
+def _conv_padding(m):
+    """m's padding as a pair, or a reason it is not one we can run."""
+    if m.padding == "valid":
+        return (0, 0)
+    if m.padding == "same":  # torch pads (k - 1) in total: even kernels pad unevenly
+        if any(k % 2 == 0 for k in m.kernel_size):
+            return (f"padding: 'same' with the even kernel size {m.kernel_size} pads one side "
+                    f"more than the other, which the primitive cannot")
+        return tuple(k // 2 for k in m.kernel_size)
+    return tuple(m.padding)
+
+
+def _conv_unsupported(m):
+    """Why conv cannot run nn.Conv2d module m (None if it can)."""
+    if m.groups != 1:
+        return f"groups: only groups=1 is supported, got {m.groups}"
+    if tuple(m.dilation) != (1, 1):
+        return f"dilation: only dilation=1 is supported, got {tuple(m.dilation)}"
+    if m.padding_mode != "zeros":
+        return f"padding_mode: only 'zeros' is supported, got {m.padding_mode!r}"
+    padding = _conv_padding(m)
+    return padding if isinstance(padding, str) else None
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    """F.conv2d(x, w, b, stride, padding): conv.forward / conv.backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding):
+        dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
+        if x.dim() != 4 or x.shape[1] != weight.shape[1]:
+            raise ValueError(f"input: expected shape (N, {weight.shape[1]}, H, W), got "
+                             f"{tuple(x.shape)}")
+        ctx.save_for_backward(x, weight, bias)
+        ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
+        y = _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype))
+        if bias is not None:
+            y += bias.detach().view(1, -1, 1, 1)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias = ctx.saved_tensors
+        dy = dy.to(x.dtype)
+        dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
+                               dtype=ctx.dtype)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        db = dy.sum((0, 2, 3), dtype=torch.float32).to(bias.dtype) if need_b else None
+        return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
+
+
+class Conv2d(nn.Conv2d):
+    """torch.nn.Conv2d (same arguments and parameters) computed by conv; groups,
+    dilation other than 1 and padding modes other than 'zeros' raise ValueError."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        reason = _conv_unsupported(self)
+        if reason:
+            raise ValueError(reason)
+
+    def forward(self, input):
+        unbatched = input.dim() == 3
+        x = input.unsqueeze(0) if unbatched else input
+        y = _Conv2dFunction.apply(x, self.weight, self.bias, tuple(self.stride),
+                                  _conv_padding(self))
+        return y.squeeze(0) if unbatched else y
+
+
+# ---------------------------------------------------------------- LSTM
+
+def _lstm_unsupported(m):
+    """Why lstm cannot run nn.LSTM module m (None if it can)."""
+    if m.num_layers != 1:
+        return f"num_layers: only a single layer is supported, got {m.num_layers}"
+    if m.bidirectional:
+        return "bidirectional: only one direction is supported"
+    if m.proj_size:
+        return f"proj_size: projections are not supported, got {m.proj_size}"
+    return None
+
+
+class _LayerCache:
+    """One lstm.LSTM layer per module, its blocked weights tagged with the
+    parameters' (storage, version) they were built from."""
+
+    def __init__(self):
+        self.layer, self.key, self.held, self.owner = None, None, None, None
+
+    def layer_for(self, dtype, C, K, params, T, N):
+        if self.layer is None or self.layer.dtype != dtype:
+            self.layer, self.key = lstm.LSTM(C, K, dtype=dtype), None
+        layer = self.layer
+        key = tuple((p.data_ptr(), p._version) for p in params if p is not None)
+        if key != self.key:
+            _set_weights(layer, *params)
+            self.held = [p.detach() for p in params if p is not None]  # pins the storages
+        before = layer.g
+        layer.prepare(T, N)                  # re-blocks only for a new geometry
+        if key != self.key and layer.g is before:
+            layer.load_weights()
+        self.key = key
+        return layer
+
+
+def _set_weights(layer, w_ih, w_hh, b_ih, b_hh):
+    """The layer's f32 weights from the parameters (views for f32 tensors)."""
+    f32 = [None if p is None else _array(p.to(torch.float32)) for p in (w_ih, w_hh, b_ih, b_hh)]
+    layer.w_ih, layer.w_hh = f32[0], f32[1]
+    layer.b = (np.zeros(w_ih.shape[0], np.float32) if b_ih is None
+               else (f32[2] + f32[3]).astype(np.float32))
+
+
+_caches = weakref.WeakKeyDictionary()  # module -> _LayerCache (kept off the module: it pickles)
+
+
+class _LSTMFunction(torch.autograd.Function):
+    """One LSTM layer over x [T, N, C]: lstm.LSTM's forward and backward."""
+
+    @staticmethod
+    def forward(ctx, cache, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+        dtype = _dtype("input", x, ("h_0", h0), ("c_0", c0), ("weight_ih_l0", w_ih),
+                       ("weight_hh_l0", w_hh), ("bias_ih_l0", b_ih), ("bias_hh_l0", b_hh))
+        (T, N, C), K = x.shape, w_hh.shape[1]
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+        ctx.dtype, ctx.cache = dtype, cache
+        if T == 0 or N == 0:
+            raise ValueError(f"input: empty sequence or batch, shape {tuple(x.shape)}")
+        layer = cache.layer_for(dtype, C, K, (w_ih, w_hh, b_ih, b_hh), T, N)
+        y, (hT, cT) = layer.forward(_array(x), _array(h0), _array(c0))
+        ctx.owner = cache.owner = object()  # this forward's state is in the layer until then
+        return _tensor(y), _tensor(hT), _tensor(cT)
+
+    @staticmethod
+    def backward(ctx, dy, dhT, dcT):
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh = ctx.saved_tensors
+        cache = ctx.cache
+        if cache.owner is ctx.owner:
+            layer = cache.layer
+            cache.owner = None               # a second backward (retain_graph) recomputes
+        else:                                # another forward overwrote the state: redo ours
+            layer = lstm.LSTM(x.shape[2], w_hh.shape[1], dtype=ctx.dtype)
+            _set_weights(layer, w_ih, w_hh, b_ih, b_hh)
+            layer.forward(_array(x), _array(h0), _array(c0))
+        dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)))
+        need = ctx.needs_input_grad
+        db = _cast(layer.grad_b, w_ih) if b_ih is not None and (need[6] or need[7]) else None
+        return (None, _tensor(dx) if need[1] else None, _tensor(dh0) if need[2] else None,
+                _tensor(dc0) if need[3] else None,
+                _cast(layer.grad_w_ih, w_ih) if need[4] else None,
+                _cast(layer.grad_w_hh, w_hh) if need[5] else None,
+                db if need[6] else None, db if need[7] else None)
+
+
+class LSTM(nn.LSTM):
+    """torch.nn.LSTM (same arguments and parameters) computed by lstm: one layer,
+    one direction, no projection (else ValueError); batch_first, bias, unbatched
+    input and (h_0, c_0) as torch's. PackedSequence input is not supported."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        reason = _lstm_unsupported(self)
+        if reason:
+            raise ValueError(reason)
+
+    def reload_weights(self):
+        """Rebuild the blocked weights on the next call (after writes that bypass
+        torch's version counter: `.data`, NumPy views)."""
+        _caches.pop(self, None)
+
+    def forward(self, input, hx=None):
+        if isinstance(input, nn.utils.rnn.PackedSequence):
+            raise TypeError("input: PackedSequence is not supported by primitives.nn.LSTM")
+        if input.dim() not in (2, 3):
+            raise ValueError(f"input: expected 2 or 3 dimensions, got shape {tuple(input.shape)}")
+        unbatched = input.dim() == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first
+                                                   else input)
+        T, N, K = x.shape[0], x.shape[1], self.hidden_size
+        if hx is None:
+            h0 = c0 = x.new_zeros(N, K)
+        else:
+            want = (1, K) if unbatched else (1, N, K)
+            for name, s in zip(("h_0", "c_0"), hx):
+                if tuple(s.shape) != want:
+                    raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
+            h0, c0 = (s.reshape(N, K) for s in hx)
+        cache = _caches.setdefault(self, _LayerCache())
+        y, hT, cT = _LSTMFunction.apply(cache, x.contiguous(), h0, c0, self.weight_ih_l0,
+                                        self.weight_hh_l0, getattr(self, "bias_ih_l0", None),
+                                        getattr(self, "bias_hh_l0", None))
+        if unbatched:
+            return y.squeeze(1), (hT, cT)
+        return (y.transpose(0, 1) if self.batch_first else y), (hT.unsqueeze(0), cT.unsqueeze(0))
+
+
+# ---------------------------------------------------------------- convert
+
+_OURS = {nn.Linear: Linear, nn.Conv2d: Conv2d, nn.LSTM: LSTM}
+
+
+def _unsupported(m):
+    """Why module m (an exact nn.Linear, nn.Conv2d or nn.LSTM) stays as it was."""
+    for name, p in m.named_parameters(recurse=False):
+        if p.device.type != "cpu":
+            return f"{name}: on {p.device}, the primitives run on CPU tensors"
+        if p.dtype not in _DTYPES:
+            return f"{name}: dtype {p.dtype}, the primitives run float32 and bfloat16"
+    if isinstance(m, nn.Conv2d):
+        return _conv_unsupported(m)
+    if isinstance(m, nn.LSTM):
+        return _lstm_unsupported(m)
+    return None
+
+
+def convert(model):
+    """model with its nn.Linear, nn.Conv2d and nn.LSTM modules computed by our
+    primitives, in place: each module becomes an instance of our subclass and
+    keeps its Parameters, buffers and hooks. Modules we cannot run (grouped or
+    dilated convolutions, other padding modes, stacked, bidirectional or
+    projected LSTMs, other dtypes or devices, subclasses of those types whose
+    forward may differ) stay as they were; they are listed, as (path, reason)
+    pairs, in model.unconverted and in a warning."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    unconverted = []
+    for path, m in model.named_modules():
+        if type(m) in _OURS.values():
+            continue
+        ours = _OURS.get(type(m))
+        if ours is None:
+            base = next((b for b in _OURS if isinstance(m, b)), None)
+            if base is not None:
+                unconverted.append((path, f"{type(m).__name__} subclasses torch.nn."
+                                          f"{base.__name__}; its forward may differ"))
+            continue
+        reason = _unsupported(m)
+        if reason:
+            unconverted.append((path, reason))
+        else:
+            m.__class__ = ours
+    model.unconverted = unconverted
+    if unconverted:
+        warnings.warn("primitives.nn.convert left these modules as they were: " + "; ".join(
+            f"{path or '(the model)'}: {reason}" for path, reason in unconverted), stacklevel=2)
+    return model
