@@ -1,17 +1,18 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|sycl> [--set NAME] [--quick]
-    [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|sycl|train> [--set NAME] [--quick]
+    [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch] [--epochs N]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads;
-sycl: the SYCL backend on the SYCL device here against our CPU backend (informative)."""
+sycl: the SYCL backend on the SYCL device here against our CPU backend (informative);
+train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn."""
 import argparse
 
-from benchmarks import conv, fc, kernel, lstm, plan, sycl
+from benchmarks import conv, fc, kernel, lstm, plan, sycl, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "sycl"],
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "sycl", "train"],
                         help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
@@ -22,6 +23,7 @@ def main(argv=None):
     parser.add_argument("--vs", default="onednn", help="baselines, comma-separated: onednn,torch")
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
                         help="pass (repeatable; default all)")
+    parser.add_argument("--epochs", type=int, help="train: epochs of each model")
     args = parser.parse_args(argv)
     if args.what == "all":  # the README's main job: each part against oneDNN
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
@@ -34,6 +36,8 @@ def main(argv=None):
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+    elif args.what == "train":
+        train.run(quick=args.quick, epochs=args.epochs, threads=args.threads)
     elif args.what == "sycl":
         sycl.run(quick=args.quick)
     elif args.what == "plan":

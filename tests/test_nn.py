@@ -391,3 +391,19 @@ def test_call_errors_name_the_argument():
         pnn.LSTM(3, 2)(packed)
     with pytest.raises(TypeError, match="^model"):
         pnn.convert("not a module")
+
+
+# ---------------------------------------------------------------- training
+
+@pytest.mark.parametrize("task", ["digits", "chars"])
+def test_training_steps_match_torch(rng, task):
+    """benchmarks.train's models, converted and not, from the same weights on
+    the same batches: the losses of a few SGD steps agree."""
+    from benchmarks import train
+    seed = int(rng.integers(2**31))
+    result = train.train(task, epochs=1, seed=seed, quick=True, progress=False, max_steps=4)
+    ours, theirs = (torch.tensor(result[side]["losses"][0], dtype=torch.float64)
+                    for side in ("ours", "torch"))
+    assert len(ours) == 4 and not torch.equal(ours[0], ours[-1])
+    # f32 sums in another order; momentum SGD carries the differences from step to step
+    assert_close(f"{task} losses", ours, theirs, 1e-4 * theirs.abs())

@@ -1,0 +1,237 @@
+"""python -m benchmarks train [--quick] [--epochs N] [--threads N]
+
+Two real models trained end to end twice, with our layers (primitives.nn.convert)
+and with plain PyTorch, from the same initial weights on the same batches in
+the same order (epochs interleaved, ours first, so machine noise hits both):
+  digits  a small CNN (two 3x3 convolutions, two linear layers) on
+          scikit-learn's load_digits: 8x8 images of handwritten digits, 10 classes
+  chars   a character-level LSTM language model (embedding, one LSTM layer,
+          linear read-out) on the standard library's pydoc_data topics text
+Prints per epoch the mean training loss and seconds of both sides, then whether
+the curves agree within noise: the last epoch's mean losses differ by less than
+twice the standard error of its batch losses (float rounding makes the two runs
+drift apart slowly; they never share a batch loss bit for bit after the first
+steps). Writes a PNG of both loss curves and the numbers as JSON under
+benchmarks/results/.
+"""
+import copy
+import datetime
+import json
+import math
+import os
+import pathlib
+import statistics
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks.common import machine
+
+TASKS = ("digits", "chars")
+
+
+# ---------------------------------------------------------------- the tasks
+
+def digits_data():
+    """load_digits as float32 images [1797, 1, 8, 8] in [0, 1] and int64 labels."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = torch.tensor(d.images[:, None] / 16.0, dtype=torch.float32)
+    return x, torch.tensor(d.target, dtype=torch.int64)
+
+
+def digits_model():
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def chars_text():
+    import pydoc_data.topics
+    return "\n".join(pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics))
+
+
+class CharLM(nn.Module):
+    """Next-character logits for every position of a [N, T] batch of character ids."""
+
+    def __init__(self, vocab, embed=32, hidden=128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.embed(ids))
+        return self.out(h)
+
+
+class Task:
+    """A model, its optimizer and its batches: the same for both sides of a run."""
+
+    def __init__(self, name, seed, quick=False):
+        self.name = name
+        self.order = np.random.default_rng(seed)
+        if name == "digits":
+            self.x, self.y = digits_data()
+            self.batch = 32
+            torch.manual_seed(seed)
+            self.model = digits_model()
+            self.lr = 0.05
+        else:
+            text = chars_text()
+            text = text[:40_000] if quick else text[:240_000]
+            vocab = sorted(set(text))
+            index = {c: i for i, c in enumerate(vocab)}
+            ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
+            self.seq = 64
+            n = (len(ids) - 1) // self.seq
+            self.x = ids[:n * self.seq].reshape(n, self.seq)
+            self.y = ids[1:n * self.seq + 1].reshape(n, self.seq)
+            self.batch = 32
+            torch.manual_seed(seed)
+            self.model = CharLM(len(vocab))
+            self.lr = 1.0
+
+    def epoch_batches(self):
+        """The next epoch's batches (a fresh shuffle; both sides get the same list)."""
+        perm = torch.from_numpy(self.order.permutation(len(self.x)))
+        return [(self.x[perm[i:i + self.batch]], self.y[perm[i:i + self.batch]])
+                for i in range(0, len(perm) - self.batch + 1, self.batch)]
+
+    def loss(self, model, x, y):
+        out = model(x)
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    def optimizer(self, model):
+        return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=0.9)
+
+
+def pair(task):
+    """(ours, torch): the task's model converted, and an untouched copy."""
+    from primitives import nn as pnn
+    theirs = copy.deepcopy(task.model)
+    ours = pnn.convert(copy.deepcopy(task.model))
+    if ours.unconverted:
+        raise RuntimeError(f"convert left {ours.unconverted}")
+    return ours, theirs
+
+
+def run_epoch(task, model, opt, batches, bar=None):
+    """One epoch of SGD; the batch losses and the seconds it took."""
+    losses = []
+    t0 = time.perf_counter()
+    for x, y in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = task.loss(model, x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    return losses, time.perf_counter() - t0
+
+
+def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
+    """Both sides of one task: per side the batch losses of each epoch and its seconds."""
+    task = Task(name, seed, quick)
+    models = dict(zip(("ours", "torch"), pair(task)))
+    opts = {side: task.optimizer(m) for side, m in models.items()}
+    result = {side: dict(losses=[], seconds=[]) for side in models}
+    for epoch in range(epochs):
+        batches = task.epoch_batches()[:max_steps]
+        for side, model in models.items():
+            bar = None
+            if progress:
+                from tqdm import tqdm
+                bar = tqdm(total=len(batches), desc=f"{name} epoch {epoch + 1}/{epochs} {side:5}",
+                           leave=False, unit="batch")
+            losses, seconds = run_epoch(task, model, opts[side], batches, bar)
+            if bar is not None:
+                bar.close()
+            result[side]["losses"].append(losses)
+            result[side]["seconds"].append(seconds)
+    return result
+
+
+def agreement(result):
+    """The last epoch's mean losses, their difference and twice its standard error."""
+    last = [result[side]["losses"][-1] for side in ("ours", "torch")]
+    means = [statistics.fmean(v) for v in last]
+    sem = math.sqrt(sum(statistics.pvariance(v) / len(v) for v in last))
+    return means[0], means[1], abs(means[0] - means[1]), 2 * sem
+
+
+# ---------------------------------------------------------------- the report
+
+def report(name, result):
+    ours, theirs = result["ours"], result["torch"]
+    print(f"\n{name}: epoch  loss ours  loss torch   s ours  s torch")
+    for e, (lo, lt, so, st) in enumerate(zip(ours["losses"], theirs["losses"], ours["seconds"],
+                                             theirs["seconds"])):
+        print(f"{'':{len(name)}}  {e + 1:5d}  {statistics.fmean(lo):9.4f}  "
+              f"{statistics.fmean(lt):10.4f}  {so:7.2f}  {st:7.2f}")
+    mo, mt, diff, noise = agreement(result)
+    # the first epoch records plans and JIT-compiles kernels: left out when there are more
+    steady = slice(1, None) if len(ours["seconds"]) > 1 else slice(None)
+    so, st = (statistics.fmean(r["seconds"][steady]) for r in (ours, theirs))
+    print(f"{name}: last epoch loss ours {mo:.4f}, torch {mt:.4f}, |diff| {diff:.4f} "
+          f"{'<' if diff < noise else '>='} noise {noise:.4f} "
+          f"({'agree' if diff < noise else 'DIFFER'}); s/epoch ours {so:.2f}, torch {st:.2f} "
+          f"(ours/torch {so / st:.2f})")
+    return dict(last_loss_ours=mo, last_loss_torch=mt, diff=diff, noise=noise,
+                s_per_epoch_ours=so, s_per_epoch_torch=st, agree=diff < noise)
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (the bench extra): no PNG")
+        return
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4))
+    for ax, (name, result) in zip(np.atleast_1d(axes), results.items()):
+        for side, style in (("torch", dict(color="tab:blue", lw=2.5, alpha=0.5)),
+                            ("ours", dict(color="tab:red", lw=1))):
+            steps = [v for epoch in result[side]["losses"] for v in epoch]
+            ax.plot(range(1, len(steps) + 1), steps, label=f"{side} (last epoch "
+                    f"{statistics.fmean(result[side]['losses'][-1]):.3f})", **style)
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (cross-entropy)")
+        ax.set_yscale("log")
+        ax.set_title(f"{name}: primitives.nn vs torch.nn")
+        ax.legend()
+    fig.suptitle(machine(), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def run(quick=False, epochs=None, threads=None, tasks=TASKS, seed=0):
+    if threads:
+        from brgemm.backend import cpu
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        cpu.lib.brgemm_cpu_set_threads(threads)
+        torch.set_num_threads(threads)
+    print(f"machine: {machine()}; threads: torch {torch.get_num_threads()}, ours "
+          f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}")
+    epochs = epochs or {"digits": 2 if quick else 15, "chars": 2 if quick else 4}
+    results, summary = {}, {}
+    for name in tasks:
+        n = epochs[name] if isinstance(epochs, dict) else epochs
+        results[name] = train(name, n, seed=seed, quick=quick)
+        summary[name] = report(name, results[name])
+    out = pathlib.Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (out / f"train-{stamp}.json").write_text(json.dumps(
+        dict(meta=dict(machine=machine(), date=stamp, quick=quick), summary=summary,
+             results=results), indent=1))
+    plot(results, out / f"train-{stamp}.png")
+    return summary
