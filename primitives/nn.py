@@ -23,6 +23,7 @@ writes through `.data` or a NumPy view do not: call `reload_weights()` after
 those). Its forward saves the state its backward reads; if another forward ran
 on the module before that backward (two calls in one graph), the backward
 recomputes its own forward first instead of reading the other's state.
+Backward passes are not differentiable again (create_graph=True raises).
 """
 import warnings
 import weakref
@@ -30,6 +31,7 @@ import weakref
 import numpy as np
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from brgemm import dtypes
 from primitives import conv, fc, lstm
@@ -100,6 +102,7 @@ class _LinearFunction(torch.autograd.Function):
         return _tensor(y).reshape(x.shape[:-1] + (K,))
 
     @staticmethod
+    @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
         K, C = weight.shape
@@ -198,6 +201,7 @@ class _Conv2dFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
         dy = dy.to(x.dtype)
@@ -291,6 +295,7 @@ class _LSTMFunction(torch.autograd.Function):
         return _tensor(y), _tensor(hT), _tensor(cT)
 
     @staticmethod
+    @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy, dhT, dcT):
         x, h0, c0, w_ih, w_hh, b_ih, b_hh = ctx.saved_tensors
         cache = ctx.cache

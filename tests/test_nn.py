@@ -393,6 +393,14 @@ def test_call_errors_name_the_argument():
         pnn.convert("not a module")
 
 
+def test_double_backward_raises_instead_of_a_silent_zero():
+    x = torch.randn(3, 4, requires_grad=True)
+    y = pnn.Linear(4, 2)(x).square().sum()
+    (dx,) = torch.autograd.grad(y, x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|twice"):
+        dx.sum().backward()
+
+
 # ---------------------------------------------------------------- training
 
 @pytest.mark.parametrize("task", ["digits", "chars"])
