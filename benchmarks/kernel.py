@@ -37,8 +37,9 @@ def _calls_for(seconds, flops, guess_gflops=50.0):
     return max(10, int(seconds * guess_gflops * 1e9 / flops))
 
 
-def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None):
-    """One row of the table: medians over `reps` of GFLOP/s and % of peak."""
+def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
+    """One row of the table: medians over `reps` of GFLOP/s and % of peak;
+    packed: B given packed to the API (the C column still packs per call)."""
     rng = rng or np.random.default_rng()
     A, B, C = _data(m, n, k, count, dtype, rng)
     kern = brgemm.Kernel(m, n, k, dtype=dtype)
@@ -48,9 +49,14 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None):
     for _ in range(calls // 10 + 1):  # warm-up: JIT, caches, clocks
         kern(A, B, C)
     api, nat, peaks = [], [], []
-    # bf16 dot products run at twice the f32 FMA rate; the widening path runs on f32 FMAs
-    probe = (lambda: (cpu.bf16_peak(0.05), "bf16dot")) if kern.path == "bf16-vnni" else \
-        (lambda: cpu.fma_peak(0.05))
+    # each path against the peak of the instruction it runs on: AMX tiles, bf16
+    # dot products, or f32 FMAs (also the widening path's)
+    probe = {"bf16-amx": lambda: (cpu.amx_peak(0.05), "amx"),
+             "bf16-vnni": lambda: (cpu.bf16_peak(0.05), "bf16dot")}.get(
+                 kern.path, lambda: cpu.fma_peak(0.05))
+    if packed:  # B in the kernel's layout once (as the layers keep weights): no packing per call
+        B = kern.pack_b(B)
+        calls = _calls_for(seconds, flops, 1000.0)
     for _ in range(reps):
         peak, isa = probe()
         t0 = time.perf_counter()
@@ -61,10 +67,12 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None):
         peaks.append(peak)
         api.append(flops / t_api * 1e-9)
         nat.append(flops / t_nat * 1e-9)
+    peaks = [p or float("nan") for p in peaks]  # no probe for the tests' software tiles
     pct_api = [100 * g / p for g, p in zip(api, peaks)]
     pct_nat = [100 * g / p for g, p in zip(nat, peaks)]
     return dict(
-        shape=f"{m}x{n}x{k} x{count}", dtype=dtype, path=kern.path, isa=isa,
+        shape=f"{m}x{n}x{k} x{count}", dtype=dtype + ("/pk" if packed else ""), path=kern.path,
+        isa=isa,
         peak=statistics.median(peaks), api=statistics.median(api), native=statistics.median(nat),
         pct_api=statistics.median(pct_api), pct_native=statistics.median(pct_nat),
         spread=(max(pct_api) - min(pct_api)),
@@ -78,16 +86,19 @@ def run(quick=False, dtypes=DTYPES):
     rng = np.random.default_rng()
     print(f"brgemm kernel, one thread, libxsmm target {cpu.arch()}; "
           f"{reps} reps, median; peak = measured peak of one core for the path's "
-          "instruction (f32 FMA, or AVX512-BF16 dot for bf16-vnni)")
-    head = (f"{'block (m x n x k x count)':<26}{'dtype':<6}{'path':<14}{'API GF/s':>9}"
+          "instruction (f32 FMA, AVX512-BF16 dot for bf16-vnni, AMX tdpbf16ps for bf16-amx); "
+          "bf16/pk: B packed once, API column only")
+    head = (f"{'block (m x n x k x count)':<26}{'dtype':<9}{'path':<14}{'API GF/s':>9}"
             f"{'C GF/s':>8}{'API/C':>7}{'peak':>7}{'API %pk':>9}{'C %pk':>7}{'spread':>8}")
     print(head)
     rows = []
-    for dtype in dtypes:
-        for shape in SHAPES:
-            r = measure(*shape, dtype, reps=reps, seconds=seconds, rng=rng)
-            rows.append(r)
-            print(f"{r['shape']:<26}{r['dtype']:<6}{r['path']:<14}{r['api']:>9.1f}{r['native']:>8.1f}"
-                  f"{r['api_over_native']:>7.3f}{r['peak']:>7.1f}{r['pct_api']:>8.1f}%"
-                  f"{r['pct_native']:>6.1f}%{r['spread']:>7.1f}%", flush=True)
+    cases = [(shape, dtype, False) for dtype in dtypes for shape in SHAPES]
+    if "bf16" in dtypes:  # B packed once, as the layers keep their weights
+        cases += [(shape, "bf16", True) for shape in SHAPES]
+    for shape, dtype, packed in cases:
+        r = measure(*shape, dtype, reps=reps, seconds=seconds, rng=rng, packed=packed)
+        rows.append(r)
+        print(f"{r['shape']:<26}{r['dtype']:<9}{r['path']:<14}{r['api']:>9.1f}{r['native']:>8.1f}"
+              f"{r['api_over_native']:>7.3f}{r['peak']:>7.1f}{r['pct_api']:>8.1f}%"
+              f"{r['pct_native']:>6.1f}%{r['spread']:>7.1f}%", flush=True)
     return rows

@@ -4,8 +4,9 @@ from brgemm.backend import BackendUnavailable
 from brgemm.backend import available as backends
 from brgemm.arrays import aligned_empty, to_device, to_host
 from brgemm.dtypes import bfloat16
+from brgemm.info import info
 from brgemm.kernel import Kernel, PackedB, brgemm
 
 __all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "aligned_empty", "to_device",
-           "to_host", "BackendUnavailable"]
+           "to_host", "BackendUnavailable", "info"]
 __version__ = "0.1.0"

@@ -48,8 +48,12 @@ ffibuilder.set_source(
     "brgemm._brgemm_cpu",
     '#include "brgemm_cpu.h"',
     # relative paths: setuptools refuses absolute ones
-    sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "epilogue", "epilogue_avx2",
-                                                  "plan", "layout", "peak", "timing")],
+    # brgemm_amx.c holds AMX and AVX-512 code behind its own target pragma (run
+    # only after CPUID says so); brgemm_amx_model.c is the same source over the
+    # software tiles the tests use
+    sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "brgemm_amx", "brgemm_amx_model",
+                                                  "epilogue", "epilogue_avx2", "plan", "layout",
+                                                  "peak", "timing")],
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],

@@ -113,7 +113,8 @@ def _in_bounds(off, extent, size, name):
 
 class PackedB:
     """B blocks already in the layout a kernel wants (VNNI pairs for bf16
-    dot products, f32 where bf16 is widened): pack once, call many times."""
+    dot products and AMX tiles, f32 where bf16 is widened): pack once, call
+    many times."""
 
     def __init__(self, data, count, k, n, path):
         self.data, self.count, self.k, self.n, self.path = data, count, k, n, path
@@ -301,7 +302,8 @@ class Kernel:
 
     @property
     def path(self):
-        """How this kernel runs here: "f32", "bf16-vnni" or "bf16-via-f32"."""
+        """How this kernel runs here: "f32", "bf16-amx", "bf16-vnni" or "bf16-via-f32"
+        (brgemm.info() says why bf16 is not on AMX)."""
         return self._kernel("strd", "f32", self.k, self.n, self.n).path
 
 

@@ -151,6 +151,9 @@ def test_pack_b_is_identity_for_f32(rng):
 
 def test_path_names():
     assert brgemm.Kernel(4, 4, 4).path == "f32"
+    if brgemm.info()["amx"]:  # AMX tiles take every bf16 shape (odd k padded)
+        assert brgemm.Kernel(4, 4, 3, dtype="bf16").path == "bf16-amx"
+        return
     assert brgemm.Kernel(4, 4, 4, dtype="bf16").path in ("bf16-vnni", "bf16-via-f32")
     assert brgemm.Kernel(4, 4, 3, dtype="bf16").path == "bf16-via-f32"  # odd k has no VNNI pairs
 

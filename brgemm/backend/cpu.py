@@ -46,7 +46,7 @@ class CpuKernel:
         self._k = ffi.gc(out[0], lib.brgemm_cpu_destroy)
         self.path = ffi.string(lib.brgemm_cpu_path(self._k)).decode()
         self.packs_b = bool(lib.brgemm_cpu_packs_b(self._k))
-        self.packed_dtype = np.dtype(np.uint16 if self.path == "bf16-vnni" else np.float32)
+        self.packed_dtype = np.dtype(np.float32 if self.path == "bf16-via-f32" else np.uint16)
         self.packed_elems = lib.brgemm_cpu_packed_b_elems(self._k)
 
     def strd(self, A, B, C, count, b_packed=False, check_overlap=False):
@@ -98,6 +98,18 @@ def arch():
     return ffi.string(lib.brgemm_cpu_arch()).decode()
 
 
+def amx():
+    """(implementation, reason): "hardware" or "model" and "" when bf16 kernels
+    run on AMX tiles, else "" and why not (decided once per process)."""
+    return (ffi.string(lib.brgemm_cpu_amx_impl()).decode(),
+            ffi.string(lib.brgemm_cpu_amx_reason()).decode())
+
+
+def amx_model_faults():
+    """Tile instructions the software model saw that the hardware would fault on."""
+    return lib.brgemm_cpu_amx_model_faults()
+
+
 def fma_peak(seconds=0.3):
     """Measured single-core f32 FMA peak, GFLOP/s, and the vector unit it used."""
     return lib.brgemm_cpu_fma_peak(seconds), ffi.string(lib.brgemm_cpu_fma_isa()).decode()
@@ -106,3 +118,8 @@ def fma_peak(seconds=0.3):
 def bf16_peak(seconds=0.3):
     """Measured single-core AVX512-BF16 dot-product peak, GFLOP/s; 0.0 without one."""
     return lib.brgemm_cpu_bf16_peak(seconds)
+
+
+def amx_peak(seconds=0.3):
+    """Measured single-core AMX tdpbf16ps peak, GFLOP/s; 0.0 without AMX tiles."""
+    return lib.brgemm_cpu_amx_peak(seconds)

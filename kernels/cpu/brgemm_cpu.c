@@ -5,6 +5,7 @@
  * libxsmm 1.17 accumulates with alpha = 1 and beta in {0, 1} only; other
  * alpha/beta run the kernel with beta 0 into a scratch tile and combine.
  */
+#include "brgemm_amx.h"
 #include "brgemm_cpu.h"
 #include "brgemm_cpu_internal.h"
 
@@ -13,13 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PATH_F32, PATH_BF16_VNNI, PATH_BF16_VIA_F32 };
+enum { PATH_F32, PATH_BF16_VNNI, PATH_BF16_VIA_F32, PATH_BF16_AMX };
 
 struct brgemm_cpu_kernel {
   brgemm_cpu_desc d;
   int path;
   int via_scratch;  /* kernel writes a scratch tile that is then combined into C */
   void* fn;         /* libxsmm function: native form for f32, address form for bf16 */
+  const brgemm_amx_impl* amx;  /* PATH_BF16_AMX: our tile kernel instead of libxsmm */
+  brgemm_amx_kernel* amx_kernel;
 };
 
 /* ---- per-thread scratch, freed when the thread exits ----
@@ -57,6 +60,8 @@ static void* scratch_get(int slot, size_t size) {
   }
   return s->ptr[slot];
 }
+
+void* brgemm_cpu_scratch_work(size_t size) { return scratch_get(SLOT_WORK, size); }
 
 /* carve 64-byte aligned pieces out of one scratch block */
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -128,6 +133,11 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     else
       kr->fn = (void*)libxsmm_smmdispatch_reducebatch_offs(M, N, K, &lda, &ldb, &ldc, &one, beta,
                                                            &flags, &prefetch);
+  } else if ((kr->amx = brgemm_amx_selected()) != NULL) {
+    /* AMX tiles: any k and lda (the kernel pads odd k itself), alpha/beta inside */
+    kr->path = PATH_BF16_AMX;
+    kr->amx_kernel = kr->amx->create(d);
+    if (!kr->amx_kernel) { free(kr); return BRGEMM_ENOMEM; }
   } else if (bf16_dot_available() && d->k % 2 == 0 && d->lda % 2 == 0) {
     /* bf16 blocks straight into the dot products; B repacked into VNNI pairs.
      * libxsmm 1.17 reads A's rows as bf16 pairs (dwords): with an odd lda its
@@ -157,32 +167,39 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     kr->fn = (void*)libxsmm_smmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
                                                          &flags, &prefetch);
   }
-  if (!kr->fn) { free(kr); return BRGEMM_EJIT; }
+  if (!kr->fn && !kr->amx_kernel) { free(kr); return BRGEMM_EJIT; }
   *out = kr;
   return BRGEMM_OK;
 }
 
-void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel) { free(kernel); }
+void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel) {
+  if (kernel && kernel->amx_kernel) kernel->amx->destroy(kernel->amx_kernel);
+  free(kernel);
+}
 
 const char* brgemm_cpu_path(const brgemm_cpu_kernel* kr) {
   if (!kr) return "";
-  return kr->path == PATH_F32 ? "f32" : kr->path == PATH_BF16_VNNI ? "bf16-vnni" : "bf16-via-f32";
+  return kr->path == PATH_F32 ? "f32" : kr->path == PATH_BF16_VNNI ? "bf16-vnni"
+         : kr->path == PATH_BF16_AMX ? "bf16-amx" : "bf16-via-f32";
 }
 
 int brgemm_cpu_packs_b(const brgemm_cpu_kernel* kr) { return kr && kr->path != PATH_F32; }
 
 int64_t brgemm_cpu_packed_b_elems(const brgemm_cpu_kernel* kr) {
-  return kr ? kr->d.k * kr->d.n : 0;
+  if (!kr) return 0;
+  return kr->path == PATH_BF16_AMX ? kr->amx->packed_b_elems(kr->amx_kernel) : kr->d.k * kr->d.n;
 }
 
 int brgemm_cpu_packed_b_itemsize(const brgemm_cpu_kernel* kr) {
   if (!kr) return 0;
-  return kr->path == PATH_BF16_VNNI ? 2 : 4;
+  return kr->path == PATH_BF16_VNNI || kr->path == PATH_BF16_AMX ? 2 : 4;
 }
 
 int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kr, const void* b, int64_t ldb, void* out) {
   if (!kr || !b || !out || kr->path == PATH_F32 || ldb < kr->d.n) return BRGEMM_EINVAL;
-  if (kr->path == PATH_BF16_VNNI)
+  if (kr->path == PATH_BF16_AMX)
+    kr->amx->pack_b(kr->amx_kernel, b, ldb, out);
+  else if (kr->path == PATH_BF16_VNNI)
     vnni_block((const uint16_t*)b, kr->d.k, kr->d.n, ldb, (uint16_t*)out);
   else
     widen_block((const uint16_t*)b, kr->d.k, kr->d.n, ldb, (float*)out);
@@ -209,6 +226,7 @@ static void combine(const brgemm_cpu_desc* d, const float* t, void* c) {
 /* bf16 kernels: every form arrives here as lists of block addresses */
 static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
                     void* c, int64_t count, int b_packed) {
+  if (kr->path == PATH_BF16_AMX) return kr->amx->run(kr->amx_kernel, a, b, c, count, b_packed);
   const brgemm_cpu_desc* d = &kr->d;
   const int widen = kr->path == PATH_BF16_VIA_F32;
   const size_t bsz = (size_t)d->k * d->n * (widen ? 4 : 2);
@@ -292,7 +310,7 @@ static int strd_overlap(const brgemm_cpu_kernel* kr, const void* a, const void* 
   return ranges_meet(c, c_bytes, a, a_bytes) || ranges_meet(c, c_bytes, b, b_bytes);
 }
 
-int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
+static int run_strd_(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
                         int64_t count, int b_packed, int check_overlap) {
   if (!kr || !c || count < 0 || kr->d.form != BRGEMM_STRD) return BRGEMM_EINVAL;
   if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
@@ -320,7 +338,7 @@ int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* 
   return run_bf16(kr, lists, lists + count, c, count, b_packed);
 }
 
-int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
+static int run_addr_(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
                         void* c, int64_t count, int b_packed) {
   if (!kr || !c || count < 0 || kr->d.form != BRGEMM_ADDR) return BRGEMM_EINVAL;
   if (b_packed && kr->path == PATH_F32) return BRGEMM_EINVAL;
@@ -360,7 +378,7 @@ int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kr, const void* a, const 
   return run_bf16(kr, ap, bp, c, count, b_packed);
 }
 
-int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* b,
+static int run_offs_(const brgemm_cpu_kernel* kr, const void* a, const void* b,
                         const int64_t* a_offs, const int64_t* b_offs, void* c, int64_t count,
                         int b_packed) {
   if (!kr || !c || count < 0 || kr->d.form != BRGEMM_OFFS) return BRGEMM_EINVAL;
@@ -402,4 +420,28 @@ int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kr) { return kr->d.dtype_c ==
 int brgemm_cpu_form(const brgemm_cpu_kernel* kr) { return kr->d.form; }
 int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kr, char which) {
   return which == 'm' ? kr->d.m : which == 'n' ? kr->d.n : which == 'k' ? kr->d.k : kr->d.ldc;
+}
+
+/* The public runs leave no tile state behind (the plan executor releases per
+ * thread when a run ends, so its calls keep their tile config loaded). */
+int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
+                        int64_t count, int b_packed, int check_overlap) {
+  int rc = run_strd_(kr, a, b, c, count, b_packed, check_overlap);
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  return rc;
+}
+
+int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
+                        void* c, int64_t count, int b_packed) {
+  int rc = run_addr_(kr, a, b, c, count, b_packed);
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  return rc;
+}
+
+int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* b,
+                        const int64_t* a_offs, const int64_t* b_offs, void* c, int64_t count,
+                        int b_packed) {
+  int rc = run_offs_(kr, a, b, a_offs, b_offs, c, count, b_packed);
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  return rc;
 }

@@ -44,10 +44,21 @@ typedef struct brgemm_cpu_kernel brgemm_cpu_kernel;
 int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out);
 void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel);
 
-/* How the kernel runs: "f32", "bf16-vnni" (AVX512-BF16 dot products on
- * VNNI-packed B) or "bf16-via-f32" (bf16 widened exactly to f32 per block,
- * for CPUs without AVX512-BF16). Static string. */
+/* How the kernel runs: "f32", "bf16-amx" (AMX tiles on VNNI-packed B),
+ * "bf16-vnni" (AVX512-BF16 dot products on VNNI-packed B) or "bf16-via-f32"
+ * (bf16 widened exactly to f32 per block, for CPUs without AVX512-BF16).
+ * Static string. */
 const char* brgemm_cpu_path(const brgemm_cpu_kernel* kernel);
+
+/* Why bf16 kernels do not run on AMX here ("" when they do): no AMX in the
+ * CPU, tile state not enabled by the OS or not granted to this process, or
+ * BRGEMM_AMX=0. Decided once per process. Static string. */
+const char* brgemm_cpu_amx_reason(void);
+/* Which tiles bf16 kernels use: "hardware", "model" (BRGEMM_AMX=model: the
+ * software model of the tile instructions, for tests) or "" (none). */
+const char* brgemm_cpu_amx_impl(void);
+/* The model's count of tile instructions the hardware would have faulted on. */
+int64_t brgemm_cpu_amx_model_faults(void);
 
 /* Non-zero when B may be given pre-packed (brgemm_cpu_pack_b) to the runs
  * below with b_packed = 1: VNNI pairs for bf16-vnni, f32 for bf16-via-f32. */
@@ -56,7 +67,9 @@ int brgemm_cpu_packs_b(const brgemm_cpu_kernel* kernel);
 int64_t brgemm_cpu_packed_b_elems(const brgemm_cpu_kernel* kernel);
 /* Element size in bytes of a packed B. */
 int brgemm_cpu_packed_b_itemsize(const brgemm_cpu_kernel* kernel);
-/* Pack one k x n block b (row stride ldb, dtype_ab) into out. */
+/* Pack one k x n block b (row stride ldb, dtype_ab) into out: VNNI pairs
+ * [k/2][n][2] for bf16-vnni, [kp/2][n][2] with zero rows from k to kp for
+ * bf16-amx (kp from brgemm_cpu_packed_b_elems / n), f32 for bf16-via-f32. */
 int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kernel, const void* b, int64_t ldb, void* out);
 
 /* The three forms. With b_packed, B blocks are packed blocks (contiguous,
@@ -182,6 +195,9 @@ const char* brgemm_cpu_fma_isa(void);
 /* Measured single-thread peak in GFLOP/s of AVX512-BF16 dot products
  * (vdpbf16ps, two flops per bf16 pair), or 0 where the CPU has none. */
 double brgemm_cpu_bf16_peak(double seconds);
+/* Measured single-thread peak in GFLOP/s of AMX tdpbf16ps (16 x 16 x 32 bf16
+ * pairs, two flops each), or 0 where bf16 kernels do not run on AMX tiles. */
+double brgemm_cpu_amx_peak(double seconds);
 
 #ifdef __cplusplus
 }

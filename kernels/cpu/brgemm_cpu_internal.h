@@ -28,6 +28,10 @@ int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kernel, const void* a, co
                               const unsigned long long* a_offs, const unsigned long long* b_offs,
                               void* c, int64_t count, int b_packed);
 
+/* This thread's work scratch (64-byte aligned, kept until the thread exits);
+ * a run owns it until it returns. NULL when out of memory. */
+void* brgemm_cpu_scratch_work(size_t size);
+
 /* Element sizes of a kernel's A/B and C, in bytes. */
 int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kernel);

@@ -2,6 +2,7 @@
  * of them to cover latency x throughput on current x86 cores (4 cycles x 2
  * ports = 8 in flight; 12 leaves headroom). The result is the yardstick for
  * "% of peak" in the benchmarks, measured in the same run as they are. */
+#include "brgemm_amx.h"
 #include "brgemm_cpu.h"
 
 #include <immintrin.h>
@@ -101,4 +102,9 @@ double brgemm_cpu_bf16_peak(double seconds) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
   return best_rate(dot_bf16, 64.0 * CHAINS, seconds);  /* 16 lanes x 2 pairs x 2 flops */
+}
+
+double brgemm_cpu_amx_peak(double seconds) {
+  if (brgemm_amx_selected() != &brgemm_amx_hardware) return 0.0;
+  return best_rate(brgemm_amx_peak_run, 6 * 16.0 * 16 * 32 * 2, seconds);
 }

@@ -7,6 +7,7 @@
  * belongs to one task per phase, so results do not depend on the thread count. */
 #include <omp.h>
 
+#include "brgemm_amx.h"
 #include "brgemm_cpu.h"
 #include "brgemm_cpu_internal.h"
 #include "epilogue.h"
@@ -75,16 +76,19 @@ int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int thre
   if (!plan_valid(p, tensors)) return BRGEMM_EINVAL;
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
-  for (int64_t ph = 0; ph < p->n_phases; ++ph) {
+  {
+    for (int64_t ph = 0; ph < p->n_phases; ++ph) {
 #pragma omp for schedule(static)
-    for (int64_t t = p->phase_begin[ph]; t < p->phase_begin[ph + 1]; ++t)
-      for (int64_t i = p->task_begin[t]; i < p->task_begin[t + 1]; ++i) {
-        int rc = run_call(p, &p->calls[i], tensors, 1);
-        if (rc != BRGEMM_OK) {
+      for (int64_t t = p->phase_begin[ph]; t < p->phase_begin[ph + 1]; ++t)
+        for (int64_t i = p->task_begin[t]; i < p->task_begin[t + 1]; ++i) {
+          int rc = run_call(p, &p->calls[i], tensors, 1);
+          if (rc != BRGEMM_OK) {
 #pragma omp atomic write
-          err = rc;
+            err = rc;
+          }
         }
-      }
+    }
+    brgemm_amx_release();  /* this thread's tiles, before OpenMP hands it to other code */
   }
   return err;
 }
@@ -96,8 +100,12 @@ int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* p, void* const* tensors, in
   for (int64_t r = 0; r < reps; ++r)
     for (int64_t i = 0; i < p->n_calls; ++i) {
       int rc = run_call(p, &p->calls[i], tensors, 0);
-      if (rc != BRGEMM_OK) return rc;
+      if (rc != BRGEMM_OK) {
+        brgemm_amx_release();
+        return rc;
+      }
     }
+  brgemm_amx_release();
   *seconds = omp_get_wtime() - t0;
   return BRGEMM_OK;
 }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The AMX path of the bf16 kernel on the lent machine's Xeon host: build, the
+# AMX cases and every kernel and primitive test with AMX active, the kernel
+# benchmark (AMX peak, one core), then bf16 layers against oneDNN 3.2 with AMX
+# allowed, 2 threads (and 16 with AMX16=1). Arguments pick the layers
+# (default: fc conv lstm; "none" for none). Expects .devcarry as
+# device_cpu.sh and device_onednn.sh do; run from the repository root.
+set -uo pipefail
+out=${OUT:-/tmp}
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
+mkdir -p /tmp/dnnl && for w in .devcarry/whl/onednn*.whl; do python3 -m zipfile -e "$w" /tmp/dnnl_x; done
+cp -r /tmp/dnnl_x/*.data/data/* /tmp/dnnl/ || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ONEDNN_ROOT=/tmp/dnnl
+date -u; lscpu | grep -E 'Model name|^CPU\(s\)|Thread'
+grep -o 'amx[a-z_0-9]*\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py \
+  > $out/build.txt 2>&1 || { tail -30 $out/build.txt; exit 1; }
+python3 -c 'import brgemm; from brgemm.backend import cpu; print(brgemm.info(), "amx peak", cpu.amx_peak(0.3))'
+timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
+  tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
+  tests/test_fc.py tests/test_conv.py tests/test_lstm.py > $out/tests.txt 2>&1
+echo "tests exit $?"; tail -15 $out/tests.txt
+OMP_NUM_THREADS=1 taskset -c 2 timeout 120 python3 -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench.txt
+parts=${*:-fc conv lstm}
+for what in $parts; do
+  [ "$what" = none ] && continue
+  taskset -c 2,3 timeout 150 python3 -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  if [ "${AMX16:-0}" = 1 ]; then
+    timeout 150 python3 -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+  fi
+done

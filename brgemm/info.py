@@ -1,0 +1,15 @@
+"""What this machine runs: brgemm.info()."""
+from brgemm.backend import resolve as resolve_backend
+from brgemm.kernel import Kernel
+
+
+def info(backend=None):
+    """A dict: the backend, the path bf16 kernels take here and, on the CPU,
+    whether they run on AMX tiles and why not (e.g. no AMX in the CPU)."""
+    backend = resolve_backend(backend)
+    out = {"backend": backend, "bf16_path": Kernel(32, 32, 32, dtype="bf16", backend=backend).path}
+    if backend == "cpu":
+        from brgemm.backend import cpu
+        impl, reason = cpu.amx()
+        out.update(arch=cpu.arch(), amx=impl or None, amx_reason=reason or None)
+    return out

@@ -1,0 +1,394 @@
+/* The bf16 batch-reduce kernel on AMX tiles (see brgemm_amx.h).
+ *
+ *   C[m][n] = beta C + alpha sum_i A_i[m][k] @ B_i[k][n]     (f32 accumulation)
+ *
+ * C is walked in macro blocks of 32 x 32, each held in four 16 x 16 f32 tiles
+ * (tmm0..3) for the whole reduction over blocks and k; per k chunk two A tiles
+ * (tmm4, 5: 16 rows x kc bf16, read straight from A's rows) and two B tiles
+ * (tmm6, 7: kc/2 pair rows x 16 columns of the VNNI-packed B) feed four
+ * tdpbf16ps. Edge macro blocks use fewer rows and column bytes, and skip the
+ * tiles they do not need: one tile config per (edge in m, edge in n), built
+ * when the kernel is created and loaded only when it differs from the loaded
+ * one. k runs in chunks kc that divide kp (k rounded up to even, or to 32 when
+ * k has no even divisor of at least 16 below 32), so no k remainder exists;
+ * A is copied zero-padded only when kp != k.
+ *
+ * Built twice: as is (AMX, with AVX-512 packing) and with BRGEMM_AMX_MODEL,
+ * where the tile instructions are plain C (brgemm_amx_model.h). */
+#ifndef BRGEMM_AMX_MODEL
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
+#include <immintrin.h>
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "brgemm_amx.h"
+#include "brgemm_cpu_internal.h"
+
+#ifdef BRGEMM_AMX_MODEL
+#include "brgemm_amx_model.h"
+#define IMPL brgemm_amx_model
+#define IMPL_NAME "model"
+#else
+#define TILE_CONFIG(cfg) _tile_loadconfig(cfg)
+#define TILE_RELEASE() _tile_release()
+#define TILE_ZERO(t) _tile_zero(t)
+#define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
+#define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#define TILE_FAULTS() 0
+#define IMPL brgemm_amx_hardware
+#define IMPL_NAME "hardware"
+#endif
+
+/* GCC's tile intrinsics are asm statements that do not tell the compiler
+ * which memory they read or write: order them against plain stores and loads */
+#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
+
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32 };
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} __attribute__((aligned(64))) tile_config;
+
+struct brgemm_amx_kernel {
+  tile_config cfg[2][2];  /* [edge in m][edge in n] */
+  int64_t m, n, k, kp, kc, lda, ldb, ldc;
+  int dtype_c;
+  float alpha, beta;
+  int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
+};
+
+/* the config of a macro block of `rows` x `cols` (each in 1..32) */
+static void make_config(tile_config* t, int rows, int cols, int kc) {
+  memset(t, 0, sizeof(*t));
+  t->palette = 1;
+  const int r0 = rows < TILE ? rows : TILE, r1 = rows - r0;
+  const int c0 = cols < TILE ? cols : TILE, c1 = cols - c0;
+  const int rr[4] = {r0, r0, r1, r1}, cc[4] = {c0, c1, c0, c1};
+  for (int i = 0; i < 4; ++i)  /* C tiles; an unused one stays unconfigured (0 x 0) */
+    if (rr[i] && cc[i]) t->rows[i] = (uint8_t)rr[i], t->colsb[i] = (uint16_t)(cc[i] * 4);
+  t->rows[4] = (uint8_t)r0, t->colsb[4] = (uint16_t)(kc * 2);
+  if (r1) t->rows[5] = (uint8_t)r1, t->colsb[5] = (uint16_t)(kc * 2);
+  t->rows[6] = (uint8_t)(kc / 2), t->colsb[6] = (uint16_t)(c0 * 4);
+  if (c1) t->rows[7] = (uint8_t)(kc / 2), t->colsb[7] = (uint16_t)(c1 * 4);
+}
+
+static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
+  brgemm_amx_kernel* kr = (brgemm_amx_kernel*)aligned_alloc(64, sizeof(brgemm_amx_kernel));
+  if (!kr) return NULL;
+  memset(kr, 0, sizeof(*kr));
+  kr->m = d->m, kr->n = d->n, kr->k = d->k, kr->lda = d->lda, kr->ldb = d->ldb, kr->ldc = d->ldc;
+  kr->dtype_c = d->dtype_c, kr->alpha = d->alpha, kr->beta = d->beta;
+  kr->direct = d->dtype_c == BRGEMM_F32 && d->alpha == 1.0f && (d->beta == 0.0f || d->beta == 1.0f);
+  /* k chunks: kp itself when it fits a tile, else its largest even divisor up
+   * to 32; one below 16 would waste most of each tdpbf16ps, so pad k instead */
+  int64_t kp = d->k + (d->k & 1), kc = kp;
+  if (kp > KC_MAX) {
+    for (kc = KC_MAX; kp % kc; kc -= 2) {}
+    if (kc < TILE) kp = (d->k + KC_MAX - 1) / KC_MAX * KC_MAX, kc = KC_MAX;
+  }
+  kr->kp = kp, kr->kc = kc;
+  const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
+  for (int em = 0; em < 2; ++em)
+    for (int en = 0; en < 2; ++en)
+      make_config(&kr->cfg[em][en], em ? last_rows : MB, en ? last_cols : NB, (int)kc);
+  return kr;
+}
+
+static void destroy(brgemm_amx_kernel* kr) { free(kr); }
+
+static int64_t packed_b_elems(const brgemm_amx_kernel* kr) { return kr->kp * kr->n; }
+
+/* ---- packing ---- */
+
+/* two rows (either may be NULL = zeros) of n bf16 -> n pairs */
+#ifdef BRGEMM_AMX_MODEL
+static void interleave(const uint16_t* r0, const uint16_t* r1, int64_t n, uint16_t* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    dst[2 * j] = r0 ? r0[j] : 0;
+    dst[2 * j + 1] = r1 ? r1[j] : 0;
+  }
+}
+#else
+static void interleave(const uint16_t* r0, const uint16_t* r1, int64_t n, uint16_t* dst) {
+  /* 32 columns per step: lo takes pairs 0..15, hi pairs 16..31 */
+  static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const uint16_t hi_idx[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_loadu_si512(lo_idx), hi = _mm512_loadu_si512(hi_idx);
+  for (int64_t j = 0; j < n; j += 32) {
+    const int64_t left = n - j < 32 ? n - j : 32;
+    const __mmask32 in = (__mmask32)(left == 32 ? ~0u : (1u << left) - 1);
+    const __m512i x0 = r0 ? _mm512_maskz_loadu_epi16(in, r0 + j) : _mm512_setzero_si512();
+    const __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(in, r1 + j) : _mm512_setzero_si512();
+    const int64_t out = 2 * left;  /* elements written: 32 from lo, the rest from hi */
+    const __mmask32 m_lo = (__mmask32)(out >= 32 ? ~0u : (1u << out) - 1);
+    const __mmask32 m_hi = (__mmask32)(out >= 64 ? ~0u : out <= 32 ? 0u : (1u << (out - 32)) - 1);
+    _mm512_mask_storeu_epi16(dst + 2 * j, m_lo, _mm512_permutex2var_epi16(x0, lo, x1));
+    if (m_hi) _mm512_mask_storeu_epi16(dst + 2 * j + 32, m_hi, _mm512_permutex2var_epi16(x0, hi, x1));
+  }
+}
+#endif
+
+/* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on */
+static void pack_b(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out) {
+  const uint16_t* src = (const uint16_t*)b;
+  uint16_t* dst = (uint16_t*)out;
+  for (int64_t p = 0; p < kr->kp / 2; ++p) {
+    const int64_t r = 2 * p;
+    interleave(r < kr->k ? src + r * ldb : NULL, r + 1 < kr->k ? src + (r + 1) * ldb : NULL, kr->n,
+               dst + p * kr->n * 2);
+  }
+}
+
+/* m x k block (row stride lda) -> m x kp, zero columns from k on */
+static void pad_a(const brgemm_amx_kernel* kr, const uint16_t* a, uint16_t* dst) {
+  for (int64_t i = 0; i < kr->m; ++i) {
+    memcpy(dst + i * kr->kp, a + i * kr->lda, (size_t)kr->k * 2);
+    memset(dst + i * kr->kp + kr->k, 0, (size_t)(kr->kp - kr->k) * 2);
+  }
+}
+
+/* ---- tiles ---- */
+
+/* this thread's loaded config (a copy: kernels come and go), valid while loaded */
+static __thread tile_config loaded;
+static __thread int tiles_loaded;
+
+static void use_config(const tile_config* cfg) {
+  if (tiles_loaded && !memcmp(&loaded, cfg, sizeof(loaded))) return;
+  TILE_CONFIG(cfg);
+  loaded = *cfg;
+  tiles_loaded = 1;
+}
+
+static void release(void) {
+  if (!tiles_loaded) return;
+  TILE_RELEASE();
+  tiles_loaded = 0;
+}
+
+static int64_t faults(void) { return TILE_FAULTS(); }
+
+/* t (rows x cols f32, row stride NB) into C at (i0, j0) with alpha, beta, C's dtype */
+static void combine(const brgemm_amx_kernel* kr, const float* t, int rows, int cols, void* c,
+                    int64_t i0, int64_t j0) {
+  const float alpha = kr->alpha, beta = kr->beta;
+  for (int i = 0; i < rows; ++i) {
+    const float* ti = t + i * NB;
+    if (kr->dtype_c == BRGEMM_F32) {
+      float* ci = (float*)c + (i0 + i) * kr->ldc + j0;
+      if (beta == 0.0f)
+        for (int j = 0; j < cols; ++j) ci[j] = alpha * ti[j];
+      else
+        for (int j = 0; j < cols; ++j) ci[j] = alpha * ti[j] + beta * ci[j];
+    } else {
+      uint16_t* ci = (uint16_t*)c + (i0 + i) * kr->ldc + j0;
+      for (int j = 0; j < cols; ++j)
+        ci[j] = brgemm_f32_to_bf16(beta == 0.0f ? alpha * ti[j]
+                                                : alpha * ti[j] + beta * brgemm_bf16_to_f32(ci[j]));
+    }
+  }
+}
+
+/* One macro block: rows x cols of C at (i0, j0), reduced over all blocks.
+ * a[i]: A rows with stride lda (elements); b[i]: packed B blocks. */
+static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t lda,
+                        const uint16_t* const* b, int64_t count, void* c, int64_t i0, int64_t j0,
+                        int rows, int cols) {
+  const int two_rows = rows > TILE, two_cols = cols > TILE;
+  const int64_t sa = lda * 2, sb = kr->n * 4;  /* tile row strides, bytes */
+  float t[MB * NB] __attribute__((aligned(64)));
+  const int64_t sc = kr->direct ? kr->ldc * 4 : NB * 4;
+  float* cb = kr->direct ? (float*)c + i0 * kr->ldc + j0 : t;
+  if (kr->direct && kr->beta == 1.0f) {
+    TILE_LOAD(0, cb, sc);
+    if (two_cols) TILE_LOAD(1, cb + TILE, sc);
+    if (two_rows) TILE_LOAD(2, (char*)cb + TILE * sc, sc);
+    if (two_rows && two_cols) TILE_LOAD(3, (char*)cb + TILE * sc + TILE * 4, sc);
+  } else {
+    TILE_ZERO(0);
+    if (two_cols) TILE_ZERO(1);
+    if (two_rows) TILE_ZERO(2);
+    if (two_rows && two_cols) TILE_ZERO(3);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const char* ai = (const char*)(a[i] + i0 * lda);
+    const char* bi = (const char*)(b[i] + j0 * 2);
+    for (int64_t kk = 0; kk < kr->kp; kk += kr->kc) {
+      TILE_LOAD(4, ai + kk * 2, sa);
+      TILE_LOAD(6, bi + kk / 2 * sb, sb);
+      TILE_DP(0, 4, 6);
+      if (two_cols) {
+        TILE_LOAD(7, bi + kk / 2 * sb + TILE * 4, sb);
+        TILE_DP(1, 4, 7);
+      }
+      if (two_rows) {
+        TILE_LOAD(5, ai + TILE * sa + kk * 2, sa);
+        TILE_DP(2, 5, 6);
+        if (two_cols) TILE_DP(3, 5, 7);
+      }
+    }
+  }
+  TILE_STORE(0, cb, sc);
+  if (two_cols) TILE_STORE(1, cb + TILE, sc);
+  if (two_rows) TILE_STORE(2, (char*)cb + TILE * sc, sc);
+  if (two_rows && two_cols) TILE_STORE(3, (char*)cb + TILE * sc + TILE * 4, sc);
+  MEMORY_BARRIER();
+  if (!kr->direct) combine(kr, t, rows, cols, c, i0, j0);
+}
+
+static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* const* b, void* c,
+               int64_t count, int b_packed) {
+  const int pad = kr->kp != kr->k;
+  const size_t ptrs = round64((size_t)count * sizeof(void*));
+  const size_t a_blk = pad ? round64((size_t)kr->m * kr->kp * 2) : 0;
+  const size_t b_blk = b_packed ? 0 : round64((size_t)kr->kp * kr->n * 2);
+  char* s = (char*)brgemm_cpu_scratch_work(2 * ptrs + (size_t)count * (a_blk + b_blk));
+  if (!s) return BRGEMM_ENOMEM;
+  const uint16_t** ap = (const uint16_t**)s;
+  const uint16_t** bp = (const uint16_t**)(s + ptrs);
+  char* blocks = s + 2 * ptrs;
+  for (int64_t i = 0; i < count; ++i) {
+    char* mine = blocks + (size_t)i * (a_blk + b_blk);
+    ap[i] = (const uint16_t*)a[i];
+    bp[i] = (const uint16_t*)b[i];
+    if (pad) {
+      pad_a(kr, (const uint16_t*)a[i], (uint16_t*)mine);
+      ap[i] = (const uint16_t*)mine;
+    }
+    if (!b_packed) {
+      pack_b(kr, b[i], kr->ldb, mine + a_blk);
+      bp[i] = (const uint16_t*)(mine + a_blk);
+    }
+  }
+  const int64_t lda = pad ? kr->kp : kr->lda;
+  MEMORY_BARRIER();  /* packed blocks and C written before the tiles read them */
+  for (int64_t j0 = 0; j0 < kr->n; j0 += NB) {
+    const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+    for (int64_t i0 = 0; i0 < kr->m; i0 += MB) {
+      const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
+      use_config(&kr->cfg[rows < MB][cols < NB]);
+      macro_block(kr, ap, lda, bp, count, c, i0, j0, rows, cols);
+    }
+  }
+  return BRGEMM_OK;
+}
+
+#ifndef BRGEMM_AMX_MODEL
+/* The peak probe: six independent 16 x 16 accumulators (enough to cover the
+ * instruction's latency at its throughput), A and B tiles from registers. */
+float brgemm_amx_peak_run(long iters) {
+  uint16_t ones[16 * 32] __attribute__((aligned(64)));
+  float out[16 * 16] __attribute__((aligned(64)));
+  for (int i = 0; i < 16 * 32; ++i) ones[i] = 0x3f80;  /* 1.0: no zeros a unit might skip */
+  MEMORY_BARRIER();
+  tile_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+  for (long i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 6, 7); _tile_dpbf16ps(1, 6, 7); _tile_dpbf16ps(2, 6, 7);
+    _tile_dpbf16ps(3, 6, 7); _tile_dpbf16ps(4, 6, 7); _tile_dpbf16ps(5, 6, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  tiles_loaded = 0;
+  MEMORY_BARRIER();
+  return out[0];
+}
+#endif
+
+const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, packed_b_elems, pack_b, run, release,
+                              faults};
+
+#ifndef BRGEMM_AMX_MODEL
+#pragma GCC pop_options
+#endif
+
+#ifndef BRGEMM_AMX_MODEL
+/* ---- choosing the implementation, once per process (plain x86-64 code) ---- */
+#include <cpuid.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+
+static const brgemm_amx_impl* selected;
+static char reason[160];
+static pthread_once_t select_once = PTHREAD_ONCE_INIT;
+
+/* NULL if this CPU and OS can run tiles for this process, else why not */
+static const char* hardware_missing(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22)))
+    return "the CPU reports no AMX-TILE/AMX-BF16 (CPUID.7.0:EDX bits 24, 22)";
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+    return "the OS has not enabled XSAVE (CPUID.1:ECX.OSXSAVE)";
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return "the OS has not enabled tile state in XCR0 (bits 17, 18)";
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+    snprintf(reason, sizeof(reason), "Linux refused arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): %s",
+             strerror(errno));
+    return reason;
+  }
+  return NULL;
+}
+
+static void select_impl(void) {
+  const char* env = getenv("BRGEMM_AMX");
+  if (env && (!strcmp(env, "0") || !strcmp(env, "off"))) {
+    snprintf(reason, sizeof(reason), "disabled by BRGEMM_AMX=%s", env);
+    return;
+  }
+  if (env && !strcmp(env, "model")) {  /* the tests' software tiles, on any CPU */
+    selected = &brgemm_amx_model;
+    return;
+  }
+  const char* missing = hardware_missing();
+  if (missing) {
+    if (missing != reason) snprintf(reason, sizeof(reason), "%s", missing);
+    return;
+  }
+  selected = &brgemm_amx_hardware;
+}
+
+const brgemm_amx_impl* brgemm_amx_selected(void) {
+  pthread_once(&select_once, select_impl);
+  return selected;
+}
+
+const char* brgemm_amx_reason(void) {
+  pthread_once(&select_once, select_impl);
+  return selected ? "" : reason;
+}
+
+void brgemm_amx_release(void) {
+  if (selected) selected->release();
+}
+#endif
+
+#ifndef BRGEMM_AMX_MODEL
+const char* brgemm_cpu_amx_reason(void) { return brgemm_amx_reason(); }
+const char* brgemm_cpu_amx_impl(void) {
+  const brgemm_amx_impl* impl = brgemm_amx_selected();
+  return impl ? impl->name : "";
+}
+int64_t brgemm_cpu_amx_model_faults(void) { return brgemm_amx_model.faults(); }
+#endif

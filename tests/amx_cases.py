@@ -1,0 +1,112 @@
+"""The AMX kernel's own cases: tile configs at every edge, k padding, VNNI
+packing, alpha/beta and C dtypes, against float64 NumPy.
+
+Run where bf16 kernels take the AMX path: on an AMX Xeon as is, elsewhere
+under the software model of the tile instructions (BRGEMM_AMX=model), which
+tests/test_amx.py does in a subprocess. Not collected by a plain pytest run
+(the name does not start with test_): the path is decided once per process."""
+import numpy as np
+import pytest
+from conftest import assert_close, reference
+
+import brgemm
+from brgemm.backend import cpu
+
+# 16 and 32 are the tile and macro-block edges; 32 the k chunk
+EDGES = [1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 64, 65]
+DEPTHS = [1, 2, 3, 30, 31, 32, 33, 34, 36, 48, 64, 66, 100]
+
+
+@pytest.fixture(autouse=True)
+def amx_active():
+    impl, reason = cpu.amx()
+    assert impl, f"these cases need the AMX path: {reason}"
+    before = cpu.amx_model_faults()
+    yield
+    assert cpu.amx_model_faults() == before, "the model saw tile instructions the CPU faults on"
+
+
+def bf16(rng, shape):
+    return rng.standard_normal(shape).astype(brgemm.bfloat16)
+
+
+def run_case(rng, m, n, k, count, form, alpha, beta, c_dtype, packed=False):
+    A, B = bf16(rng, (count, m, k)), bf16(rng, (count, k, n))
+    C0 = rng.standard_normal((m, n)).astype(c_dtype)
+    C = C0.copy()
+    kern = brgemm.Kernel(m, n, k, dtype="bf16", alpha=alpha, beta=beta)
+    assert kern.path == "bf16-amx"
+    if packed:
+        kern(A, kern.pack_b(B), C)
+    elif form == "strd":
+        kern(A, B, C)
+    elif form == "addr":
+        kern.addr(list(A), list(B), C)
+    else:  # blocks in reverse order inside flat buffers
+        ao = [(count - 1 - i) * m * k for i in range(count)]
+        bo = [(count - 1 - i) * k * n for i in range(count)]
+        kern.offs(A[::-1].copy(), B[::-1].copy(), ao, bo, C)
+    assert_close(C, *reference(A, B, C0, alpha, beta), C.dtype)
+
+
+@pytest.mark.parametrize("m", EDGES)
+@pytest.mark.parametrize("n", [1, 16, 17, 33, 64])
+def test_edges_in_m_and_n(rng, m, n):
+    run_case(rng, m, n, int(rng.choice(DEPTHS)), int(rng.integers(1, 4)), "strd", 1.0, 1.0,
+             np.float32)
+
+
+@pytest.mark.parametrize("k", DEPTHS)
+def test_depths(rng, k):
+    run_case(rng, int(rng.choice(EDGES)), int(rng.choice(EDGES)), k, int(rng.integers(1, 4)),
+             "strd", 1.0, 0.0, np.float32)
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_random(rng, case):
+    m, n, k = (int(x) for x in rng.integers(1, 90, 3))
+    count = int(rng.integers(0, 6))
+    form = str(rng.choice(["strd", "addr", "offs"]))
+    alpha, beta = [(1.0, 1.0), (1.0, 0.0), (0.5, 2.0), (-1.5, 0.0), (2.0, 1.0)][case % 5]
+    c_dtype = [np.float32, brgemm.bfloat16][case % 2]
+    print(f"m={m} n={n} k={k} count={count} form={form} alpha={alpha} beta={beta} C {c_dtype}")
+    run_case(rng, m, n, k, count, form, alpha, beta, c_dtype, packed=form == "strd" and case % 3 == 0)
+
+
+def test_packing_is_vnni_pairs_with_zero_rows(rng):
+    m, n, k = 5, 21, 35  # odd k: a zero partner row; k > 32 without an even divisor >= 16: padded
+    B = bf16(rng, (2, k, n))
+    packed = brgemm.Kernel(m, n, k, dtype="bf16").pack_b(B)
+    kp = packed.data.shape[1] // n
+    assert kp % 2 == 0 and kp >= k
+    want = np.zeros((2, kp, n), B.dtype)
+    want[:, :k] = B
+    want = want.reshape(2, kp // 2, 2, n).transpose(0, 1, 3, 2)  # [count][k/2][n][2]
+    np.testing.assert_array_equal(packed.data.view(brgemm.bfloat16).reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("k", [3, 33, 35])
+def test_padded_k_never_reads_past_a_row(rng, k):
+    """A's rows are views with NaN right after column k: the padding must be zeros."""
+    m, n, count = 20, 18, 3
+    big = np.full((count, m, k + 5), np.nan, brgemm.bfloat16)
+    big[:, :, :k] = bf16(rng, (count, m, k))
+    A = big[:, :, :k]
+    B = bf16(rng, (count, k, n))
+    C = np.zeros((m, n), np.float32)
+    brgemm.Kernel(m, n, k, dtype="bf16", beta=0.0)(A, B, C)
+    assert_close(C, *reference(A, B, np.zeros((m, n)), 1.0, 0.0), C.dtype)
+
+
+def test_views_with_row_strides(rng):
+    m, n, k, count = 40, 36, 34, 3
+    A = bf16(rng, (count, m + 2, k + 6))[:, 1:m + 1, 2:k + 2]
+    B = bf16(rng, (count, k + 1, n + 9))[:, :k, 3:n + 3]
+    big_c = rng.standard_normal((m + 4, n + 5)).astype(np.float32)
+    C0 = big_c.copy()
+    C = big_c[2:m + 2, 1:n + 1]
+    brgemm.Kernel(m, n, k, dtype="bf16")(A, B, C)
+    assert_close(C, *reference(A, B, C0[2:m + 2, 1:n + 1], 1.0, 1.0), C.dtype)
+    outside = np.ones(big_c.shape, bool)
+    outside[2:m + 2, 1:n + 1] = False
+    np.testing.assert_array_equal(big_c[outside], C0[outside])
