@@ -36,11 +36,11 @@ class CpuKernel:
     """One JIT kernel: fixed shape, row strides, form, dtypes, alpha and beta."""
 
     def __init__(self, *, form, dtype_ab, dtype_c, m, n, k, lda, ldb, ldc, alpha, beta,
-                 stride_a=0, stride_b=0):
+                 stride_a=0, stride_b=0, b_vnni=False):
         desc = ffi.new("brgemm_cpu_desc *", dict(
             dtype_ab=DTYPES[dtype_ab], dtype_c=DTYPES[dtype_c], form=FORMS[form],
             m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc,
-            stride_a=stride_a, stride_b=stride_b, alpha=alpha, beta=beta))
+            stride_a=stride_a, stride_b=stride_b, alpha=alpha, beta=beta, b_vnni=b_vnni))
         out = ffi.new("brgemm_cpu_kernel **")
         check(lib.brgemm_cpu_create(desc, out), f"Kernel({m}, {n}, {k}, dtype={dtype_ab!r})")
         self._k = ffi.gc(out[0], lib.brgemm_cpu_destroy)
@@ -71,10 +71,10 @@ class CpuKernel:
                                      address(C), len(a_offsets), b_packed)
         check(rc, "Kernel.offs")
 
-    def time_strd(self, A, B, C, count, reps):
+    def time_strd(self, A, B, C, count, reps, b_packed=False):
         """Seconds for `reps` stride-form calls made from C: the no-Python yardstick."""
         seconds = ffi.new("double *")
-        check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count, reps,
+        check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count, b_packed, reps,
                                        seconds), "time_strd")
         return seconds[0]
 
@@ -103,6 +103,11 @@ def amx():
     run on AMX tiles, else "" and why not (decided once per process)."""
     return (ffi.string(lib.brgemm_cpu_amx_impl()).decode(),
             ffi.string(lib.brgemm_cpu_amx_reason()).decode())
+
+
+def takes_vnni_b(k):
+    """Whether bf16 kernels of depth k run on AMX with B as VNNI pairs in place."""
+    return bool(lib.brgemm_cpu_takes_vnni_b(k))
 
 
 def amx_model_faults():

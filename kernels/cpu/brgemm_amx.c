@@ -47,7 +47,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 24 << 10 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -61,6 +61,8 @@ struct brgemm_amx_kernel {
   int dtype_c;
   float alpha, beta;
   int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
+  int b_vnni;  /* B blocks arrive as VNNI pairs in place (desc.b_vnni) */
+  int64_t chunk;  /* blocks per pass over C's macro blocks */
 };
 
 /* the config of a macro block of `rows` x `cols` (each in 1..32) */
@@ -78,6 +80,23 @@ static void make_config(tile_config* t, int rows, int cols, int kc) {
   if (c1) t->rows[7] = (uint8_t)(kc / 2), t->colsb[7] = (uint16_t)(c1 * 4);
 }
 
+/* k chunks: kp itself when it fits a tile, else its largest even divisor up
+ * to 32; one below 16 would waste most of each tdpbf16ps, so pad k instead */
+static void k_chunks(int64_t k, int64_t* kp_out, int64_t* kc_out) {
+  int64_t kp = k + (k & 1), kc = kp;
+  if (kp > KC_MAX) {
+    for (kc = KC_MAX; kp % kc; kc -= 2) {}
+    if (kc < TILE) kp = (k + KC_MAX - 1) / KC_MAX * KC_MAX, kc = KC_MAX;
+  }
+  *kp_out = kp, *kc_out = kc;
+}
+
+static int takes_vnni_b(int64_t k) {
+  int64_t kp, kc;
+  k_chunks(k, &kp, &kc);
+  return kp == k;
+}
+
 static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   brgemm_amx_kernel* kr = (brgemm_amx_kernel*)aligned_alloc(64, sizeof(brgemm_amx_kernel));
   if (!kr) return NULL;
@@ -85,14 +104,15 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   kr->m = d->m, kr->n = d->n, kr->k = d->k, kr->lda = d->lda, kr->ldb = d->ldb, kr->ldc = d->ldc;
   kr->dtype_c = d->dtype_c, kr->alpha = d->alpha, kr->beta = d->beta;
   kr->direct = d->dtype_c == BRGEMM_F32 && d->alpha == 1.0f && (d->beta == 0.0f || d->beta == 1.0f);
-  /* k chunks: kp itself when it fits a tile, else its largest even divisor up
-   * to 32; one below 16 would waste most of each tdpbf16ps, so pad k instead */
-  int64_t kp = d->k + (d->k & 1), kc = kp;
-  if (kp > KC_MAX) {
-    for (kc = KC_MAX; kp % kc; kc -= 2) {}
-    if (kc < TILE) kp = (d->k + KC_MAX - 1) / KC_MAX * KC_MAX, kc = KC_MAX;
-  }
+  int64_t kp, kc;
+  k_chunks(d->k, &kp, &kc);
   kr->kp = kp, kr->kc = kc;
+  kr->b_vnni = d->b_vnni;
+  /* as many blocks per pass as keep A and B in L1 next to the C rows */
+  const char* budget = getenv("BRGEMM_AMX_L1");
+  const int64_t l1 = budget ? atol(budget) : L1_BUDGET;
+  const int64_t per_block = (d->m * kp + kp * d->n) * 2;
+  kr->chunk = l1 > 0 && per_block < l1 ? l1 / per_block : l1 > 0 ? 1 : INT64_MAX;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -176,42 +196,20 @@ static void release(void) {
 
 static int64_t faults(void) { return TILE_FAULTS(); }
 
-/* t (rows x cols f32, row stride NB) into C at (i0, j0) with alpha, beta, C's dtype */
-static void combine(const brgemm_amx_kernel* kr, const float* t, int rows, int cols, void* c,
-                    int64_t i0, int64_t j0) {
-  const float alpha = kr->alpha, beta = kr->beta;
-  for (int i = 0; i < rows; ++i) {
-    const float* ti = t + i * NB;
-    if (kr->dtype_c == BRGEMM_F32) {
-      float* ci = (float*)c + (i0 + i) * kr->ldc + j0;
-      if (beta == 0.0f)
-        for (int j = 0; j < cols; ++j) ci[j] = alpha * ti[j];
-      else
-        for (int j = 0; j < cols; ++j) ci[j] = alpha * ti[j] + beta * ci[j];
-    } else {
-      uint16_t* ci = (uint16_t*)c + (i0 + i) * kr->ldc + j0;
-      for (int j = 0; j < cols; ++j)
-        ci[j] = brgemm_f32_to_bf16(beta == 0.0f ? alpha * ti[j]
-                                                : alpha * ti[j] + beta * brgemm_bf16_to_f32(ci[j]));
-    }
-  }
-}
-
-/* One macro block: rows x cols of C at (i0, j0), reduced over all blocks.
- * a[i]: A rows with stride lda (elements); b[i]: packed B blocks. */
-static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t lda,
-                        const uint16_t* const* b, int64_t count, void* c, int64_t i0, int64_t j0,
-                        int rows, int cols) {
+/* One macro block: rows x cols of the f32 accumulator acc (row stride sacc
+ * bytes) at (i0, j0) += the blocks' products; `load` reads acc first, else
+ * starts from zero. a[i]: A rows, stride sa bytes; b[i]: VNNI pair rows of B,
+ * stride sb bytes. */
+static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
+                        const uint16_t* const* b, int64_t sb, int64_t count, float* acc,
+                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols) {
   const int two_rows = rows > TILE, two_cols = cols > TILE;
-  const int64_t sa = lda * 2, sb = kr->n * 4;  /* tile row strides, bytes */
-  float t[MB * NB] __attribute__((aligned(64)));
-  const int64_t sc = kr->direct ? kr->ldc * 4 : NB * 4;
-  float* cb = kr->direct ? (float*)c + i0 * kr->ldc + j0 : t;
-  if (kr->direct && kr->beta == 1.0f) {
-    TILE_LOAD(0, cb, sc);
-    if (two_cols) TILE_LOAD(1, cb + TILE, sc);
-    if (two_rows) TILE_LOAD(2, (char*)cb + TILE * sc, sc);
-    if (two_rows && two_cols) TILE_LOAD(3, (char*)cb + TILE * sc + TILE * 4, sc);
+  char* cb = (char*)acc + i0 * sacc + j0 * 4;
+  if (load) {
+    TILE_LOAD(0, cb, sacc);
+    if (two_cols) TILE_LOAD(1, cb + TILE * 4, sacc);
+    if (two_rows) TILE_LOAD(2, cb + TILE * sacc, sacc);
+    if (two_rows && two_cols) TILE_LOAD(3, cb + TILE * sacc + TILE * 4, sacc);
   } else {
     TILE_ZERO(0);
     if (two_cols) TILE_ZERO(1);
@@ -219,8 +217,8 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
     if (two_rows && two_cols) TILE_ZERO(3);
   }
   for (int64_t i = 0; i < count; ++i) {
-    const char* ai = (const char*)(a[i] + i0 * lda);
-    const char* bi = (const char*)(b[i] + j0 * 2);
+    const char* ai = (const char*)a[i] + i0 * sa;
+    const char* bi = (const char*)b[i] + j0 * 4;
     for (int64_t kk = 0; kk < kr->kp; kk += kr->kc) {
       TILE_LOAD(4, ai + kk * 2, sa);
       TILE_LOAD(6, bi + kk / 2 * sb, sb);
@@ -236,27 +234,47 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
       }
     }
   }
-  TILE_STORE(0, cb, sc);
-  if (two_cols) TILE_STORE(1, cb + TILE, sc);
-  if (two_rows) TILE_STORE(2, (char*)cb + TILE * sc, sc);
-  if (two_rows && two_cols) TILE_STORE(3, (char*)cb + TILE * sc + TILE * 4, sc);
-  MEMORY_BARRIER();
-  if (!kr->direct) combine(kr, t, rows, cols, c, i0, j0);
+  TILE_STORE(0, cb, sacc);
+  if (two_cols) TILE_STORE(1, cb + TILE * 4, sacc);
+  if (two_rows) TILE_STORE(2, cb + TILE * sacc, sacc);
+  if (two_rows && two_cols) TILE_STORE(3, cb + TILE * sacc + TILE * 4, sacc);
+}
+
+/* acc (m x n f32, contiguous) into C with alpha, beta and C's dtype */
+static void combine(const brgemm_amx_kernel* kr, const float* acc, void* c) {
+  const float alpha = kr->alpha, beta = kr->beta;
+  for (int64_t i = 0; i < kr->m; ++i) {
+    const float* ti = acc + i * kr->n;
+    if (kr->dtype_c == BRGEMM_F32) {
+      float* ci = (float*)c + i * kr->ldc;
+      if (beta == 0.0f)
+        for (int64_t j = 0; j < kr->n; ++j) ci[j] = alpha * ti[j];
+      else
+        for (int64_t j = 0; j < kr->n; ++j) ci[j] = alpha * ti[j] + beta * ci[j];
+    } else {
+      uint16_t* ci = (uint16_t*)c + i * kr->ldc;
+      for (int64_t j = 0; j < kr->n; ++j)
+        ci[j] = brgemm_f32_to_bf16(beta == 0.0f ? alpha * ti[j]
+                                                : alpha * ti[j] + beta * brgemm_bf16_to_f32(ci[j]));
+    }
+  }
 }
 
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* const* b, void* c,
                int64_t count, int b_packed) {
-  const int pad = kr->kp != kr->k;
+  const int pad = kr->kp != kr->k, pack = !b_packed && !kr->b_vnni;
   const size_t ptrs = round64((size_t)count * sizeof(void*));
   const size_t a_blk = pad ? round64((size_t)kr->m * kr->kp * 2) : 0;
-  const size_t b_blk = b_packed ? 0 : round64((size_t)kr->kp * kr->n * 2);
-  char* s = (char*)brgemm_cpu_scratch_work(2 * ptrs + (size_t)count * (a_blk + b_blk));
+  const size_t b_blk = pack ? round64((size_t)kr->kp * kr->n * 2) : 0;
+  const size_t acc_size = kr->direct ? 0 : round64((size_t)kr->m * kr->n * 4);
+  char* s = (char*)brgemm_cpu_scratch_work(2 * ptrs + acc_size + (size_t)count * (a_blk + b_blk));
   if (!s) return BRGEMM_ENOMEM;
   const uint16_t** ap = (const uint16_t**)s;
   const uint16_t** bp = (const uint16_t**)(s + ptrs);
-  char* blocks = s + 2 * ptrs;
+  float* acc = kr->direct ? (float*)c : (float*)(s + 2 * ptrs);
+  char* blocks = s + 2 * ptrs + acc_size;
   for (int64_t i = 0; i < count; ++i) {
     char* mine = blocks + (size_t)i * (a_blk + b_blk);
     ap[i] = (const uint16_t*)a[i];
@@ -265,21 +283,31 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
       pad_a(kr, (const uint16_t*)a[i], (uint16_t*)mine);
       ap[i] = (const uint16_t*)mine;
     }
-    if (!b_packed) {
+    if (pack) {
       pack_b(kr, b[i], kr->ldb, mine + a_blk);
       bp[i] = (const uint16_t*)(mine + a_blk);
     }
   }
-  const int64_t lda = pad ? kr->kp : kr->lda;
+  const int64_t sa = (pad ? kr->kp : kr->lda) * 2;
+  const int64_t sb = (kr->b_vnni ? kr->ldb : kr->n) * 4;
+  const int64_t sacc = (kr->direct ? kr->ldc : kr->n) * 4;
   MEMORY_BARRIER();  /* packed blocks and C written before the tiles read them */
-  for (int64_t j0 = 0; j0 < kr->n; j0 += NB) {
-    const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+  /* blocks in chunks whose A and B stay in L1 while every macro block of C
+   * passes over them; the accumulators go back to acc between chunks */
+  for (int64_t b0 = 0; b0 < count; b0 += kr->chunk) {
+    const int64_t nb = count - b0 < kr->chunk ? count - b0 : kr->chunk;
+    const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
     for (int64_t i0 = 0; i0 < kr->m; i0 += MB) {
       const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
-      use_config(&kr->cfg[rows < MB][cols < NB]);
-      macro_block(kr, ap, lda, bp, count, c, i0, j0, rows, cols);
+      for (int64_t j0 = 0; j0 < kr->n; j0 += NB) {
+        const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+        use_config(&kr->cfg[rows < MB][cols < NB]);
+        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols);
+      }
     }
   }
+  MEMORY_BARRIER();  /* the tiles' stores before plain reads of acc and C */
+  if (!kr->direct) combine(kr, acc, c);
   return BRGEMM_OK;
 }
 
@@ -311,8 +339,8 @@ float brgemm_amx_peak_run(long iters) {
 }
 #endif
 
-const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, packed_b_elems, pack_b, run, release,
-                              faults};
+const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, takes_vnni_b, packed_b_elems, pack_b,
+                              run, release, faults};
 
 #ifndef BRGEMM_AMX_MODEL
 #pragma GCC pop_options
@@ -391,4 +419,8 @@ const char* brgemm_cpu_amx_impl(void) {
   return impl ? impl->name : "";
 }
 int64_t brgemm_cpu_amx_model_faults(void) { return brgemm_amx_model.faults(); }
+int brgemm_cpu_takes_vnni_b(int64_t k) {
+  const brgemm_amx_impl* impl = brgemm_amx_selected();
+  return impl && k >= 1 && impl->takes_vnni_b(k);
+}
 #endif

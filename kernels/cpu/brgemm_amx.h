@@ -21,6 +21,8 @@ typedef struct {
   /* NULL when out of memory */
   brgemm_amx_kernel* (*create)(const brgemm_cpu_desc* desc);
   void (*destroy)(brgemm_amx_kernel* kernel);
+  /* whether a kernel of depth k reads B as VNNI pairs in place (desc.b_vnni) */
+  int (*takes_vnni_b)(int64_t k);
   /* elements of one packed B block */
   int64_t (*packed_b_elems)(const brgemm_amx_kernel* kernel);
   void (*pack_b)(const brgemm_amx_kernel* kernel, const void* b, int64_t ldb, void* out);

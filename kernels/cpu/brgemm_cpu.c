@@ -95,6 +95,7 @@ static int desc_valid(const brgemm_cpu_desc* d) {
   if (d->lda < d->k || d->ldb < d->n || d->ldc < d->n) return 0;
   if (d->lda > lim || d->ldb > lim || d->ldc > lim) return 0;
   if (d->form == BRGEMM_STRD && (d->stride_a < 0 || d->stride_b < 0)) return 0;
+  if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_takes_vnni_b(d->k))) return 0;
   return 1;
 }
 

@@ -36,6 +36,9 @@ typedef struct {
   int64_t stride_a;      /* BRGEMM_STRD only: elements between A_i and A_{i+1} */
   int64_t stride_b;      /* BRGEMM_STRD only: elements between B_i and B_{i+1} */
   float alpha, beta;
+  int b_vnni;            /* B blocks are VNNI pairs in place: element (r, j) of a block
+                            at (r/2) * 2*ldb + 2*j + r%2; bf16-amx kernels of a k that
+                            brgemm_cpu_takes_vnni_b accepts, else BRGEMM_EINVAL */
 } brgemm_cpu_desc;
 
 typedef struct brgemm_cpu_kernel brgemm_cpu_kernel;
@@ -57,6 +60,9 @@ const char* brgemm_cpu_amx_reason(void);
 /* Which tiles bf16 kernels use: "hardware", "model" (BRGEMM_AMX=model: the
  * software model of the tile instructions, for tests) or "" (none). */
 const char* brgemm_cpu_amx_impl(void);
+/* Non-zero when bf16 kernels of depth k run on AMX and take B as VNNI pairs in
+ * place (desc.b_vnni): k even and split into whole tile chunks. */
+int brgemm_cpu_takes_vnni_b(int64_t k);
 /* The model's count of tile instructions the hardware would have faulted on. */
 int64_t brgemm_cpu_amx_model_faults(void);
 
@@ -182,7 +188,7 @@ int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, i
 /* Benchmark support: run the stride form `reps` times back to back from C
  * and store the elapsed seconds; the yardstick for the Python call path. */
 int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,
-                         int64_t count, int64_t reps, double* seconds);
+                         int64_t count, int b_packed, int64_t reps, double* seconds);
 
 /* libxsmm's target ("hsw", "skx", "cpx", ...). Static string. */
 const char* brgemm_cpu_arch(void);
