@@ -27,7 +27,7 @@ fi
 
 # --- virtual environment and the package ------------------------------------
 [ -x .venv/bin/python ] || python3 -m venv .venv
-stamp=$(cat pyproject.toml setup.py brgemm/_build_cpu.py kernels/cpu/* | sha256sum | cut -c1-16)
+stamp=$(cat pyproject.toml setup.py brgemm/_build_cpu.py brgemm/_build_cuda.py kernels/cpu/* kernels/cuda/* | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.brgemm-stamp 2>/dev/null)" != "$stamp" ] \
    || ! .venv/bin/python -c 'import brgemm._brgemm_cpu' 2>/dev/null; then
   echo "setup: installing brgemm with its test, bench and sycl extras into .venv (first time: a few minutes)"

@@ -332,10 +332,6 @@ class Plan:
         self.extent = dict(rec.extent)
         self.written = frozenset(rec.written)
         self.blocks = sorted(rec.blocks, key=rec.blocks.get)
-        self.kernels = [cpu.CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype, m=b.m,
-                                      n=b.n, k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc,
-                                      alpha=b.alpha, beta=b.beta) for b in self.blocks]
-        self.paths = sorted({k.path for k in self.kernels})
         calls, a_offs, b_offs, ops, task_begin, phase_begin = [], [], [], [], [0], [0]
         for tasks in rec.phases.values():
             for task_calls in tasks.values():
@@ -357,17 +353,41 @@ class Plan:
         self.ops = np.array(ops, _OP)
         self.task_begin = np.array(task_begin, np.int64)
         self.phase_begin = np.array(phase_begin, np.int64)
-        self._native = self._describe()
+        self._cpu_plan = None  # (kernels, brgemm_cpu_plan): JIT on the first CPU use only
         self._replays = {}  # other backends' replays, by name
         self._replay_lock = threading.Lock()
 
-    def _describe(self):
+    @property
+    def kernels(self):
+        """The CPU's libxsmm kernels, one per block (JIT-compiled on first use)."""
+        return self._cpu_native()[0]
+
+    @property
+    def paths(self):
+        return sorted({k.path for k in self.kernels})
+
+    @property
+    def _native(self):
+        return self._cpu_native()[1]
+
+    def _cpu_native(self):
+        if self._cpu_plan is None:
+            with self._replay_lock:
+                if self._cpu_plan is None:
+                    cpu = self._cpu
+                    kernels = [cpu.CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype,
+                                             m=b.m, n=b.n, k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc,
+                                             alpha=b.alpha, beta=b.beta) for b in self.blocks]
+                    self._cpu_plan = (kernels, self._describe(kernels))
+        return self._cpu_plan
+
+    def _describe(self, kernels):
         """The brgemm_cpu_plan struct; it points into this object's arrays."""
         ffi = self._cpu.ffi
         for ctype, dt in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):
             if ffi.sizeof(ctype) != dt.itemsize:  # the NumPy records must be the C structs
                 raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, {dt.itemsize} here")
-        keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in self.kernels] or [ffi.NULL])]
+        keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in kernels] or [ffi.NULL])]
 
         def buf(ctype, arr):
             if arr.size == 0:
@@ -377,7 +397,7 @@ class Plan:
             return keep[-1]
 
         desc = ffi.new("brgemm_cpu_plan *", dict(
-            kernels=keep[0], n_kernels=len(self.kernels), n_tensors=len(self.tensors),
+            kernels=keep[0], n_kernels=len(kernels), n_tensors=len(self.tensors),
             calls=buf("brgemm_plan_call", self.calls), n_calls=len(self.calls),
             a_offs=buf("uint64_t", self.a_offs), b_offs=buf("uint64_t", self.b_offs),
             n_offs=len(self.a_offs), ops=buf("brgemm_plan_op", self.ops), n_ops=len(self.ops),
@@ -445,6 +465,9 @@ class Plan:
                 raise ValueError(f"threads: the {name!r} backend schedules its own work; "
                                  f"pass threads=None")
             replay = self._replay(name)
+            adopt = getattr(replay, "adopt", None)  # other libraries' device tensors (DLPack)
+            if adopt is not None:
+                arrays = adopt(arrays)
             self._check(arrays, replay.device_array)
             return replay.run(arrays)
         tensors = self._bind(arrays)

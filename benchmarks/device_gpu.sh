@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call on the lent NVIDIA machine (GPU time is
+# scarce): build the CUDA fatbin there with its nvcc and the CPU extension
+# against a copied libxsmm (the tests compare with the CPU path), run the
+# CUDA tests and every backend-parametrized test on "cuda", then time the
+# CUDA backend against PyTorch. Logs go to $OUT. Run from the repository root;
+# DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
+# Arguments: benchmarks.gpu options (default: all of it).
+set -uo pipefail
+OUT=${OUT:-/tmp}
+DEVCARRY=${DEVCARRY:-.devcarry}
+[ -d "$DEVCARRY" ] || DEVCARRY=../../.devcarry
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$DEVCARRY"/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+nvcc --version | tail -1
+t0=$(date +%s)
+LIBXSMM_LIBDIR=$DEVCARRY/lib LIBXSMM_INCDIR=$DEVCARRY/include python3 brgemm/_build_cpu.py >/dev/null || exit 1
+python3 brgemm/_build_cuda.py || exit 1
+command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA)"
+echo "build: $(( $(date +%s) - t0 )) s"
+python3 -c 'import brgemm; from brgemm.backend import cuda; print(brgemm.backends(), cuda.device_name(), "wgmma:", cuda.has_tensor_cores())'
+t0=$(date +%s)
+timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
+echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt
+t0=$(date +%s)
+timeout 200 python3 -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
+echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error" $OUT/suite_cuda.txt | tail -8
+timeout 200 python3 -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt

@@ -1,0 +1,163 @@
+"""The CUDA backend against PyTorch (cuBLAS, cuDNN) in the same run, on the same GPU.
+
+    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv]
+
+Ours: a recorded plan replayed on PyTorch device tensors (DLPack, no copies),
+every tensor of the plan's size filled with random data. Both sides are
+captured in a CUDA graph and replayed, so neither pays Python or launch
+overhead; time per replay is the median of 5 batches of CUDA-event-timed
+replays. Layout conversions are not timed (ours reads blocked layouts, as
+the layer classes keep them). GEMM checks its result against torch first.
+"""
+import argparse
+import statistics
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import brgemm
+from benchmarks.common import read_shapes
+from brgemm.backend import cuda
+from primitives import conv, fc, gemm
+
+
+def graph_time(fn, reps):
+    """Milliseconds per call of fn replayed from a CUDA graph (median of 5 batches)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
+
+
+def plan_tensors(plan):
+    """Random device tensors for every tensor of a plan, of the size it touches."""
+    out = {}
+    for name, dt in plan.tensors.items():
+        t = torch.randn(max(plan.extent[name], 1), device="cuda")
+        out[name] = t.bfloat16() if dt == "bf16" else t
+    return out
+
+
+def replay(plan, tensors):
+    return lambda: plan.run(backend="cuda", **tensors)
+
+
+def tflops(flops, ms):
+    return flops / ms / 1e9
+
+
+def row(name, flops, ours, theirs, spread, what):
+    print(f"{name:<26}{tflops(flops, ours):>9.1f}{tflops(flops, theirs):>9.1f}"
+          f"{theirs / ours:>9.2f}{ours * 1e3:>10.1f}{theirs * 1e3:>10.1f}{spread:>8.2f}  {what}")
+
+
+HEAD = (f"{'shape':<26}{'ours TF':>9}{'torch TF':>9}{'ratio':>9}{'ours us':>10}{'torch us':>10}"
+        f"{'spread':>8}  torch side")
+
+
+def run_gemm(quick):
+    """GEMM-shaped plans: C = A @ B as 128 x 128 blocks, the whole K in one call."""
+    print(f"\nGEMM plans on {cuda.device_name()} (ours: f32 C; torch: C in the input dtype)")
+    print(HEAD)
+    shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] if not quick else [(4096, 4096, 4096)]
+    for dtype in ("bf16", "f32"):
+        for M, N, K in shapes:
+            if dtype == "f32" and M > 4096:
+                continue
+            cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": 128, "bk": 64, "kc": K}}
+            p = gemm.plan(M, N, K, dtype, cfg)
+            tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+            A, B = torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N, device="cuda").to(tdt)
+            C = torch.empty(M, N, device="cuda")
+            p.run(backend="cuda", A=A, B=B, C=C)
+            ref = torch.matmul(A.float(), B.float())
+            err = ((C - ref).abs().max() / ref.abs().max()).item()
+            assert err < 1e-4, f"gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}"
+            reps = 20 if M <= 4096 else 5
+            ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
+            theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
+            row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread, "torch.matmul")
+
+
+# the FC blocks that suit the GPU here: (bn, bc, bk), tried per shape, best kept
+FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128)]
+
+
+def run_fc(quick):
+    print(f"\nFC layers (blocked layouts), best of blocks {FC_BLOCKS} per shape and pass")
+    print(HEAD)
+    shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
+    for dtype in ("bf16", "f32"):
+        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+        for (N, C, K), name in shapes:
+            x, w = torch.randn(N, C, device="cuda").to(tdt), torch.randn(K, C, device="cuda").to(tdt)
+            dy = torch.randn(N, K, device="cuda").to(tdt)
+            theirs_fn = {"fwd": lambda: F.linear(x, w), "bwd": lambda: dy @ w,
+                         "upd": lambda: dy.t() @ x}
+            theirs_name = {"fwd": "F.linear", "bwd": "dy @ w", "upd": "dy.t() @ x"}
+            for pass_ in ("fwd", "bwd", "upd"):
+                best = None
+                for blocks in FC_BLOCKS:
+                    g = fc.geometry(N, C, K, blocks=blocks)
+                    p = fc.plan(g, pass_, dtype)
+                    t, spread = graph_time(replay(p, plan_tensors(p)), 20)
+                    if best is None or t < best[0]:
+                        best = (t, spread, blocks)
+                theirs, _ = graph_time(theirs_fn[pass_], 20)
+                row(f"{name} {pass_} {dtype}", 2 * N * C * K, best[0], theirs, best[1],
+                    f"{theirs_name[pass_]}; ours blocks {best[2]}")
+
+
+def run_conv(quick, N=32):
+    print(f"\nResNet-50 convolutions, minibatch {N}, forward (ours: blocked layouts; torch: "
+          "cuDNN, channels_last)")
+    print(HEAD)
+    shapes = read_shapes("resnet50_conv")
+    shapes = shapes[:4] if quick else shapes
+    for dtype in ("bf16",):
+        tdt = torch.bfloat16
+        for (C, K, H, W, R, S, stride, pad), name in shapes:
+            g = conv.geometry(N, C, K, H, W, R, S, (stride, stride), (pad, pad))
+            p = conv.plan(g, "fwd", dtype)
+            ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
+            x = torch.randn(N, C, H, W, device="cuda").to(tdt).to(memory_format=torch.channels_last)
+            w = torch.randn(K, C, R, S, device="cuda").to(tdt).to(memory_format=torch.channels_last)
+            theirs, _ = graph_time(lambda: F.conv2d(x, w, stride=stride, padding=pad), 20)
+            flops = 2 * N * K * C * R * S * g.P * g.Q
+            row(f"{name} fwd {dtype}", flops, ours, theirs, spread, "F.conv2d")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--what", default="gemm,fc,conv")
+    args = parser.parse_args(argv)
+    if "cuda" not in brgemm.backends():
+        raise SystemExit(f"no CUDA backend here: {brgemm.backend._module('cuda')[1]}")
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32 against f32, as ours computes
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"{cuda.device_name()}, wgmma path: {cuda.has_tensor_cores()}, torch {torch.__version__}")
+    for what in args.what.split(","):
+        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv}[what](args.quick)
+
+
+if __name__ == "__main__":
+    np.random.seed(0)
+    main()

@@ -1,0 +1,398 @@
+/* One phase of a recorded plan on an NVIDIA GPU: a grouped batch-reduce GEMM.
+ *
+ * Thread block b runs task (task0 + b) of the phase: its kernel calls in
+ * recorded order, each C block += alpha * sum_i A_i @ B_i (beta * C first),
+ * each followed by its epilogue ops; exactly the CPU executor's contract
+ * (kernels/cpu/plan.c). Tasks of one phase write disjoint elements, so blocks
+ * never talk to each other; the calls of one task are ordered by barriers.
+ *
+ * A call's C block is cut into tiles. Two paths compute a tile:
+ *  - tensor cores (sm_90a, bf16 calls the host marked BRGEMM_CUDA_PATH_TC):
+ *    two warpgroups issue wgmma on 64 x 64 x 16 steps from shared memory,
+ *    which cp.async fills three stages ahead in the 128-byte swizzled layouts
+ *    wgmma reads (A K-major, B N-major: B blocks are k x n row-major);
+ *  - generic (f32, unaligned bf16, GPUs without wgmma): 64 x 64 tiles of
+ *    exact f32 FMA from shared memory, any shape, stride and offset.
+ * Both finish the tile in registers: alpha, beta, then the element-wise ops
+ * (bias, relu, sigmoid, tanh, bf16 copies) before the one store. The LSTM
+ * cell ops read four gate blocks, so their calls store C first and run the
+ * ops over memory afterwards (BRGEMM_CUDA_PATH_MEM_OPS).
+ *
+ * Op codes and tables come from kernels/cpu/brgemm_cpu.h, the launch
+ * argument from brgemm_cuda.h. Never read tensors through the read-only
+ * cache: a call may read what an earlier call of the same task wrote. */
+#include <stdint.h>
+
+#include "brgemm_cpu.h"
+#include "brgemm_cuda.h"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BRGEMM_TC 1
+#include "wgmma_bf16.h"
+#else
+#define BRGEMM_TC 0
+#endif
+
+static_assert(sizeof(((brgemm_cuda_phase_args*)0)->tensors) == 8 * BRGEMM_CUDA_MAX_TENSORS,
+              "tensors[] must hold BRGEMM_CUDA_MAX_TENSORS slots");
+
+/* read by the host (cuModuleGetGlobal): does this build have the tensor-core path? */
+extern "C" __device__ int brgemm_cuda_has_tc = BRGEMM_TC;
+
+#define THREADS BRGEMM_CUDA_THREADS
+
+struct Call {
+  const brgemm_cuda_block* kd;
+  const char* A;
+  const char* B;
+  char* C;                      /* the C block's first element */
+  const uint64_t* ao;           /* byte offsets of the call's A blocks */
+  const uint64_t* bo;
+  int64_t count;
+  const brgemm_plan_op* ops;
+  int32_t n_ops;
+  bool reg_ops;                 /* apply the ops in registers before the store */
+  const uint64_t* tensors;
+};
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(((uint32_t)h) << 16); }
+
+/* round to nearest even, as brgemm_f32_to_bf16 on the CPU; NaN stays NaN */
+__device__ __forceinline__ uint16_t f32_to_bf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float* f32_at(const uint64_t* t, const brgemm_plan_op* op, int q) {
+  return (float*)t[op->tensor[q]] + op->offset[q];
+}
+__device__ __forceinline__ uint16_t* bf16_at(const uint64_t* t, const brgemm_plan_op* op, int q) {
+  return (uint16_t*)t[op->tensor[q]] + op->offset[q];
+}
+
+/* an element-wise op on the value v of C[i][j]; returns the new value */
+__device__ __forceinline__ float op_value(const brgemm_plan_op* op, float v, int64_t i, int64_t j,
+                                          const uint64_t* t) {
+  switch (op->code) {
+    case BRGEMM_OP_BIAS: return v + f32_at(t, op, 0)[j];
+    case BRGEMM_OP_RELU: return v > 0.0f ? v : 0.0f;
+    case BRGEMM_OP_SIGMOID: return sigmoid(v);
+    case BRGEMM_OP_TANH: return tanhf(v);
+    case BRGEMM_OP_STORE_BF16: bf16_at(t, op, 0)[i * op->ld + j] = f32_to_bf16(v); return v;
+    default: return v;
+  }
+}
+
+/* an op on element (i, j) of the stored f32 C block c (row stride ldc) */
+__device__ void op_memory(const brgemm_plan_op* op, float* c, int64_t i, int64_t j, int64_t ldc,
+                          const uint64_t* t) {
+  const int64_t e = i * ldc + j, s = i * op->ld + j, st = op->stride;
+  if (op->code == BRGEMM_OP_LSTM_CELL) {
+    float* g = f32_at(t, op, 0);  /* gate blocks have the call's row stride */
+    const float ig = sigmoid(g[e]), fg = sigmoid(g[e + st]);
+    const float gg = tanhf(g[e + 2 * st]), og = sigmoid(g[e + 3 * st]);
+    const float cc = fg * f32_at(t, op, 1)[s] + ig * gg;
+    g[e] = ig;
+    g[e + st] = fg;
+    g[e + 2 * st] = gg;
+    g[e + 3 * st] = og;
+    f32_at(t, op, 2)[s] = cc;
+    const float h = og * tanhf(cc);
+    f32_at(t, op, 3)[s] = h;
+    if (op->tensor[4] >= 0) bf16_at(t, op, 4)[s] = f32_to_bf16(h);
+  } else if (op->code == BRGEMM_OP_LSTM_CELL_BWD) {
+    const float* gt = f32_at(t, op, 1);
+    float* dcp = f32_at(t, op, 4);
+    float* dg = f32_at(t, op, 5);
+    const float dh = c[e] + f32_at(t, op, 0)[s];
+    const float tc = tanhf(f32_at(t, op, 2)[s]);
+    const float ig = gt[s], fg = gt[s + st], gg = gt[s + 2 * st], og = gt[s + 3 * st];
+    const float dcc = dcp[s] + dh * og * (1.0f - tc * tc);
+    const float d[4] = {dcc * gg * ig * (1.0f - ig), dcc * f32_at(t, op, 3)[s] * fg * (1.0f - fg),
+                        dcc * ig * (1.0f - gg * gg), dh * tc * og * (1.0f - og)};
+    for (int q = 0; q < 4; ++q) dg[s + q * st] = d[q];
+    if (op->tensor[6] >= 0)
+      for (int q = 0; q < 4; ++q) bf16_at(t, op, 6)[s + q * st] = f32_to_bf16(d[q]);
+    dcp[s] = dcc * fg;
+  } else {
+    c[e] = op_value(op, c[e], i, j, t);
+  }
+}
+
+/* the one store of C[i][j] (inside the block) from its accumulated sum */
+__device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, float acc) {
+  const brgemm_cuda_block* kd = c.kd;
+  const int64_t e = i * kd->ldc + j;
+  float v = kd->alpha * acc;
+  if (kd->dtype_c == BRGEMM_BF16) {
+    uint16_t* p = (uint16_t*)c.C + e;
+    if (kd->beta != 0.0f) v += kd->beta * bf16_to_f32(*p);
+    *p = f32_to_bf16(v);
+    return;  /* ops need an f32 C (the recorder checks) */
+  }
+  float* p = (float*)c.C + e;
+  if (kd->beta != 0.0f) v += kd->beta * *p;
+  if (c.reg_ops)
+    for (int32_t o = 0; o < c.n_ops; ++o) v = op_value(&c.ops[o], v, i, j, c.tensors);
+  *p = v;
+}
+
+/* ------------------------------------------------------------ generic path */
+
+#define GT 64   /* tile rows and columns */
+#define GK 16   /* k per shared-memory stage */
+
+__device__ __forceinline__ float load_ab(const char* base, bool bf16, int64_t i) {
+  return bf16 ? bf16_to_f32(((const uint16_t*)base)[i]) : ((const float*)base)[i];
+}
+
+/* a GT x GT tile at (i0, j0): thread (ty, tx) owns rows ty + 16 r, columns tx + 16 q */
+__device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* smem) {
+  const brgemm_cuda_block* kd = c.kd;
+  const int64_t m = kd->m, n = kd->n, k = kd->k, lda = kd->lda, ldb = kd->ldb;
+  const bool bf16 = kd->dtype_ab == BRGEMM_BF16;
+  float (*As)[GT + 1] = (float (*)[GT + 1])smem;  /* As[kk][row], padded: no bank conflicts */
+  float (*Bs)[GT] = (float (*)[GT])(smem + GK * (GT + 1) * sizeof(float));
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  float acc[4][4] = {};
+  for (int64_t b = 0; b < c.count; ++b) {
+    const char* Ab = c.A + c.ao[b];
+    const char* Bb = c.B + c.bo[b];
+    for (int64_t k0 = 0; k0 < k; k0 += GK) {
+      for (int q = tid; q < GT * GK; q += THREADS) {
+        const int r = q / GK, kk = q % GK;  /* a row's k values are consecutive */
+        const int64_t i = i0 + r, kx = k0 + kk;
+        As[kk][r] = (i < m && kx < k) ? load_ab(Ab, bf16, i * lda + kx) : 0.0f;
+      }
+      for (int q = tid; q < GK * GT; q += THREADS) {
+        const int kk = q / GT, col = q % GT;
+        const int64_t kx = k0 + kk, j = j0 + col;
+        Bs[kk][col] = (kx < k && j < n) ? load_ab(Bb, bf16, kx * ldb + j) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < GK; ++kk) {
+        float a[4], bv[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = As[kk][ty + 16 * r];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) bv[q] = Bs[kk][tx + 16 * q];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[r][q] = fmaf(a[r], bv[q], acc[r][q]);
+      }
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t i = i0 + ty + 16 * r, j = j0 + tx + 16 * q;
+      if (i < m && j < n) finish(c, i, j, acc[r][q]);
+    }
+}
+
+/* ------------------------------------------------------------ tensor cores */
+#if BRGEMM_TC
+
+#define TK 64            /* k per stage: one 128-byte swizzled row of bf16 */
+#define STAGES 3
+#define STAGE_BYTES 32768 /* A 128 x 64 and B 64 x 128, bf16 */
+#define B_REGION 8192    /* B: 64 k-rows of 64 columns (128 bytes) each */
+
+/* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* shared-memory matrix descriptor, 128-byte swizzle; byte offsets */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
+}
+
+/* byte offset of 16-byte chunk `chunk` of 128-byte row `row` in a swizzled
+ * region whose start is 1024-byte aligned (the XOR wgmma applies on read) */
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+/* copy the k columns k0 .. k0 + TK of block b of the tile at (i0, j0) into
+ * the stage at smem address st */
+template <int BM, int BN>
+__device__ __forceinline__ void load_stage(const Call& c, int64_t b, int64_t k0, int64_t i0,
+                                           int64_t j0, uint32_t st) {
+  const brgemm_cuda_block* kd = c.kd;
+  const char* Ab = c.A + c.ao[b];
+  const char* Bb = c.B + c.bo[b];
+  const int tid = threadIdx.x;
+#pragma unroll 1
+  for (int q = tid; q < BM * 8; q += THREADS) {
+    const int r = q >> 3, ch = q & 7;
+    const int64_t i = i0 + r, kx = k0 + ch * 8;
+    const bool ok = i < kd->m && kx < kd->k;
+    cp_async16(st + swz(r, ch), ok ? Ab + (i * kd->lda + kx) * 2 : Ab, ok);
+  }
+  constexpr int CH = BN / 8;  /* chunks per B row */
+#pragma unroll 1
+  for (int q = tid; q < TK * CH; q += THREADS) {
+    const int r = q / CH, cc = q % CH;
+    const int64_t kx = k0 + r, j = j0 + cc * 8;
+    const bool ok = kx < kd->k && j < kd->n;
+    cp_async16(st + 16384 + (cc >> 3) * B_REGION + swz(r, cc & 7),
+               ok ? Bb + (kx * kd->ldb + j) * 2 : Bb, ok);
+  }
+}
+
+__device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
+  k0 += TK;
+  if (k0 >= k) k0 = 0, ++b;
+}
+
+/* a BM x BN tile at (i0, j0). BM 128: warpgroup w takes rows 64 w, all BN
+ * columns; BM 64: warpgroup w takes columns 64 w (BN 64: warpgroup 1 idles). */
+template <int BM, int BN>
+__device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* smem_ptr) {
+  const uint32_t smem = smem_addr(smem_ptr);
+  constexpr int WN = BM == 128 ? BN : 64;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const bool active = BM == 128 || wg * 64 < BN;
+  const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 ? 0 : 64 * wg;
+  const int64_t steps = c.count * ((c.kd->k + TK - 1) / TK);
+  int64_t lb = 0, lk = 0;  /* the next k-step to load: block lb, columns from lk */
+  float acc[WN / 2];
+#pragma unroll
+  for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
+
+  __syncthreads();  /* the previous tile's wgmma reads are done */
+#pragma unroll
+  for (int p = 0; p < STAGES - 1; ++p) {
+    if (p < steps) load_stage<BM, BN>(c, lb, lk, i0, j0, smem + p * STAGE_BYTES);
+    cp_async_commit();
+    next_step(lb, lk, c.kd->k);
+  }
+  for (int64_t s = 0, slot = 0; s < steps; ++s, slot = slot == STAGES - 1 ? 0 : slot + 1) {
+    cp_async_wait<STAGES - 2>();  /* this thread's copies of step s have landed */
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  /* visible to wgmma */
+    __syncthreads();              /* everyone's have; step s - 1's slot is free */
+    if (s + STAGES - 1 < steps)
+      load_stage<BM, BN>(c, lb, lk, i0, j0, smem + (slot == 0 ? STAGES - 1 : slot - 1) * STAGE_BYTES);
+    cp_async_commit();
+    next_step(lb, lk, c.kd->k);
+    if (active) {
+      const uint32_t st = smem + slot * STAGE_BYTES;
+      const uint32_t a0 = st + row0 * 128, b0 = st + 16384 + (col0 / 64) * B_REGION;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; ++kk) {
+        /* A: K-major, 8-row groups 1024 bytes apart; k16 = 32 bytes along the row.
+           B: N-major, 64-column regions B_REGION apart, 8-row k groups 1024
+           apart; k16 = 16 rows = 2048 bytes */
+        const uint64_t da = smem_desc(a0 + kk * 32, 16, 1024);
+        const uint64_t db = smem_desc(b0 + kk * 2048, B_REGION, 1024);
+        if constexpr (WN == 128) wgmma_m64n128k16(acc, da, db);
+        else wgmma_m64n64k16(acc, da, db);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  /* every wgmma has read its stage: reuse the stages for C */
+  /* accumulator layout of m64nN: warp w of the group holds rows 16 w + lane / 4
+     (+ 8), columns 8 t + 2 (lane % 4) (+ 1) in d[4 t .. 4 t + 3]. Staging the
+     tile in shared memory keeps the epilogue code small and the stores coalesced. */
+  float* tile = (float*)smem_ptr;
+  constexpr int LD = BN + 8;
+  if (active) {
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+#pragma unroll
+    for (int t = 0; t < WN / 8; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
+        *(float2*)&tile[r * LD + col] = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
+      }
+  }
+  __syncthreads();
+  const int64_t rows = min((int64_t)BM, c.kd->m - i0), cols = min((int64_t)BN, c.kd->n - j0);
+  for (int e = tid; e < rows * BN; e += THREADS) {
+    const int r = e / BN, col = e % BN;
+    if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
+  }
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem) {
+  for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
+    for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN) tc_tile<BM, BN>(c, i0, j0, smem);
+}
+#endif
+
+/* ------------------------------------------------------------ the launch */
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    brgemm_cuda_phase(const __grid_constant__ brgemm_cuda_phase_args args) {
+  extern __shared__ unsigned char smem_raw[];
+  /* the swizzle atoms want 1024-byte alignment; the launch asks for 1024 extra */
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const int64_t task = args.task0 + blockIdx.x;
+  const int64_t* task_begin = (const int64_t*)args.task_begin;
+  const brgemm_plan_call* calls = (const brgemm_plan_call*)args.calls;
+  const brgemm_cuda_block* blocks = (const brgemm_cuda_block*)args.blocks;
+  const uint8_t* path = (const uint8_t*)args.call_path;
+  for (int64_t ci = task_begin[task]; ci < task_begin[task + 1]; ++ci) {
+    const brgemm_plan_call* call = &calls[ci];
+    const brgemm_cuda_block* kd = &blocks[call->kernel];
+    const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
+    const bool mem_ops = path[ci] & BRGEMM_CUDA_PATH_MEM_OPS;
+    Call c;
+    c.kd = kd;
+    c.A = (const char*)args.tensors[call->a];
+    c.B = (const char*)args.tensors[call->b];
+    c.C = (char*)args.tensors[call->c] + call->c_off * item_c;
+    c.ao = (const uint64_t*)args.a_offs + call->offs;
+    c.bo = (const uint64_t*)args.b_offs + call->offs;
+    c.count = call->count;
+    c.ops = (const brgemm_plan_op*)args.ops + call->op_begin;
+    c.n_ops = call->op_count;
+    c.reg_ops = !mem_ops;
+    c.tensors = args.tensors;
+    bool done = false;
+#if BRGEMM_TC
+    if ((path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
+      if (kd->m > 64) {
+        if (kd->n > 64) tc_call<128, 128>(c, smem); else tc_call<128, 64>(c, smem);
+      } else {
+        if (kd->n > 64) tc_call<64, 128>(c, smem); else tc_call<64, 64>(c, smem);
+      }
+      done = true;
+    }
+#endif
+    if (!done)
+      for (int64_t i0 = 0; i0 < kd->m; i0 += GT)
+        for (int64_t j0 = 0; j0 < kd->n; j0 += GT) generic_tile(c, i0, j0, smem);
+    __syncthreads();  /* C is stored before its ops or the next call read it */
+    if (mem_ops) {
+      float* c32 = (float*)c.C;
+      for (int32_t o = 0; o < c.n_ops; ++o) {
+        for (int64_t e = threadIdx.x; e < kd->m * kd->n; e += THREADS)
+          op_memory(&c.ops[o], c32, e / kd->n, e % kd->n, kd->ldc, args.tensors);
+        __syncthreads();
+      }
+    }
+  }
+}

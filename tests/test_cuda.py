@@ -1,0 +1,169 @@
+"""The CUDA backend's own promises (the kernel contract and the primitives run
+on it through the `backend` fixture elsewhere): one launch per plan phase,
+device tensors of PyTorch used in place (DLPack), CUDA-graph capture, the
+tensor-core path against PyTorch, no libxsmm on the way, and clear errors.
+Skipped where there is no GPU (CI); benchmarks/device_gpu.sh runs them."""
+import numpy as np
+import pytest
+
+import brgemm
+from primitives import fc, gemm
+
+if "cuda" not in brgemm.backends():
+    pytest.skip("no CUDA device here", allow_module_level=True)
+
+from brgemm.backend import cuda  # noqa: E402
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("PyTorch has no CUDA here", allow_module_level=True)
+
+
+def rand(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def bound(A, B, rel):
+    """Per-element tolerance: rel of sum |a| |b| (f32 accumulation)."""
+    return rel * (np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))) + 1e-30
+
+
+def gemm_cfg(bm, bn, bk, kc, spec="IJk"):
+    return {"fwd": {"spec": spec, "bm": bm, "bn": bn, "bk": bk, "kc": kc}}
+
+
+def test_one_launch_per_phase_and_no_libxsmm(rng):
+    """A k-split GEMM (every k chunk a phase) replays as one launch per phase,
+    and a plan run only on CUDA never JIT-compiles a CPU kernel."""
+    M, N, K = 70, 90, 256
+    p = gemm.plan(M, N, K, "f32", gemm_cfg(32, 32, 32, 64, "k|IJ"))
+    phases = len(p.phase_begin) - 1
+    assert phases == 4
+    A, B = rand(rng, M, K), rand(rng, K, N)
+    C = np.full((M, N), np.nan, np.float32)
+    before = cuda.launches
+    p.run(backend="cuda", A=A, B=B, C=C)
+    assert cuda.launches - before == phases
+    assert p._cpu_plan is None  # no libxsmm kernel was made for this plan
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.all(np.abs(C - ref) <= bound(A, B, 1e-5))
+
+
+def test_primitives_run_on_the_device(rng):
+    """fc.forward with backend="cuda" launches work (no quiet CPU fallback)."""
+    x, w = rand(rng, 33, 40), rand(rng, 20, 40)
+    before = cuda.launches
+    y = fc.forward(x, w, backend="cuda")
+    assert cuda.launches > before
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert np.all(np.abs(y - ref) <= bound(x, w.T, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_torch_tensors_in_place(rng, dtype):
+    """PyTorch CUDA tensors go in through DLPack: C is written in place, the
+    result matches torch.matmul on the same device."""
+    M, N, K = (int(v) for v in rng.integers(1, 9, 3) * 32 + rng.integers(0, 2, 3) * 8)
+    print(f"M={M} N={N} K={K} {dtype}")
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    A = torch.randn(M, K, device="cuda").to(tdt)
+    B = torch.randn(K, N, device="cuda").to(tdt)
+    C = torch.full((M, N), float("nan"), device="cuda")
+    p = gemm.plan(M, N, K, dtype, gemm_cfg(64, 64, 32, 4096))
+    for _ in range(2):
+        p.run(backend="cuda", A=A, B=B, C=C)
+    torch.cuda.synchronize()
+    a64, b64 = A.double().cpu().numpy(), B.double().cpu().numpy()
+    ref = a64 @ b64
+    tol = 1e-5 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    assert np.all(np.abs(C.cpu().numpy() - ref) <= tol)
+    # and PyTorch's f32 product of the same values is as close (no TF32 by default)
+    got = torch.matmul(A.float(), B.float()).cpu().numpy()
+    assert np.all(np.abs(C.cpu().numpy() - got) <= 2 * tol)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_tensor_core_path_random_shapes(rng, trial):
+    """bf16 plans on the wgmma path (k, n multiples of 8), ragged m and edges,
+    several blocks per call, vs float64 of the same bf16 inputs."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    bm, bn = (int(rng.choice([64, 96, 128, 192])) for _ in range(2))
+    bn -= bn % 8
+    bk = int(rng.choice([16, 40, 64, 128]))
+    M, N = int(rng.integers(1, 400)), int(rng.integers(1, 50)) * 8
+    K = bk * int(rng.integers(1, 6))
+    print(f"M={M} N={N} K={K} blocks {bm}x{bn}x{bk}")
+    A = torch.randn(M, K, device="cuda").bfloat16()
+    B = torch.randn(K, N, device="cuda").bfloat16()
+    C = torch.full((M, N), float("nan"), device="cuda")
+    p = gemm.plan(M, N, K, "bf16", gemm_cfg(bm, bn, bk, K))
+    p.run(backend="cuda", A=A, B=B, C=C)
+    torch.cuda.synchronize()
+    a64, b64 = A.double().cpu().numpy(), B.double().cpu().numpy()
+    err = np.abs(C.cpu().numpy() - a64 @ b64)
+    tol = 1e-5 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    print(f"worst err/tol {np.max(err / tol):.3f}")
+    assert np.all(err <= tol)
+
+
+def test_cuda_graph_capture(rng):
+    """A replay on PyTorch's stream can be captured in a CUDA graph and
+    replayed on new inputs."""
+    M, N, K = 128, 192, 256
+    A = torch.randn(M, K, device="cuda").bfloat16()
+    B = torch.randn(K, N, device="cuda").bfloat16()
+    C = torch.zeros(M, N, device="cuda")
+    p = gemm.plan(M, N, K, "bf16", gemm_cfg(64, 64, 64, 128, "k|IJ"))
+    p.run(backend="cuda", A=A, B=B, C=C)  # warm: tables uploaded outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p.run(backend="cuda", A=A, B=B, C=C)
+    A.copy_(torch.randn(M, K, device="cuda").bfloat16())
+    C.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    tol = 1e-5 * (A.double().abs() @ B.double().abs())
+    assert bool(((C.double() - ref).abs() <= tol).all())
+
+
+def test_device_arrays_steady_state(rng):
+    M, N, K = 40, 50, 60
+    A, B = rand(rng, M, K), rand(rng, K, N)
+    p = gemm.plan(M, N, K, "f32", None)
+    dA, dB = brgemm.to_device(A, "cuda"), brgemm.to_device(B, "cuda")
+    dC = cuda.DeviceArray((M, N), np.float32)
+    for _ in range(3):
+        p.run(backend="cuda", A=dA, B=dB, C=dC)
+    C = brgemm.to_host(dC)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.all(np.abs(C - ref) <= bound(A, B, 1e-5))
+    np.testing.assert_array_equal(dA.numpy(), A)
+
+
+def test_bad_device_arrays_are_named(rng):
+    p = gemm.plan(8, 8, 8, "f32", None)
+    A, B = rand(rng, 8, 8), rand(rng, 8, 8)
+    with pytest.raises(TypeError, match="^C: expected dtype f32"):
+        p.run(backend="cuda", A=A, B=B, C=cuda.DeviceArray((8, 8), np.float64))
+    with pytest.raises(ValueError, match="^C: the plan touches 64 elements"):
+        p.run(backend="cuda", A=A, B=B, C=cuda.DeviceArray((7, 8), np.float32))
+    with pytest.raises(TypeError, match="^A: expected a numpy.ndarray or DeviceArray"):
+        p.run(backend="cuda", A=[[1.0]], B=B, C=np.zeros((8, 8), np.float32))
+    with pytest.raises(TypeError, match="^C: expected a float32 or bfloat16 tensor"):
+        p.run(backend="cuda", A=A, B=B, C=torch.zeros(8, 8, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="^C: a plan reads tensors as flat buffers"):
+        p.run(backend="cuda", A=A, B=B, C=torch.zeros(8, 16, device="cuda")[:, ::2])
+    with pytest.raises(ValueError, match="^C: is on DLPack device"):
+        p.run(backend="cuda", A=A, B=B, C=torch.zeros(8, 8))
+    shared = torch.zeros(8, 8, device="cuda")
+    with pytest.raises(ValueError, match="^C: overlaps A"):
+        p.run(backend="cuda", A=shared, B=B, C=shared)
+    with pytest.raises(ValueError, match="^threads:"):
+        p.run(backend="cuda", threads=2, A=A, B=B, C=np.zeros((8, 8), np.float32))
+
+
+def test_device_name_is_reported():
+    assert isinstance(cuda.device_name(), str) and cuda.device_name()
