@@ -57,3 +57,23 @@ def to_host(x):
     if hasattr(x, "numpy"):
         return x.numpy()
     raise TypeError(f"x: expected a numpy.ndarray or a device array, got {type(x).__name__}")
+
+
+class Scratch:
+    """Per-thread 64-byte aligned buffers kept by name and size, for the layout
+    copies of functional calls: fresh pages cost a fault each, as much as the
+    copies themselves. A buffer is only valid until the same thread asks for
+    the same name again."""
+
+    def __init__(self, limit=64):
+        self._local, self._limit = threading.local(), limit
+
+    def get(self, name, shape, dtype):
+        bufs = self._local.__dict__.setdefault("bufs", {})
+        key = (name, tuple(shape), np.dtype(dtype))
+        buf = bufs.get(key)
+        if buf is None:
+            if len(bufs) >= self._limit:
+                bufs.clear()
+            buf = bufs[key] = aligned_empty(shape, dtype)
+        return buf

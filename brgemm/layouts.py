@@ -2,9 +2,16 @@
 the tile grid swapped, [S/bs][R/br][br][bs]), zero-padded at ragged edges.
 Zeros add nothing to a reduction and padded outputs are cropped on the way
 out, so any size works with any block size. The copies run in C, parallel
-over tiles: the functional forms of the primitives pay them on every call."""
+over tiles: the functional forms of the primitives pay them on every call.
+
+Every copy takes the element type it writes (`dtype`): the source's own, or
+bfloat16 from float32, rounded to nearest even in the same pass. Images
+(`image_to_blocks`, `blocks_to_image`) are [N, C, H, W] arrays with channels
+blocked innermost and a zero border; `taps_to_blocks` tiles a [K, C, *taps]
+array (a convolution's weights) tap by tap."""
 import numpy as np
 
+from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.backend import cpu
 
@@ -36,29 +43,51 @@ def _row_stride(x, name):
     return max(x.strides[0] // x.itemsize, x.shape[1]) if x.shape[0] > 1 else x.shape[1]
 
 
-def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None):
+def _out_dtype(src, dtype, name="x"):
+    """The element type a copy of `src` writes: its own, or bf16 rounded from f32."""
+    out = src.dtype if dtype is None else np.dtype(dtype)
+    if src.dtype.itemsize not in (2, 4) or src.dtype not in (dtypes.float32, dtypes.bfloat16):
+        raise TypeError(f"{name}: expected float32 or bfloat16 elements, got {src.dtype}")
+    if out != src.dtype and not (src.dtype == dtypes.float32 and out == dtypes.bfloat16):
+        raise TypeError(f"dtype: a {src.dtype} {name} converts to itself or, from float32, "
+                        f"to bfloat16; got {out}")
+    return out
+
+
+def _check_out(out, shape, dtype):
+    if out is None:
+        return aligned_empty(shape, dtype)
+    if (not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out: expected a writeable C-contiguous {dtype} array of shape "
+                         f"{tuple(shape)}")
+    return out
+
+
+def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None):
     """M = x (or x.T with transpose) as [Rb][Sb][br][bs] tiles ([Sb][Rb][..] with
-    swap_grid), 64-byte aligned; into `out` when given (layers reuse buffers)."""
+    swap_grid), 64-byte aligned, of `dtype` (default x's; bf16 from f32 rounds);
+    into `out` when given (layers reuse buffers)."""
     ld = _row_stride(x, "x")
     if ld is None:
         x = np.ascontiguousarray(x)
         ld = x.shape[1]
+    dt = _out_dtype(x, dtype)
     R, S = (x.shape[1], x.shape[0]) if transpose else x.shape
     Rb, Sb = nblocks(R, br), nblocks(S, bs)
     shape = (Sb, Rb, br, bs) if swap_grid else (Rb, Sb, br, bs)
-    if out is None:
-        out = aligned_empty(shape, x.dtype)
-    elif out.shape != shape or out.dtype != x.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"out: expected a C-contiguous {x.dtype} array of shape {shape}")
+    out = _check_out(out, shape, dt)
+    if np.may_share_memory(out, x):
+        raise ValueError("out: overlaps x")
     cpu.check(cpu.lib.brgemm_cpu_to_blocks(cpu.address(x), R, S, ld, transpose, swap_grid,
-                                           x.itemsize, br, bs, cpu.address(out),
+                                           x.itemsize, br, bs, cpu.address(out), out.itemsize,
                                            threads or 0), "to_blocks")
     return out
 
 
 def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=None, out=None):
-    """The matrix M [R, S] that tiles t hold (M.T with transpose), as a new
-    array or into `out` (C-contiguous, t's dtype, not overlapping t)."""
+    """The matrix M [R, S] that tiles t hold (M.T with transpose), of `dtype`
+    (default t's), as a new array or into `out` (C-contiguous, not overlapping t)."""
     if t.ndim != 4 or not t.flags.c_contiguous:
         raise ValueError(f"t: expected C-contiguous tiles [.., .., br, bs], got shape {t.shape}")
     br, bs = t.shape[2:]
@@ -66,17 +95,19 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
     if t.shape[:2] != grid:
         raise ValueError(f"t: tiles {t.shape} do not cover a {R}x{S} matrix")
     shape = (S, R) if transpose else (R, S)
+    widen = dtype is not None and t.dtype == dtypes.bfloat16 and np.dtype(dtype) == dtypes.float32
+    dt = t.dtype if widen else _out_dtype(t, dtype, "t")
     if out is None:
-        out = np.empty(shape, t.dtype)
-    elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != t.dtype
+        out = np.empty(shape, dt)
+    elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dt
           or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out: expected a writeable C-contiguous {t.dtype} array of shape {shape}")
+        raise ValueError(f"out: expected a writeable C-contiguous {dt} array of shape {shape}")
     elif np.may_share_memory(out, t):
         raise ValueError("out: overlaps t")
     cpu.check(cpu.lib.brgemm_cpu_from_blocks(cpu.address(t), R, S, br, bs, swap_grid, transpose,
                                              t.itemsize, cpu.address(out), out.shape[1],
-                                             threads or 0), "from_blocks")
-    return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)
+                                             out.itemsize, threads or 0), "from_blocks")
+    return out.astype(np.float32) if widen else out
 
 
 def transpose_blocks(t, out=None, threads=None):
@@ -90,4 +121,117 @@ def transpose_blocks(t, out=None, threads=None):
         raise ValueError(f"out: expected a C-contiguous {t.dtype} array of shape {(Sb, Rb, bs, br)}")
     cpu.check(cpu.lib.brgemm_cpu_swap_tiles(cpu.address(t), Rb, Sb, br, bs, t.itemsize,
                                             cpu.address(out), threads or 0), "transpose_blocks")
+    return out
+
+
+def convert(x, dtype, out=None, threads=None):
+    """x as a C-contiguous array of `dtype` (x's own: a parallel copy; bf16
+    from f32: rounded), new or into `out`. x itself when it already is one."""
+    dt = _out_dtype(x, dtype)
+    if out is None and dt == x.dtype and x.flags.c_contiguous:
+        return x
+    out = _check_out(out, x.shape, dt)
+    if x.size == 0:
+        return out
+    if np.may_share_memory(out, x):
+        raise ValueError("out: overlaps x")
+    flat = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    ld = _row_stride(flat, "x")
+    if ld is None:  # not rows of contiguous elements: NumPy's copy, then ours
+        flat = np.ascontiguousarray(flat)
+        ld = flat.shape[1]
+    cpu.check(cpu.lib.brgemm_cpu_convert(cpu.address(flat), flat.shape[0], flat.shape[1], ld,
+                                         x.itemsize, cpu.address(out), out.itemsize,
+                                         threads or 0), "convert")
+    return out
+
+
+def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, dtype=None,
+                    out=None, threads=None):
+    """x [N, C, H, W] (any non-negative strides: read in place) -> [N][Cb][Hp][Wp][bc]
+    with x at (top, left) in a zero border and zero padded channels. pixels_last:
+    [N][Cb][Hp][phases][bc][Wp/phases], padded column j * phases + p at [p][..][j]."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4 or 0 in x.shape:
+        raise ValueError(f"x: expected a non-empty [N, C, H, W] array, got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    dt = _out_dtype(x, dtype)
+    N, C, H, W = x.shape
+    if min(bc, phases) < 1 or min(top, left) < 0 or Hp < top + H or Wp < left + W or Wp % phases \
+            or (phases > 1 and not pixels_last):
+        raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
+                         f"(bc {bc}, phases {phases})")
+    if any(s < 0 or s % x.itemsize for s in x.strides):
+        x = np.ascontiguousarray(x)
+    Cb = nblocks(C, bc)
+    shape = ((N, Cb, Hp, phases, bc, Wp // phases) if pixels_last else (N, Cb, Hp, Wp, bc))
+    out = _check_out(out, shape, dt)
+    if np.may_share_memory(out, x):
+        raise ValueError("out: overlaps x")
+    strides = cpu.ffi.new("int64_t[4]", [s // x.itemsize for s in x.strides])
+    cpu.check(cpu.lib.brgemm_cpu_image_to_blocks(
+        cpu.address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left, phases,
+        pixels_last, cpu.address(out), out.itemsize, threads or 0), "image_to_blocks")
+    return out
+
+
+def blocks_to_image(t, C, H, W, top=0, left=0, dtype=None, out=None, threads=None):
+    """t [N][Cb][Hp][Wp][bc] -> the [N, C, H, W] image at (top, left), of `dtype`."""
+    if not isinstance(t, np.ndarray) or t.ndim != 5 or not t.flags.c_contiguous:
+        raise ValueError(f"t: expected C-contiguous [N][Cb][Hp][Wp][bc] blocks, got "
+                         f"{getattr(t, 'shape', type(t).__name__)}")
+    N, Cb, Hp, Wp, bc = t.shape
+    if min(C, H, W) < 1 or nblocks(C, bc) != Cb or min(top, left) < 0 or Hp < top + H \
+            or Wp < left + W:
+        raise ValueError(f"t: blocks {t.shape} do not hold a {C}x{H}x{W} image at ({top}, {left})")
+    dt = _out_dtype(t, dtype, "t")
+    out = _check_out(out, (N, C, H, W), dt)
+    if np.may_share_memory(out, t):
+        raise ValueError("out: overlaps t")
+    cpu.check(cpu.lib.brgemm_cpu_blocks_to_image(
+        cpu.address(t), N, C, H, W, bc, Hp, Wp, top, left, t.itemsize, cpu.address(out),
+        out.itemsize, threads or 0), "blocks_to_image")
+    return out
+
+
+def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=None):
+    """w [K, C, *taps] -> per tap the K x C matrix's transpose as tiles,
+    [Kb][Cb][taps][bc][bk]; transposed: the matrix itself, [Cb][Kb][taps][bk][bc]."""
+    if not isinstance(w, np.ndarray) or w.ndim < 2 or 0 in w.shape:
+        raise ValueError(f"w: expected a non-empty [K, C, ...] array, got "
+                         f"{getattr(w, 'shape', type(w).__name__)}")
+    dt = _out_dtype(w, dtype, "w")
+    w = np.ascontiguousarray(w)
+    K, C, RS = w.shape[0], w.shape[1], int(np.prod(w.shape[2:], dtype=np.int64))
+    Kb, Cb = nblocks(K, bk), nblocks(C, bc)
+    out = _check_out(out, (Cb, Kb, RS, bk, bc) if transposed else (Kb, Cb, RS, bc, bk), dt)
+    if np.may_share_memory(out, w):
+        raise ValueError("out: overlaps w")
+    cpu.check(cpu.lib.brgemm_cpu_conv_weights_to_blocks(
+        cpu.address(w), K, C, RS, w.itemsize, bk, bc, transposed, cpu.address(out),
+        out.itemsize, threads or 0), "taps_to_blocks")
+    return out
+
+
+def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=None):
+    """The sum over shares of f32 tiles t [J][Kb][Cb][RS][bk][bc] (c_rows:
+    [..][bc][bk]) as w [K, C, *taps] of `dtype` (f32 or bf16, rounded)."""
+    taps = tuple(taps)
+    RS = int(np.prod(taps, dtype=np.int64))
+    if (not isinstance(t, np.ndarray) or t.ndim != 6 or t.dtype != dtypes.float32
+            or not t.flags.c_contiguous):
+        raise ValueError(f"t: expected C-contiguous f32 tiles [J][Kb][Cb][RS][..][..], got "
+                         f"{getattr(t, 'shape', type(t).__name__)}")
+    J, Kb, Cb, RS_, t0, t1 = t.shape
+    bk, bc = (t1, t0) if c_rows else (t0, t1)
+    if min(K, C, RS, J) < 1 or (Kb, Cb, RS_) != (nblocks(K, bk), nblocks(C, bc), RS):
+        raise ValueError(f"t: tiles {t.shape} do not hold [{K}, {C}, {RS} taps] weights")
+    dt = np.dtype(np.float32 if dtype is None else dtype)
+    if dt not in (dtypes.float32, dtypes.bfloat16):
+        raise TypeError(f"dtype: expected float32 or bfloat16, got {dt}")
+    out = _check_out(out, (K, C) + taps, dt)
+    if np.may_share_memory(out, t):
+        raise ValueError("out: overlaps t")
+    cpu.check(cpu.lib.brgemm_cpu_conv_weights_from_blocks(
+        cpu.ffi.cast("float *", cpu.address(t)), J, K, C, RS, bk, bc, c_rows, cpu.address(out),
+        out.itemsize, threads or 0), "taps_from_blocks")
     return out

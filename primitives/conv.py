@@ -27,9 +27,11 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import aligned_empty
-from brgemm.layouts import nblocks, pick_block
+from brgemm.arrays import Recycler, Scratch, aligned_empty
+from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block,
+                            taps_from_blocks, taps_to_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
@@ -133,85 +135,80 @@ def plan(g, pass_, dtype="f32"):
     return _plans.get((g, pass_, dtype), record)
 
 
-def update_inputs(x, dy, g, dtype):
+def update_inputs(x, dy, g, dtype, buffer=None):
     """The weight update's inputs from NCHW x and dy: {"dyt", "x"} or, for
-    narrow layers, {"xs", "dyb"}."""
+    narrow layers, {"xs", "dyb"}; into buffer(name, shape, dtype) when given."""
+    ab = dtypes.NUMPY[dtype]
+    get = (lambda name, shape: buffer(name, shape, ab)) if buffer else (lambda name, shape: None)
+    Cb, Kb = g.Cb, g.Kb
     if narrow(g):
-        return dict(xs=block_xs(x, g, dtype), dyb=block_y(dy, g, dtype))
-    return dict(dyt=block_y(dy, g, dtype, pixels_last=True), x=block_x(x, g, dtype))
+        Ws = nblocks(g.Wp, g.sw)
+        return dict(xs=block_xs(x, g, dtype, out=get("xs", (g.N, Cb, g.Hp, g.sw, g.bc, Ws))),
+                    dyb=block_y(dy, g, dtype, out=get("dyb", (g.N, Kb, g.P, g.Q, g.bk))))
+    return dict(dyt=block_y(dy, g, dtype, pixels_last=True,
+                            out=get("dyt", (g.N, Kb, g.P, g.bk, g.Q))),
+                x=block_x(x, g, dtype, out=get("x", (g.N, Cb, g.Hp, g.Wp, g.bc))))
 
 
-def update_output(g):
+def update_output(g, buffer=None):
     """The buffer the weight update writes: shares x weight tiles."""
     tile = (g.bc, g.bk) if narrow(g) else (g.bk, g.bc)
-    return aligned_empty((g.splits, g.Kb, g.Cb, g.R, g.S) + tile, np.float32)
+    shape = (g.splits, g.Kb, g.Cb, g.R, g.S) + tile
+    return buffer("dw", shape, np.float32) if buffer else aligned_empty(shape, np.float32)
 
 
 # ---------------------------------------------------------------- layouts
+# One parallel pass each in C (brgemm.layouts): padding, channel blocking,
+# transposition and the f32 -> bf16 rounding fused. `out`: a buffer to fill.
 
-def block_x(x, g, dtype):
+def block_x(x, g, dtype, out=None):
     """[N, C, H, W] -> [N][Cb][Hp][Wp][bc], zero-padded channels and border."""
-    out = np.zeros((g.N, g.Cb * g.bc, g.Hp, g.Wp), dtypes.NUMPY[dtype])
-    out[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W] = x
-    res = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), out.dtype)
-    res[...] = out.reshape(g.N, g.Cb, g.bc, g.Hp, g.Wp).transpose(0, 1, 3, 4, 2)
-    return res
+    return image_to_blocks(x, g.bc, g.Hp, g.Wp, g.ph, g.pw, dtype=dtypes.NUMPY[dtype], out=out)
 
 
-def unblock_x(t, g, dtype):
+def unblock_x(t, g, dtype, out=None):
     """[N][Cb][Hp][Wp][bc] -> [N, C, H, W] (padding dropped)."""
-    full = t.transpose(0, 1, 4, 2, 3).reshape(g.N, g.Cb * g.bc, g.Hp, g.Wp)
-    return np.array(full[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W], dtype=dtype)
+    return blocks_to_image(t, g.C, g.H, g.W, g.ph, g.pw, dtype=dtype, out=out)
 
 
-def block_y(y, g, dtype, bordered=False, pixels_last=False):
+def block_y(y, g, dtype, bordered=False, pixels_last=False, out=None):
     """[N, K, P, Q] -> [N][Kb][P][Q][bk]; bordered: [N][Kb][Pp][Qp][bk] with dy at
     (bp, bw) in a zero border (backward-data); pixels_last: [N][Kb][P][bk][Q]."""
-    rows, cols = (g.Pp, g.Qp) if bordered else (g.P, g.Q)
-    r0, c0 = (g.bp, g.bw) if bordered else (0, 0)
-    out = np.zeros((g.N, g.Kb * g.bk, rows, cols), dtypes.NUMPY[dtype])
-    out[:, :g.K, r0:r0 + g.P, c0:c0 + g.Q] = y
-    t = out.reshape(g.N, g.Kb, g.bk, rows, cols)
-    order = (0, 1, 3, 2, 4) if pixels_last else (0, 1, 3, 4, 2)
-    res = aligned_empty(tuple(t.shape[i] for i in order), out.dtype)
-    res[...] = t.transpose(order)
-    return res
+    dt = dtypes.NUMPY[dtype]
+    if pixels_last:
+        out = out if out is None else out.reshape(g.N, g.Kb, g.P, 1, g.bk, g.Q)
+        t = image_to_blocks(y, g.bk, g.P, g.Q, pixels_last=True, dtype=dt, out=out)
+        return t.reshape(g.N, g.Kb, g.P, g.bk, g.Q)
+    if bordered:
+        return image_to_blocks(y, g.bk, g.Pp, g.Qp, g.bp, g.bw, dtype=dt, out=out)
+    return image_to_blocks(y, g.bk, g.P, g.Q, dtype=dt, out=out)
 
 
-def unblock_y(t, g, dtype):
-    full = t.transpose(0, 1, 4, 2, 3).reshape(g.N, g.Kb * g.bk, g.P, g.Q)
-    return np.array(full[:, :g.K], dtype=dtype)
+def unblock_y(t, g, dtype, out=None):
+    return blocks_to_image(t, g.K, g.P, g.Q, dtype=dtype, out=out)
 
 
-def block_w(w, g, dtype, transposed=False):
+def block_w(w, g, dtype, transposed=False, out=None):
     """[K, C, R, S] -> w [Kb][Cb][R][S][bc][bk], or wt [Cb][Kb][R][S][bk][bc]."""
-    full = np.zeros((g.Kb * g.bk, g.Cb * g.bc, g.R, g.S), dtypes.NUMPY[dtype])
-    full[:g.K, :g.C] = w
-    t = full.reshape(g.Kb, g.bk, g.Cb, g.bc, g.R, g.S)
-    order = (2, 0, 4, 5, 1, 3) if transposed else (0, 2, 4, 5, 3, 1)
-    res = aligned_empty(tuple(t.shape[i] for i in order), full.dtype)
-    res[...] = t.transpose(order)
-    return res
+    if out is not None:
+        out = out.reshape(out.shape[:2] + (g.R * g.S,) + out.shape[4:])
+    t = taps_to_blocks(w, g.bk, g.bc, transposed, dtype=dtypes.NUMPY[dtype], out=out)
+    return t.reshape(t.shape[:2] + (g.R, g.S) + t.shape[3:])
 
 
-def unblock_dw(t, g, dtype):
-    """The update's output (shares summed) [Kb][Cb][R][S][bk][bc], or [..][bc][bk]
-    for narrow layers, -> [K, C, R, S]."""
-    order = (0, 5, 1, 4, 2, 3) if narrow(g) else (0, 4, 1, 5, 2, 3)
-    full = t.sum(axis=0).transpose(order).reshape(g.Kb * g.bk, g.Cb * g.bc, g.R, g.S)
-    return np.array(full[:g.K, :g.C], dtype=dtype)
+def unblock_dw(t, g, dtype, out=None):
+    """The update's output (shares summed) [J][Kb][Cb][R][S][bk][bc], or
+    [..][bc][bk] for narrow layers, -> [K, C, R, S]."""
+    t = t.reshape(t.shape[:3] + (g.R * g.S,) + t.shape[5:])
+    return taps_from_blocks(t, g.K, g.C, (g.R, g.S), c_rows=narrow(g), dtype=dtype, out=out)
 
 
-def block_xs(x, g, dtype):
+def block_xs(x, g, dtype, out=None):
     """[N, C, H, W] -> xs [N][Cb][Hp][sw][bc][ceil(Wp/sw)]: padded x with pixels
     innermost, split by phase modulo the stride (update_narrow_nest reads it)."""
     Ws = nblocks(g.Wp, g.sw)
-    full = np.zeros((g.N, g.Cb * g.bc, g.Hp, Ws * g.sw), dtypes.NUMPY[dtype])
-    full[:, :g.C, g.ph:g.ph + g.H, g.pw:g.pw + g.W] = x
-    t = full.reshape(g.N, g.Cb, g.bc, g.Hp, Ws, g.sw)
-    res = aligned_empty((g.N, g.Cb, g.Hp, g.sw, g.bc, Ws), full.dtype)
-    res[...] = t.transpose(0, 1, 3, 5, 2, 4)
-    return res
+    return image_to_blocks(x, g.bc, g.Hp, Ws * g.sw, g.ph, g.pw, pixels_last=True, phases=g.sw,
+                           dtype=dtypes.NUMPY[dtype], out=out)
 
 
 # ---------------------------------------------------------------- functional API
@@ -248,19 +245,41 @@ def _check(x, w, dtype, stride, padding):
     return (N, C, K, H, W, R, S), stride, padding
 
 
-def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
-    """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q]."""
+_scratch = Scratch()  # blocked copies of one call's operands
+_results = Recycler()  # the arrays the functional forms return
+
+
+def _weights(w, g, dtype, transposed, token):
+    """w blocked for the forward (or, transposed, backward-data), kept under
+    `token` while provably unchanged (primitives.reuse)."""
+    shape = (g.Cb, g.Kb, g.R, g.S, g.bk, g.bc) if transposed else \
+        (g.Kb, g.Cb, g.R, g.S, g.bc, g.bk)
+    return _reuse.blocked(
+        token, ("conv", "wt" if transposed else "w", g, dtype), (w,),
+        lambda: block_w(w, g, dtype, transposed,
+                        out=None if token else _scratch.get("w", shape, dtypes.NUMPY[dtype])))
+
+
+def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
+    """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q].
+    reuse: keep w's blocked copy across calls (primitives.reuse)."""
     dims, stride, padding = _check(x, w, dtype, stride, padding)
+    token = _reuse.check(reuse)
     backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config)
-    y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
-    plan(g, "fwd", dtype).run(backend=backend, x=block_x(x, g, dtype), w=block_w(w, g, dtype), y=y)
-    return unblock_y(y, g, x.dtype)
+    ab = dtypes.NUMPY[dtype]
+    y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
+    plan(g, "fwd", dtype).run(
+        backend=backend, x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
+        w=_weights(w, g, dtype, False, token), y=y)
+    return unblock_y(y, g, x.dtype, out=_results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype))
 
 
-def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None):
-    """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]."""
+def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
+    """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]. reuse: keep w's
+    blocked copy across calls (primitives.reuse)."""
     dims, stride, padding = _check(x, w, dtype, stride, padding)
+    token = _reuse.check(reuse)
     backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config)
     if not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
@@ -268,12 +287,17 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
                          f"{getattr(dy, 'shape', type(dy).__name__)}")
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
-    dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-    plan(g, "bwd", dtype).run(backend=backend, dyp=block_y(dy, g, dtype, bordered=True),
-                              wt=block_w(w, g, dtype, transposed=True), dx=dx)
-    dw = update_output(g)
-    plan(g, "upd", dtype).run(backend=backend, dw=dw, **update_inputs(x, dy, g, dtype))
-    return unblock_x(dx, g, x.dtype), unblock_dw(dw, g, x.dtype)
+    ab = dtypes.NUMPY[dtype]
+    dx = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
+    plan(g, "bwd", dtype).run(
+        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token),
+        dyp=block_y(dy, g, dtype, bordered=True,
+                    out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
+    dw = update_output(g, _scratch.get)
+    plan(g, "upd", dtype).run(backend=backend, dw=dw,
+                              **update_inputs(x, dy, g, dtype, _scratch.get))
+    return (unblock_x(dx, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)),
+            unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype)))
 
 
 # ---------------------------------------------------------------- the layer

@@ -17,13 +17,12 @@ update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
 its L2 (see the LSTM's defaults).
 """
 import dataclasses
-import threading
 
 import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import Recycler, aligned_empty
+from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
 from brgemm.loopspec import Loop, parse_spec
 from primitives._args import backend_name, positive
@@ -252,22 +251,9 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
 
 # ---------------------------------------------------------------- functional API
 
-_scratch = threading.local()
+_scratch = Scratch()  # the layout copies of functional calls
 _results = Recycler()  # the arrays the functional forms return
-
-
-def _buffer(name, shape, dtype):
-    """A per-thread buffer reused across functional calls of the same sizes:
-    fresh pages cost a fault each, as much as the layout copies themselves."""
-    bufs = getattr(_scratch, "bufs", None)
-    if bufs is None:
-        bufs = _scratch.bufs = {}
-    key = (name, shape, np.dtype(dtype))
-    if key not in bufs:
-        if len(bufs) > 64:
-            bufs.clear()
-        bufs[key] = aligned_empty(shape, dtype)
-    return bufs[key]
+_buffer = _scratch.get
 
 
 def _plain(a, dtype):

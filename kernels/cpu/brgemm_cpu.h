@@ -170,20 +170,52 @@ int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* plan, void* const* tensors,
                               double* seconds);
 
 /* ---- blocked layouts ----
+ * Element sizes: src_itemsize == dst_itemsize (2 or 4: copies), or 4 -> 2
+ * (f32 rounded to bf16, nearest even, on the way). OpenMP over tiles or rows;
+ * `threads` <= 0: OpenMP's default.
  * to_blocks: M = src (R x S, row stride ld), or with transpose M = src^T
  * (src is S x R, row stride ld); dst gets M as [Rb][Sb][br][bs] tiles
  * ([Sb][Rb][br][bs] with swap_grid), zero-padded to whole tiles. from_blocks
- * is the inverse (padding dropped). itemsize 2 or 4; OpenMP over tiles. */
+ * is the inverse (padding dropped). */
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
-                         int swap_grid, int itemsize, int64_t br, int64_t bs, void* dst,
-                         int threads);
+                         int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
+                         int dst_itemsize, int threads);
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
-                           int swap_grid, int transpose, int itemsize, void* dst, int64_t ld,
-                           int threads);
+                           int swap_grid, int transpose, int src_itemsize, void* dst, int64_t ld,
+                           int dst_itemsize, int threads);
 
 /* Tiles of M as [Rb][Sb][br][bs] -> tiles of M^T as [Sb][Rb][bs][br]. */
 int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
                           int itemsize, void* dst, int threads);
+
+/* dst (rows x cols, contiguous) = src (row stride ld), converted. */
+int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, int src_itemsize,
+                       void* dst, int dst_itemsize, int threads);
+
+/* Images (kernels/cpu/layout_image.c). image_to_blocks: src [N][C][H][W] with
+ * element strides {n, c, h, w} (4 values, >= 0) -> dst [N][Cb][Hp][Wp][bc],
+ * the image at row `top`, column `left`, zeros around it and in the padded
+ * channels; with pixels_last, dst [N][Cb][Hp][phases][bc][Wp / phases]: padded
+ * column j * phases + p at [p][..][j] (phases 1: [N][Cb][Hp][bc][Wp]).
+ * blocks_to_image is the inverse of the first layout, into a contiguous
+ * [N][C][H][W]. */
+int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               const int64_t* strides, int src_itemsize, int64_t bc, int64_t Hp,
+                               int64_t Wp, int64_t top, int64_t left, int64_t phases,
+                               int pixels_last, void* dst, int dst_itemsize, int threads);
+int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               int64_t bc, int64_t Hp, int64_t Wp, int64_t top, int64_t left,
+                               int src_itemsize, void* dst, int dst_itemsize, int threads);
+/* Conv weights src [K][C][RS] (contiguous) -> [Kb][Cb][RS][bc][bk] tiles, or
+ * with transposed [Cb][Kb][RS][bk][bc], zero-padded. */
+int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
+                                      int src_itemsize, int64_t bk, int64_t bc, int transposed,
+                                      void* dst, int dst_itemsize, int threads);
+/* The sum of J shares of weight tiles src [J][Kb][Cb][RS][bk][bc] (f32; with
+ * c_rows [..][bc][bk]) -> dst [K][C][RS], contiguous, f32 or bf16 (itemsize). */
+int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, int64_t C,
+                                        int64_t RS, int64_t bk, int64_t bc, int c_rows,
+                                        void* dst, int dst_itemsize, int threads);
 
 /* Benchmark support: run the stride form `reps` times back to back from C
  * and store the elapsed seconds; the yardstick for the Python call path. */

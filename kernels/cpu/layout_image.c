@@ -1,0 +1,178 @@
+/* Image layouts of the convolution: NCHW images to channel-blocked, padded
+ * images and back, and conv weights to and from their tiles, each in one
+ * parallel pass (padding, blocking, transposition and the f32 -> bf16
+ * rounding fused). See primitives/conv.py for the layouts. */
+#include <stdlib.h>
+
+#include "layout_window.h"
+
+static int sizes_ok(int si, int di) { return (si == di && (si == 2 || si == 4)) || (si == 4 && di == 2); }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               const int64_t* strides, int src_itemsize, int64_t bc, int64_t Hp,
+                               int64_t Wp, int64_t top, int64_t left, int64_t phases,
+                               int pixels_last, void* dst, int dst_itemsize, int threads) {
+  const int si = src_itemsize, di = dst_itemsize;
+  if (!src || !dst || !strides || N < 1 || C < 1 || H < 1 || W < 1 || bc < 1 || top < 0 ||
+      left < 0 || Hp < top + H || Wp < left + W || phases < 1 || Wp % phases ||
+      (!pixels_last && phases != 1) || !sizes_ok(si, di))
+    return BRGEMM_EINVAL;
+  for (int i = 0; i < 4; ++i)
+    if (strides[i] < 0) return BRGEMM_EINVAL;
+  const int64_t sn = strides[0], sc = strides[1], sh = strides[2], sw = strides[3];
+  const int64_t Cb = (C + bc - 1) / bc, Wd = Wp / phases, row = Wp * bc;
+  const int nt = brgemm_cpu_plan_threads(threads);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t t = 0; t < N * Cb * Hp; ++t) { /* one padded row of one channel block */
+    const int64_t n = t / (Cb * Hp), cb = t / Hp % Cb, h = t % Hp, hs = h - top;
+    char* out = (char*)dst + t * row * di;
+    if (hs < 0 || hs >= H) {
+      brgemm_zero(out, row, di);
+      continue;
+    }
+    const int64_t nc = min64(bc, C - cb * bc);
+    const char* in = (const char*)src + (n * sn + cb * bc * sc + hs * sh) * si;
+    if (!pixels_last) { /* [Wp][bc]: pixels of bc channels */
+      brgemm_zero(out, left * bc, di);
+      brgemm_window(in, sw, sc, si, out + left * bc * di, bc, di, W, nc);
+      if (nc < bc)
+        for (int64_t a = left; a < left + W; ++a) brgemm_zero(out + (a * bc + nc) * di, bc - nc, di);
+      brgemm_zero(out + (left + W) * bc * di, (Wp - left - W) * bc, di);
+      continue;
+    }
+    for (int64_t p = 0; p < phases; ++p) { /* [phases][bc][Wd]: padded column j * phases + p */
+      char* sub = out + p * bc * Wd * di;
+      const int64_t j0 = left > p ? (left - p + phases - 1) / phases : 0;
+      const int64_t last = left + W - 1 - p;
+      const int64_t j1 = last < 0 ? j0 : min64(Wd, last / phases + 1);
+      const int64_t nj = j1 > j0 ? j1 - j0 : 0;
+      if (nj)
+        brgemm_window(in + (j0 * phases + p - left) * sw * si, sc, phases * sw, si,
+                      sub + j0 * di, Wd, di, nc, nj);
+      for (int64_t c = 0; c < nc; ++c) {
+        brgemm_zero(sub + c * Wd * di, nj ? j0 : Wd, di);
+        if (nj) brgemm_zero(sub + (c * Wd + j1) * di, Wd - j1, di);
+      }
+      brgemm_zero(sub + nc * Wd * di, (bc - nc) * Wd, di);
+    }
+  }
+  return BRGEMM_OK;
+}
+
+int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               int64_t bc, int64_t Hp, int64_t Wp, int64_t top, int64_t left,
+                               int src_itemsize, void* dst, int dst_itemsize, int threads) {
+  const int si = src_itemsize, di = dst_itemsize;
+  if (!src || !dst || N < 1 || C < 1 || H < 1 || W < 1 || bc < 1 || top < 0 || left < 0 ||
+      Hp < top + H || Wp < left + W || !sizes_ok(si, di))
+    return BRGEMM_EINVAL;
+  const int64_t Cb = (C + bc - 1) / bc;
+  const int nt = brgemm_cpu_plan_threads(threads);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t t = 0; t < N * Cb * H; ++t) { /* one row of a channel block */
+    const int64_t n = t / (Cb * H), cb = t / H % Cb, h = t % H, nc = min64(bc, C - cb * bc);
+    const char* in = (const char*)src + ((((n * Cb + cb) * Hp + h + top) * Wp + left) * bc) * si;
+    brgemm_window(in, 1, bc, si, (char*)dst + (((n * C + cb * bc) * H + h) * W) * di, H * W, di,
+                  nc, W);
+  }
+  return BRGEMM_OK;
+}
+
+/* zero a rows x width tile's columns from cols on, and its rows from rows on */
+static void zero_tile_edges(char* tile, int64_t height, int64_t width, int64_t rows, int64_t cols,
+                            int di) {
+  if (cols < width)
+    for (int64_t i = 0; i < rows; ++i) brgemm_zero(tile + (i * width + cols) * di, width - cols, di);
+  brgemm_zero(tile + rows * width * di, (height - rows) * width, di);
+}
+
+int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
+                                      int src_itemsize, int64_t bk, int64_t bc, int transposed,
+                                      void* dst, int dst_itemsize, int threads) {
+  const int si = src_itemsize, di = dst_itemsize;
+  if (!src || !dst || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 || !sizes_ok(si, di))
+    return BRGEMM_EINVAL;
+  const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(nt)
+  {
+    /* [bk][RS][bc]: one (kb, cb)'s rows with taps outermost, for w's transposes */
+    char* tmp = (!transposed && RS > 1) ? malloc((size_t)(bk * RS * bc * si)) : NULL;
+    if (!transposed && RS > 1 && !tmp) {
+#pragma omp atomic write
+      err = BRGEMM_ENOMEM;
+    }
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < Kb * Cb; ++o) {
+      /* the RS tiles of one (kb, cb): w [Kb][Cb][RS][bc][bk], wt [Cb][Kb][RS][bk][bc] */
+      const int64_t kb = transposed ? o % Kb : o / Cb, cb = transposed ? o / Kb : o % Cb;
+      const int64_t nk = min64(bk, K - kb * bk), nc = min64(bc, C - cb * bc);
+      const char* in = (const char*)src + (kb * bk * C + cb * bc) * RS * si; /* w[k][c][rs] rows */
+      char* out = (char*)dst + o * RS * tile * di;
+      if (transposed) { /* out[rs][k][c] = w[k][c][rs]: each row's taps de-interleaved */
+        for (int64_t k = 0; k < nk; ++k)
+          brgemm_window(in + k * C * RS * si, 1, RS, si, out + k * bc * di, tile, di, RS, nc);
+      } else if (RS == 1) { /* out[c][k] = w[k][c] */
+        brgemm_window(in, 1, C, si, out, bk, di, nc, nk);
+      } else if (tmp) { /* out[rs][c][k]: taps de-interleaved, then each tap transposed */
+        for (int64_t k = 0; k < nk; ++k)
+          brgemm_window(in + k * C * RS * si, 1, RS, si, tmp + k * RS * bc * si, bc, si, RS, nc);
+        for (int64_t rs = 0; rs < RS; ++rs)
+          brgemm_window(tmp + rs * bc * si, 1, RS * bc, si, out + rs * tile * di, bk, di, nc, nk);
+      }
+      for (int64_t rs = 0; rs < RS; ++rs)
+        zero_tile_edges(out + rs * tile * di, transposed ? bk : bc, transposed ? bc : bk,
+                        transposed ? nk : nc, transposed ? nc : nk, di);
+    }
+    free(tmp);
+  }
+  return err;
+}
+
+int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, int64_t C,
+                                        int64_t RS, int64_t bk, int64_t bc, int c_rows,
+                                        void* dst, int dst_itemsize, int threads) {
+  const int di = dst_itemsize;
+  if (!src || !dst || J < 1 || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 ||
+      (di != 2 && di != 4))
+    return BRGEMM_EINVAL;
+  const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, group = RS * bk * bc;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(nt)
+  {
+    float* acc = J > 1 ? malloc((size_t)group * sizeof(float)) : NULL;
+    if (J > 1 && !acc) {
+#pragma omp atomic write
+      err = BRGEMM_ENOMEM;
+    }
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < Kb * Cb; ++o) { /* the RS tiles of one (kb, cb), shares summed */
+      if (J > 1 && !acc) continue;
+      const float* in = src + o * group;
+      if (J > 1) {
+        memcpy(acc, in, (size_t)group * sizeof(float));
+        for (int64_t j = 1; j < J; ++j) {
+          const float* share = in + j * Kb * Cb * group;
+          for (int64_t i = 0; i < group; ++i) acc[i] += share[i];
+        }
+        in = acc;
+      }
+      const int64_t kb = o / Cb, cb = o % Cb, nk = min64(bk, K - kb * bk),
+                    nc = min64(bc, C - cb * bc);
+      /* element (k, c) of a tap's tile: [bk][bc], or [bc][bk] with c_rows */
+      const int64_t sk = c_rows ? 1 : bc, scc = c_rows ? bk : 1;
+      char* out = (char*)dst + (kb * bk * C + cb * bc) * RS * di;
+      if (RS == 1) /* out[k][c] */
+        brgemm_window((const char*)in, sk, scc, 4, out, C, di, nk, nc);
+      else /* out[k][c][rs] = tile rs's (k, c) */
+        for (int64_t k = 0; k < nk; ++k)
+          brgemm_window((const char*)(in + k * sk), scc, bk * bc, 4, out + k * C * RS * di, RS,
+                        di, nc, RS);
+    }
+    free(acc);
+  }
+  return err;
+}

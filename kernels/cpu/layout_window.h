@@ -1,0 +1,121 @@
+/* Windows of a matrix copied, transposed or gathered, with f32 -> bf16
+ * rounding fused in: what every layout copy (layout.c, layout_image.c) is
+ * built of. Internal to the CPU backend: these trust their arguments. */
+#ifndef BRGEMM_LAYOUT_WINDOW_H
+#define BRGEMM_LAYOUT_WINDOW_H
+#include <emmintrin.h>
+#include <stdint.h>
+#include <string.h>
+#include <xmmintrin.h>
+
+#include "brgemm_cpu_internal.h"
+
+/* dst[a * ldd + b] = src[b * lds + a] for a < na, b < nb: a window transposed.
+ * SSE2 (every x86-64 has it) on 4 x 4 (f32) and 8 x 8 (bf16) sub-blocks, scalar
+ * edges: the compiler's own code for the plain loops ran at ~2 cycles per
+ * element, slower than memory. */
+static inline void brgemm_transpose4(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd,
+                                     int64_t na, int64_t nb) {
+  for (int64_t b0 = 0; b0 + 4 <= nb; b0 += 4)
+    for (int64_t a0 = 0; a0 + 4 <= na; a0 += 4) {
+      const float* in = (const float*)(src + b0 * lds + a0);
+      __m128 r0 = _mm_loadu_ps(in), r1 = _mm_loadu_ps(in + lds), r2 = _mm_loadu_ps(in + 2 * lds),
+             r3 = _mm_loadu_ps(in + 3 * lds);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      float* out = (float*)(dst + a0 * ldd + b0);
+      _mm_storeu_ps(out, r0);
+      _mm_storeu_ps(out + ldd, r1);
+      _mm_storeu_ps(out + 2 * ldd, r2);
+      _mm_storeu_ps(out + 3 * ldd, r3);
+    }
+  for (int64_t b = 0; b < nb; ++b) /* what the sub-blocks left: right and bottom edges */
+    for (int64_t a = (b < nb - nb % 4) ? na - na % 4 : 0; a < na; ++a)
+      dst[a * ldd + b] = src[b * lds + a];
+}
+
+static inline void brgemm_transpose2(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd,
+                                     int64_t na, int64_t nb) {
+  for (int64_t b0 = 0; b0 + 8 <= nb; b0 += 8)
+    for (int64_t a0 = 0; a0 + 8 <= na; a0 += 8) {
+      const uint16_t* in = src + b0 * lds + a0;
+      __m128i r[8], u[8], v[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128((const __m128i*)(in + k * lds));
+      for (int k = 0; k < 8; k += 2) {
+        u[k] = _mm_unpacklo_epi16(r[k], r[k + 1]);     /* columns 0-3 of rows k, k+1 */
+        u[k + 1] = _mm_unpackhi_epi16(r[k], r[k + 1]); /* columns 4-7 */
+      }
+      for (int k = 0; k < 2; ++k) /* k = 0: columns 0-3, k = 1: columns 4-7 */
+        for (int h = 0; h < 2; ++h) {
+          v[4 * k + 2 * h] = _mm_unpacklo_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
+          v[4 * k + 2 * h + 1] = _mm_unpackhi_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
+        }
+      /* v[4k + 2h + l] holds columns 4k + 2l, +1 of rows 4h .. 4h+3 */
+      uint16_t* out = dst + a0 * ldd + b0;
+      for (int k = 0; k < 2; ++k)
+        for (int l = 0; l < 2; ++l) {
+          const __m128i lo = v[4 * k + l], hi = v[4 * k + 2 + l];
+          _mm_storeu_si128((__m128i*)(out + (4 * k + 2 * l) * ldd), _mm_unpacklo_epi64(lo, hi));
+          _mm_storeu_si128((__m128i*)(out + (4 * k + 2 * l + 1) * ldd),
+                           _mm_unpackhi_epi64(lo, hi));
+        }
+    }
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t a = (b < nb - nb % 8) ? na - na % 8 : 0; a < na; ++a)
+      dst[a * ldd + b] = src[b * lds + a];
+}
+
+/* n f32 values rounded to bf16 (a loop GCC vectorises) */
+static inline void brgemm_round_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = brgemm_f32_to_bf16(src[j]);
+}
+
+/* dst[a * ldd + b] = src[a * sa + b * sb] for a < na, b < nb, element sizes si
+ * and di (4 -> 2 rounds f32 to bf16; otherwise si == di). Unit sb copies rows,
+ * unit sa transposes with SIMD sub-blocks, anything else gathers. */
+static inline void brgemm_window(const char* src, int64_t sa, int64_t sb, int si, char* dst,
+                                 int64_t ldd, int di, int64_t na, int64_t nb) {
+  if (na <= 0 || nb <= 0) return;
+  if (si == di) {
+    if (sb == 1) {
+      for (int64_t a = 0; a < na; ++a)
+        memcpy(dst + a * ldd * di, src + a * sa * si, (size_t)(nb * si));
+    } else if (sa == 1) {
+      if (si == 4)
+        brgemm_transpose4((const uint32_t*)src, sb, (uint32_t*)dst, ldd, na, nb);
+      else
+        brgemm_transpose2((const uint16_t*)src, sb, (uint16_t*)dst, ldd, na, nb);
+    } else if (si == 4) {
+      for (int64_t a = 0; a < na; ++a)
+        for (int64_t b = 0; b < nb; ++b)
+          ((uint32_t*)dst)[a * ldd + b] = ((const uint32_t*)src)[a * sa + b * sb];
+    } else {
+      for (int64_t a = 0; a < na; ++a)
+        for (int64_t b = 0; b < nb; ++b)
+          ((uint16_t*)dst)[a * ldd + b] = ((const uint16_t*)src)[a * sa + b * sb];
+    }
+    return;
+  }
+  /* f32 -> bf16 */
+  const float* s = (const float*)src;
+  uint16_t* d = (uint16_t*)dst;
+  if (sb == 1) {
+    for (int64_t a = 0; a < na; ++a) brgemm_round_row(s + a * sa, d + a * ldd, nb);
+  } else if (sa == 1) { /* transposed through a small f32 tile, rounded row by row */
+    float tmp[32 * 32];
+    for (int64_t a0 = 0; a0 < na; a0 += 32)
+      for (int64_t b0 = 0; b0 < nb; b0 += 32) {
+        const int64_t ma = na - a0 < 32 ? na - a0 : 32, mb = nb - b0 < 32 ? nb - b0 : 32;
+        brgemm_transpose4((const uint32_t*)(s + a0 + b0 * sb), sb, (uint32_t*)tmp, 32, ma, mb);
+        for (int64_t a = 0; a < ma; ++a) brgemm_round_row(tmp + a * 32, d + (a0 + a) * ldd + b0, mb);
+      }
+  } else {
+    for (int64_t a = 0; a < na; ++a)
+      for (int64_t b = 0; b < nb; ++b) d[a * ldd + b] = brgemm_f32_to_bf16(s[a * sa + b * sb]);
+  }
+}
+
+/* n elements of size `size` zeroed */
+static inline void brgemm_zero(char* dst, int64_t n, int size) {
+  if (n > 0) memset(dst, 0, (size_t)(n * size));
+}
+#endif

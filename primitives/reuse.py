@@ -1,0 +1,147 @@
+"""Blocked weight copies kept across functional calls, only when provably unchanged.
+
+The functional forms (fc, conv, lstm) take `reuse=`:
+
+    None                    the weights are converted on every call (default)
+    reuse.Key(name, version)  NumPy arrays: the caller's promise that the weights
+                            it passes are unchanged while (name, version) is; bump
+                            the version after changing them in place
+    reuse.tensors(w, b, ...)  torch tensors (the arrays passed are views of them):
+                            unchanged while each tensor is the same live object
+                            at the same address with the same `_version`, which
+                            PyTorch bumps on every in-place write through it
+
+A copy is also rebuilt whenever the array passed sits at another address or
+has another shape, strides or dtype. Writes that bypass a tensor's version
+counter (through `.data`, or through a NumPy view) are not seen: with those,
+pass a Key and bump it yourself. One slot per (name or tensors, primitive,
+role, geometry, dtype); a new version replaces the slot's copy.
+"""
+import collections
+import threading
+import weakref
+
+import numpy as np
+
+
+class Key:
+    """The caller's promise: the weights are unchanged while (name, version) is."""
+
+    def __init__(self, name, version=0):
+        hash((name, version))  # both must be hashable
+        self.name, self.version = name, version
+
+    def _slot(self):
+        return ("key", self.name)
+
+    def _state(self):
+        return self.version
+
+    def _alive(self):
+        return True
+
+    def __repr__(self):
+        return f"reuse.Key({self.name!r}, version={self.version!r})"
+
+
+class _Tensors:
+    """Identity, address and version counter of torch tensors (see tensors())."""
+
+    def __init__(self, ts):
+        for t in ts:
+            if not (hasattr(t, "_version") and hasattr(t, "data_ptr")):
+                raise TypeError(f"reuse: expected torch tensors, got {type(t).__name__}")
+        self._refs = tuple(weakref.ref(t) for t in ts)
+        self._ids = tuple(id(t) for t in ts)
+        self._versions = tuple((t._version, t.data_ptr()) for t in ts)
+
+    def _slot(self):
+        return ("tensors", self._ids)
+
+    def _state(self):
+        return self._versions
+
+    def _alive(self):
+        return all(r() is not None for r in self._refs)
+
+    def _same_objects(self, other):
+        return all(a() is not None and a() is b() for a, b in zip(self._refs, other._refs))
+
+
+def tensors(*ts):
+    """reuse= for weights that are torch tensors (by identity, address, _version)."""
+    if not ts:
+        raise ValueError("reuse: tensors() needs at least one tensor")
+    return _Tensors(ts)
+
+
+def check(token):
+    """reuse= as given: None, a Key or tensors(...); a TypeError naming it otherwise."""
+    if token is not None and not isinstance(token, (Key, _Tensors)):
+        raise TypeError(f"reuse: expected None, reuse.Key(name, version) or "
+                        f"reuse.tensors(...), got {type(token).__name__}")
+    return token
+
+
+def _stamp(a):
+    """What identifies an array's memory: address, shape, strides, dtype."""
+    return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+
+
+class _Cache:
+    def __init__(self, slots=256):
+        self._slots = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._max = slots
+
+    def get(self, token, what, sources, make):
+        """make() -- the blocked copy of `sources` for `what` (primitive, role,
+        geometry, dtype) -- kept under `token` while provably unchanged."""
+        if token is None:
+            return make()
+        key = (token._slot(), what)
+        state = (token._state(), tuple(_stamp(a) for a in sources))
+        with self._lock:
+            hit = self._slots.get(key)
+            if hit is not None and hit[0] == state and (
+                    not isinstance(token, _Tensors) or token._same_objects(hit[1])):
+                self._slots.move_to_end(key)
+                return hit[2]
+        value = make()
+        with self._lock:
+            self._slots[key] = (state, token, value)
+            self._slots.move_to_end(key)
+            for k in [k for k, v in self._slots.items() if not v[1]._alive()]:
+                del self._slots[k]
+            while len(self._slots) > self._max:
+                self._slots.popitem(last=False)
+        return value
+
+    def clear(self):
+        with self._lock:
+            self._slots.clear()
+
+
+_cache = _Cache()
+blocked = _cache.get
+
+
+def clear():
+    """Drop every kept copy (they are also dropped when their tensors die)."""
+    _cache.clear()
+
+
+def nbytes():
+    """Bytes the kept copies hold."""
+    with _cache._lock:
+        return sum(sum(a.nbytes for a in _arrays(v[2])) for v in _cache._slots.values())
+
+
+def _arrays(value):
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, dict):
+        return [a for v in value.values() for a in _arrays(v)]
+    if isinstance(value, (tuple, list)):
+        return [a for v in value for a in _arrays(v)]
+    return []

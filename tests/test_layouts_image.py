@@ -1,0 +1,127 @@
+"""The fused layout copies against NumPy references: images (padding, channel
+blocks, pixels last with stride phases), convolution weights (tiles per tap,
+shares summed), plain conversions; bf16 rounding fused in, views read in
+place, thread counts, bad input."""
+import numpy as np
+import pytest
+
+import brgemm
+from brgemm import layouts as L
+
+BF16 = brgemm.bfloat16
+
+
+def ref_image(x, bc, Hp, Wp, top, left):
+    N, C, H, W = x.shape
+    Cb = -(-C // bc)
+    full = np.zeros((N, Cb * bc, Hp, Wp), x.dtype)
+    full[:, :C, top:top + H, left:left + W] = x
+    return full.reshape(N, Cb, bc, Hp, Wp).transpose(0, 1, 3, 4, 2)
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+@pytest.mark.parametrize("pixels_last,phases", [(False, 1), (True, 1), (True, 2), (True, 3)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_image_round_trip(rng, dtypes, pixels_last, phases, threads):
+    src, dst = dtypes
+    N, C, H, W = rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 12), rng.integers(1, 30)
+    bc, top, left = int(rng.integers(1, 20)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
+    Hp = top + H + int(rng.integers(0, 3))
+    Wp = -(-(left + W + int(rng.integers(0, 3))) // phases) * phases
+    big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
+    x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]  # a strided view, read in place
+    t = L.image_to_blocks(x, bc, Hp, Wp, top, left, pixels_last=pixels_last, phases=phases,
+                          dtype=dst, threads=threads)
+    ref = ref_image(x.astype(np.float32).astype(dst), bc, Hp, Wp, top, left)
+    if pixels_last:  # [N][Cb][Hp][Wp][bc] -> [N][Cb][Hp][phases][bc][Wp/phases]
+        ref = ref.reshape(*ref.shape[:3], Wp // phases, phases, bc).transpose(0, 1, 2, 4, 5, 3)
+    np.testing.assert_array_equal(t.view(np.uint16 if dst == BF16 else np.uint32),
+                                  np.ascontiguousarray(ref).view(np.uint16 if dst == BF16 else np.uint32))
+    if not pixels_last:
+        back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, top, left, threads=threads)
+        np.testing.assert_array_equal(back, x.astype(np.float32).astype(dst))
+
+
+def test_blocks_to_image_rounds(rng):
+    t = L.image_to_blocks(rng.standard_normal((2, 5, 3, 4)).astype(np.float32), 4, 5, 6, 1, 2)
+    got = L.blocks_to_image(t, 5, 3, 4, 1, 2, dtype=BF16)
+    np.testing.assert_array_equal(got, L.blocks_to_image(t, 5, 3, 4, 1, 2).astype(BF16))
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("taps", [(1, 1), (3, 3), (1, 7), (5,)])
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+def test_taps_to_blocks(rng, transposed, taps, dtypes):
+    src, dst = dtypes
+    K, C = int(rng.integers(1, 50)), int(rng.integers(1, 50))
+    bk, bc = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    w = rng.standard_normal((K, C) + taps).astype(src)
+    t = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst)
+    Kb, Cb, RS = -(-K // bk), -(-C // bc), int(np.prod(taps))
+    full = np.zeros((Kb * bk, Cb * bc, RS), dst)
+    full[:K, :C] = w.reshape(K, C, RS).astype(np.float32).astype(dst)
+    f = full.reshape(Kb, bk, Cb, bc, RS)
+    ref = f.transpose(2, 0, 4, 1, 3) if transposed else f.transpose(0, 2, 4, 3, 1)
+    np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("c_rows", [False, True])
+@pytest.mark.parametrize("taps", [(1, 1), (3, 3), (7,)])
+@pytest.mark.parametrize("J", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_taps_from_blocks(rng, c_rows, taps, J, dtype):
+    K, C = int(rng.integers(1, 50)), int(rng.integers(1, 50))
+    bk, bc = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    Kb, Cb, RS = -(-K // bk), -(-C // bc), int(np.prod(taps))
+    tile = (bc, bk) if c_rows else (bk, bc)
+    t = rng.standard_normal((J, Kb, Cb, RS) + tile).astype(np.float32)
+    got = L.taps_from_blocks(t, K, C, taps, c_rows=c_rows, dtype=dtype)
+    s = t.sum(axis=0, dtype=np.float64)
+    s = s.transpose(0, 4, 1, 3, 2) if c_rows else s.transpose(0, 3, 1, 4, 2)
+    ref = s.reshape(Kb * bk, Cb * bc, RS)[:K, :C].reshape((K, C) + taps)
+    tol = 1e-6 * J if dtype == np.float32 else 1e-2
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_to_blocks_rounds_bf16(rng, transpose):
+    x = rng.standard_normal((37, 70)).astype(np.float32)
+    t = L.to_blocks(x, 16, 24, transpose=transpose, dtype=BF16)
+    np.testing.assert_array_equal(t, L.to_blocks(x.astype(BF16), 16, 24, transpose=transpose))
+    np.testing.assert_array_equal(L.from_blocks(L.to_blocks(x, 16, 24), 37, 70, dtype=BF16),
+                                  x.astype(BF16))
+
+
+def test_convert(rng):
+    x = rng.standard_normal((3, 5000)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, 3.0e38]  # NaN stays NaN, overflow rounds to inf
+    got = L.convert(x, BF16)
+    ref = x.astype(BF16)
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+    ok = ~np.isnan(x)
+    np.testing.assert_array_equal(got[ok], ref[ok])
+    view = x[:, ::2]  # rows not contiguous
+    np.testing.assert_array_equal(L.convert(view, np.float32), view)
+    assert L.convert(x, np.float32) is x
+
+
+def test_bad_input(rng):
+    x = np.ones((1, 2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match="^Hp, Wp"):
+        L.image_to_blocks(x, 2, 2, 4)
+    with pytest.raises(ValueError, match="^x: expected"):
+        L.image_to_blocks(np.ones((2, 3), np.float32), 2, 3, 3)
+    with pytest.raises(TypeError, match="^dtype"):
+        L.image_to_blocks(x.astype(BF16), 2, 3, 4, dtype=np.float32)
+    with pytest.raises(TypeError, match="^x: expected float32 or bfloat16"):
+        L.image_to_blocks(x.astype(np.float64), 2, 3, 4)
+    with pytest.raises(ValueError, match="^out"):
+        L.image_to_blocks(x, 2, 3, 4, out=np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="^t: blocks"):
+        L.blocks_to_image(np.ones((1, 1, 3, 4, 2), np.float32), 5, 3, 4)
+    with pytest.raises(ValueError, match="^t: tiles"):
+        L.taps_from_blocks(np.ones((1, 1, 1, 9, 2, 2), np.float32), 4, 2, (3, 3))
+    with pytest.raises(ValueError, match="^w: expected"):
+        L.taps_to_blocks(np.ones(3, np.float32), 2, 2)
+    with pytest.raises(ValueError, match="^out: overlaps"):
+        L.convert(x, np.float32, out=x)
