@@ -235,3 +235,20 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
         cpu.ffi.cast("float *", cpu.address(t)), J, K, C, RS, bk, bc, c_rows, cpu.address(out),
         out.itemsize, threads or 0), "taps_from_blocks")
     return out
+
+
+def column_sums(x, out=None, threads=None):
+    """x [rows, cols] (f32 or bf16, rows of contiguous elements) summed over its
+    rows in f32, in parallel over column strips: [cols] float32."""
+    ld = _row_stride(x, "x")
+    _out_dtype(x, None)
+    if ld is None:
+        x = np.ascontiguousarray(x)
+        ld = x.shape[1]
+    out = _check_out(out, (x.shape[1],), dtypes.float32)
+    if x.shape[1] == 0:
+        return out
+    cpu.check(cpu.lib.brgemm_cpu_column_sums(cpu.address(x), x.shape[0], x.shape[1], ld,
+                                             x.itemsize, cpu.ffi.cast("float *", cpu.address(out)),
+                                             threads or 0), "column_sums")
+    return out

@@ -23,8 +23,10 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Recycler, Scratch, aligned_empty
-from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
+from brgemm.layouts import (column_sums, convert, from_blocks, nblocks, pick_block, to_blocks,
+                            transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
@@ -256,9 +258,28 @@ _results = Recycler()  # the arrays the functional forms return
 _buffer = _scratch.get
 
 
-def _plain(a, dtype):
-    """a as the C-contiguous matrix of `dtype` a plain plan reads (no copy if it is one)."""
-    return np.ascontiguousarray(a, dtype=dtype)
+def _plain(a, dtype, name):
+    """a as the C-contiguous matrix of `dtype` a plain plan reads: a itself if it
+    is one, else a parallel copy (bf16 rounded from f32) into a scratch buffer."""
+    if a.dtype == dtype and a.flags.c_contiguous:
+        return a
+    return convert(a, dtype, out=_buffer(name, a.shape, dtype))
+
+
+def _result(a, dtype, name):
+    """The f32 result a, in the caller's dtype (bf16: rounded in parallel)."""
+    return a if a.dtype == dtype else convert(a, dtype, out=_results.empty(name, a.shape, dtype))
+
+
+def _weights(w, g, dtype, role, token):
+    """W^T tiles for the forward (role "w") or W tiles for backward-data ("wt"),
+    kept under `token` while provably unchanged (primitives.reuse)."""
+    ab = dtypes.NUMPY[dtype]
+    shape = (g.Kb, g.Cb, g.bc, g.bk) if role == "w" else (g.Cb, g.Kb, g.bk, g.bc)
+    br, bs = (g.bc, g.bk) if role == "w" else (g.bk, g.bc)
+    return _reuse.blocked(token, ("fc", role, g, dtype), (w,), lambda: to_blocks(
+        w, br, bs, transpose=role == "w", swap_grid=True, dtype=ab,
+        out=None if token else _buffer(role, shape, ab)))
 
 
 def _dtype_of(dtype, *arrays, names):
@@ -275,9 +296,11 @@ def _dtype_of(dtype, *arrays, names):
     return arrays[0].dtype
 
 
-def forward(x, w, b=None, dtype="f32", backend=None, config=None):
-    """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K]."""
+def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
+    """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K].
+    reuse: keep w's blocked copy across calls (primitives.reuse)."""
     out_dtype = _dtype_of(dtype, x, w, names=("x", "w"))
+    token = _reuse.check(reuse)
     backend = backend_name(backend)
     (N, C), K = x.shape, w.shape[0]
     if w.shape[1] != C:
@@ -290,21 +313,23 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    # x and y stay plain; W^T is re-blocked per call (0.25-0.5 ms of a 4 ms
-    # forward at 256 x 1024 x 1024 on the EPYC): read in place, W's rows would be
-    # the streamed operand C apart, 25-40% slower kernel calls
-    t = dict(x=_plain(x, ab), y=_results.empty("y", (N, K), np.float32),
-             w=to_blocks(w.astype(ab, copy=False), g.bc, g.bk, transpose=True, swap_grid=True,
-                         out=_buffer("w", (g.Kb, g.Cb, g.bc, g.bk), ab)))
+    # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
+    # (reuse=): read in place, W's rows would be the streamed operand C apart,
+    # 25-40% slower kernel calls
+    y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
+        _buffer("y", (N, K), np.float32)
+    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token))
     if b is not None:
-        t["b"] = _plain(b, np.float32)
+        t["b"] = np.ascontiguousarray(b, dtype=np.float32)
     plan(g, "fwd", dtype, has_bias=b is not None, plain=True).run(backend=backend, **t)
-    return t["y"].astype(out_dtype, copy=False)
+    return _result(y, out_dtype, "y")
 
 
-def backward(dy, x, w, dtype="f32", backend=None, config=None):
-    """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]."""
+def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
+    """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]. reuse: keep
+    w's blocked copy across calls (primitives.reuse)."""
     out_dtype = _dtype_of(dtype, dy, x, w, names=("dy", "x", "w"))
+    token = _reuse.check(reuse)
     backend = backend_name(backend)
     (N, C), K = x.shape, w.shape[0]
     if w.shape[1] != C:
@@ -315,22 +340,20 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config)
     ab = dtypes.NUMPY[dtype]
-    dy_p = _plain(dy, ab)
-    dx = _results.empty("dx", (N, C), np.float32)
-    plan(g, "bwd", dtype, plain=True).run(
-        backend=backend, dy=dy_p, dx=dx,
-        wt=to_blocks(w.astype(ab, copy=False), g.bk, g.bc, swap_grid=True,
-                     out=_buffer("wt", (g.Cb, g.Kb, g.bk, g.bc), ab)))
-    dw = _results.empty("dw", (K, C), np.float32)
+    f32 = out_dtype == np.float32
+    dy_p = _plain(dy, ab, "dy")
+    dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
+    plan(g, "bwd", dtype, plain=True).run(backend=backend, dy=dy_p, dx=dx,
+                                          wt=_weights(w, g, dtype, "wt", token))
+    dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
     plan(g, "upd", dtype, plain=True).run(
         backend=backend, dw=dw,
-        x=to_blocks(x.astype(ab, copy=False), g.bn, g.bc,
-                    out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
+        x=to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
         dyt=to_blocks(dy_p, g.bk, g.bn, transpose=True,
                       out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)))
-    db = dy.sum(axis=0, dtype=np.float32)
-    return (dx.astype(out_dtype, copy=False), dw.astype(out_dtype, copy=False),
-            db.astype(out_dtype, copy=False))
+    db = column_sums(dy, out=_results.empty("db", (K,), np.float32) if f32 else None)
+    return (_result(dx, out_dtype, "dx"), _result(dw, out_dtype, "dw"),
+            _result(db, out_dtype, "db"))
 
 
 # ---------------------------------------------------------------- layers

@@ -20,14 +20,18 @@ The work splits into what has no time dependence and what has:
     three large FC plans over all steps at once.
 """
 import dataclasses
+import json
+import threading
 
 import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Recycler, aligned_empty
-from brgemm.layouts import from_blocks, nblocks, pick_block, to_blocks, transpose_blocks
+from brgemm.layouts import (column_sums, from_blocks, nblocks, pick_block, to_blocks,
+                            transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._calls import blocks_per_call
 from primitives import fc
@@ -176,15 +180,24 @@ def backward_plan(g, dtype="f32"):
 
 # ---------------------------------------------------------------- the layer
 
-def _gate_padded(w, g, cols):
-    """[4K, cols] gate-major -> [4*Kp, cols_padded]: each gate padded to Kp rows."""
-    out = np.zeros((4, g.Kp, cols), w.dtype)
-    out[:, :g.K] = w.reshape(4, g.K, -1)
-    return out.reshape(4 * g.Kp, cols)
-
-
-def _gate_unpadded(w, g):
-    return np.ascontiguousarray(w.reshape(4, g.Kp, -1)[:, :g.K].reshape(4 * g.K, -1))
+def block_weights(w_ih, w_hh, b, g, dtype):
+    """The layer's blocked weights: wx (W_ih^T tiles, [4Kb][Cb][bc][bk]), wx_t
+    (W_ih tiles), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]), wh_t, and bp (b with each
+    gate padded to Kp). Each gate straight from its rows of the plain weights,
+    rounded to bf16 on the way for dtype bf16; the transposed copies from the
+    tiles. One parallel pass per copy."""
+    ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
+    wx = aligned_empty((4 * Kb, g.Cb, g.bc, g.bk), ab)
+    wh = aligned_empty((4 * Kb, Kb, g.bk, g.bk), ab)
+    for q in range(4):
+        to_blocks(w_ih[q * K:(q + 1) * K], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wx[q * Kb:(q + 1) * Kb])
+        to_blocks(w_hh[q * K:(q + 1) * K], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wh[q * Kb:(q + 1) * Kb])
+    bp = np.zeros((4, g.Kp), np.float32)
+    bp[:, :K] = b.reshape(4, K)
+    return dict(wx=wx, wx_t=transpose_blocks(wx), wh=wh, wh_t=transpose_blocks(wh),
+                bp=bp.reshape(-1))
 
 
 class LSTM:
@@ -193,15 +206,17 @@ class LSTM:
     Weights are f32 (`w_ih` [4K, C], `w_hh` [4K, K], `b` [4K]); with dtype
     "bf16" the GEMM operands are bf16 and accumulation and the cell are f32."""
 
-    def __init__(self, C, K, dtype="f32", backend=None, config=None, rng=None):
+    def __init__(self, C, K, dtype="f32", backend=None, config=None, rng=None, init=True):
         self.backend = backend_name(backend)
         self.C, self.K = positive(C, "C"), positive(K, "K")
         self.dtype, self.config = dtypes.check_name(dtype), config
-        rng = rng or np.random.default_rng()
-        bound = 1 / np.sqrt(K)  # torch.nn.LSTM's initialisation
-        self.w_ih = rng.uniform(-bound, bound, (4 * K, C)).astype(np.float32)
-        self.w_hh = rng.uniform(-bound, bound, (4 * K, K)).astype(np.float32)
-        self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
+        self.w_ih = self.w_hh = self.b = None  # init=False: set_weights() gives them
+        if init:
+            rng = rng or np.random.default_rng()
+            bound = 1 / np.sqrt(K)  # torch.nn.LSTM's initialisation
+            self.w_ih = rng.uniform(-bound, bound, (4 * K, C)).astype(np.float32)
+            self.w_hh = rng.uniform(-bound, bound, (4 * K, K)).astype(np.float32)
+            self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
         self.g = None
         self._grad_tiles, self._grads = None, {}
         self._results = Recycler()
@@ -225,18 +240,20 @@ class LSTM:
         self.load_weights()
         return g
 
-    def load_weights(self):
-        g, ab = self.g, dtypes.NUMPY[self.dtype]
-        if g is None:
+    def load_weights(self, token=None):
+        """Re-block w_ih, w_hh and b (after they changed); with a token
+        (primitives.reuse), a copy kept from an earlier call when provably unchanged."""
+        g = self.g
+        if g is None or self.w_ih is None:
             return
-        wx = _gate_padded(self.w_ih, g, self.C).astype(ab)
-        wh = np.zeros((4 * g.Kp, g.Kp), ab)
-        wh[:, :self.K] = _gate_padded(self.w_hh, g, self.K)
-        self.wx = to_blocks(wx, g.bc, g.bk, transpose=True, swap_grid=True)    # fwd: W_ih^T tiles
-        self.wx_t = to_blocks(wx, g.bk, g.bc, swap_grid=True)                   # bwd: W_ih tiles
-        self.wh = to_blocks(wh, g.bk, g.bk, transpose=True, swap_grid=True)
-        self.wh_t = to_blocks(wh, g.bk, g.bk, swap_grid=True)
-        self.bp = _gate_padded(self.b[:, None], g, 1).reshape(-1).astype(np.float32)
+        blocked = _reuse.blocked(token, ("lstm", g, self.dtype), (self.w_ih, self.w_hh, self.b),
+                                 lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype))
+        self.__dict__.update(blocked)
+
+    def set_weights(self, w_ih, w_hh, b, token=None):
+        """Use these arrays as the weights (not copied), blocked as load_weights()."""
+        self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
+        self.load_weights(token)
 
     def _buffer(self, name, shape, dtype=np.float32):
         """A buffer this layer reuses across steps (kept per name; prepare()
@@ -254,7 +271,7 @@ class LSTM:
         ab = dtypes.NUMPY[self.dtype]
         h0 = _state(h0, N, self.K, "h0", x.dtype)
         c0 = _state(c0, N, self.K, "c0", x.dtype)
-        self.xb = self._steps_to_blocks(x.astype(ab, copy=False), g.bc, g.C, "x")
+        self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)
         to_blocks(h0.astype(np.float32), g.bn, g.bk, out=self.h[0])
         to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
         if self.h16 is not None:
@@ -268,14 +285,16 @@ class LSTM:
         return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
 
-    def _steps_to_blocks(self, a, bs, S, name):
-        """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its own."""
+    def _steps_to_blocks(self, a, bs, S, name, dtype=None):
+        """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its
+        own, of `dtype` (default a's; bf16 from f32 rounds on the way)."""
         g = self.g
-        out = self._buffer(name, (g.T * g.Nb, nblocks(S, bs), g.bn, bs), a.dtype)
-        if g.N % g.bn == 0:  # no padding between steps: one parallel copy
-            return to_blocks(a.reshape(g.T * g.N, S), g.bn, bs, out=out)
+        dtype = a.dtype if dtype is None else np.dtype(dtype)
+        out = self._buffer(name, (g.T * g.Nb, nblocks(S, bs), g.bn, bs), dtype)
+        if g.N % g.bn == 0 and a.flags.c_contiguous:  # no padding between steps: one copy
+            return to_blocks(a.reshape(g.T * g.N, S), g.bn, bs, out=out, dtype=dtype)
         for t in range(g.T):
-            to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb])
+            to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb], dtype=dtype)
         return out
 
     def _steps_from_blocks(self, tiles, S, name):
@@ -350,23 +369,27 @@ class LSTM:
     grad_w_hh = property(lambda self: self._grad("w_hh"), doc="dL/dw_hh [4K, K], f32")
     grad_b = property(lambda self: self._grad("b"), doc="dL/db [4K], f32")
 
-    def _grad(self, name):
-        """One gradient of the last backward() as a plain array (None before one)."""
-        if name not in self._grads:
+    def _grad(self, name, dtype=np.float32):
+        """One gradient of the last backward() as a plain array (None before
+        one), in f32 or rounded to bf16 (dtype) on the way."""
+        if (name, dtype) not in self._grads:
             if self._grad_tiles is None:
                 return None
-            g, tiles = self.g, self._grad_tiles[name]
-            if name == "b":  # rows of tiles summed first: contiguous, 2-3x faster
-                per_tile = tiles.reshape(tiles.shape[0], -1).sum(axis=0).reshape(tiles.shape[1:])
-                out = _gate_unpadded(per_tile.sum(axis=1).reshape(-1, 1), g).reshape(-1)
-            elif name == "w_ih":
-                out = _gate_unpadded(from_blocks(tiles, self.C, 4 * g.Kp, transpose=True,
-                                                 swap_grid=True), g)
-            else:
-                out = _gate_unpadded(from_blocks(tiles, g.Kp, 4 * g.Kp, transpose=True,
-                                                 swap_grid=True), g)[:, :self.K]
-            self._grads[name] = out
-        return self._grads[name]
+            self._grads[(name, dtype)] = self._plain_grad(name, np.dtype(dtype))
+        return self._grads[(name, dtype)]
+
+    def _plain_grad(self, name, dtype):
+        g, tiles, K = self.g, self._grad_tiles[name], self.K
+        if name == "b":  # rows of tiles summed first, in parallel: [4Kb][bn][bk]
+            per_tile = column_sums(tiles.reshape(tiles.shape[0], -1))
+            sums = per_tile.reshape(4, g.Kb, g.bn, g.bk).sum(axis=2).reshape(4, g.Kp)[:, :K]
+            return np.ascontiguousarray(sums.reshape(-1)).astype(dtype)
+        cols = self.C if name == "w_ih" else K
+        out = np.empty((4 * K, cols), dtype)
+        for q in range(4):  # each gate's tiles (W^T per gate) straight into its rows
+            from_blocks(tiles[q * g.Kb:(q + 1) * g.Kb], cols, K, transpose=True, swap_grid=True,
+                        dtype=dtype, out=out[q * K:(q + 1) * K])
+        return out
 
 
 # ---------------------------------------------------------------- functional API
@@ -393,10 +416,36 @@ def _state(s, N, K, name, dtype):
     return s
 
 
-def _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config):
+class Saved:
+    """What lstm.forward(..., saved=s) keeps for lstm.backward(..., saved=s): the
+    forward's gates and states, so the backward need not run the forward again
+    (torch autograd saves the same). The backward uses them only if it gets the
+    very same arrays (identity and address) and options; the caller promises
+    that their contents did not change in between. One forward at a time."""
+
+    def __init__(self):
+        self.layer, self.stamp = None, None
+
+
+def _stamp(arrays, options):
+    return (tuple((id(a), a.__array_interface__["data"][0], a.shape, a.strides)
+                  if a is not None else None for a in arrays), options)
+
+
+_engines = threading.local()
+
+
+def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
+    """An LSTM engine holding these weights: the caller's Saved one, else one
+    per thread and options, reused from call to call (plans, buffers, and the
+    blocked weights when `token` says they are unchanged; primitives.reuse)."""
     for a, name in ((w_ih, "w_ih"), (w_hh, "w_hh"), (b, "b")):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
+        allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+        if a.dtype not in allowed:
+            raise TypeError(f"{name}: expected dtype {' or '.join(map(str, allowed))} for "
+                            f"dtype={dtype!r}, got {a.dtype}")
     if w_ih.ndim != 2 or w_ih.shape[0] % 4 or w_ih.shape[0] == 0:
         raise ValueError(f"w_ih: expected shape (4K, C), got {w_ih.shape}")
     K, C = w_ih.shape[0] // 4, w_ih.shape[1]
@@ -405,22 +454,63 @@ def _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config):
                          f"got {w_hh.shape}")
     if b.shape != (4 * K,):
         raise ValueError(f"b: expected shape ({4 * K},), got {b.shape}")
-    T, N = _check_x(x, C, dtype)
-    layer = LSTM(C, K, dtype=dtype, backend=backend, config=config)
-    layer.w_ih, layer.w_hh, layer.b = (a.astype(np.float32) for a in (w_ih, w_hh, b))
+    _check_x(x, C, dtype)
+    backend = backend_name(backend)
+    if saved is not None:
+        layer = saved.layer
+        if layer is None or (layer.C, layer.K, layer.dtype, layer.backend, layer.config) != \
+                (C, K, dtype, backend, config):
+            layer = saved.layer = LSTM(C, K, dtype=dtype, backend=backend, config=config,
+                                       init=False)
+    else:
+        engines = _engines.__dict__.setdefault("layers", {})
+        key = (C, K, dtype, backend, json.dumps(config, sort_keys=True, default=str))
+        layer = engines.get(key)
+        if layer is None:
+            if len(engines) > 16:
+                engines.clear()
+            layer = engines[key] = LSTM(C, K, dtype=dtype, backend=backend, config=config,
+                                        init=False)
+    T, N = x.shape[:2]
+    layer.prepare(T, N)
+    layer.set_weights(w_ih, w_hh, b, token)
     return layer
 
 
-def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None):
-    """torch.nn.LSTM's forward: y [T, N, K], (hT, cT)."""
-    return _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config).forward(x, h0, c0)
+def _check_saved(saved):
+    if saved is not None and not isinstance(saved, Saved):
+        raise TypeError(f"saved: expected an lstm.Saved(), got {type(saved).__name__}")
+    return saved
 
 
-def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None):
-    """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db (recomputes the forward)."""
-    layer = _layer(x, h0, c0, w_ih, w_hh, b, dtype, backend, config)
-    layer.forward(x, h0, c0)
+def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None, reuse=None,
+            saved=None):
+    """torch.nn.LSTM's forward: y [T, N, K], (hT, cT). reuse: keep the blocked
+    weights across calls (primitives.reuse); saved: an lstm.Saved() that keeps
+    this forward's state for lstm.backward(..., saved=)."""
+    token, saved = _reuse.check(reuse), _check_saved(saved)
+    layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
+    out = layer.forward(x, h0, c0)
+    if saved is not None:
+        saved.stamp = _stamp((x, h0, c0, w_ih, w_hh, b), (dtype, layer.backend, repr(config)))
+    return out
+
+
+def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None,
+             reuse=None, saved=None):
+    """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db. Runs the forward again unless
+    `saved` holds the forward of these same arrays (lstm.Saved)."""
+    token, saved = _reuse.check(reuse), _check_saved(saved)
+    stamp = _stamp((x, h0, c0, w_ih, w_hh, b), (dtype, backend_name(backend), repr(config)))
+    if saved is not None and saved.layer is not None and saved.stamp == stamp:
+        layer = saved.layer
+        _check_x(x, layer.C, dtype)
+    else:
+        layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
+        layer.forward(x, h0, c0)
+        if saved is not None:
+            saved.stamp = stamp
     dx, dh0, dc0 = layer.backward(dy, dhT, dcT)
     out = x.dtype
-    return (dx, dh0, dc0, layer.grad_w_ih.astype(out), layer.grad_w_hh.astype(out),
-            layer.grad_b.astype(out))
+    return (dx, dh0, dc0, layer._grad("w_ih", out), layer._grad("w_hh", out),
+            layer._grad("b", out))

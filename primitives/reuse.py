@@ -111,11 +111,15 @@ class _Cache:
         with self._lock:
             self._slots[key] = (state, token, value)
             self._slots.move_to_end(key)
-            for k in [k for k, v in self._slots.items() if not v[1]._alive()]:
-                del self._slots[k]
+            self._sweep()
             while len(self._slots) > self._max:
                 self._slots.popitem(last=False)
         return value
+
+    def _sweep(self):
+        """Drop the copies of tensors that died (call with the lock held)."""
+        for k in [k for k, v in self._slots.items() if not v[1]._alive()]:
+            del self._slots[k]
 
     def clear(self):
         with self._lock:
@@ -132,8 +136,9 @@ def clear():
 
 
 def nbytes():
-    """Bytes the kept copies hold."""
+    """Bytes the kept copies hold (those of dead tensors dropped first)."""
     with _cache._lock:
+        _cache._sweep()
         return sum(sum(a.nbytes for a in _arrays(v[2])) for v in _cache._slots.values())
 
 

@@ -192,6 +192,10 @@ int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, i
 int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, int src_itemsize,
                        void* dst, int dst_itemsize, int threads);
 
+/* dst[c] = sum over r of src[r * ld + c] (f32 or bf16 in, f32 sums), c < cols. */
+int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t ld, int itemsize,
+                           float* dst, int threads);
+
 /* Images (kernels/cpu/layout_image.c). image_to_blocks: src [N][C][H][W] with
  * element strides {n, c, h, w} (4 values, >= 0) -> dst [N][Cb][Hp][Wp][bc],
  * the image at row `top`, column `left`, zeros around it and in the padded

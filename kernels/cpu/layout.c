@@ -115,3 +115,30 @@ int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, 
   }
   return BRGEMM_OK;
 }
+
+int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t ld, int itemsize,
+                           float* dst, int threads) {
+  if (!src || !dst || rows < 0 || cols < 1 || ld < cols || (itemsize != 2 && itemsize != 4))
+    return BRGEMM_EINVAL;
+  const int nt = brgemm_cpu_plan_threads(threads);
+  /* column strips, a few per thread, each summed down all rows in f32 */
+  int64_t strip = (cols / (4 * nt) + 15) / 16 * 16;
+  if (strip < 16) strip = 16;
+  const int64_t strips = (cols + strip - 1) / strip;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t s = 0; s < strips; ++s) {
+    const int64_t c0 = s * strip, n = min64(strip, cols - c0);
+    float* out = dst + c0;
+    for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (itemsize == 4) {
+        const float* in = (const float*)src + r * ld + c0;
+        for (int64_t j = 0; j < n; ++j) out[j] += in[j];
+      } else {
+        const uint16_t* in = (const uint16_t*)src + r * ld + c0;
+        for (int64_t j = 0; j < n; ++j) out[j] += brgemm_bf16_to_f32(in[j]);
+      }
+    }
+  }
+  return BRGEMM_OK;
+}

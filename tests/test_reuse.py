@@ -1,0 +1,100 @@
+"""reuse= (blocked weights kept across functional calls) and lstm.Saved: a kept
+copy is used only while provably unchanged (torch version counters) or
+promised so (reuse.Key); results always match the plain call."""
+import numpy as np
+import pytest
+import torch
+
+from primitives import conv, fc, lstm, reuse
+
+
+def close(a, b, scale):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)
+
+
+def test_fc_key_reuses_until_the_version_changes(rng):
+    N, C, K = (int(v) for v in rng.integers(1, 70, 3))
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C)))
+    key = reuse.Key("fc-test", 0)
+    y0 = fc.forward(x, w, reuse=key).copy()
+    close(y0, x @ w.T, C)
+    w *= 2  # changed in place, same key: the caller broke the promise, the copy is kept
+    close(fc.forward(x, w, reuse=key), y0, C)
+    close(fc.forward(x, w, reuse=reuse.Key("fc-test", 1)), x @ w.T, C)  # bumped: rebuilt
+    w2 = w.copy()  # another array under the same key and version: rebuilt
+    close(fc.forward(x, w2, reuse=reuse.Key("fc-test", 1)), x @ w2.T, C)
+    dy = rng.standard_normal((N, K)).astype(np.float32)
+    dx, dw, db = fc.backward(dy, x, w, reuse=reuse.Key("fc-test", 1))
+    close(dx, dy @ w, K)
+    close(dw, dy.T @ x, N)
+    close(db, dy.sum(0), N)
+
+
+def test_torch_versions(rng):
+    C, K, N = 24, 40, 8
+    t = torch.from_numpy(rng.standard_normal((K, C)).astype(np.float32))
+    x = rng.standard_normal((N, C)).astype(np.float32)
+    close(fc.forward(x, t.numpy(), reuse=reuse.tensors(t)), x @ t.numpy().T, C)
+    with torch.no_grad():
+        t.mul_(3)  # bumps t._version: the kept copy is stale and not used
+    close(fc.forward(x, t.numpy(), reuse=reuse.tensors(t)), x @ t.numpy().T, C)
+    before = reuse.nbytes()
+    u = t.clone()  # same contents, another tensor: kept apart
+    close(fc.forward(x, u.numpy(), reuse=reuse.tensors(u)), x @ u.numpy().T, C)
+    assert reuse.nbytes() > before
+    del u
+    fc.forward(x, t.numpy(), reuse=reuse.tensors(t))  # a dead tensor's copy is dropped
+    assert reuse.nbytes() <= before
+
+
+def test_conv_key(rng):
+    x = rng.standard_normal((2, 5, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((7, 5, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((2, 7, 9, 8)).astype(np.float32)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+    ty.backward(torch.from_numpy(dy))
+    for version in (0, 0, 1):
+        key = reuse.Key("conv-test", version)
+        close(conv.forward(x, w, 1, 1, reuse=key), ty.detach().numpy(), 45)
+        dx, dw = conv.backward(dy, x, w, 1, 1, reuse=key)
+        close(dx, tx.grad.numpy(), 63)
+        close(dw, tw.grad.numpy(), 144)
+
+
+def lstm_data(rng, T, N, C, K):
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    return dict(x=r(T, N, C), h0=r(N, K), c0=r(N, K), w_ih=r(4 * K, C) / 4, w_hh=r(4 * K, K) / 4,
+                b=r(4 * K)), dict(dy=r(T, N, K), dhT=r(N, K), dcT=r(N, K))
+
+
+def test_lstm_saved_and_reuse(rng):
+    T, N, C, K = 3, 5, 7, 6
+    a, d = lstm_data(rng, T, N, C, K)
+    plain_y = lstm.forward(**a)[0].copy()
+    plain = [g.copy() for g in lstm.backward(**d, **a)]
+    saved, key = lstm.Saved(), reuse.Key("lstm-test", 0)
+    close(lstm.forward(**a, reuse=key, saved=saved)[0], plain_y, C + K)
+    for got, ref in zip(lstm.backward(**d, **a, reuse=key, saved=saved), plain):
+        close(got, ref, T * N * (C + K))
+    # other arrays than the saved forward's: the backward runs the forward itself
+    b, _ = lstm_data(rng, T, N, C, K)
+    lstm.forward(**a, saved=saved)
+    fresh = lstm.backward(**d, **b)
+    for got, ref in zip(lstm.backward(**d, **b, saved=saved), fresh):
+        close(got, ref, T * N * (C + K))
+
+
+def test_bad_arguments(rng):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(TypeError, match="^reuse"):
+        fc.forward(x, x, reuse="w1")
+    with pytest.raises(TypeError, match="^reuse"):
+        reuse.tensors(x)
+    with pytest.raises(TypeError, match="^reuse"):
+        conv.forward(np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 1, 1), np.float32), reuse=1)
+    a, _ = lstm_data(rng, 2, 2, 3, 4)
+    with pytest.raises(TypeError, match="^saved"):
+        lstm.forward(**a, saved={})
+    with pytest.raises(TypeError, match="^reuse"):
+        lstm.forward(**a, reuse=object())
