@@ -2,7 +2,7 @@
 # The AMX path of the bf16 kernel on the lent machine's Xeon host: build, the
 # AMX cases and every kernel and primitive test with AMX active, the kernel
 # benchmark (AMX peak, one core), then bf16 layers against oneDNN 3.2 with AMX
-# allowed, 2 threads (and 16 with AMX16=1). Arguments pick the layers
+# allowed, 2 threads (and 16 with AMX16=1). Set TESTS=0 to skip the tests. Arguments pick the layers
 # (default: fc conv lstm; "none" for none). Expects .devcarry as
 # device_cpu.sh and device_onednn.sh do; run from the repository root.
 set -uo pipefail
@@ -17,11 +17,17 @@ grep -o 'amx[a-z_0-9]*\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py \
   > $out/build.txt 2>&1 || { tail -30 $out/build.txt; exit 1; }
 python3 -c 'import brgemm; from brgemm.backend import cpu; print(brgemm.info(), "amx peak", cpu.amx_peak(0.3))'
-timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
+[ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
   tests/test_fc.py tests/test_conv.py tests/test_lstm.py > $out/tests.txt 2>&1
 echo "tests exit $?"; tail -15 $out/tests.txt
-OMP_NUM_THREADS=1 taskset -c 2 timeout 120 python3 -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench.txt
+# L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
+for l1 in default ${L1_BUDGETS:-}; do
+  [ $l1 = default ] && unset BRGEMM_AMX_L1 || export BRGEMM_AMX_L1=$l1
+  echo "BRGEMM_AMX_L1=$l1"
+  OMP_NUM_THREADS=1 taskset -c 2 timeout 120 python3 -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench_$l1.txt
+done
+unset BRGEMM_AMX_L1
 parts=${*:-fc conv lstm}
 for what in $parts; do
   [ "$what" = none ] && continue
