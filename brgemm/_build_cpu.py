@@ -53,7 +53,8 @@ ffibuilder.set_source(
     # software tiles the tests use
     sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "brgemm_amx", "brgemm_amx_model",
                                                   "epilogue", "epilogue_avx2", "plan", "layout",
-                                                  "layout_image", "peak", "timing")],
+                                                  "layout_image", "layout_vnni", "peak",
+                                                  "timing")],
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],

@@ -29,6 +29,7 @@ from brgemm import dtypes
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
 from brgemm.kernel import Kernel
+from brgemm.vnni import unpack_block
 
 # ---------------------------------------------------------------- descriptions
 
@@ -46,6 +47,7 @@ class Block:
     c_dtype: str = "f32"
     beta: float = 1.0
     alpha: float = 1.0
+    b_vnni: bool = False    # B tiles in VNNI pairs (brgemm.vnni), offsets at a block's first pair
 
     @property
     def flops(self):
@@ -147,7 +149,16 @@ class Eager:
                                                alpha=blk.alpha, backend=self.backend,
                                                lda=blk.lda, ldb=blk.ldb)
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
-        kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
+        if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
+            B = np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs])
+            kern = self._kernels.get((blk, "plain b"))
+            if kern is None:
+                kern = self._kernels[blk, "plain b"] = Kernel(
+                    blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
+                    backend=self.backend, lda=blk.lda, ldb=blk.n)
+            kern.offs(self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
+        else:
+            kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
         for op in ops:
             self._apply(op, C)
 
@@ -377,7 +388,8 @@ class Plan:
                     cpu = self._cpu
                     kernels = [cpu.CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype,
                                              m=b.m, n=b.n, k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc,
-                                             alpha=b.alpha, beta=b.beta) for b in self.blocks]
+                                             alpha=b.alpha, beta=b.beta, b_vnni=b.b_vnni)
+                               for b in self.blocks]
                     self._cpu_plan = (kernels, self._describe(kernels))
         return self._cpu_plan
 

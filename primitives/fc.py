@@ -17,6 +17,7 @@ update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
 its L2 (see the LSTM's defaults).
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.layouts import (column_sums, convert, from_blocks, nblocks, pick_block, to_blocks,
                             transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._config import geometry as cached_geometry
@@ -41,9 +43,10 @@ _plans = P.PlanCache(maxsize=128)
 
 # ---------------------------------------------------------------- the loop nests
 
-def forward_nest(ex, loops, g, dtype, epilogue):
+def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
-    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
+    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
+                    b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, k, c0 = at["n"], at["k"], at["c"]
@@ -56,9 +59,10 @@ def forward_nest(ex, loops, g, dtype, epilogue):
                 ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
 
 
-def backward_nest(ex, loops, g, dtype, epilogue):
+def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
-    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0)
+    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
+                    b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, c, k0 = at["n"], at["c"], at["k"]
@@ -71,9 +75,10 @@ def backward_nest(ex, loops, g, dtype, epilogue):
                 ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
 
 
-def update_nest(ex, loops, g, dtype, epilogue):
+def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
-    first = P.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0)
+    first = P.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
+                    b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         k, c, n0 = at["k"], at["c"], at["n"]
@@ -230,12 +235,23 @@ _PLAIN_NESTS = {"fwd": forward_plain_nest, "bwd": backward_plain_nest, "upd": up
 _PLAIN_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("dyt", "x", "dw")}
 
 
-def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False):
+def vnni_passes(g, dtype, backend):
+    """The blocked passes whose B tiles are kept in VNNI pairs here (AMX): the
+    forward's w (depth bc), the backward's wt (bk), the update's dy (bn)."""
+    depth = {"fwd": g.bc, "bwd": g.bk, "upd": g.bn}
+    return frozenset(p for p, k in depth.items() if takes_vnni_b(k, dtype, backend))
+
+
+def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
+         vnni=False):
     """The recorded plan of one pass (cached by geometry and options); plain: the
-    functional form's plan, on plain matrices as the plain nests above say."""
+    functional form's plan, on plain matrices as the plain nests above say;
+    vnni: the blocked plan's B tiles (w, wt, dy) in VNNI pairs (see vnni_passes)."""
     if plain and bf16_out:
         raise ValueError("bf16_out: the plain (functional) plans write f32 only")
-    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain)
+    if plain and vnni:
+        raise ValueError("vnni: the plain (functional) plans read B tiles as they are")
+    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
         a, b, c = (_PLAIN_TENSORS if plain else _TENSORS)[pass_]
@@ -245,8 +261,8 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
         if bf16_out:
             tensors[c + "16"] = "bf16"
         rec = P.Recorder(tensors)
-        (_PLAIN_NESTS if plain else _NESTS)[pass_](
-            rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
+        nest = _PLAIN_NESTS[pass_] if plain else functools.partial(_NESTS[pass_], vnni=vnni)
+        nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
         return rec.finish()
     return _plans.get(key, record)
 
@@ -396,10 +412,13 @@ class Linear:
         g = self.g = geometry(N, self.C, self.K, self.config, self.blocks)
         bf16 = self.dtype == "bf16"
         ab = dtypes.NUMPY[self.dtype]
+        vnni = self.vnni = vnni_passes(g, self.dtype, self.backend)
         self.plans = {"fwd": plan(g, "fwd", self.dtype, self.bias is not None,
-                                  None if self.activation == "none" else self.activation, bf16),
-                      "bwd": plan(g, "bwd", self.dtype, bf16_out=bf16),
-                      "upd": plan(g, "upd", self.dtype)}
+                                  None if self.activation == "none" else self.activation, bf16,
+                                  vnni="fwd" in vnni),
+                      "bwd": plan(g, "bwd", self.dtype, bf16_out=bf16, vnni="bwd" in vnni),
+                      "upd": plan(g, "upd", self.dtype, vnni="upd" in vnni)}
+        self.dy_vnni = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), ab) if "upd" in vnni else None
         self.y = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.y16 = aligned_empty(self.y.shape, ab) if bf16 else None
         self.dx = aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
@@ -417,6 +436,10 @@ class Linear:
         weight = self.weight.astype(ab, copy=False)
         self.w = to_blocks(weight, g.bc, g.bk, transpose=True, swap_grid=True)
         self.wt = to_blocks(weight, g.bk, g.bc, swap_grid=True)
+        if "fwd" in self.vnni:  # AMX reads B tiles as VNNI pairs: repacked once per change
+            self.w = vnni_tiles(self.w)
+        if "bwd" in self.vnni:
+            self.wt = vnni_tiles(self.wt)
         self.b = np.zeros(g.Kb * g.bk, np.float32)
         if self.bias is not None:
             self.b[:self.K] = self.bias
@@ -444,7 +467,8 @@ class Linear:
     def update_blocked(self, dz):
         """dW^T tiles into self.dw and db from dz; needs the forward's x."""
         transpose_blocks(self.x, out=self.xt)  # [Cb][Nb][bc][bn]: x^T tiles
-        self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dz, dw=self.dw)
+        dy = dz if self.dy_vnni is None else vnni_tiles(np.ascontiguousarray(dz), out=self.dy_vnni)
+        self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dy, dw=self.dw)
         if self.bias is not None:
             self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
 

@@ -110,3 +110,45 @@ def test_views_with_row_strides(rng):
     outside = np.ones(big_c.shape, bool)
     outside[2:m + 2, 1:n + 1] = False
     np.testing.assert_array_equal(big_c[outside], C0[outside])
+
+
+@pytest.mark.parametrize("N,C,K", [(32, 64, 48), (18, 96, 64), (64, 40, 34)])
+def test_linear_keeps_vnni_tiles(rng, N, C, K):
+    """fc.Linear on AMX keeps w, wt and the update's dy in VNNI pairs: the
+    forward, data and weight gradients still match float64 NumPy."""
+    from primitives import fc
+    lin = fc.Linear(C, K, bias=True, dtype="bf16", rng=rng)
+    x = rng.standard_normal((N, C)).astype(np.float32)
+    dy = rng.standard_normal((N, K)).astype(np.float32)
+    lin.prepare(N)
+    print("VNNI passes:", sorted(lin.vnni), "blocks", lin.g.bn, lin.g.bc, lin.g.bk)
+    assert lin.vnni, "no pass of these shapes reads VNNI tiles"
+    y = lin.forward(x)
+    dx = lin.backward(dy)
+    xb = x.astype(brgemm.bfloat16).astype(np.float64)
+    wb = lin.weight.astype(brgemm.bfloat16).astype(np.float64)
+    dyb = dy.astype(brgemm.bfloat16).astype(np.float64)
+    # bf16 inputs, f32 accumulation, one bf16 rounding of each output at most
+    for got, want, mag in ((y, xb @ wb.T + lin.bias, np.abs(xb) @ np.abs(wb).T + np.abs(lin.bias)),
+                           (dx, dyb @ wb, np.abs(dyb) @ np.abs(wb)),
+                           (lin.grad_weight, dyb.T @ xb, np.abs(dyb).T @ np.abs(xb))):
+        err = np.abs(np.asarray(got, np.float64) - want)
+        assert np.all(err <= 1e-2 * mag + 1e-6), f"max err/mag {np.max(err / (mag + 1e-30)):.3g}"
+
+
+def test_eager_reads_vnni_blocks_as_the_plan_does(rng):
+    """The eager executor unpacks b_vnni blocks: it and the replay agree."""
+    from brgemm import plan as P
+    from brgemm.vnni import vnni_tiles
+    from primitives import fc
+    g = fc.geometry(40, 64, 32, blocks=(20, 32, 32))
+    w = vnni_tiles(bf16(rng, (g.Kb, g.Cb, g.bc, g.bk)))
+    x = bf16(rng, (g.Nb, g.Cb, g.bn, g.bc))
+    y_plan, y_eager = (np.zeros((g.Nb, g.Kb, g.bn, g.bk), np.float32) for _ in range(2))
+    fc.plan(g, "fwd", "bf16", vnni=True).run(x=x, w=w, y=y_plan)
+    fc.forward_nest(P.Eager(x=x, w=w, y=y_eager), fc._loops(g, "fwd"), g, "bf16",
+                    lambda n, k: (), vnni=True)
+    np.testing.assert_allclose(y_eager, y_plan, rtol=1e-5, atol=1e-5)
+    plain = np.zeros_like(y_plan)  # and both differ from reading the same bytes as plain tiles
+    fc.plan(g, "fwd", "bf16").run(x=x, w=w, y=plain)
+    assert not np.allclose(plain, y_plan)

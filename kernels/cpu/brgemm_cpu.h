@@ -184,6 +184,11 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
                            int swap_grid, int transpose, int src_itemsize, void* dst, int64_t ld,
                            int dst_itemsize, int threads);
 
+/* bf16 tiles [tiles][rows][cols] -> [tiles][rows/2][cols][2] (rows even, dst
+ * apart from src): B tiles as the AMX kernel reads them with desc.b_vnni. */
+int brgemm_cpu_vnni_tiles(const void* src, int64_t tiles, int64_t rows, int64_t cols, void* dst,
+                          int threads);
+
 /* Tiles of M as [Rb][Sb][br][bs] -> tiles of M^T as [Sb][Rb][bs][br]. */
 int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
                           int itemsize, void* dst, int threads);
