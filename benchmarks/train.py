@@ -7,7 +7,8 @@ the same order (epochs interleaved, ours first, so machine noise hits both):
           scikit-learn's load_digits: 8x8 images of handwritten digits, 10 classes
   chars   a character-level LSTM language model (embedding, one LSTM layer,
           linear read-out) on the standard library's pydoc_data topics text
-Prints per epoch the mean training loss and seconds of both sides, then whether
+Prints per epoch the mean training loss and seconds of both sides, the loss and
+accuracy on held-out examples (a seeded sixth of each data set), and whether
 the curves agree within noise: the last epoch's mean losses differ by less than
 twice the standard error of its batch losses (float rounding makes the two runs
 drift apart slowly; they never share a batch loss bit for bit after the first
@@ -75,25 +76,27 @@ class Task:
         self.name = name
         self.order = np.random.default_rng(seed)
         if name == "digits":
-            self.x, self.y = digits_data()
-            self.batch = 32
+            x, y = digits_data()
+            self.batch, self.lr = 32, 0.05
             torch.manual_seed(seed)
             self.model = digits_model()
-            self.lr = 0.05
         else:
             text = chars_text()
             text = text[:40_000] if quick else text[:240_000]
             vocab = sorted(set(text))
             index = {c: i for i, c in enumerate(vocab)}
             ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
-            self.seq = 64
-            n = (len(ids) - 1) // self.seq
-            self.x = ids[:n * self.seq].reshape(n, self.seq)
-            self.y = ids[1:n * self.seq + 1].reshape(n, self.seq)
-            self.batch = 32
+            seq = 64
+            n = (len(ids) - 1) // seq
+            x, y = ids[:n * seq].reshape(n, seq), ids[1:n * seq + 1].reshape(n, seq)
+            self.batch, self.lr = 32, 1.0
             torch.manual_seed(seed)
             self.model = CharLM(len(vocab))
-            self.lr = 1.0
+        # a seeded split: a sixth of the examples held out for the final evaluation
+        perm = torch.from_numpy(np.random.default_rng(seed).permutation(len(x)))
+        held = len(x) // 6
+        self.x, self.y = x[perm[held:]], y[perm[held:]]
+        self.x_test, self.y_test = x[perm[:held]], y[perm[:held]]
 
     def epoch_batches(self):
         """The next epoch's batches (a fresh shuffle; both sides get the same list)."""
@@ -104,6 +107,15 @@ class Task:
     def loss(self, model, x, y):
         out = model(x)
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    def evaluate(self, model):
+        """Loss (and for digits the accuracy) on the held-out examples."""
+        with torch.no_grad():
+            out = model(self.x_test)
+            loss = nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                               self.y_test.reshape(-1)).item()
+            acc = (out.argmax(-1) == self.y_test).double().mean().item()
+        return loss, acc
 
     def optimizer(self, model):
         return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=0.9)
@@ -120,9 +132,11 @@ def pair(task):
 
 
 def run_epoch(task, model, opt, batches, bar=None):
-    """One epoch of SGD; the batch losses and the seconds it took."""
+    """One epoch of SGD: the batch losses, and the wall-clock and process CPU
+    seconds it took (CPU seconds count the work of every thread; on a machine
+    others share they vary less than wall time)."""
     losses = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for x, y in batches:
         opt.zero_grad(set_to_none=True)
         loss = task.loss(model, x, y)
@@ -132,7 +146,7 @@ def run_epoch(task, model, opt, batches, bar=None):
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-    return losses, time.perf_counter() - t0
+    return losses, time.perf_counter() - t0, time.process_time() - c0
 
 
 def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
@@ -140,7 +154,7 @@ def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
     task = Task(name, seed, quick)
     models = dict(zip(("ours", "torch"), pair(task)))
     opts = {side: task.optimizer(m) for side, m in models.items()}
-    result = {side: dict(losses=[], seconds=[]) for side in models}
+    result = {side: dict(losses=[], seconds=[], cpu_seconds=[]) for side in models}
     for epoch in range(epochs):
         batches = task.epoch_batches()[:max_steps]
         for side, model in models.items():
@@ -149,11 +163,14 @@ def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
                 from tqdm import tqdm
                 bar = tqdm(total=len(batches), desc=f"{name} epoch {epoch + 1}/{epochs} {side:5}",
                            leave=False, unit="batch")
-            losses, seconds = run_epoch(task, model, opts[side], batches, bar)
+            losses, seconds, cpu = run_epoch(task, model, opts[side], batches, bar)
             if bar is not None:
                 bar.close()
             result[side]["losses"].append(losses)
             result[side]["seconds"].append(seconds)
+            result[side]["cpu_seconds"].append(cpu)
+    for side, model in models.items():
+        result[side]["test_loss"], result[side]["test_accuracy"] = task.evaluate(model)
     return result
 
 
@@ -169,21 +186,31 @@ def agreement(result):
 
 def report(name, result):
     ours, theirs = result["ours"], result["torch"]
-    print(f"\n{name}: epoch  loss ours  loss torch   s ours  s torch")
-    for e, (lo, lt, so, st) in enumerate(zip(ours["losses"], theirs["losses"], ours["seconds"],
-                                             theirs["seconds"])):
-        print(f"{'':{len(name)}}  {e + 1:5d}  {statistics.fmean(lo):9.4f}  "
-              f"{statistics.fmean(lt):10.4f}  {so:7.2f}  {st:7.2f}")
+    print(f"\n{name}: epoch  loss ours  loss torch   s ours  s torch  cpu s ours  cpu s torch")
+    for e, (lo, lt, so, st, co, ct) in enumerate(zip(
+            ours["losses"], theirs["losses"], ours["seconds"], theirs["seconds"],
+            ours["cpu_seconds"], theirs["cpu_seconds"])):
+        print(f"{'':{len(name)}}  {e + 1:5d}  {statistics.fmean(lo):9.4g}  "
+              f"{statistics.fmean(lt):10.4g}  {so:7.2f}  {st:7.2f}  {co:10.2f}  {ct:11.2f}")
     mo, mt, diff, noise = agreement(result)
     # the first epoch records plans and JIT-compiles kernels: left out when there are more
     steady = slice(1, None) if len(ours["seconds"]) > 1 else slice(None)
     so, st = (statistics.fmean(r["seconds"][steady]) for r in (ours, theirs))
-    print(f"{name}: last epoch loss ours {mo:.4f}, torch {mt:.4f}, |diff| {diff:.4f} "
-          f"{'<' if diff < noise else '>='} noise {noise:.4f} "
+    co, ct = (statistics.fmean(r["cpu_seconds"][steady]) for r in (ours, theirs))
+    print(f"{name}: last epoch loss ours {mo:.4g}, torch {mt:.4g}, |diff| {diff:.2g} "
+          f"{'<' if diff < noise else '>='} noise {noise:.2g} "
           f"({'agree' if diff < noise else 'DIFFER'}); s/epoch ours {so:.2f}, torch {st:.2f} "
-          f"(ours/torch {so / st:.2f})")
+          f"(ours/torch {so / st:.2f}); cpu s/epoch ours {co:.2f}, torch {ct:.2f} "
+          f"(ours/torch {co / ct:.2f})")
+    print(f"{name}: held-out loss ours {ours['test_loss']:.4f}, torch {theirs['test_loss']:.4f}; "
+          f"accuracy (next {'character' if name == 'chars' else 'digit'}) ours "
+          f"{ours['test_accuracy']:.4f}, torch {theirs['test_accuracy']:.4f}")
     return dict(last_loss_ours=mo, last_loss_torch=mt, diff=diff, noise=noise,
-                s_per_epoch_ours=so, s_per_epoch_torch=st, agree=diff < noise)
+                s_per_epoch_ours=so, s_per_epoch_torch=st, cpu_s_per_epoch_ours=co,
+                cpu_s_per_epoch_torch=ct, agree=diff < noise,
+                test_loss_ours=ours["test_loss"], test_loss_torch=theirs["test_loss"],
+                test_accuracy_ours=ours["test_accuracy"],
+                test_accuracy_torch=theirs["test_accuracy"])
 
 
 def plot(results, path):
@@ -200,7 +227,7 @@ def plot(results, path):
                             ("ours", dict(color="tab:red", lw=1))):
             steps = [v for epoch in result[side]["losses"] for v in epoch]
             ax.plot(range(1, len(steps) + 1), steps, label=f"{side} (last epoch "
-                    f"{statistics.fmean(result[side]['losses'][-1]):.3f})", **style)
+                    f"{statistics.fmean(result[side]['losses'][-1]):.3g})", **style)
         ax.set_xlabel("step")
         ax.set_ylabel("training loss (cross-entropy)")
         ax.set_yscale("log")
@@ -221,7 +248,7 @@ def run(quick=False, epochs=None, threads=None, tasks=TASKS, seed=0):
         torch.set_num_threads(threads)
     print(f"machine: {machine()}; threads: torch {torch.get_num_threads()}, ours "
           f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}")
-    epochs = epochs or {"digits": 2 if quick else 15, "chars": 2 if quick else 4}
+    epochs = epochs or {"digits": 2 if quick else 10, "chars": 2 if quick else 4}
     results, summary = {}, {}
     for name in tasks:
         n = epochs[name] if isinstance(epochs, dict) else epochs

@@ -54,6 +54,19 @@ def bilinear_check(fn, inputs, ours, dy, rel, names):
             assert_close(name, got, r.grad, rel * (a.grad + 1e-30))
 
 
+# ---------------------------------------------------------------- tensors <-> arrays
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_contiguous_tensors_are_viewed_not_copied(gen, dtype):
+    t = rand(gen, 5, 7, dtype=dtype)
+    a = pnn._array(t)
+    assert a.__array_interface__["data"][0] == t.data_ptr() and a.shape == (5, 7)
+    assert torch.equal(pnn._tensor(a), t)
+    assert pnn._tensor(a).data_ptr() == t.data_ptr()
+    strided = t.t()  # the layout does not allow a view: a contiguous copy
+    assert torch.equal(pnn._tensor(pnn._array(strided)), strided)
+
+
 # ---------------------------------------------------------------- Linear
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
