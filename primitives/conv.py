@@ -22,6 +22,7 @@ conv_update.py); this module holds the geometry, the plans, the layouts, the
 functional forms, the layer and the tuner's search space.
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block,
                             taps_from_blocks, taps_to_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._config import geometry as cached_geometry
@@ -124,15 +126,27 @@ _NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
 _TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "x", "dw")}
 
 
-def plan(g, pass_, dtype="f32"):
+def vnni_passes(g, dtype, backend):
+    """The passes whose weight tiles are kept in VNNI pairs here (AMX): the
+    forward's w (depth bc) and the backward's wt (bk)."""
+    return frozenset(p for p, k in (("fwd", g.bc), ("bwd", g.bk)) if takes_vnni_b(k, dtype, backend))
+
+
+def plan(g, pass_, dtype="f32", vnni=False):
+    """vnni: the forward's or backward's weight tiles in VNNI pairs (vnni_passes)."""
+    if vnni and pass_ == "upd":
+        raise ValueError("vnni: the weight update streams images, not weight tiles")
+
     def record():
         nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
         if pass_ == "upd" and narrow(g):
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
         rec = P.Recorder({a: dtype, b: dtype, c: "f32"})
+        if vnni:
+            nest = functools.partial(nest, vnni=True)
         nest(rec, _loops(g, pass_), g, dtype)
         return rec.finish()
-    return _plans.get((g, pass_, dtype), record)
+    return _plans.get((g, pass_, dtype, vnni), record)
 
 
 def update_inputs(x, dy, g, dtype, buffer=None):
@@ -249,15 +263,20 @@ _scratch = Scratch()  # blocked copies of one call's operands
 _results = Recycler()  # the arrays the functional forms return
 
 
-def _weights(w, g, dtype, transposed, token):
-    """w blocked for the forward (or, transposed, backward-data), kept under
-    `token` while provably unchanged (primitives.reuse)."""
+def _weights(w, g, dtype, transposed, token, vnni=False):
+    """w blocked for the forward (or, transposed, backward-data), in VNNI pairs
+    with vnni, kept under `token` while provably unchanged (primitives.reuse)."""
     shape = (g.Cb, g.Kb, g.R, g.S, g.bk, g.bc) if transposed else \
         (g.Kb, g.Cb, g.R, g.S, g.bc, g.bk)
-    return _reuse.blocked(
-        token, ("conv", "wt" if transposed else "w", g, dtype), (w,),
-        lambda: block_w(w, g, dtype, transposed,
-                        out=None if token else _scratch.get("w", shape, dtypes.NUMPY[dtype])))
+
+    def blocked():
+        t = block_w(w, g, dtype, transposed,
+                    out=None if token else _scratch.get("w", shape, dtypes.NUMPY[dtype]))
+        if not vnni:
+            return t
+        return vnni_tiles(t, out=None if token else _scratch.get("w_vnni", shape, t.dtype))
+    return _reuse.blocked(token, ("conv", "wt" if transposed else "w", g, dtype, vnni), (w,),
+                          blocked)
 
 
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
@@ -269,9 +288,10 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     g = geometry(*dims, stride, padding, config)
     ab = dtypes.NUMPY[dtype]
     y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
-    plan(g, "fwd", dtype).run(
+    vnni = "fwd" in vnni_passes(g, dtype, backend)
+    plan(g, "fwd", dtype, vnni).run(
         backend=backend, x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-        w=_weights(w, g, dtype, False, token), y=y)
+        w=_weights(w, g, dtype, False, token, vnni), y=y)
     return unblock_y(y, g, x.dtype, out=_results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype))
 
 
@@ -289,8 +309,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab = dtypes.NUMPY[dtype]
     dx = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-    plan(g, "bwd", dtype).run(
-        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token),
+    vnni = "bwd" in vnni_passes(g, dtype, backend)
+    plan(g, "bwd", dtype, vnni).run(
+        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token, vnni),
         dyp=block_y(dy, g, dtype, bordered=True,
                     out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
     dw = update_output(g, _scratch.get)
@@ -331,7 +352,8 @@ class Conv2d:
                              f"{W + 2 * self.padding[1]}) is smaller than the {self.R}x{self.S} kernel")
         g = self.g = geometry(N, self.C, self.K, H, W, self.R, self.S, self.stride, self.padding,
                               self.config)
-        self.plans = {p: plan(g, p, self.dtype) for p in ("fwd", "bwd", "upd")}
+        self.vnni = vnni_passes(g, self.dtype, self.backend)
+        self.plans = {p: plan(g, p, self.dtype, p in self.vnni) for p in ("fwd", "bwd", "upd")}
         self.load_weights()
         return g
 
@@ -340,6 +362,10 @@ class Conv2d:
         if self.g is not None:
             self.w = block_w(self.weight, self.g, self.dtype)
             self.wt = block_w(self.weight, self.g, self.dtype, transposed=True)
+            if "fwd" in self.vnni:  # AMX reads weight tiles as VNNI pairs: repacked per change
+                self.w = vnni_tiles(self.w)
+            if "bwd" in self.vnni:
+                self.wt = vnni_tiles(self.wt)
 
     def forward_blocked(self, x):
         g = self.g

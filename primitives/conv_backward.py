@@ -4,7 +4,7 @@ from brgemm import plan as P
 from primitives._calls import blocks_per_call
 
 
-def backward_nest(ex, loops, g, dtype):
+def backward_nest(ex, loops, g, dtype, vnni=False):
     """dx[n][c][h][w] for the input's pixels w = first + sw*u of one residue class
     (one class per call) = sum over k and the taps (r, s) with h - r = sh*p and
     w - s = sw*q of dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its
@@ -26,7 +26,7 @@ def backward_nest(ex, loops, g, dtype):
         per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
         for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
             ex.gemm(P.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
+                            beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
                     "dyp", [dy_at(k, r, s) for k, r, s in taps[i:i + per_call]],
                     "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc
                            for k, r, s in taps[i:i + per_call]],

@@ -4,7 +4,7 @@ from brgemm import plan as P
 from primitives._calls import blocks_per_call
 
 
-def forward_nest(ex, loops, g, dtype):
+def forward_nest(ex, loops, g, dtype, vnni=False):
     """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s]."""
     for phase, task, at in loops.walk():
         n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
@@ -14,7 +14,7 @@ def forward_nest(ex, loops, g, dtype):
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
         for i in range(0, len(taps), per_call):
             ex.gemm(P.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
+                            beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
                           for c, r, s in taps[i:i + per_call]],
                     "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk

@@ -152,3 +152,42 @@ def test_eager_reads_vnni_blocks_as_the_plan_does(rng):
     plain = np.zeros_like(y_plan)  # and both differ from reading the same bytes as plain tiles
     fc.plan(g, "fwd", "bf16").run(x=x, w=w, y=plain)
     assert not np.allclose(plain, y_plan)
+
+
+@pytest.mark.parametrize("layer", [True, False])
+def test_conv_reads_vnni_weight_tiles(rng, layer):
+    """conv forward and backward on AMX read w and wt as VNNI pairs (layer and
+    functional forms) and still match float64 NumPy."""
+    from primitives import conv
+    N, C, K, H, W = 2, 32, 48, 6, 7
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (0.2 * rng.standard_normal((K, C, 3, 3))).astype(np.float32)
+    dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
+    if layer:
+        c = conv.Conv2d(C, K, 3, padding=1, dtype="bf16", rng=rng)
+        c.weight[...] = w
+        c.prepare(N, H, W)
+        c.load_weights()
+        assert c.vnni == {"fwd", "bwd"}, c.vnni
+        y, (dx, dw) = c.forward(x), (c.backward(dy), None)
+    else:
+        assert conv.vnni_passes(conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1)), "bf16", "cpu")
+        y = conv.forward(x, w, padding=1, dtype="bf16")
+        dx, dw = conv.backward(dy, x, w, padding=1, dtype="bf16")
+    q = lambda a: a.astype(brgemm.bfloat16).astype(np.float64)  # noqa: E731
+    xp = np.pad(q(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.stack([xp[:, :, r:r + H, s:s + W] for r in range(3) for s in range(3)], 2)
+    wm = q(w).reshape(K, C, 9)
+    want_y = np.einsum("nctpq,kct->nkpq", cols, wm)
+    mag_y = np.einsum("nctpq,kct->nkpq", np.abs(cols), np.abs(wm))
+    assert np.all(np.abs(np.asarray(y, np.float64) - want_y) <= 1e-2 * mag_y + 1e-6)
+    dyp = np.pad(q(dy), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    wf = q(w)[:, :, ::-1, ::-1]  # dx = dy (full-padded) conv with flipped, transposed w
+    dcols = np.stack([dyp[:, :, r:r + H, s:s + W] for r in range(3) for s in range(3)], 2)
+    want_dx = np.einsum("nktpq,kct->ncpq", dcols, wf.reshape(K, C, 9))
+    mag_dx = np.einsum("nktpq,kct->ncpq", np.abs(dcols), np.abs(wf.reshape(K, C, 9)))
+    assert np.all(np.abs(np.asarray(dx, np.float64) - want_dx) <= 1e-2 * mag_dx + 1e-6)
+    if dw is not None:
+        want_dw = np.einsum("nctpq,nkpq->kct", cols, q(dy)).reshape(w.shape)
+        mag_dw = np.einsum("nctpq,nkpq->kct", np.abs(cols), np.abs(q(dy))).reshape(w.shape)
+        assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= 1e-2 * mag_dw + 1e-6)
