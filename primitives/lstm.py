@@ -31,6 +31,7 @@ from brgemm.arrays import Recycler, aligned_empty
 from brgemm.layouts import (column_sums, from_blocks, nblocks, pick_block, to_blocks,
                             transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, positive
 from primitives._calls import blocks_per_call
@@ -95,10 +96,11 @@ def geometry(T, N, C, K, config=None):
 
 # ---------------------------------------------------------------- the recurrent nest
 
-def recurrent_nest(ex, loops, g, dtype):
+def recurrent_nest(ex, loops, g, dtype, vnni=False):
     """Per step t: G[t][n][q][k] += sum_j h[t][n][j] @ wh[q][k][j] for q = i, f, g, o;
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
-    blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0)
+    blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
+                  b_vnni=vnni)
     tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
     per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     for phase, task, at in loops.walk():
@@ -121,7 +123,7 @@ def recurrent_nest(ex, loops, g, dtype):
                         "G", gate, ops=ops if i + per_call >= g.Kb else ())
 
 
-def recurrent_plan(g, dtype):
+def recurrent_plan(g, dtype, vnni=False):
     def record():
         tensors = {"G": "f32", "c": "f32", "h": "f32", "wh": dtype}
         if dtype == "bf16":
@@ -129,12 +131,12 @@ def recurrent_plan(g, dtype):
         rec = P.Recorder(tensors)
         loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
                                     Loop("k", 0, g.Kb, 1)])
-        recurrent_nest(rec, loops, g, dtype)
+        recurrent_nest(rec, loops, g, dtype, vnni)
         return rec.finish()
-    return _plans.get(("rec", g, dtype), record)
+    return _plans.get(("rec", g, dtype, vnni), record)
 
 
-def backward_nest(ex, loops, g, dtype="f32"):
+def backward_nest(ex, loops, g, dtype="f32", vnni=False):
     """Steps t = T-1 .. 0, a phase each: dh[n][k] = sum_{q, j} dG[t+1][n][q][j] @
     wht[k][q][j] (the dh flowing back from the next step; at the last step dhr
     already holds dhT), then the cell's derivatives on that block as an
@@ -158,13 +160,13 @@ def backward_nest(ex, loops, g, dtype="f32"):
         for i in starts:
             part = qj[i:i + per_call]
             ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if qj and i == 0 else 1.0),
+                            beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
                     dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
                     "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
                     "dhr", st, ops=(op,) if i == starts[-1] else ())
 
 
-def backward_plan(g, dtype="f32"):
+def backward_plan(g, dtype="f32", vnni=False):
     def record():
         tensors = dict.fromkeys(("dy", "G", "c", "dc", "dG", "dhr"), "f32")
         tensors["wht"] = dtype
@@ -173,14 +175,22 @@ def backward_plan(g, dtype="f32"):
         rec = P.Recorder(tensors)
         loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
                                     Loop("k", 0, g.Kb, 1)])
-        backward_nest(rec, loops, g, dtype)
+        backward_nest(rec, loops, g, dtype, vnni)
         return rec.finish()
-    return _plans.get(("bptt", g, dtype), record)
+    return _plans.get(("bptt", g, dtype, vnni), record)
 
 
 # ---------------------------------------------------------------- the layer
 
-def block_weights(w_ih, w_hh, b, g, dtype):
+def vnni_operands(g, dtype, backend):
+    """What this layer keeps in VNNI pairs here (AMX): "x" the W_ih tiles the
+    input projection reads (depth bc), "h" every W_hh tile and W_ih^T (depth
+    bk), "upd" dG for the weight updates (depth bn, repacked once per call)."""
+    depth = {"x": g.bc, "h": g.bk, "upd": g.bn}
+    return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
+
+
+def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
     """The layer's blocked weights: wx (W_ih^T tiles, [4Kb][Cb][bc][bk]), wx_t
     (W_ih tiles), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]), wh_t, and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
@@ -196,8 +206,12 @@ def block_weights(w_ih, w_hh, b, g, dtype):
                   out=wh[q * Kb:(q + 1) * Kb])
     bp = np.zeros((4, g.Kp), np.float32)
     bp[:, :K] = b.reshape(4, K)
-    return dict(wx=wx, wx_t=transpose_blocks(wx), wh=wh, wh_t=transpose_blocks(wh),
-                bp=bp.reshape(-1))
+    out = dict(wx=wx, wx_t=transpose_blocks(wx), wh=wh, wh_t=transpose_blocks(wh),
+               bp=bp.reshape(-1))
+    for name, operand in (("wx", "x"), ("wx_t", "h"), ("wh", "h"), ("wh_t", "h")):
+        if operand in vnni:  # after the transposes, which read the plain tiles
+            out[name] = vnni_tiles(out[name])
+    return out
 
 
 class LSTM:
@@ -228,9 +242,13 @@ class LSTM:
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
         self.gx, self.gh1 = g.fc_input(), g.fc_hidden(1)
         self.gh = g.fc_hidden(T, g.hpair * g.bk)
-        self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True), rec=recurrent_plan(g, d),
-                          dx=fc.plan(self.gx, "bwd", d), dwx=fc.plan(self.gx, "upd", d),
-                          dh=fc.plan(self.gh1, "bwd", d), dwh=fc.plan(self.gh, "upd", d))
+        v = self.vnni = vnni_operands(g, d, self.backend)
+        self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True, vnni="x" in v),
+                          rec=recurrent_plan(g, d, "h" in v),
+                          dx=fc.plan(self.gx, "bwd", d, vnni="h" in v),
+                          dwx=fc.plan(self.gx, "upd", d, vnni="upd" in v),
+                          dh=fc.plan(self.gh1, "bwd", d, vnni="h" in v),
+                          dwh=fc.plan(self.gh, "upd", d, vnni="upd" in v))
         tile = (g.bn, g.bk)
         self.G = aligned_empty((T * g.Nb, 4 * g.Kb) + tile, np.float32)
         self.h = aligned_empty((T + 1, g.Nb, g.Kb) + tile, np.float32)
@@ -246,8 +264,10 @@ class LSTM:
         g = self.g
         if g is None or self.w_ih is None:
             return
-        blocked = _reuse.blocked(token, ("lstm", g, self.dtype), (self.w_ih, self.w_hh, self.b),
-                                 lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype))
+        blocked = _reuse.blocked(token, ("lstm", g, self.dtype, self.vnni),
+                                 (self.w_ih, self.w_hh, self.b),
+                                 lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype,
+                                                       self.vnni))
         self.__dict__.update(blocked)
 
     def set_weights(self, w_ih, w_hh, b, token=None):
@@ -327,7 +347,7 @@ class LSTM:
         t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.wh_t)
         if self.dtype == "bf16":
             t["dG16"] = self._buffer("dG16", self.G.shape, ab)
-        backward_plan(g, self.dtype).run(backend=self.backend, **t)
+        backward_plan(g, self.dtype, "h" in self.vnni).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
@@ -346,6 +366,8 @@ class LSTM:
         dwx = self._buffer("dwx", (4 * g.Kb, g.Cb, g.bc, g.bk))
         xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, g.T * g.Nb, g.bc, g.bn),
                                                          self.xb.dtype))
+        if "upd" in self.vnni:  # both updates stream dG as B: VNNI pairs, once per call
+            dG = vnni_tiles(dG, out=self._buffer("dG_vnni", dG.shape, dG.dtype))
         self.plans["dwx"].run(backend=self.backend, xt=xt, dy=dG, dw=dwx)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
