@@ -5,7 +5,8 @@
 # CUDA tests and every backend-parametrized test on "cuda", then time the
 # CUDA backend against PyTorch. Logs go to $OUT. Run from the repository root;
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
-# Arguments: benchmarks.gpu options (default: all of it).
+# Arguments: benchmarks.gpu options (default: all of it). VARIANTS="5 6": also
+# build the tensor-core path with that many pipeline stages and time GEMM on each.
 set -uo pipefail
 OUT=${OUT:-/tmp}
 DEVCARRY=${DEVCARRY:-.devcarry}
@@ -26,4 +27,8 @@ echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.t
 t0=$(date +%s)
 timeout 200 python3 -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
 echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error" $OUT/suite_cuda.txt | tail -8
-timeout 200 python3 -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+timeout 300 python3 -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+for st in ${VARIANTS:-}; do
+  python3 -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue
+  echo "--- STAGES=$st"; BRGEMM_CUDA_FATBIN=/tmp/v$st.fatbin timeout 60 python3 -m benchmarks.gpu --what gemm 2>&1 | tail -4
+done

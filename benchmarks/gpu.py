@@ -1,6 +1,6 @@
 """The CUDA backend against PyTorch (cuBLAS, cuDNN) in the same run, on the same GPU.
 
-    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv]
+    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv,lstm]
 
 Ours: a recorded plan replayed on PyTorch device tensors (DLPack, no copies),
 every tensor of the plan's size filled with random data. Both sides are
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import brgemm
 from benchmarks.common import read_shapes
 from brgemm.backend import cuda
-from primitives import conv, fc, gemm
+from primitives import conv, fc, gemm, lstm
 
 
 def graph_time(fn, reps):
@@ -125,6 +125,12 @@ def run_fc(quick):
                     f"{theirs_name[pass_]}; ours blocks {best[2]}")
 
 
+# forward for the GPU: every loop parallel (a task per output row block), one
+# kernel call per task (all of C, R, S), wider
+# output-channel and pixel blocks than the CPU's cache-sized defaults
+CONV_GPU = {"fwd": {"spec": "NKPQ", "bc": 64, "bk": 128, "bq": 64, "call_kb": 1 << 20}}
+
+
 def run_conv(quick, N=32):
     print(f"\nResNet-50 convolutions, minibatch {N}, forward (ours: blocked layouts; torch: "
           "cuDNN, channels_last)")
@@ -134,7 +140,7 @@ def run_conv(quick, N=32):
     for dtype in ("bf16",):
         tdt = torch.bfloat16
         for (C, K, H, W, R, S, stride, pad), name in shapes:
-            g = conv.geometry(N, C, K, H, W, R, S, (stride, stride), (pad, pad))
+            g = conv.geometry(N, C, K, H, W, R, S, (stride, stride), (pad, pad), CONV_GPU)
             p = conv.plan(g, "fwd", dtype)
             ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
             x = torch.randn(N, C, H, W, device="cuda").to(tdt).to(memory_format=torch.channels_last)
@@ -144,10 +150,31 @@ def run_conv(quick, N=32):
             row(f"{name} fwd {dtype}", flops, ours, theirs, spread, "F.conv2d")
 
 
+def run_lstm(quick):
+    print("\nLSTM forward, one layer (ours: input projection + recurrent plans, blocked; torch: "
+          "cuDNN nn.LSTM)")
+    print(HEAD)
+    shapes = read_shapes("gnmt_lstm")[:2] if quick else read_shapes("gnmt_lstm")
+    for dtype in ("bf16", "f32"):
+        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+        for (T, N, C, K), name in shapes:
+            layer = lstm.LSTM(C, K, dtype=dtype)
+            layer.prepare(T, N)
+            plans = [layer.plans["proj"], layer.plans["rec"]]
+            tensors = [plan_tensors(p) for p in plans]
+            ours, spread = graph_time(lambda: [p.run(backend="cuda", **t)
+                                               for p, t in zip(plans, tensors)], 5)
+            ref = torch.nn.LSTM(C, K).cuda().to(tdt)
+            x = torch.randn(T, N, C, device="cuda").to(tdt)
+            theirs, _ = graph_time(lambda: ref(x), 5)
+            flops = 2 * T * N * 4 * K * (C + K)
+            row(f"{name} fwd {dtype}", flops, ours, theirs, spread, "nn.LSTM")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--what", default="gemm,fc,conv")
+    parser.add_argument("--what", default="gemm,fc,conv,lstm")
     args = parser.parse_args(argv)
     if "cuda" not in brgemm.backends():
         raise SystemExit(f"no CUDA backend here: {brgemm.backend._module('cuda')[1]}")
@@ -155,7 +182,7 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = False
     print(f"{cuda.device_name()}, wgmma path: {cuda.has_tensor_cores()}, torch {torch.__version__}")
     for what in args.what.split(","):
-        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv}[what](args.quick)
+        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,6 @@ ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 75, 76, 97
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
 DTYPE_CODE = {"f32": 0, "bf16": 1}
-GENERIC_SMEM = 16 * 65 * 4 + 16 * 64 * 4 + 1024  # generic_tile's As and Bs, aligned
 
 launches = 0             # kernel launches made so far (tests count them)
 _state = {}
@@ -144,18 +143,24 @@ class _Device:
         module = ffi.new("CUmodule *")
         self.check(self.cu.cuModuleLoadData(module, self.image), "cuModuleLoadData")
         self.module = module[0]
-        fn = ffi.new("CUfunction *")
-        self.check(self.cu.cuModuleGetFunction(fn, self.module, b"brgemm_cuda_phase"),
-                   "cuModuleGetFunction")
-        self.kernel = fn[0]
         self.has_tc = bool(self._read_int_global(b"brgemm_cuda_has_tc"))
-        self.smem = self.cu.BRGEMM_CUDA_SMEM if self.has_tc else GENERIC_SMEM
-        self.check(self.cu.cuFuncSetAttribute(self.kernel, FUNC_MAX_DYNAMIC_SMEM, self.smem),
-                   "cuFuncSetAttribute")
+        # (function, dynamic shared memory) of the two entry points: phases with
+        # tensor-core calls, and the rest (more blocks per multiprocessor)
+        self.entry = {True: self._function(b"brgemm_cuda_phase_tc", b"brgemm_cuda_smem"),
+                      False: self._function(b"brgemm_cuda_phase_generic",
+                                            b"brgemm_cuda_smem_generic")}
         for ctype, numpy_dtype in (("brgemm_plan_call", _CALL_DTYPE), ("brgemm_plan_op", _OP_DTYPE)):
             if ffi.sizeof(ctype) != numpy_dtype.itemsize:  # the plan's records must be the C structs
                 raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, "
                                    f"{numpy_dtype.itemsize} in brgemm.plan")
+
+    def _function(self, name, smem_global):
+        fn = self.ffi.new("CUfunction *")
+        self.check(self.cu.cuModuleGetFunction(fn, self.module, name), "cuModuleGetFunction")
+        smem = self._read_int_global(smem_global)  # the build's pipeline depth decides
+        self.check(self.cu.cuFuncSetAttribute(fn[0], FUNC_MAX_DYNAMIC_SMEM, smem),
+                   "cuFuncSetAttribute")
+        return fn[0], smem
 
     def attribute(self, attr):
         v = self.ffi.new("int *")
@@ -370,6 +375,7 @@ class _Tables:
             d.m, d.n, d.k, d.lda, d.ldb, d.ldc = b.m, b.n, b.k, b.lda, b.ldb, b.ldc
             d.dtype_ab, d.dtype_c = DTYPE_CODE[b.dtype], DTYPE_CODE[b.c_dtype]
             d.alpha, d.beta = b.alpha, b.beta
+        paths = _call_paths(blocks, calls, a_offs, b_offs, ops)
         self._bufs = {
             "blocks": _upload(np.frombuffer(ffi.buffer(desc), np.uint8)),
             "calls": _upload(_nonempty(calls, _CALL_DTYPE)),
@@ -377,10 +383,15 @@ class _Tables:
             "b_offs": _upload(_nonempty(b_offs, np.uint64)),
             "ops": _upload(_nonempty(ops, _OP_DTYPE)),
             "task_begin": _upload(np.asarray(task_begin, np.int64)),
-            "call_path": _upload(_nonempty(_call_paths(blocks, calls, a_offs, b_offs, ops),
-                                           np.uint8)),
+            "call_path": _upload(_nonempty(paths, np.uint8)),
         }
         self.phase_begin = [int(p) for p in phase_begin]
+        # a phase with a tensor-core call launches the entry point that has that path
+        tc = (paths & dev.cu.BRGEMM_CUDA_PATH_TC) != 0
+        tc_before = np.concatenate([[0], np.cumsum(tc)])
+        first_call = np.asarray(task_begin, np.int64)[self.phase_begin]
+        self.phase_tc = [bool(tc_before[first_call[p + 1]] > tc_before[first_call[p]]
+                              and dev.has_tc) for p in range(len(self.phase_begin) - 1)]
         self.args = ffi.new("brgemm_cuda_phase_args *")
         for name, buf in self._bufs.items():
             setattr(self.args, name, buf.address)
@@ -404,7 +415,8 @@ class _Tables:
             if n_tasks == 0:
                 continue
             self.args.task0 = self.phase_begin[p]
-            dev.check(dev.cu.cuLaunchKernel(dev.kernel, n_tasks, 1, 1, threads, 1, 1, dev.smem, cs,
+            fn, smem = dev.entry[self.phase_tc[p]]
+            dev.check(dev.cu.cuLaunchKernel(fn, n_tasks, 1, 1, threads, 1, 1, smem, cs,
                                             self.params, dev.ffi.NULL), f"phase {p}: cuLaunchKernel")
             launches += 1
 

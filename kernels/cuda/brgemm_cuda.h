@@ -15,10 +15,6 @@
 
 enum { BRGEMM_CUDA_MAX_TENSORS = 32 };  /* tensor slots a launch can bind */
 enum { BRGEMM_CUDA_THREADS = 256 };     /* threads per block: two warpgroups */
-/* the dynamic shared memory a launch asks for: three pipeline stages of a
- * 128 x 64 A tile and a 64 x 128 B tile (bf16), plus 1024 bytes to align the
- * swizzle atoms */
-enum { BRGEMM_CUDA_SMEM = 99328 };
 
 /* per call (brgemm_cuda_phase_args.call_path), set by the host */
 enum {

@@ -36,7 +36,8 @@
 static_assert(sizeof(((brgemm_cuda_phase_args*)0)->tensors) == 8 * BRGEMM_CUDA_MAX_TENSORS,
               "tensors[] must hold BRGEMM_CUDA_MAX_TENSORS slots");
 
-/* read by the host (cuModuleGetGlobal): does this build have the tensor-core path? */
+/* read by the host (cuModuleGetGlobal): does this build have the tensor-core
+ * path, and the dynamic shared memory a launch needs */
 extern "C" __device__ int brgemm_cuda_has_tc = BRGEMM_TC;
 
 #define THREADS BRGEMM_CUDA_THREADS
@@ -204,10 +205,13 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
 /* ------------------------------------------------------------ tensor cores */
 #if BRGEMM_TC
 
-#define TK 64            /* k per stage: one 128-byte swizzled row of bf16 */
-#define STAGES 3
+#define TK 64             /* k per stage: one 128-byte swizzled row of bf16 */
+#ifndef STAGES
+#define STAGES 5          /* shared-memory stages: LOOKAHEAD loads in flight, one */
+#endif                    /* stage being read, one still read by the previous wgmma */
+#define LOOKAHEAD (STAGES - 2)
 #define STAGE_BYTES 32768 /* A 128 x 64 and B 64 x 128, bf16 */
-#define B_REGION 8192    /* B: 64 k-rows of 64 columns (128 bytes) each */
+#define B_REGION 8192     /* B: 64 k-rows of 64 columns (128 bytes) each */
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -230,32 +234,54 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
-/* copy the k columns k0 .. k0 + TK of block b of the tile at (i0, j0) into
- * the stage at smem address st */
+/* What one thread copies of every k-step of a BM x BN tile: its A chunks
+ * (row r, 16-byte chunk ch of the step's 64 k) and B chunks (k-row r, 8
+ * columns from cc * 8), with the byte offsets that stay fixed over the steps. */
 template <int BM, int BN>
-__device__ __forceinline__ void load_stage(const Call& c, int64_t b, int64_t k0, int64_t i0,
-                                           int64_t j0, uint32_t st) {
-  const brgemm_cuda_block* kd = c.kd;
-  const char* Ab = c.A + c.ao[b];
-  const char* Bb = c.B + c.bo[b];
-  const int tid = threadIdx.x;
-#pragma unroll 1
-  for (int q = tid; q < BM * 8; q += THREADS) {
-    const int r = q >> 3, ch = q & 7;
-    const int64_t i = i0 + r, kx = k0 + ch * 8;
-    const bool ok = i < kd->m && kx < kd->k;
-    cp_async16(st + swz(r, ch), ok ? Ab + (i * kd->lda + kx) * 2 : Ab, ok);
+struct Loader {
+  static constexpr int NA = BM * 8 / THREADS, NB = TK * (BN / 8) / THREADS;
+  int64_t a_off[NA], b_off[NB];   /* bytes from the block's k0 column / row */
+  uint32_t a_dst[NA], b_dst[NB];  /* bytes from the stage start */
+  int a_col[NA], b_row[NB];       /* k of the chunk within the step */
+  bool a_in[NA], b_in[NB];        /* row inside m, columns inside n */
+
+  __device__ __forceinline__ Loader(const brgemm_cuda_block* kd, int64_t i0, int64_t j0) {
+#pragma unroll
+    for (int u = 0; u < NA; ++u) {
+      const int q = threadIdx.x + u * THREADS, r = q >> 3, ch = q & 7;
+      a_in[u] = i0 + r < kd->m;
+      a_off[u] = ((i0 + r) * kd->lda + ch * 8) * 2;
+      a_dst[u] = swz(r, ch);
+      a_col[u] = ch * 8;
+    }
+    constexpr int CH = BN / 8;
+#pragma unroll
+    for (int u = 0; u < NB; ++u) {
+      const int q = threadIdx.x + u * THREADS, r = q / CH, cc = q % CH;
+      b_in[u] = j0 + cc * 8 < kd->n;
+      b_off[u] = (r * kd->ldb + j0 + cc * 8) * 2;
+      b_dst[u] = 16384 + (cc >> 3) * B_REGION + swz(r, cc & 7);
+      b_row[u] = r;
+    }
   }
-  constexpr int CH = BN / 8;  /* chunks per B row */
-#pragma unroll 1
-  for (int q = tid; q < TK * CH; q += THREADS) {
-    const int r = q / CH, cc = q % CH;
-    const int64_t kx = k0 + r, j = j0 + cc * 8;
-    const bool ok = kx < kd->k && j < kd->n;
-    cp_async16(st + 16384 + (cc >> 3) * B_REGION + swz(r, cc & 7),
-               ok ? Bb + (kx * kd->ldb + j) * 2 : Bb, ok);
+
+  /* copy k columns k0 .. k0 + TK of block b into the stage at st */
+  __device__ __forceinline__ void load(const Call& c, int64_t b, int64_t k0, uint32_t st) const {
+    const int64_t k = c.kd->k;
+    const char* Ab = c.A + c.ao[b] + k0 * 2;
+    const char* Bb = c.B + c.bo[b] + k0 * c.kd->ldb * 2;
+#pragma unroll
+    for (int u = 0; u < NA; ++u) {
+      const bool ok = a_in[u] && k0 + a_col[u] < k;
+      cp_async16(st + a_dst[u], ok ? Ab + a_off[u] : c.A, ok);
+    }
+#pragma unroll
+    for (int u = 0; u < NB; ++u) {
+      const bool ok = b_in[u] && k0 + b_row[u] < k;
+      cp_async16(st + b_dst[u], ok ? Bb + b_off[u] : c.B, ok);
+    }
   }
-}
+};
 
 __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   k0 += TK;
@@ -263,41 +289,47 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
 }
 
 /* a BM x BN tile at (i0, j0). BM 128: warpgroup w takes rows 64 w, all BN
- * columns; BM 64: warpgroup w takes columns 64 w (BN 64: warpgroup 1 idles). */
+ * columns; BM 64, BN 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w
+ * takes half of each step's k and the halves are summed at the end (no
+ * warpgroup idles: a wgmma under a branch would be serialized).
+ * Step s: wait for its copies, barrier, start the copies of step s + LOOKAHEAD,
+ * issue its wgmma group and wait for the previous group only, so the tensor
+ * cores always have the next group queued while the copies run. */
 template <int BM, int BN>
 __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* smem_ptr) {
   const uint32_t smem = smem_addr(smem_ptr);
   constexpr int WN = BM == 128 ? BN : 64;
   const int tid = threadIdx.x, wg = tid / 128;
-  const bool active = BM == 128 || wg * 64 < BN;
-  const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 ? 0 : 64 * wg;
+  constexpr bool SPLIT_K = BM == 64 && BN == 64;
+  const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
   const int64_t steps = c.count * ((c.kd->k + TK - 1) / TK);
+  const Loader<BM, BN> ld(c.kd, i0, j0);
   int64_t lb = 0, lk = 0;  /* the next k-step to load: block lb, columns from lk */
   float acc[WN / 2];
 #pragma unroll
   for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
 
-  __syncthreads();  /* the previous tile's wgmma reads are done */
+  __syncthreads();  /* the previous tile's reads of shared memory are done */
 #pragma unroll
-  for (int p = 0; p < STAGES - 1; ++p) {
-    if (p < steps) load_stage<BM, BN>(c, lb, lk, i0, j0, smem + p * STAGE_BYTES);
+  for (int p = 0; p < LOOKAHEAD; ++p) {
+    if (p < steps) ld.load(c, lb, lk, smem + p * STAGE_BYTES);
     cp_async_commit();
     next_step(lb, lk, c.kd->k);
   }
-  for (int64_t s = 0, slot = 0; s < steps; ++s, slot = slot == STAGES - 1 ? 0 : slot + 1) {
-    cp_async_wait<STAGES - 2>();  /* this thread's copies of step s have landed */
+  int slot = 0, fill = LOOKAHEAD;  /* the stage step s reads; the one step s + LOOKAHEAD fills */
+  for (int64_t s = 0; s < steps; ++s) {
+    cp_async_wait<LOOKAHEAD - 1>();  /* this thread's copies of step s have landed */
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  /* visible to wgmma */
-    __syncthreads();              /* everyone's have; step s - 1's slot is free */
-    if (s + STAGES - 1 < steps)
-      load_stage<BM, BN>(c, lb, lk, i0, j0, smem + (slot == 0 ? STAGES - 1 : slot - 1) * STAGE_BYTES);
+    __syncthreads();  /* everyone's have, and step s - 2's wgmma (stage `fill`) are done */
+    if (s + LOOKAHEAD < steps) ld.load(c, lb, lk, smem + fill * STAGE_BYTES);
     cp_async_commit();
     next_step(lb, lk, c.kd->k);
-    if (active) {
+    {
       const uint32_t st = smem + slot * STAGE_BYTES;
       const uint32_t a0 = st + row0 * 128, b0 = st + 16384 + (col0 / 64) * B_REGION;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < TK / 16; ++kk) {
+      for (int kk = SPLIT_K ? 2 * wg : 0; kk < (SPLIT_K ? 2 * wg + 2 : TK / 16); ++kk) {
         /* A: K-major, 8-row groups 1024 bytes apart; k16 = 32 bytes along the row.
            B: N-major, 64-column regions B_REGION apart, 8-row k groups 1024
            apart; k16 = 16 rows = 2048 bytes */
@@ -307,9 +339,12 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
         else wgmma_m64n64k16(acc, da, db);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
+    slot = slot == STAGES - 1 ? 0 : slot + 1;
+    fill = fill == STAGES - 1 ? 0 : fill + 1;
   }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   cp_async_wait<0>();
   __syncthreads();  /* every wgmma has read its stage: reuse the stages for C */
   /* accumulator layout of m64nN: warp w of the group holds rows 16 w + lane / 4
@@ -317,18 +352,42 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
      tile in shared memory keeps the epilogue code small and the stores coalesced. */
   float* tile = (float*)smem_ptr;
   constexpr int LD = BN + 8;
-  if (active) {
-    const int warp = (tid % 128) / 32, lane = tid % 32;
+  const int warp = (tid % 128) / 32, lane = tid % 32;
+  for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
+    if (!SPLIT_K || wg == pass) {
 #pragma unroll
-    for (int t = 0; t < WN / 8; ++t)
+      for (int t = 0; t < WN / 8; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
-        *(float2*)&tile[r * LD + col] = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
-      }
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
+          float2* at = (float2*)&tile[r * LD + col];
+          const float2 v = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
+          *at = pass ? make_float2(at->x + v.x, at->y + v.y) : v;  /* the k halves summed */
+        }
+    }
+    __syncthreads();
   }
-  __syncthreads();
-  const int64_t rows = min((int64_t)BM, c.kd->m - i0), cols = min((int64_t)BN, c.kd->n - j0);
+  const brgemm_cuda_block* kd = c.kd;
+  const int64_t rows = min((int64_t)BM, kd->m - i0), cols = min((int64_t)BN, kd->n - j0);
+  const int64_t ldc = kd->ldc;
+  if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols == BN && ldc % 4 == 0 &&
+      ((uintptr_t)c.C & 15) == 0) {
+    /* the common case, four columns a thread: alpha, beta and a 16-byte store */
+    const float alpha = kd->alpha, beta = kd->beta;
+    for (int e = tid * 4; e < rows * BN; e += THREADS * 4) {
+      const int r = e / BN, col = e % BN;
+      float4 v = *(const float4*)&tile[r * LD + col];
+      float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
+      v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
+      if (beta != 0.0f) {
+        const float4 old = *at;
+        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
+                        v.w + beta * old.w);
+      }
+      *at = v;
+    }
+    return;
+  }
   for (int e = tid; e < rows * BN; e += THREADS) {
     const int r = e / BN, col = e % BN;
     if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
@@ -344,8 +403,19 @@ __device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem) {
 
 /* ------------------------------------------------------------ the launch */
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-    brgemm_cuda_phase(const __grid_constant__ brgemm_cuda_phase_args args) {
+/* the dynamic shared memory each entry point needs; read by the host */
+extern "C" __device__ int brgemm_cuda_smem_generic = GK * (GT + 1) * 4 + GK * GT * 4 + 1024;
+#if BRGEMM_TC
+extern "C" __device__ int brgemm_cuda_smem = STAGES * STAGE_BYTES + 1024;
+#else
+extern "C" __device__ int brgemm_cuda_smem = GK * (GT + 1) * 4 + GK * GT * 4 + 1024;
+#endif
+
+/* One task per block; TC: calls the host marked BRGEMM_CUDA_PATH_TC run on the
+ * tensor cores (the phase_tc entry point), else all calls run generic (the
+ * phase_generic one: fewer registers, more blocks per multiprocessor). */
+template <bool TC>
+__device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   extern __shared__ unsigned char smem_raw[];
   /* the swizzle atoms want 1024-byte alignment; the launch asks for 1024 extra */
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -373,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
     c.tensors = args.tensors;
     bool done = false;
 #if BRGEMM_TC
-    if ((path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
+    if (TC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
       if (kd->m > 64) {
         if (kd->n > 64) tc_call<128, 128>(c, smem); else tc_call<128, 64>(c, smem);
       } else {
@@ -395,4 +465,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
       }
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    brgemm_cuda_phase_tc(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<true>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    brgemm_cuda_phase_generic(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<false>(args);
 }
