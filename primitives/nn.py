@@ -16,11 +16,12 @@ tensors over the arrays the primitives returned. Conv2d's bias is added in
 torch (the primitive has none); the LSTM's two biases are summed into one, and
 both get its gradient.
 
-The LSTM keeps one lstm.LSTM layer per module: its blocked weights are rebuilt
-only when a parameter's version counter or storage changed (every in-place
-torch op, optimizer steps and load_state_dict included, bumps the counter;
-writes through `.data` or a NumPy view do not: call `reload_weights()` after
-those). Its forward saves the state its backward reads; if another forward ran
+Blocked weights are rebuilt only when a parameter's version counter or storage
+changed (every in-place torch op, optimizer steps and load_state_dict included,
+bumps the counter; writes through `.data` or a NumPy view do not: after those
+call `reload_weights()` on an LSTM, `primitives.reuse.clear()` for the others):
+Linear and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
+the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state its backward reads; if another forward ran
 on the module before that backward (two calls in one graph), the backward
 recomputes its own forward first instead of reading the other's state.
 Backward passes are not differentiable again (create_graph=True raises).
@@ -34,7 +35,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from brgemm import dtypes
-from primitives import conv, fc, lstm
+from primitives import conv, fc, lstm, reuse
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
 
@@ -98,7 +99,7 @@ class _LinearFunction(torch.autograd.Function):
         if rows.shape[0] == 0:
             return x.new_empty(x.shape[:-1] + (K,))
         y = fc.forward(_array(rows), _array(weight), None if bias is None else _array(bias),
-                       dtype=dtype)
+                       dtype=dtype, reuse=reuse.tensors(weight))
         return _tensor(y).reshape(x.shape[:-1] + (K,))
 
     @staticmethod
@@ -111,7 +112,7 @@ class _LinearFunction(torch.autograd.Function):
             return (torch.zeros_like(x), torch.zeros_like(weight),
                     None if bias is None else torch.zeros_like(bias))
         dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
-                                 _array(weight), dtype=ctx.dtype)
+                                 _array(weight), dtype=ctx.dtype, reuse=reuse.tensors(weight))
         need_x, need_w, need_b = ctx.needs_input_grad
         return (_tensor(dx).reshape(x.shape) if need_x else None,
                 _cast(dw, weight) if need_w else None,
@@ -195,7 +196,8 @@ class _Conv2dFunction(torch.autograd.Function):
                              f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
         ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
-        y = _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype))
+        y = _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
+                                 reuse=reuse.tensors(weight)))
         if bias is not None:
             y += bias.detach().view(1, -1, 1, 1)
         return y
@@ -206,7 +208,7 @@ class _Conv2dFunction(torch.autograd.Function):
         x, weight, bias = ctx.saved_tensors
         dy = dy.to(x.dtype)
         dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
-                               dtype=ctx.dtype)
+                               dtype=ctx.dtype, reuse=reuse.tensors(weight))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         db = dy.sum((0, 2, 3), dtype=torch.float32).to(bias.dtype) if need_b else None
         return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)

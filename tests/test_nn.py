@@ -227,6 +227,40 @@ def test_lstm_twice_in_one_graph_and_weight_changes(gen):
     assert_close("after load_state_dict", m(x1)[0], f64(other(x1)[0]), 1e-5 * 2)
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv", "lstm"])
+def test_weights_changed_in_place_reach_the_next_call(gen, kind):
+    """Blocked weights are kept while the parameters' versions stand still and
+    rebuilt after in-place writes, load_state_dict and a swapped .data."""
+    ours, theirs, x = {
+        "linear": lambda: (pnn.Linear(6, 5), nn.Linear(6, 5), rand(gen, 4, 6)),
+        "conv": lambda: (pnn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1),
+                         rand(gen, 2, 3, 5, 5)),
+        "lstm": lambda: (pnn.LSTM(6, 5), nn.LSTM(6, 5), rand(gen, 3, 2, 6)),
+    }[kind]()
+    theirs.load_state_dict(ours.state_dict())
+    first = lambda m: m(x)[0] if kind == "lstm" else m(x)  # noqa: E731
+
+    def check(what):
+        want = first(theirs)
+        assert_close(what, first(ours), f64(want), 1e-5 * (want.abs().max() + 1) * 10)
+
+    check("first call")
+    check("second call, same weights")
+    with torch.no_grad():
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            p.mul_(-0.5)
+            q.mul_(-0.5)
+    check("after mul_")
+    other = type(theirs)(*_ctor_args(theirs))
+    ours.load_state_dict(other.state_dict())
+    theirs.load_state_dict(other.state_dict())
+    check("after load_state_dict")
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        fresh = rand(gen, *p.shape)
+        p.data, q.data = fresh.clone(), fresh.clone()
+    check("after .data = another tensor")
+
+
 # ---------------------------------------------------------------- state_dicts, optimizers
 
 def test_state_dict_round_trip_both_ways():
