@@ -1,18 +1,21 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|sycl|train> [--set NAME] [--quick]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|layouts|sycl|train> [--set NAME] [--quick]
     [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch] [--epochs N]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads;
 sycl: the SYCL backend on the SYCL device here against our CPU backend (informative);
-train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn."""
+train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn;
+layouts: the functional forms' layout copies alone, at 1, 2 and --threads (default all) threads.
+conv, fc, lstm --vs torch: the functional forms against PyTorch's calls and our layer path."""
 import argparse
 
-from benchmarks import conv, fc, kernel, lstm, plan, sycl, train
+from benchmarks import conv, fc, kernel, layouts, lstm, plan, sycl, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "sycl", "train"],
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "layouts", "sycl",
+                                             "train"],
                         help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
@@ -34,6 +37,9 @@ def main(argv=None):
             fc.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
             print()
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
+    elif args.what == "layouts":
+        import os
+        layouts.run(sorted({1, 2, args.threads or len(os.sched_getaffinity(0))}))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
     elif args.what == "train":

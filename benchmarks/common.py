@@ -24,10 +24,11 @@ def read_shapes(name):
     return rows
 
 
-def set_threads(threads):
+def set_threads(threads, onednn=True):
     """Same thread count (and cores) for us (OpenMP), PyTorch and oneDNN, and proof of it:
     our executor's count from C, oneDNN's from its own verbose report (run in
-    a child process with the same environment). Returns the count."""
+    a child process with the same environment; skipped with onednn=False, when
+    only PyTorch is compared). Returns the count."""
     import re
     import subprocess
     import sys
@@ -43,6 +44,11 @@ def set_threads(threads):
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
     cpu.lib.brgemm_cpu_set_threads(threads)  # the runtime read the variable when it loaded
     ours = cpu.lib.brgemm_cpu_plan_threads(0)
+    if not onednn:
+        print(f"threads: ours {ours} (OpenMP)")
+        if ours != threads:
+            raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}")
+        return threads
     probe = ("import numpy as np; from benchmarks.onednn import Job; "
              "Job.ip('fwd', np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), None).run()")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -131,5 +137,56 @@ def finish_report(name, rows, passes):
         ratios = [r["ratio"] for r in rows if r["pass_"] == p]
         if ratios:
             print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
+        funcs = [r["func_over_ours"] for r in rows if r["pass_"] == p and r.get("func_over_ours")]
+        if funcs:
+            print(f"geomean func/ours {p}: {geomean(funcs):.2f} (lowest {min(funcs):.2f})")
     save_report(name, rows, "ratio", "ours / oneDNN")
+    return rows
+
+
+# ---------------------------------------------------------------- functional forms
+
+FUNC_HEAD = (f"{'shape':<20}{'pass':<8}{'func ms':>9}{'torch ms':>9}{'layer ms':>9}"
+             f"{'func/torch':>11}{'func/layer':>11}{'kept/layer':>11}{'spread':>8}")
+
+
+def torch_threads(threads):
+    """PyTorch on the same thread count as ours, checked."""
+    import torch
+    torch.set_num_threads(threads)
+    if torch.get_num_threads() != threads:
+        raise SystemExit(f"thread counts differ: asked {threads}, PyTorch {torch.get_num_threads()}")
+    return torch
+
+
+def functional_row(name, pass_, func, torch_fn, layer, kept, reps, **fields):
+    """Our functional form against PyTorch's own call and our layer path, same
+    run, interleaved, medians; speed ratios (> 1: the functional form is
+    faster). kept: the functional form with reuse= saying the weights are
+    unchanged (their blocked copy kept, primitives.reuse)."""
+    (t_func, t_torch, t_layer, t_kept), spread = interleaved([func, torch_fn, layer, kept],
+                                                             reps=reps)
+    row = dict(fields, shape=name, pass_=pass_, func_ms=1e3 * t_func, torch_ms=1e3 * t_torch,
+               layer_ms=1e3 * t_layer, kept_ms=1e3 * t_kept, func_vs_torch=t_torch / t_func,
+               func_over_layer=t_layer / t_func, kept_over_layer=t_layer / t_kept,
+               spread=max(spread))
+    print(f"{name:<20}{pass_:<8}{row['func_ms']:>9.2f}{row['torch_ms']:>9.2f}{row['layer_ms']:>9.2f}"
+          f"{row['func_vs_torch']:>11.2f}{row['func_over_layer']:>11.2f}"
+          f"{row['kept_over_layer']:>11.2f}{100 * row['spread']:>7.0f}%", flush=True)
+    return row
+
+
+def finish_functional(name, rows, passes=("fwd", "fwd+bwd")):
+    """Geomeans of func/torch and func/layer per pass (and the lowest func/layer),
+    then JSON and PNG (save_report)."""
+    for p in passes:
+        rs = [r for r in rows if r["pass_"] == p]
+        if rs:
+            low = min(rs, key=lambda r: r["func_over_layer"])
+            print(f"geomean {p}: func/torch {geomean([r['func_vs_torch'] for r in rs]):.2f}, "
+                  f"func/layer {geomean([r['func_over_layer'] for r in rs]):.2f} "
+                  f"(lowest {low['func_over_layer']:.2f}, {low['shape']}), "
+                  f"kept/layer {geomean([r['kept_over_layer'] for r in rs]):.2f} "
+                  f"(lowest {min(r['kept_over_layer'] for r in rs):.2f})")
+    save_report(name, rows, "func_vs_torch", "functional / PyTorch (speed)")
     return rows

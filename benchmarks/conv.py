@@ -7,29 +7,44 @@ plan replay is timed, as oneDNN is timed on its own 'any' formats with the
 reorders outside. func/ours: the functional forms (conv.forward, and
 conv.backward against the layer's bwd + upd) on NCHW arrays, conversions
 included, relative to the layer path. Outputs are checked against oneDNN's
-before timing."""
+before timing.
+
+With --vs torch: the functional forms against PyTorch's own calls on the same
+NCHW arrays (F.conv2d; forward + autograd backward), same threads and dtype,
+and against the layer path (fwd, bwd and upd plans, the update's shares summed
+into a plain dW as Conv2d.backward does)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
+from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
+                               interleaved, machine, ratio_row, read_shapes, set_threads,
+                               torch_threads)
 from brgemm.backend import cpu
-from primitives import conv
+from primitives import conv, reuse
 
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
 
 
+def _shapes(shape_set, quick):
+    shapes = read_shapes(shape_set)
+    return [s for s in shapes if s[1] in QUICK] if quick else shapes
+
+
 def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
         passes=("fwd", "bwd", "upd"), vs=("onednn",)):
-    threads = set_threads(threads)
+    threads = set_threads(threads, onednn="onednn" in vs)
+    rows = []
+    if "onednn" in vs:
+        rows += _vs_onednn(quick, dtype, threads, shape_set, passes)
+    if "torch" in vs:
+        rows += _functional(quick, dtype, threads, shape_set)
+    return rows
+
+
+def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job
-    torch = None
-    if "torch" in vs:  # PyTorch's CPU convolutions (oneDNN inside, NCHW in and out)
-        import torch
-        torch.set_num_threads(threads)
     rng = np.random.default_rng()
-    shapes = read_shapes(shape_set)
-    if quick:
-        shapes = [s for s in shapes if s[1] in QUICK]
+    shapes = _shapes(shape_set, quick)
     N = threads
     peak = cpu.fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
@@ -37,7 +52,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
     head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
-            f"{'ours %pk':>9}{'spread':>8}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
+            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
@@ -87,8 +102,6 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
                              lambda: upd_plan.run(dw=t["dw"], **upd)],
                      "upd": []}[p]
-            if torch is not None:
-                extra.append(_torch_pass(torch, p, x, w, dy, st, pd))
             times, spread = interleaved([ours, job.run] + extra, reps=reps)
             t_ours, t_dnn = times[:2]
             func_over_ours = None
@@ -98,22 +111,80 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
                 func_over_ours = (t_ours + times[3]) / times[2]
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
                           threads=threads, impl=job.impl, spread=max(spread[:2]),
-                          func_over_ours=func_over_ours,
-                          torch=flops / times[-1] * 1e-9 if torch is not None else None)
+                          func_over_ours=func_over_ours)
             rows.append(r)
             fo = f"{func_over_ours:>10.2f}" if func_over_ours else f"{'-':>10}"
             print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%"
-                  + (f"{r['torch']:>8.1f}" if torch else "") + f"  {job.impl}", flush=True)
+                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)
 
 
-def _torch_pass(torch, p, x, w, dy, st, pd):
-    """One pass through PyTorch's own convolution entry points, same dtype."""
-    tdt = torch.float32 if x.dtype == np.float32 else torch.bfloat16
-    tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
+def _functional(quick, dtype, threads, shape_set):
+    """conv.forward and conv.forward + conv.backward against PyTorch and the layer path."""
+    torch = torch_threads(threads)
     F = torch.nn.functional
-    return {"fwd": lambda: F.conv2d(tx, tw, stride=st, padding=pd),
-            "bwd": lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, stride=st, padding=pd),
-            "upd": lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, stride=st,
-                                                       padding=pd)}[p]
+    rng = np.random.default_rng()
+    N, reps = threads, 5 if quick else 7
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    print(f"\nconv functional {dtype}, N={N}, {threads} threads, {machine()}: conv.forward / "
+          f"conv.backward on NCHW arrays against PyTorch {torch.__version__} (F.conv2d, autograd "
+          f"backward) and our layer path; median of {reps}, interleaved")
+    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
+    rows = []
+    for (C, K, H, W, R, S, st, pd), name in _shapes(shape_set, quick):
+        x = rng.standard_normal((N, C, H, W)).astype(npdt)
+        w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
+        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+        tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
+        gx, gw = tx.clone().requires_grad_(), tw.clone().requires_grad_()
+        layer = dict(x=conv.block_x(x, g, dtype), w=conv.block_w(w, g, dtype),
+                     wt=conv.block_w(w, g, dtype, transposed=True),
+                     dyp=conv.block_y(dy, g, dtype, bordered=True),
+                     y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
+                     dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
+                     dw=conv.update_output(g), upd=conv.update_inputs(x, dy, g, dtype),
+                     dw_plain=np.empty((K, C, R, S), np.float32))
+        plans = {p: conv.plan(g, p, dtype) for p in ("fwd", "bwd", "upd")}
+
+        def layer_fwd():
+            plans["fwd"].run(x=layer["x"], w=layer["w"], y=layer["y"])
+
+        def layer_fwd_bwd():
+            layer_fwd()
+            plans["bwd"].run(dyp=layer["dyp"], wt=layer["wt"], dx=layer["dx"])
+            plans["upd"].run(dw=layer["dw"], **layer["upd"])
+            conv.unblock_dw(layer["dw"], g, np.float32, out=layer["dw_plain"])
+
+        def torch_fwd_bwd():
+            gx.grad = gw.grad = None
+            F.conv2d(gx, gw, stride=st, padding=pd).backward(tdy)
+
+        def func_fwd_bwd(key=None):
+            conv.forward(x, w, st, pd, dtype=dtype, reuse=key)
+            return conv.backward(dy, x, w, st, pd, dtype=dtype, reuse=key)
+
+        key = reuse.Key(("benchmark", name))  # the weights do not change in this loop
+
+        torch_fwd_bwd()
+        dx, dw = func_fwd_bwd()
+        for what, ours, theirs in (("y", conv.forward(x, w, st, pd, dtype=dtype),
+                                    F.conv2d(tx, tw, stride=st, padding=pd)),
+                                   ("dx", dx, gx.grad), ("dw", dw, gw.grad)):
+            _check(f"{name} {what}", ours, theirs.float().numpy(), dtype)
+        rows.append(functional_row(name, "fwd", lambda: conv.forward(x, w, st, pd, dtype=dtype),
+                                   lambda: F.conv2d(tx, tw, stride=st, padding=pd), layer_fwd,
+                                   lambda: conv.forward(x, w, st, pd, dtype=dtype, reuse=key),
+                                   reps, dtype=dtype, threads=threads, N=N))
+        rows.append(functional_row(name, "fwd+bwd", func_fwd_bwd, torch_fwd_bwd, layer_fwd_bwd,
+                                   lambda: func_fwd_bwd(key), reps, dtype=dtype, threads=threads,
+                                   N=N))
+    return finish_functional(f"conv-functional-{dtype}-{threads}t", rows)
+
+
+def _check(what, ours, theirs, dtype):
+    ours = np.asarray(ours, np.float32)
+    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
+    if err > (1e-4 if dtype == "f32" else 3e-2):
+        raise AssertionError(f"{what}: ours and PyTorch differ by {err:.2e} (relative to max)")

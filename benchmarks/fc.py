@@ -7,14 +7,20 @@ plan replay is timed, as oneDNN is timed on its own blocked ('any') formats
 with reorders outside. Ours, functional path: fc.forward / fc.backward on plain
 arrays with the layout conversions included (backward covers bwd and upd, so
 its ratio is against the layer's bwd + upd). Each shape's outputs are checked
-against oneDNN's before it is timed."""
+against oneDNN's before it is timed.
+
+With --vs torch: fc.forward and fc.forward + fc.backward (with a bias) against
+PyTorch's F.linear (forward, and autograd backward) on the same arrays, same
+threads and dtype, and against the layer path (fc.Linear's blocked passes)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
+from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
+                               interleaved, machine, ratio_row, read_shapes, set_threads,
+                               torch_threads)
 from brgemm.backend import cpu
 from brgemm.layouts import from_blocks, to_blocks
-from primitives import fc
+from primitives import fc, reuse
 
 
 def _check(name, ours, theirs, dtype):
@@ -25,12 +31,17 @@ def _check(name, ours, theirs, dtype):
 
 def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
         passes=("fwd", "bwd", "upd"), vs=("onednn",)):
-    threads = set_threads(threads)
-    from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
-    torch = None
+    threads = set_threads(threads, onednn="onednn" in vs)
+    rows = []
+    if "onednn" in vs:
+        rows += _vs_onednn(quick, dtype, threads, shape_set, passes)
     if "torch" in vs:
-        import torch
-        torch.set_num_threads(threads)
+        rows += _functional(quick, dtype, threads, shape_set)
+    return rows
+
+
+def _vs_onednn(quick, dtype, threads, shape_set, passes):
+    from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
     peak = cpu.fma_peak(0.2)[0] * threads
@@ -38,8 +49,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
           f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
     head = (f"{'shape':<15}{'pass':<5}{'ours':>8}{'func':>8}{'oneDNN':>8}{'ours/oneDNN':>12}"
-            f"{'func/ours':>10}{'ours %pk':>9}{'spread':>8}" + (f"{'torch':>8}" if torch else "")
-            + "  oneDNN impl")
+            f"{'func/ours':>10}{'ours %pk':>9}{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (N, C, K), name in shapes:
@@ -69,11 +79,6 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
             func = {"fwd": lambda: fc.forward(x, w, dtype=dtype),
                     "bwd": lambda: fc.backward(dy, x, w, dtype=dtype), "upd": None}[p]
             fns = [ours, job.run] + ([func] if func else [])
-            if torch is not None:
-                tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(
-                    torch.float32 if dtype == "f32" else torch.bfloat16) for a in (x, w, dy))
-                fns.append({"fwd": lambda: torch.nn.functional.linear(tx, tw),
-                            "bwd": lambda: tdy @ tw, "upd": lambda: tdy.t() @ tx}[p])
             times, spread = interleaved(fns, reps=5 if quick else 7)
             t_ours, t_dnn = times[0], times[1]
             t_func = times[2] if func else None
@@ -84,13 +89,61 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,
                           dtype=dtype, threads=threads, spread=max(spread[:2]), impl=job.impl,
                           func=flops / t_func * 1e-9 if t_func else None,
-                          func_over_ours=t_func_ref / t_func if t_func else None,
-                          torch=flops / times[-1] * 1e-9 if torch is not None else None)
+                          func_over_ours=t_func_ref / t_func if t_func else None)
             rows.append(r)
             fr = f"{r['func']:>8.1f}" if r["func"] else f"{'-':>8}"
             fo = f"{r['func_over_ours']:>10.2f}" if r["func_over_ours"] else f"{'-':>10}"
             print(f"{name:<15}{p:<5}{r['ours']:>8.1f}{fr}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%"
-                  + (f"{r['torch']:>8.1f}" if torch else "")
-                  + f"  {job.impl}", flush=True)
+                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
     return finish_report(f"fc-{dtype}-{threads}t", rows, passes)
+
+
+def _functional(quick, dtype, threads, shape_set):
+    """fc.forward and fc.forward + fc.backward against PyTorch and the layer path."""
+    torch = torch_threads(threads)
+    F = torch.nn.functional
+    rng = np.random.default_rng()
+    reps = 5 if quick else 7
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    print(f"\nfc functional {dtype}, {threads} threads, {machine()}: fc.forward / fc.backward "
+          f"(with bias) against PyTorch {torch.__version__} (F.linear, autograd backward) and "
+          f"our layer path; median of {reps}, interleaved")
+    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
+    rows = []
+    for (N, C, K), name in read_shapes(shape_set)[:3] if quick else read_shapes(shape_set):
+        lin = fc.Linear(C, K, dtype=dtype, rng=rng)
+        g = lin.prepare(N)
+        x, dy = (rng.standard_normal(s).astype(npdt) for s in ((N, C), (N, K)))
+        w, b = lin.weight.astype(npdt), lin.bias.astype(npdt)
+        xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
+        tx, tw, tb, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, b, dy))
+        gx, gw, gb = (t.clone().requires_grad_() for t in (tx, tw, tb))
+        key = reuse.Key(("benchmark", name))  # the weights do not change in this loop
+
+        def func_fwd_bwd(key=None):
+            fc.forward(x, w, b, dtype=dtype, reuse=key)
+            return fc.backward(dy, x, w, dtype=dtype, reuse=key)
+
+        def torch_fwd_bwd():
+            gx.grad = gw.grad = gb.grad = None
+            F.linear(gx, gw, gb).backward(tdy)
+
+        def layer_fwd_bwd():
+            lin.forward_blocked(xb)
+            lin.backward_blocked(dyb)
+
+        torch_fwd_bwd()
+        dx, dw, db = func_fwd_bwd()
+        for what, ours, theirs in (("y", fc.forward(x, w, b, dtype=dtype), F.linear(tx, tw, tb)),
+                                   ("dx", dx, gx.grad), ("dw", dw, gw.grad), ("db", db, gb.grad)):
+            _check(f"{name} {what} (against PyTorch)", np.asarray(ours, np.float32),
+                   theirs.float().numpy(), dtype)
+        rows.append(functional_row(name, "fwd", lambda: fc.forward(x, w, b, dtype=dtype),
+                                   lambda: F.linear(tx, tw, tb), lambda: lin.forward_blocked(xb),
+                                   lambda: fc.forward(x, w, b, dtype=dtype, reuse=key), reps,
+                                   dtype=dtype, threads=threads, N=N, C=C, K=K))
+        rows.append(functional_row(name, "fwd+bwd", func_fwd_bwd, torch_fwd_bwd, layer_fwd_bwd,
+                                   lambda: func_fwd_bwd(key), reps, dtype=dtype, threads=threads,
+                                   N=N, C=C, K=K))
+    return finish_functional(f"fc-functional-{dtype}-{threads}t", rows)

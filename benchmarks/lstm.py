@@ -5,31 +5,63 @@ Both sides are timed on what a training step runs: our forward converts x
 into its blocked layout and back (torch.nn.LSTM layouts in and out), oneDNN
 gets its inputs reordered once, outside. Outputs (y, then dx) are checked
 against each other before timing. FLOPs: 2 * T * N * 4K * (C + K) forward,
-twice that backward (data and weights)."""
+twice that backward (data and weights). func/ours: the functional forms
+(lstm.forward; lstm.forward + lstm.backward sharing an lstm.Saved) on the same
+arrays, weights converted per call, relative to the layer.
+
+With --vs torch: the functional forms against torch.nn.LSTM (forward, and
+autograd backward to x, h0, c0 and the weights) on the same arrays and
+weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
-from benchmarks.common import finish_report, interleaved, machine, ratio_row, read_shapes, set_threads
+import brgemm
+from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
+                               interleaved, machine, ratio_row, read_shapes, set_threads,
+                               torch_threads)
 from brgemm.backend import cpu
-from primitives import lstm
+from primitives import lstm, reuse
+
+QUICK = ("small_t10_n64", "single_step_t1")
+
+
+def _shapes(shape_set, quick):
+    shapes = read_shapes(shape_set)
+    return [s for s in shapes if s[1] in QUICK] if quick else shapes
 
 
 def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm", vs=("onednn",)):
-    threads = set_threads(threads)
+    threads = set_threads(threads, onednn="onednn" in vs)
+    rows = []
+    if "onednn" in vs:
+        rows += _vs_onednn(quick, dtype, threads, shape_set)
+    if "torch" in vs:
+        rows += _functional(quick, dtype, threads, shape_set)
+    return rows
+
+
+def _functions(layer, x, h0, c0, dy, dhT, dcT, dtype, key=None):
+    """The layer's forward, forward+backward; the functional forms' likewise."""
+    w = dict(w_ih=layer.w_ih, w_hh=layer.w_hh, b=layer.b)
+    saved = lstm.Saved()
+
+    def func_fb():
+        lstm.forward(x, h0, c0, **w, dtype=dtype, reuse=key, saved=saved)
+        return lstm.backward(dy, dhT, dcT, x, h0, c0, **w, dtype=dtype, reuse=key, saved=saved)
+    return (lambda: layer.forward(x, h0, c0),
+            lambda: (layer.forward(x, h0, c0), layer.backward(dy, dhT, dcT)),
+            lambda: lstm.forward(x, h0, c0, **w, dtype=dtype, reuse=key), func_fb)
+
+
+def _vs_onednn(quick, dtype, threads, shape_set):
     from benchmarks.onednn import Job
-    torch = None
-    if "torch" in vs:  # torch.nn.LSTM on the CPU, same data and threads
-        import torch
-        torch.set_num_threads(threads)
     rng = np.random.default_rng()
-    shapes = read_shapes(shape_set)
-    if quick:
-        shapes = [s for s in shapes if s[1] in ("small_t10_n64", "single_step_t1")]
+    shapes = _shapes(shape_set, quick)
     peak = cpu.fma_peak(0.2)[0] * threads
     reps = 5 if quick else 7
     print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
           "interleaved")
-    head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'ours %pk':>9}"
-            f"{'spread':>8}" + (f"{'torch':>8}" if torch else "") + "  oneDNN impl")
+    head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
+            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
     print(head + "\n" + "-" * len(head))
     rows = []
     for (T, N, C, K), name in shapes:
@@ -39,8 +71,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm", vs=("oned
         layer = lstm.LSTM(C, K, dtype=dtype, rng=rng)
         w = (layer.w_ih, layer.w_hh, layer.b)
         fwd_flops = 2.0 * T * N * 4 * K * (C + K)
-        ours_f = lambda: layer.forward(x, h0, c0)  # noqa: E731
-        ours_fb = lambda: (layer.forward(x, h0, c0), layer.backward(dy, dhT, dcT))  # noqa: E731
+        ours_f, ours_fb, func_f, func_fb = _functions(layer, x, h0, c0, dy, dhT, dcT, dtype)
         try:
             jf = Job.lstm("fwd", x, h0, c0, *w, dtype=dtype)
             jb = Job.lstm("bwd", x, h0, c0, *w, dy, dhT, dcT, dtype=dtype)
@@ -54,41 +85,74 @@ def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm", vs=("oned
         dx = layer.backward(dy, dhT, dcT)[0]
         jb.run()
         _check(f"{name} dx", dx, jb.result(), dtype)
-        fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run())]
-        if torch is not None:
-            fns += _torch_passes(torch, dtype, x, h0, c0, w, dy)
+        fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run()), func_f, func_fb]
         times, spread = interleaved(fns, reps=reps)
-        (t_f, t_df, t_fb, t_db), t_torch = times[:4], times[4:] or (None, None)
-        for i, (p, t_ours, t_dnn, flops, sp) in enumerate((
-                ("fwd", t_f, t_df, fwd_flops, spread[:2]),
-                ("fwd+bwd", t_fb, t_db, 3 * fwd_flops, spread[2:4]))):
+        t_f, t_df, t_fb, t_db, t_ff, t_ffb = times
+        for p, t_ours, t_dnn, t_func, flops, sp in (
+                ("fwd", t_f, t_df, t_ff, fwd_flops, spread[:2]),
+                ("fwd+bwd", t_fb, t_db, t_ffb, 3 * fwd_flops, spread[2:4])):
             row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
                             threads=threads, impl=jf.impl, spread=max(sp),
-                            torch=flops / t_torch[i] * 1e-9 if torch is not None else None)
+                            func_over_ours=t_ours / t_func)
             rows.append(row)
             print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
-                  f"{row['pct_peak']:>8.1f}%{100 * row['spread']:>7.0f}%"
-                  + (f"{row['torch']:>8.1f}" if torch else "") + f"  {jf.impl}", flush=True)
+                  f"{row['func_over_ours']:>10.2f}{row['pct_peak']:>8.1f}%"
+                  f"{100 * row['spread']:>7.0f}%  {jf.impl}", flush=True)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
 
 
-def _torch_passes(torch, dtype, x, h0, c0, w, dy):
-    """torch.nn.LSTM forward, and forward + backward, on the same weights."""
-    T, N, C = x.shape
-    K = h0.shape[1]
+def _functional(quick, dtype, threads, shape_set):
+    """lstm.forward and lstm.forward + lstm.backward against torch.nn.LSTM and the layer."""
+    torch = torch_threads(threads)
+    rng = np.random.default_rng()
+    reps = 5 if quick else 7
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     tdt = torch.float32 if dtype == "f32" else torch.bfloat16
-    m = torch.nn.LSTM(C, K).to(tdt)
-    with torch.no_grad():
-        for param, value in zip((m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0), w):
-            param.copy_(torch.from_numpy(value))
-        m.bias_hh_l0.zero_()
-    tx, th, tc, tdy = (torch.from_numpy(a).to(tdt) for a in (x, h0[None], c0[None], dy))
-    tx.requires_grad_(True)
+    print(f"\nlstm functional {dtype}, {threads} threads, {machine()}: lstm.forward / "
+          f"lstm.backward (one lstm.Saved) against torch.nn.LSTM {torch.__version__} (forward, "
+          f"autograd backward) and our layer path; median of {reps}, interleaved")
+    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
+    rows = []
+    for (T, N, C, K), name in _shapes(shape_set, quick):
+        r = lambda *s: rng.standard_normal(s).astype(npdt)  # noqa: E731
+        x, h0, c0, dy, dhT, dcT = r(T, N, C), r(N, K), r(N, K), r(T, N, K), r(N, K), r(N, K)
+        layer = lstm.LSTM(C, K, dtype=dtype, rng=rng)
+        if npdt != np.float32:
+            layer.w_ih, layer.w_hh, layer.b = (a.astype(npdt) for a in (layer.w_ih, layer.w_hh, layer.b))
+        layer_f, layer_fb, func_f, func_fb = _functions(layer, x, h0, c0, dy, dhT, dcT, dtype)
+        key = reuse.Key(("benchmark", name))  # the weights do not change in this loop
+        kept_f, kept_fb = _functions(layer, x, h0, c0, dy, dhT, dcT, dtype, key)[2:]
+        m = torch.nn.LSTM(C, K).to(tdt)
+        with torch.no_grad():
+            for param, value in zip((m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0),
+                                    (layer.w_ih, layer.w_hh, layer.b)):
+                param.copy_(torch.from_numpy(value.astype(np.float32)))
+            m.bias_hh_l0.zero_()
+        t = {k: torch.from_numpy(v.astype(np.float32)).to(tdt)
+             for k, v in dict(x=x, h0=h0[None], c0=c0[None], dy=dy, dhT=dhT[None],
+                              dcT=dcT[None]).items()}
+        g = {k: t[k].clone().requires_grad_() for k in ("x", "h0", "c0")}
 
-    def fwd_bwd():
-        y, _ = m(tx, (th, tc))
-        y.backward(tdy)
-    return [lambda: m(tx, (th, tc)), fwd_bwd]
+        def torch_fb():
+            for v in list(g.values()) + list(m.parameters()):
+                v.grad = None
+            y, (hT, cT) = m(g["x"], (g["h0"], g["c0"]))
+            torch.autograd.backward([y, hT, cT], [t["dy"], t["dhT"], t["dcT"]])
+
+        torch_fb()
+        ours = func_fb()
+        with torch.no_grad():
+            y_ref = m(t["x"], (t["h0"], t["c0"]))[0]
+        for what, got, ref in (("y", func_f()[0], y_ref), ("dx", ours[0], g["x"].grad),
+                               ("dw_hh", ours[4], m.weight_hh_l0.grad)):
+            _check(f"{name} {what} (against PyTorch)", np.asarray(got, np.float32),
+                   ref.float().numpy(), dtype)
+        rows.append(functional_row(name, "fwd", func_f, lambda: m(t["x"], (t["h0"], t["c0"])),
+                                   layer_f, kept_f, reps, dtype=dtype, threads=threads, T=T, N=N,
+                                   C=C, K=K))
+        rows.append(functional_row(name, "fwd+bwd", func_fb, torch_fb, layer_fb, kept_fb, reps,
+                                   dtype=dtype, threads=threads, T=T, N=N, C=C, K=K))
+    return finish_functional(f"lstm-functional-{dtype}-{threads}t", rows)
 
 
 def _check(what, ours, theirs, dtype):

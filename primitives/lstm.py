@@ -191,11 +191,13 @@ def vnni_operands(g, dtype, backend):
 
 
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
-    """The layer's blocked weights: wx (W_ih^T tiles, [4Kb][Cb][bc][bk]), wx_t
-    (W_ih tiles), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]), wh_t, and bp (b with each
+    """The layer's blocked weights for the forward: wx (W_ih^T tiles,
+    [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
-    rounded to bf16 on the way for dtype bf16; the transposed copies from the
-    tiles. One parallel pass per copy."""
+    rounded to bf16 on the way for dtype bf16, one parallel pass per copy. The
+    backward's W tiles (wx_t, wh_t) are made from these when first asked for
+    (LSTM.wx_t, LSTM.wh_t): a forward alone never pays for them. The operands
+    in `vnni` are packed in VNNI pairs (AMX), the transposes then made here."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     wx = aligned_empty((4 * Kb, g.Cb, g.bc, g.bk), ab)
     wh = aligned_empty((4 * Kb, Kb, g.bk, g.bk), ab)
@@ -206,10 +208,11 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
                   out=wh[q * Kb:(q + 1) * Kb])
     bp = np.zeros((4, g.Kp), np.float32)
     bp[:, :K] = b.reshape(4, K)
-    out = dict(wx=wx, wx_t=transpose_blocks(wx), wh=wh, wh_t=transpose_blocks(wh),
-               bp=bp.reshape(-1))
+    out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
+    if vnni:  # the transposes read the plain tiles: made now, before packing
+        out.update(wx_t=transpose_blocks(wx), wh_t=transpose_blocks(wh))
     for name, operand in (("wx", "x"), ("wx_t", "h"), ("wh", "h"), ("wh_t", "h")):
-        if operand in vnni:  # after the transposes, which read the plain tiles
+        if operand in vnni:
             out[name] = vnni_tiles(out[name])
     return out
 
@@ -264,11 +267,21 @@ class LSTM:
         g = self.g
         if g is None or self.w_ih is None:
             return
-        blocked = _reuse.blocked(token, ("lstm", g, self.dtype, self.vnni),
-                                 (self.w_ih, self.w_hh, self.b),
-                                 lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype,
-                                                       self.vnni))
-        self.__dict__.update(blocked)
+        self._blocked = _reuse.blocked(
+            token, ("lstm", g, self.dtype, self.vnni), (self.w_ih, self.w_hh, self.b),
+            lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni))
+        self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
+
+    def _transposed(self, name):
+        """W tiles (wx_t from wx, wh_t from wh), made once per set of weights
+        (block_weights already made them where the tiles are packed in VNNI pairs)."""
+        blocked = self._blocked
+        if name + "_t" not in blocked:
+            blocked[name + "_t"] = transpose_blocks(blocked[name])
+        return blocked[name + "_t"]
+
+    wx_t = property(lambda self: self._transposed("wx"), doc="W_ih tiles [Cb][4Kb][bk][bc]")
+    wh_t = property(lambda self: self._transposed("wh"), doc="W_hh tiles [Kb][4Kb][bk][bk]")
 
     def set_weights(self, w_ih, w_hh, b, token=None):
         """Use these arrays as the weights (not copied), blocked as load_weights()."""

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The functional forms (conv, fc, lstm; f32) against PyTorch's own calls and
+# our layer path on the lent GPU machine's host CPU (a 16-core Xeon), at 16
+# threads and at 2 threads pinned to 2 cores, plus the layout copies alone at
+# 1, 2 and 16 threads. No GPU and no oneDNN needed (--vs torch). Expects
+# .devcarry (see device_carry.sh: libxsmm, cffi and pycparser wheels); run from
+# the repository root. Each part has a time limit so the whole fits a short lease.
+set -uo pipefail
+out=${OUT:-/tmp}
+py=${PY:-python3}  # PY: another interpreter with cffi (a local dry run)
+if [ -z "${PY:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket' | tee $out/machine.txt
+grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee -a $out/machine.txt; echo
+$py -c 'import torch; print("torch", torch.__version__)' | tee -a $out/machine.txt
+LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include $py brgemm/_build_cpu.py \
+  > $out/build.txt 2>&1 || { tail -20 $out/build.txt; exit 1; }
+limit=${FUNCTIONAL_LIMIT:-40}  # seconds per benchmark run
+all=$(nproc)
+timeout $limit $py -m benchmarks layouts --threads $all 2>&1 | tee $out/layouts.txt
+for threads in $all 2; do
+  pin=""; [ $threads = 2 ] && [ $all -ge 4 ] && pin="taskset -c 2,3"  # away from core 0
+  for what in conv fc lstm; do
+    timeout $limit $pin $py -m benchmarks $what --quick --vs torch --threads $threads 2>&1 \
+      | grep -v '^threads:' | tee $out/${what}_${threads}t.txt
+  done
+done
