@@ -9,6 +9,8 @@ bfloat16 from float32, rounded to nearest even in the same pass. Images
 (`image_to_blocks`, `blocks_to_image`) are [N, C, H, W] arrays with channels
 blocked innermost and a zero border; `taps_to_blocks` tiles a [K, C, *taps]
 array (a convolution's weights) tap by tap."""
+import math
+
 import numpy as np
 
 from brgemm import dtypes
@@ -201,7 +203,7 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
                          f"{getattr(w, 'shape', type(w).__name__)}")
     dt = _out_dtype(w, dtype, "w")
     w = np.ascontiguousarray(w)
-    K, C, RS = w.shape[0], w.shape[1], int(np.prod(w.shape[2:], dtype=np.int64))
+    K, C, RS = w.shape[0], w.shape[1], math.prod(w.shape[2:])
     Kb, Cb = nblocks(K, bk), nblocks(C, bc)
     out = _check_out(out, (Cb, Kb, RS, bk, bc) if transposed else (Kb, Cb, RS, bc, bk), dt)
     if np.may_share_memory(out, w):
@@ -216,7 +218,7 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
     """The sum over shares of f32 tiles t [J][Kb][Cb][RS][bk][bc] (c_rows:
     [..][bc][bk]) as w [K, C, *taps] of `dtype` (f32 or bf16, rounded)."""
     taps = tuple(taps)
-    RS = int(np.prod(taps, dtype=np.int64))
+    RS = math.prod(taps)
     if (not isinstance(t, np.ndarray) or t.ndim != 6 or t.dtype != dtypes.float32
             or not t.flags.c_contiguous):
         raise ValueError(f"t: expected C-contiguous f32 tiles [J][Kb][Cb][RS][..][..], got "

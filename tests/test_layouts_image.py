@@ -125,3 +125,27 @@ def test_bad_input(rng):
         L.taps_to_blocks(np.ones(3, np.float32), 2, 2)
     with pytest.raises(ValueError, match="^out: overlaps"):
         L.convert(x, np.float32, out=x)
+
+
+def test_native_layer_rejects_bad_arguments():
+    from brgemm.backend import cpu
+    lib, ffi, EINVAL = cpu.lib, cpu.ffi, cpu.lib.BRGEMM_EINVAL
+    buf = np.zeros(4096, np.float32)
+    p = cpu.address(buf)
+    strides = ffi.new("int64_t[4]", [64, 16, 4, 1])
+    bad_strides = ffi.new("int64_t[4]", [64, -16, 4, 1])
+    assert lib.brgemm_cpu_image_to_blocks(ffi.NULL, 1, 4, 4, 4, strides, 4, 4, 4, 4, 0, 0, 1, 0,
+                                          p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_image_to_blocks(p, 1, 4, 4, 4, bad_strides, 4, 4, 4, 4, 0, 0, 1, 0,
+                                          p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_image_to_blocks(p, 1, 4, 4, 4, strides, 4, 4, 4, 3, 0, 0, 1, 0,
+                                          p, 4, 1) == EINVAL  # Wp < W
+    assert lib.brgemm_cpu_image_to_blocks(p, 1, 4, 4, 4, strides, 2, 4, 4, 4, 0, 0, 1, 0,
+                                          p, 4, 1) == EINVAL  # bf16 -> f32
+    assert lib.brgemm_cpu_blocks_to_image(p, 1, 4, 4, 4, 4, 4, 4, 1, 0, 4, p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_conv_weights_from_blocks(ffi.cast("float *", p), 0, 4, 4, 1, 4, 4, 0,
+                                                   p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_convert(p, 2, 8, 4, 4, p, 4, 1) == EINVAL  # ld < cols
+    assert lib.brgemm_cpu_column_sums(p, 2, 0, 4, 4, ffi.cast("float *", p), 1) == EINVAL
+    assert lib.brgemm_cpu_to_blocks(p, 4, 4, 4, 0, 0, 2, 2, 2, p, 4, 1) == EINVAL

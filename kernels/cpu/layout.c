@@ -4,14 +4,12 @@
  * functional forms of the primitives pay these on every call. */
 #include "layout_window.h"
 
-/* element sizes a copy takes: the same type, or f32 in and bf16 out */
-static int sizes_ok(int si, int di) { return (si == di && (si == 2 || si == 4)) || (si == 4 && di == 2); }
 
 /* what to_blocks and from_blocks both require of their arguments */
 static int args_ok(const void* src, const void* dst, int64_t R, int64_t S, int64_t ld,
                    int transpose, int si, int di, int64_t br, int64_t bs) {
   return src && dst && R >= 1 && S >= 1 && br >= 1 && bs >= 1 && ld >= (transpose ? R : S) &&
-         sizes_ok(si, di);
+         brgemm_sizes_ok(si, di);
 }
 
 /* zero a br x bs tile outside its valid rows x cols corner */
@@ -21,8 +19,6 @@ static void zero_edges(char* tile, int64_t br, int64_t bs, int64_t rows, int64_t
     for (int64_t i = 0; i < rows; ++i) brgemm_zero(tile + (i * bs + cols) * itemsize, bs - cols, itemsize);
   if (rows < br) brgemm_zero(tile + rows * bs * itemsize, (br - rows) * bs, itemsize);
 }
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* The t-th tile in the order the copies visit them. Transposed, tiles next to
  * each other along rb touch the same rows of the plain matrix (its rows are M's
@@ -51,7 +47,7 @@ int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int 
     int64_t rb, sb;
     tile_order(t, Rb, Sb, transpose, &rb, &sb);
     char* tile = (char*)dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * di;
-    const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
+    const int64_t rows = brgemm_min64(br, R - rb * br), cols = brgemm_min64(bs, S - sb * bs);
     if (transpose) /* M[r][c] = src[c * ld + r] */
       brgemm_window((const char*)src + (sb * bs * ld + rb * br) * si, 1, ld, si, tile, bs, di,
                     rows, cols);
@@ -76,7 +72,7 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
     tile_order(t, Rb, Sb, transpose, &rb, &sb);
     const char* tile =
         (const char*)src + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * si;
-    const int64_t rows = min64(br, R - rb * br), cols = min64(bs, S - sb * bs);
+    const int64_t rows = brgemm_min64(br, R - rb * br), cols = brgemm_min64(bs, S - sb * bs);
     if (transpose) /* dst[c * ld + r] = M[r][c] */
       brgemm_window(tile, 1, bs, si, (char*)dst + (sb * bs * ld + rb * br) * di, ld, di, cols,
                     rows);
@@ -103,13 +99,13 @@ int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, i
 int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, int src_itemsize,
                        void* dst, int dst_itemsize, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
-  if (!src || !dst || rows < 0 || cols < 0 || ld < cols || !sizes_ok(si, di)) return BRGEMM_EINVAL;
+  if (!src || !dst || rows < 0 || cols < 0 || ld < cols || !brgemm_sizes_ok(si, di)) return BRGEMM_EINVAL;
   /* chunks of about 16 KiB of output: rows split too, so one long row still spreads */
   const int64_t chunk = 4096, per_row = (cols + chunk - 1) / chunk;
   const int nt = brgemm_cpu_plan_threads(threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < rows * per_row; ++t) {
-    const int64_t r = t / per_row, c0 = (t % per_row) * chunk, n = min64(chunk, cols - c0);
+    const int64_t r = t / per_row, c0 = (t % per_row) * chunk, n = brgemm_min64(chunk, cols - c0);
     brgemm_window((const char*)src + (r * ld + c0) * si, 0, 1, si, (char*)dst + (r * cols + c0) * di,
                   0, di, 1, n);
   }
@@ -127,7 +123,7 @@ int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t 
   const int64_t strips = (cols + strip - 1) / strip;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t s = 0; s < strips; ++s) {
-    const int64_t c0 = s * strip, n = min64(strip, cols - c0);
+    const int64_t c0 = s * strip, n = brgemm_min64(strip, cols - c0);
     float* out = dst + c0;
     for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {

@@ -6,8 +6,6 @@
 
 #include "layout_window.h"
 
-static int sizes_ok(int si, int di) { return (si == di && (si == 2 || si == 4)) || (si == 4 && di == 2); }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
                                const int64_t* strides, int src_itemsize, int64_t bc, int64_t Hp,
@@ -16,7 +14,7 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
   const int si = src_itemsize, di = dst_itemsize;
   if (!src || !dst || !strides || N < 1 || C < 1 || H < 1 || W < 1 || bc < 1 || top < 0 ||
       left < 0 || Hp < top + H || Wp < left + W || phases < 1 || Wp % phases ||
-      (!pixels_last && phases != 1) || !sizes_ok(si, di))
+      (!pixels_last && phases != 1) || !brgemm_sizes_ok(si, di))
     return BRGEMM_EINVAL;
   for (int i = 0; i < 4; ++i)
     if (strides[i] < 0) return BRGEMM_EINVAL;
@@ -31,7 +29,7 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
       brgemm_zero(out, row, di);
       continue;
     }
-    const int64_t nc = min64(bc, C - cb * bc);
+    const int64_t nc = brgemm_min64(bc, C - cb * bc);
     const char* in = (const char*)src + (n * sn + cb * bc * sc + hs * sh) * si;
     if (!pixels_last) { /* [Wp][bc]: pixels of bc channels */
       brgemm_zero(out, left * bc, di);
@@ -45,7 +43,7 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
       char* sub = out + p * bc * Wd * di;
       const int64_t j0 = left > p ? (left - p + phases - 1) / phases : 0;
       const int64_t last = left + W - 1 - p;
-      const int64_t j1 = last < 0 ? j0 : min64(Wd, last / phases + 1);
+      const int64_t j1 = last < 0 ? j0 : brgemm_min64(Wd, last / phases + 1);
       const int64_t nj = j1 > j0 ? j1 - j0 : 0;
       if (nj)
         brgemm_window(in + (j0 * phases + p - left) * sw * si, sc, phases * sw, si,
@@ -65,13 +63,13 @@ int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H,
                                int src_itemsize, void* dst, int dst_itemsize, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
   if (!src || !dst || N < 1 || C < 1 || H < 1 || W < 1 || bc < 1 || top < 0 || left < 0 ||
-      Hp < top + H || Wp < left + W || !sizes_ok(si, di))
+      Hp < top + H || Wp < left + W || !brgemm_sizes_ok(si, di))
     return BRGEMM_EINVAL;
   const int64_t Cb = (C + bc - 1) / bc;
   const int nt = brgemm_cpu_plan_threads(threads);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * H; ++t) { /* one row of a channel block */
-    const int64_t n = t / (Cb * H), cb = t / H % Cb, h = t % H, nc = min64(bc, C - cb * bc);
+    const int64_t n = t / (Cb * H), cb = t / H % Cb, h = t % H, nc = brgemm_min64(bc, C - cb * bc);
     const char* in = (const char*)src + ((((n * Cb + cb) * Hp + h + top) * Wp + left) * bc) * si;
     brgemm_window(in, 1, bc, si, (char*)dst + (((n * C + cb * bc) * H + h) * W) * di, H * W, di,
                   nc, W);
@@ -91,7 +89,7 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
                                       int src_itemsize, int64_t bk, int64_t bc, int transposed,
                                       void* dst, int dst_itemsize, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
-  if (!src || !dst || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 || !sizes_ok(si, di))
+  if (!src || !dst || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 || !brgemm_sizes_ok(si, di))
     return BRGEMM_EINVAL;
   const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
@@ -108,7 +106,7 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
     for (int64_t o = 0; o < Kb * Cb; ++o) {
       /* the RS tiles of one (kb, cb): w [Kb][Cb][RS][bc][bk], wt [Cb][Kb][RS][bk][bc] */
       const int64_t kb = transposed ? o % Kb : o / Cb, cb = transposed ? o / Kb : o % Cb;
-      const int64_t nk = min64(bk, K - kb * bk), nc = min64(bc, C - cb * bc);
+      const int64_t nk = brgemm_min64(bk, K - kb * bk), nc = brgemm_min64(bc, C - cb * bc);
       const char* in = (const char*)src + (kb * bk * C + cb * bc) * RS * si; /* w[k][c][rs] rows */
       char* out = (char*)dst + o * RS * tile * di;
       if (transposed) { /* out[rs][k][c] = w[k][c][rs]: each row's taps de-interleaved */
@@ -160,8 +158,8 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
         }
         in = acc;
       }
-      const int64_t kb = o / Cb, cb = o % Cb, nk = min64(bk, K - kb * bk),
-                    nc = min64(bc, C - cb * bc);
+      const int64_t kb = o / Cb, cb = o % Cb, nk = brgemm_min64(bk, K - kb * bk),
+                    nc = brgemm_min64(bc, C - cb * bc);
       /* element (k, c) of a tap's tile: [bk][bc], or [bc][bk] with c_rows */
       const int64_t sk = c_rows ? 1 : bc, scc = c_rows ? bk : 1;
       char* out = (char*)dst + (kb * bk * C + cb * bc) * RS * di;

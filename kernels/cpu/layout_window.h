@@ -158,6 +158,13 @@ static inline void brgemm_window(const char* src, int64_t sa, int64_t sb, int si
   }
 }
 
+/* element sizes a copy takes: the same type, or f32 in and bf16 out */
+static inline int brgemm_sizes_ok(int si, int di) {
+  return (si == di && (si == 2 || si == 4)) || (si == 4 && di == 2);
+}
+
+static inline int64_t brgemm_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 /* n elements of size `size` zeroed */
 static inline void brgemm_zero(char* dst, int64_t n, int size) {
   if (n > 0) memset(dst, 0, (size_t)(n * size));
