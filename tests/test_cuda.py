@@ -121,6 +121,27 @@ def test_misaligned_tensors_take_the_generic_path(rng):
     assert bool(((C.double() - ref).abs() <= 1e-5 * (A.double().abs() @ B.double().abs())).all())
 
 
+def test_vnni_b_blocks(rng):
+    """A plan recorded with B tiles in VNNI pairs (as the CPU's AMX path keeps
+    them) reads them as pairs on the GPU too (the generic path)."""
+    from brgemm import plan as P
+    from brgemm.vnni import vnni_tiles
+    M, N, kb, count = 48, 40, 32, 3
+    A = rand(rng, M, kb * count).astype(brgemm.bfloat16)
+    B = rand(rng, count, kb, N).astype(brgemm.bfloat16)
+    rec = P.Recorder({"A": "bf16", "B": "bf16", "C": "f32"})
+    rec.at((), ())
+    rec.gemm(P.Block(M, N, kb, lda=kb * count, ldb=N, ldc=N, dtype="bf16", beta=0.0, b_vnni=True),
+             "A", [i * kb for i in range(count)], "B", [i * kb * N for i in range(count)], "C", 0)
+    C = np.full((M, N), np.nan, np.float32)
+    rec.finish().run(backend="cuda", A=A, B=vnni_tiles(B), C=C)
+    a64 = A.astype(np.float64)
+    ref = sum(a64[:, i * kb:(i + 1) * kb] @ B[i].astype(np.float64) for i in range(count))
+    mag = sum(np.abs(a64[:, i * kb:(i + 1) * kb]) @ np.abs(B[i].astype(np.float64))
+              for i in range(count))
+    assert np.all(np.abs(C - ref) <= 1e-5 * mag)
+
+
 def test_cuda_graph_capture(rng):
     """A replay on PyTorch's stream can be captured in a CUDA graph and
     replayed on new inputs."""

@@ -22,180 +22,15 @@ else on the legacy default stream; device-tensor runs do not wait for the GPU.
 Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0.
 """
 import ctypes
-import os
-import pathlib
-import sys
 import threading
 
 import numpy as np
 
-from brgemm import dtypes
-
-try:
-    from cffi import FFI
-except ImportError:  # cffi is a core dependency; without it the backend is absent
-    FFI = None
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEADERS = (ROOT / "kernels" / "cpu" / "brgemm_cpu.h", ROOT / "kernels" / "cuda" / "brgemm_cuda.h")
-FATBIN = pathlib.Path(os.environ.get("BRGEMM_CUDA_FATBIN")
-                      or pathlib.Path(__file__).resolve().parents[1] / "_brgemm_cuda.fatbin")
-
-DRIVER_CDEF = """
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-typedef struct CUstream_st *CUstream;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned int flags);
-CUresult cuGetErrorName(CUresult error, const char **name);
-CUresult cuDeviceGetCount(int *count);
-CUresult cuDeviceGet(CUdevice *device, int ordinal);
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
-CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuModuleLoadData(CUmodule *module, const void *image);
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule module, const char *name);
-CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule module, const char *name);
-CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult cuStreamSynchronize(CUstream s);
-CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                        unsigned int bx, unsigned int by, unsigned int bz,
-                        unsigned int shared_bytes, CUstream s, void **params, void **extra);
-"""
-DLPACK_CDEF = """
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
-                 int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
-"""
-ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 75, 76, 97
-FUNC_MAX_DYNAMIC_SMEM = 8
-DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
-DTYPE_CODE = {"f32": 0, "bf16": 1}
+from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
+from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
+    device, stream, synchronize  # noqa: F401
 
 launches = 0             # kernel launches made so far (tests count them)
-_state = {}
-_lock = threading.Lock()
-
-
-def _header_cdef(path):
-    """A header as cffi reads it: no preprocessor lines, no C++ guards."""
-    kept, skip = [], False
-    for line in path.read_text().splitlines():
-        s = line.strip()
-        if s.startswith("#ifdef __cplusplus"):
-            skip = True
-        elif skip:
-            skip = not s.startswith("#endif")
-        elif not s.startswith("#"):
-            kept.append(line)
-    return "\n".join(kept)
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed."""
-
-
-class _Device:
-    """The driver, the primary context, the loaded module and its kernel, made once."""
-
-    def __init__(self):
-        if FFI is None:
-            raise ImportError("cffi is not installed")
-        self.ffi = ffi = FFI()
-        ffi.cdef(DRIVER_CDEF + DLPACK_CDEF)
-        for h in HEADERS:
-            ffi.cdef(_header_cdef(h))
-        try:
-            self.cu = ffi.dlopen("libcuda.so.1")
-        except OSError as e:
-            raise OSError(f"no NVIDIA driver: libcuda.so.1 could not be loaded ({e})") from None
-        self.check(self.cu.cuInit(0), "cuInit")
-        count = ffi.new("int *")
-        self.check(self.cu.cuDeviceGetCount(count), "cuDeviceGetCount")
-        ordinal = int(os.environ.get("BRGEMM_CUDA_DEVICE", "0"))
-        if not 0 <= ordinal < count[0]:
-            raise RuntimeError(f"no CUDA device {ordinal} ({count[0]} devices)")
-        dev = ffi.new("CUdevice *")
-        self.check(self.cu.cuDeviceGet(dev, ordinal), "cuDeviceGet")
-        self.ordinal, self.dev = ordinal, dev[0]
-        name = ffi.new("char[256]")
-        self.check(self.cu.cuDeviceGetName(name, 256, self.dev), "cuDeviceGetName")
-        self.name = ffi.string(name).decode()
-        self.cc = (self.attribute(ATTR_CC_MAJOR), self.attribute(ATTR_CC_MINOR))
-        ctx = ffi.new("CUcontext *")
-        self.check(self.cu.cuDevicePrimaryCtxRetain(ctx, self.dev), "cuDevicePrimaryCtxRetain")
-        self.ctx = ctx[0]
-        self.bind()
-        if not FATBIN.exists():
-            raise FileNotFoundError(f"{FATBIN} is missing: nvcc was not found when brgemm was "
-                                    "built (python brgemm/_build_cuda.py builds it)")
-        self.image = FATBIN.read_bytes()  # the driver reads it during the load only
-        module = ffi.new("CUmodule *")
-        self.check(self.cu.cuModuleLoadData(module, self.image), "cuModuleLoadData")
-        self.module = module[0]
-        self.has_tc = bool(self._read_int_global(b"brgemm_cuda_has_tc"))
-        # (function, dynamic shared memory) of the two entry points: phases with
-        # tensor-core calls, and the rest (more blocks per multiprocessor)
-        self.entry = {True: self._function(b"brgemm_cuda_phase_tc", b"brgemm_cuda_smem"),
-                      False: self._function(b"brgemm_cuda_phase_generic",
-                                            b"brgemm_cuda_smem_generic")}
-        for ctype, numpy_dtype in (("brgemm_plan_call", _CALL_DTYPE), ("brgemm_plan_op", _OP_DTYPE)):
-            if ffi.sizeof(ctype) != numpy_dtype.itemsize:  # the plan's records must be the C structs
-                raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, "
-                                   f"{numpy_dtype.itemsize} in brgemm.plan")
-
-    def _function(self, name, smem_global):
-        fn = self.ffi.new("CUfunction *")
-        self.check(self.cu.cuModuleGetFunction(fn, self.module, name), "cuModuleGetFunction")
-        smem = self._read_int_global(smem_global)  # the build's pipeline depth decides
-        self.check(self.cu.cuFuncSetAttribute(fn[0], FUNC_MAX_DYNAMIC_SMEM, smem),
-                   "cuFuncSetAttribute")
-        return fn[0], smem
-
-    def attribute(self, attr):
-        v = self.ffi.new("int *")
-        self.check(self.cu.cuDeviceGetAttribute(v, attr, self.dev), "cuDeviceGetAttribute")
-        return v[0]
-
-    def _read_int_global(self, name):
-        ptr, size = self.ffi.new("CUdeviceptr *"), self.ffi.new("size_t *")
-        self.check(self.cu.cuModuleGetGlobal_v2(ptr, size, self.module, name), "cuModuleGetGlobal")
-        out = np.zeros(1, np.int32)
-        self.check(self.cu.cuMemcpyDtoHAsync_v2(self.ffi.from_buffer(out), ptr[0], 4, self.ffi.NULL),
-                   "cuMemcpyDtoH")
-        self.check(self.cu.cuStreamSynchronize(self.ffi.NULL), "cuStreamSynchronize")
-        return int(out[0])
-
-    def bind(self):
-        """Make the primary context current on the calling thread."""
-        self.check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-
-    def check(self, rc, what):
-        if rc != 0:
-            name = self.ffi.new("const char **")
-            text = (self.ffi.string(name[0]).decode()
-                    if self.cu.cuGetErrorName(rc, name) == 0 else "unknown")
-            raise CudaError(f"{what}: CUDA error {rc} ({text})")
-
-
-def device():
-    dev = _state.get("device")
-    if dev is None:
-        with _lock:
-            dev = _state.get("device")
-            if dev is None:
-                dev = _state["device"] = _Device()
-    return dev
 
 
 def unavailable_reason():
@@ -213,147 +48,6 @@ def device_name():
 def has_tensor_cores():
     """True where this build's bf16 tensor-core (wgmma) path runs: sm_90a devices."""
     return device().has_tc
-
-
-def stream():
-    """The stream work goes on: PyTorch's current one once PyTorch has started CUDA."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return int(torch.cuda.current_stream(device().ordinal).cuda_stream)
-    return 0
-
-
-def synchronize():
-    dev = device()
-    dev.bind()
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")
-
-
-# ---------------------------------------------------------------- memory
-
-
-class _Allocation:
-    """nbytes of device memory, freed when the last reference goes."""
-
-    def __init__(self, nbytes):
-        dev = device()
-        dev.bind()
-        self.nbytes = int(nbytes)
-        ptr = dev.ffi.new("CUdeviceptr *")
-        rc = dev.cu.cuMemAlloc_v2(ptr, max(self.nbytes, 1))
-        if rc != 0:
-            raise MemoryError(f"CUDA device: could not allocate {self.nbytes} bytes (error {rc})")
-        self.address = int(ptr[0])
-        self._free = dev.cu.cuMemFree_v2
-
-    def __del__(self):
-        if getattr(self, "_free", None) is not None:
-            self._free(self.address)
-
-
-def _copy_in(address, x, s):
-    dev = device()
-    if x.nbytes:
-        dev.check(dev.cu.cuMemcpyHtoDAsync_v2(address, dev.ffi.from_buffer(x), x.nbytes,
-                                              dev.ffi.cast("CUstream", s)), "cuMemcpyHtoD")
-
-
-def _copy_out(x, address, s):
-    dev = device()
-    if x.nbytes:
-        dev.check(dev.cu.cuMemcpyDtoHAsync_v2(dev.ffi.from_buffer(x), address, x.nbytes,
-                                              dev.ffi.cast("CUstream", s)), "cuMemcpyDtoH")
-
-
-def _upload(x):
-    """A device copy of the NumPy array x (contiguous), on the current stream, finished."""
-    x = np.ascontiguousarray(x)
-    buf = _Allocation(x.nbytes)
-    dev = device()
-    s = stream()
-    _copy_in(buf.address, x, s)
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
-    return buf
-
-
-class DeviceArray:
-    """A flat, C-contiguous array in this GPU's memory: pass it to Plan.run in
-    place of a NumPy array and nothing is copied (the steady state). Made by
-    this module (DeviceArray(shape, dtype), to_device) or as a view of another
-    library's device tensor (from_dlpack), which it keeps alive."""
-
-    def __init__(self, shape, dtype, *, _address=None, _owner=None):
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.dtype.itemsize
-        if _address is None:
-            _owner = _Allocation(self.nbytes)
-            _address = _owner.address
-        self.address, self._owner = int(_address), _owner
-
-    @classmethod
-    def from_numpy(cls, x):
-        x = np.ascontiguousarray(x)
-        buf = _upload(x)
-        return cls(x.shape, x.dtype, _address=buf.address, _owner=buf)
-
-    def numpy(self):
-        out = np.empty(self.shape, self.dtype)
-        s = stream()
-        _copy_out(out, self.address, s)
-        dev = device()
-        dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
-        return out
-
-    def __repr__(self):
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={device_name()!r})"
-
-
-def to_device(x):
-    return DeviceArray.from_numpy(x)
-
-
-def from_dlpack(x, name="x"):
-    """A DeviceArray view of x, a device tensor on this GPU (anything with
-    __dlpack__: PyTorch, CuPy, JAX), C-contiguous, float32 or bfloat16."""
-    dev = device()
-    if hasattr(x, "__dlpack_device__"):
-        kind, ordinal = x.__dlpack_device__()
-        if int(kind) != DL_CUDA or int(ordinal) != dev.ordinal:
-            raise ValueError(f"{name}: is on DLPack device ({int(kind)}, {int(ordinal)}), not "
-                             f"CUDA device {dev.ordinal}; copy it there or pass a NumPy array")
-    try:
-        capsule = x.__dlpack__(stream=-1)  # -1: we order work on the stream ourselves
-    except TypeError:
-        capsule = x.__dlpack__()
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    t = dev.ffi.cast("DLTensor *", get(capsule, b"dltensor"))
-    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
-    if (code, bits, lanes) == (DL_FLOAT, 32, 1):
-        dtype = dtypes.float32
-    elif (code, bits, lanes) == (DL_BFLOAT, 16, 1):
-        dtype = dtypes.bfloat16
-    else:
-        raise TypeError(f"{name}: expected a float32 or bfloat16 tensor, got DLPack dtype "
-                        f"(code {code}, {bits} bits, {lanes} lanes)")
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    if t.strides != dev.ffi.NULL:
-        expect = 1
-        for i in reversed(range(t.ndim)):
-            if shape[i] != 1 and t.strides[i] != expect:
-                raise ValueError(f"{name}: a plan reads tensors as flat buffers; pass a "
-                                 f"contiguous tensor ({name}.contiguous())")
-            expect *= shape[i]
-    address = int(dev.ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
-    return DeviceArray(shape, dtype, _address=address, _owner=x)
-
-
-def _adopt(x, name):
-    if isinstance(x, (np.ndarray, DeviceArray)) or not hasattr(x, "__dlpack__"):
-        return x  # Plan._check names anything that is neither
-    return from_dlpack(x, name)
 
 
 # ---------------------------------------------------------------- tables
@@ -375,6 +69,7 @@ class _Tables:
             d.m, d.n, d.k, d.lda, d.ldb, d.ldc = b.m, b.n, b.k, b.lda, b.ldb, b.ldc
             d.dtype_ab, d.dtype_c = DTYPE_CODE[b.dtype], DTYPE_CODE[b.c_dtype]
             d.alpha, d.beta = b.alpha, b.beta
+            d.b_vnni = int(getattr(b, "b_vnni", False))
         paths = _call_paths(blocks, calls, a_offs, b_offs, ops)
         self._bufs = {
             "blocks": _upload(np.frombuffer(ffi.buffer(desc), np.uint8)),
@@ -428,14 +123,15 @@ def _nonempty(x, dtype):
 
 def _call_paths(blocks, calls, a_offs, b_offs, ops):
     """BRGEMM_CUDA_PATH_* bits per call: the tensor-core path where its block is
-    bf16 with k, n, lda, ldb multiples of 8 and every A/B byte offset a multiple
+    bf16 (B not in VNNI pairs) with k, n, lda, ldb multiples of 8 and every A/B byte offset a multiple
     of 16 (16-byte copies); memory-order ops where it has an LSTM op."""
     dev = device()
     tc, mem_ops = dev.cu.BRGEMM_CUDA_PATH_TC, dev.cu.BRGEMM_CUDA_PATH_MEM_OPS
     if len(calls) == 0:
         return np.zeros(0, np.uint8)
-    block_ok = np.array([b.dtype == "bf16" and not (b.k % 8 or b.n % 8 or b.lda % 8 or b.ldb % 8)
-                         for b in blocks], bool)
+    block_ok = np.array([b.dtype == "bf16" and not getattr(b, "b_vnni", False)
+                         and not (b.k % 8 or b.n % 8 or b.lda % 8 or b.ldb % 8) for b in blocks],
+                        bool)
     misaligned = np.concatenate([[0], np.cumsum((np.asarray(a_offs, np.uint64) % 16 != 0)
                                                 | (np.asarray(b_offs, np.uint64) % 16 != 0))])
     first, count = calls["offs"].astype(np.int64), calls["count"].astype(np.int64)

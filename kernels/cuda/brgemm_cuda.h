@@ -30,6 +30,8 @@ typedef struct {
   int32_t dtype_ab;        /* BRGEMM_F32 or BRGEMM_BF16 */
   int32_t dtype_c;
   float alpha, beta;
+  int32_t b_vnni;          /* B blocks in VNNI pairs ([k/2][n][2], brgemm.vnni) */
+  int32_t pad;
 } brgemm_cuda_block;
 
 typedef struct {

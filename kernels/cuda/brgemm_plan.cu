@@ -11,8 +11,8 @@
  *    two warpgroups issue wgmma on 64 x 64 x 16 steps from shared memory,
  *    which cp.async fills three stages ahead in the 128-byte swizzled layouts
  *    wgmma reads (A K-major, B N-major: B blocks are k x n row-major);
- *  - generic (f32, unaligned bf16, GPUs without wgmma): 64 x 64 tiles of
- *    exact f32 FMA from shared memory, any shape, stride and offset.
+ *  - generic (f32, unaligned bf16, B in VNNI pairs, GPUs without wgmma): 64 x 64
+ *    tiles of exact f32 FMA from shared memory, any shape, stride and offset.
  * Both finish the tile in registers: alpha, beta, then the element-wise ops
  * (bias, relu, sigmoid, tanh, bf16 copies) before the one store. The LSTM
  * cell ops read four gate blocks, so their calls store C first and run the
@@ -175,7 +175,9 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
       for (int q = tid; q < GK * GT; q += THREADS) {
         const int kk = q / GT, col = q % GT;
         const int64_t kx = k0 + kk, j = j0 + col;
-        Bs[kk][col] = (kx < k && j < n) ? load_ab(Bb, bf16, kx * ldb + j) : 0.0f;
+        /* a VNNI pair row holds rows 2p and 2p + 1 side by side */
+        const int64_t at = kd->b_vnni ? (kx >> 1) * 2 * ldb + 2 * j + (kx & 1) : kx * ldb + j;
+        Bs[kk][col] = (kx < k && j < n) ? load_ab(Bb, bf16, at) : 0.0f;
       }
       __syncthreads();
 #pragma unroll
