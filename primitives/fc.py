@@ -113,7 +113,7 @@ def _reduce(blocks, nb, dim, b):
         yield blocks, b
 
 
-def forward_plain_nest(ex, loops, g, dtype, epilogue):
+def forward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """y (N x K) = x (N x C) @ W^T from w tiles; epilogue(n, k) on the last c."""
     for phase, task, at in loops.walk():
         n, k, c0 = at["n"], at["k"], at["c"]
@@ -121,14 +121,14 @@ def forward_plain_nest(ex, loops, g, dtype, epilogue):
         ex.at(phase, task)
         for cs, depth in _reduce(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
             ex.gemm(P.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
-                            beta=0.0 if cs[0] == 0 else 1.0),
+                            beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
                     "x", [n * g.bn * g.C + c * g.bc for c in cs],
                     "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
                     "y", n * g.bn * g.K + k * g.bk,
                     ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
 
 
-def backward_plain_nest(ex, loops, g, dtype, epilogue):
+def backward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dx (N x C) = dy (N x K) @ W from wt tiles."""
     for phase, task, at in loops.walk():
         n, c, k0 = at["n"], at["c"], at["k"]
@@ -136,14 +136,14 @@ def backward_plain_nest(ex, loops, g, dtype, epilogue):
         ex.at(phase, task)
         for ks, depth in _reduce(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
             ex.gemm(P.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
-                            beta=0.0 if ks[0] == 0 else 1.0),
+                            beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
                     "dy", [n * g.bn * g.K + k * g.bk for k in ks],
                     "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
                     "dx", n * g.bn * g.C + c * g.bc,
                     ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
 
 
-def update_plain_nest(ex, loops, g, dtype, epilogue):
+def update_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dW (K x C) = dy^T (tiles) @ x (tiles): both zero-padded, so the reduction
     needs no ragged call; only dW's edges are."""
     for phase, task, at in loops.walk():
@@ -152,7 +152,7 @@ def update_plain_nest(ex, loops, g, dtype, epilogue):
         ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
         ex.at(phase, task)
         ex.gemm(P.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
-                        beta=0.0 if n0 == 0 else 1.0),
+                        beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
                 "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
                 "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
                 "dw", k * g.bk * g.C + c * g.bc,
@@ -235,22 +235,23 @@ _PLAIN_NESTS = {"fwd": forward_plain_nest, "bwd": backward_plain_nest, "upd": up
 _PLAIN_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("dyt", "x", "dw")}
 
 
-def vnni_passes(g, dtype, backend):
-    """The blocked passes whose B tiles are kept in VNNI pairs here (AMX): the
-    forward's w (depth bc), the backward's wt (bk), the update's dy (bn)."""
-    depth = {"fwd": g.bc, "bwd": g.bk, "upd": g.bn}
-    return frozenset(p for p, k in depth.items() if takes_vnni_b(k, dtype, backend))
+def vnni_passes(g, dtype, backend, plain=False):
+    """The passes whose B tiles are kept in VNNI pairs here (AMX): the forward's
+    w (depth bc), the backward's wt (bk), the update's dy (bn; x in the plain
+    plans). The plain plans' ragged last reduction block must fit too."""
+    depth = {"fwd": (g.bc, g.C % g.bc), "bwd": (g.bk, g.K % g.bk), "upd": (g.bn, 0)}
+    return frozenset(p for p, (k, rest) in depth.items() if takes_vnni_b(k, dtype, backend)
+                     and (not plain or rest == 0 or takes_vnni_b(rest, dtype, backend)))
 
 
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
          vnni=False):
     """The recorded plan of one pass (cached by geometry and options); plain: the
     functional form's plan, on plain matrices as the plain nests above say;
-    vnni: the blocked plan's B tiles (w, wt, dy) in VNNI pairs (see vnni_passes)."""
+    vnni: the plan's B tiles (w, wt, and dy or x in the update) in VNNI pairs
+    (see vnni_passes)."""
     if plain and bf16_out:
         raise ValueError("bf16_out: the plain (functional) plans write f32 only")
-    if plain and vnni:
-        raise ValueError("vnni: the plain (functional) plans read B tiles as they are")
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
@@ -261,7 +262,7 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
         if bf16_out:
             tensors[c + "16"] = "bf16"
         rec = P.Recorder(tensors)
-        nest = _PLAIN_NESTS[pass_] if plain else functools.partial(_NESTS[pass_], vnni=vnni)
+        nest = functools.partial((_PLAIN_NESTS if plain else _NESTS)[pass_], vnni=vnni)
         nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
         return rec.finish()
     return _plans.get(key, record)
@@ -287,15 +288,20 @@ def _result(a, dtype, name):
     return a if a.dtype == dtype else convert(a, dtype, out=_results.empty(name, a.shape, dtype))
 
 
-def _weights(w, g, dtype, role, token):
+def _weights(w, g, dtype, role, token, vnni=False):
     """W^T tiles for the forward (role "w") or W tiles for backward-data ("wt"),
-    kept under `token` while provably unchanged (primitives.reuse)."""
+    in VNNI pairs with vnni, kept under `token` while provably unchanged
+    (primitives.reuse)."""
     ab = dtypes.NUMPY[dtype]
     shape = (g.Kb, g.Cb, g.bc, g.bk) if role == "w" else (g.Cb, g.Kb, g.bk, g.bc)
     br, bs = (g.bc, g.bk) if role == "w" else (g.bk, g.bc)
-    return _reuse.blocked(token, ("fc", role, g, dtype), (w,), lambda: to_blocks(
-        w, br, bs, transpose=role == "w", swap_grid=True, dtype=ab,
-        out=None if token else _buffer(role, shape, ab)))
+
+    def blocked():
+        t = to_blocks(w, br, bs, transpose=role == "w", swap_grid=True, dtype=ab,
+                      out=None if token else _buffer(role, shape, ab))
+        return vnni_tiles(t, out=None if token else _buffer(role + "_vnni", shape, ab)) \
+            if vnni else t
+    return _reuse.blocked(token, ("fc", role, g, dtype, vnni), (w,), blocked)
 
 
 def _dtype_of(dtype, *arrays, names):
@@ -334,10 +340,11 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     # 25-40% slower kernel calls
     y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
         _buffer("y", (N, K), np.float32)
-    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token))
+    vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
+    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token, vnni))
     if b is not None:
         t["b"] = np.ascontiguousarray(b, dtype=np.float32)
-    plan(g, "fwd", dtype, has_bias=b is not None, plain=True).run(backend=backend, **t)
+    plan(g, "fwd", dtype, has_bias=b is not None, plain=True, vnni=vnni).run(backend=backend, **t)
     return _result(y, out_dtype, "y")
 
 
@@ -359,12 +366,15 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     f32 = out_dtype == np.float32
     dy_p = _plain(dy, ab, "dy")
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
-    plan(g, "bwd", dtype, plain=True).run(backend=backend, dy=dy_p, dx=dx,
-                                          wt=_weights(w, g, dtype, "wt", token))
+    vnni = vnni_passes(g, dtype, backend, plain=True)
+    plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni).run(
+        backend=backend, dy=dy_p, dx=dx, wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
-    plan(g, "upd", dtype, plain=True).run(
-        backend=backend, dw=dw,
-        x=to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab)),
+    xb = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab))
+    if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
+        xb = vnni_tiles(xb, out=_buffer("x_vnni", xb.shape, ab))
+    plan(g, "upd", dtype, plain=True, vnni="upd" in vnni).run(
+        backend=backend, dw=dw, x=xb,
         dyt=to_blocks(dy_p, g.bk, g.bn, transpose=True,
                       out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)))
     db = column_sums(dy, out=_results.empty("db", (K,), np.float32) if f32 else None)

@@ -191,3 +191,23 @@ def test_conv_reads_vnni_weight_tiles(rng, layer):
         want_dw = np.einsum("nctpq,nkpq->kct", cols, q(dy)).reshape(w.shape)
         mag_dw = np.einsum("nctpq,nkpq->kct", np.abs(cols), np.abs(q(dy))).reshape(w.shape)
         assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= 1e-2 * mag_dw + 1e-6)
+
+
+@pytest.mark.parametrize("N,C,K", [(64, 96, 80), (30, 70, 50), (33, 64, 48)])
+def test_fc_functional_reads_vnni_tiles(rng, N, C, K):
+    """fc.forward/backward on AMX pack w, W^T and x's tiles into VNNI pairs once
+    per call (ragged reduction blocks included) and match float64 NumPy."""
+    from primitives import fc
+    passes = fc.vnni_passes(fc.geometry(N, C, K), "bf16", "cpu", plain=True)
+    print("VNNI passes:", sorted(passes))
+    assert passes
+    x, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (N, K)))
+    w, b = rng.standard_normal((K, C)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    y = fc.forward(x, w, b, dtype="bf16")
+    dx, dw, db = fc.backward(dy, x, w, dtype="bf16")
+    q = lambda a: a.astype(brgemm.bfloat16).astype(np.float64)  # noqa: E731
+    for got, want, mag in ((y, q(x) @ q(w).T + b, np.abs(q(x)) @ np.abs(q(w)).T + np.abs(b)),
+                           (dx, q(dy) @ q(w), np.abs(q(dy)) @ np.abs(q(w))),
+                           (dw, q(dy).T @ q(x), np.abs(q(dy)).T @ np.abs(q(x)))):
+        err = np.abs(np.asarray(got, np.float64) - want)
+        assert np.all(err <= 1e-2 * mag + 1e-6), f"max err/mag {np.max(err / (mag + 1e-30)):.3g}"
