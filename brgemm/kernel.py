@@ -206,6 +206,22 @@ class Kernel:
                 _no_overlap(C, B, "B")
                 kern.strd(A, B, C, A.shape[0])
             return C
+        if isinstance(B, PackedB) and isinstance(A, np.ndarray) and isinstance(C, np.ndarray) \
+                and isinstance(B.data, np.ndarray):
+            # as above: a geometry seen before (B's blocks included) skips the checks
+            key = ("packed", A.shape, A.strides, A.dtype, B.count, B.k, B.n, B.path,
+                   B.data.shape, B.data.dtype, C.shape, C.strides, C.dtype)
+            kern = self._strd_seen.get(key)
+            if kern is None:
+                kern = self._check_strd(A, B, C)
+                self._strd_seen[key] = kern
+            elif not C.flags.writeable:
+                raise ValueError("C: is read-only; the kernel writes C in place")
+            if not kern.strd(A, B.data, C, A.shape[0], True, check_overlap=True):
+                _no_overlap(C, A, "A")
+                _no_overlap(C, B.data, "B")
+                kern.strd(A, B.data, C, A.shape[0], True)
+            return C
         if isinstance(B, PackedB):
             kern = self._check_strd(A, B, C)
             kern.strd(A, B.data, C, A.shape[0], True)

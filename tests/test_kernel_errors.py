@@ -107,6 +107,26 @@ def test_packed_b_from_another_kernel():
                                              np.zeros((3, 6), f32))
 
 
+def test_packed_b_checked_after_the_first_call():
+    """A packed call of a seen geometry skips the checks but not the ones its
+    arguments can still fail: C read-only, C over B's packed blocks."""
+    kern = brgemm.Kernel(2, 16, 4, dtype="bf16", beta=0.0)
+    A = np.ones((2, 2, 4), brgemm.bfloat16)
+    packed = kern.pack_b(np.ones((2, 4, 16), brgemm.bfloat16))
+    C = np.zeros((2, 16), np.float32)
+    kern(A, packed, C)
+    np.testing.assert_array_equal(C, 8.0)
+    C.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^C: is read-only"):
+        kern(A, packed, C)
+    if packed.data.dtype == np.uint16:  # a bf16 C laid over B's packed blocks
+        over = packed.data.reshape(-1)[:32].view(brgemm.bfloat16).reshape(2, 16)
+        first = np.zeros((2, 16), brgemm.bfloat16)
+        kern(A, packed, first)  # the same geometry as `over`, seen without overlap
+        with pytest.raises(ValueError, match=r"^C: overlaps B"):
+            kern(A, packed, over)
+
+
 def test_address_form():
     A, B, C = ok()
     kern = brgemm.Kernel(4, 5, 3)
