@@ -2,9 +2,11 @@
 # The AMX path of the bf16 kernel on the lent machine's Xeon host: build, the
 # AMX cases and every kernel and primitive test with AMX active, the kernel
 # benchmark (AMX peak, one core), then bf16 layers against oneDNN 3.2 with AMX
-# allowed, 2 threads (and 16 with AMX16=1). Set TESTS=0 to skip the tests. Arguments pick the layers
-# (default: fc conv lstm; "none" for none). Expects .devcarry as
-# device_cpu.sh and device_onednn.sh do; run from the repository root.
+# allowed, 2 threads (and 16 with AMX16=1). Arguments pick the layers
+# (default: fc conv lstm; "none" for none). TESTS=0 skips the tests,
+# PART_TIMEOUT caps each layer run (seconds), L1_BUDGETS adds kernel runs.
+# Expects .devcarry as device_cpu.sh and device_onednn.sh do; run from the
+# repository root.
 set -uo pipefail
 out=${OUT:-/tmp}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
@@ -19,7 +21,7 @@ LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_bu
 python3 -c 'import brgemm; from brgemm.backend import cpu; print(brgemm.info(), "amx peak", cpu.amx_peak(0.3))'
 [ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
-  tests/test_fc.py tests/test_conv.py tests/test_lstm.py > $out/tests.txt 2>&1
+  tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py > $out/tests.txt 2>&1
 echo "tests exit $?"; tail -15 $out/tests.txt
 # L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
 for l1 in default ${L1_BUDGETS:-}; do
@@ -31,8 +33,8 @@ unset BRGEMM_AMX_L1
 parts=${*:-fc conv lstm}
 for what in $parts; do
   [ "$what" = none ] && continue
-  taskset -c 2,3 timeout 150 python3 -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  taskset -c 2,3 timeout ${PART_TIMEOUT:-150} python3 -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
   if [ "${AMX16:-0}" = 1 ]; then
-    timeout 150 python3 -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+    timeout ${PART_TIMEOUT:-150} python3 -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
   fi
 done
