@@ -149,3 +149,18 @@ def test_native_layer_rejects_bad_arguments():
     assert lib.brgemm_cpu_convert(p, 2, 8, 4, 4, p, 4, 1) == EINVAL  # ld < cols
     assert lib.brgemm_cpu_column_sums(p, 2, 0, 4, 4, ffi.cast("float *", p), 1) == EINVAL
     assert lib.brgemm_cpu_to_blocks(p, 4, 4, 4, 0, 0, 2, 2, 2, p, 4, 1) == EINVAL
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+def test_image_without_border(rng, dtypes):
+    # contiguous rows, no border: copied as one long row per channel block, in pixel chunks
+    src, dst = dtypes
+    N, C, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 30)), \
+        int(rng.integers(1, 30))
+    bc = int(rng.integers(1, 20))
+    x = rng.standard_normal((N, C, H, W)).astype(src)
+    t = L.image_to_blocks(x, bc, H, W, dtype=dst, threads=3)
+    ref = ref_image(x.astype(np.float32).astype(dst), bc, H, W, 0, 0)
+    np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
+    back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, threads=3)
+    np.testing.assert_array_equal(back.astype(np.float32), x.astype(np.float32).astype(dst).astype(np.float32))

@@ -6,6 +6,9 @@
 
 #include "layout_window.h"
 
+/* pixels per task where an image without border is copied as one long row */
+enum { PIXELS = 256 };
+
 
 int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
                                const int64_t* strides, int src_itemsize, int64_t bc, int64_t Hp,
@@ -21,6 +24,23 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
   const int64_t sn = strides[0], sc = strides[1], sh = strides[2], sw = strides[3];
   const int64_t Cb = (C + bc - 1) / bc, Wd = Wp / phases, row = Wp * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
+  if (!pixels_last && Hp == H && Wp == W && sw == 1 && sh == W) {
+    /* no border and rows back to back: each channel block's pixels are one
+     * long window, cut into chunks (short rows transposed poorly: 14 pixels
+     * leave most of an 8 x 8 sub-block to the scalar edges) */
+    const int64_t HW = H * W, chunks = (HW + PIXELS - 1) / PIXELS;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < N * Cb * chunks; ++t) {
+      const int64_t n = t / (Cb * chunks), cb = t / chunks % Cb, a0 = t % chunks * PIXELS;
+      const int64_t nc = brgemm_min64(bc, C - cb * bc), na = brgemm_min64(PIXELS, HW - a0);
+      char* out = (char*)dst + ((n * Cb + cb) * HW + a0) * bc * di;
+      brgemm_window((const char*)src + (n * sn + cb * bc * sc + a0) * si, 1, sc, si, out, bc, di,
+                    na, nc);
+      if (nc < bc)
+        for (int64_t a = 0; a < na; ++a) brgemm_zero(out + (a * bc + nc) * di, bc - nc, di);
+    }
+    return BRGEMM_OK;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * Hp; ++t) { /* one padded row of one channel block */
     const int64_t n = t / (Cb * Hp), cb = t / Hp % Cb, h = t % Hp, hs = h - top;
@@ -67,6 +87,17 @@ int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H,
     return BRGEMM_EINVAL;
   const int64_t Cb = (C + bc - 1) / bc;
   const int nt = brgemm_cpu_plan_threads(threads);
+  if (Hp == H && Wp == W) { /* no border: pixel chunks of one long window, as above */
+    const int64_t HW = H * W, chunks = (HW + PIXELS - 1) / PIXELS;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < N * Cb * chunks; ++t) {
+      const int64_t n = t / (Cb * chunks), cb = t / chunks % Cb, a0 = t % chunks * PIXELS;
+      const int64_t nc = brgemm_min64(bc, C - cb * bc), na = brgemm_min64(PIXELS, HW - a0);
+      brgemm_window((const char*)src + ((n * Cb + cb) * HW + a0) * bc * si, 1, bc, si,
+                    (char*)dst + ((n * C + cb * bc) * HW + a0) * di, HW, di, nc, na);
+    }
+    return BRGEMM_OK;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * H; ++t) { /* one row of a channel block */
     const int64_t n = t / (Cb * H), cb = t / H % Cb, h = t % H, nc = brgemm_min64(bc, C - cb * bc);
