@@ -7,7 +7,8 @@ import brgemm
 
 @pytest.fixture(params=brgemm.backends())
 def backend(request):
-    """Every backend available here (CI: cpu and the SYCL CPU device)."""
+    """Every backend available here (CI: cpu and the SYCL CPU device; cuda where
+    there is an NVIDIA GPU and the fatbin was built)."""
     return request.param
 
 
