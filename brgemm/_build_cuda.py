@@ -44,6 +44,7 @@ def build(output=OUTPUT, strict=False):
     try:
         subprocess.run(command(compiler, output), check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError as e:
+        pathlib.Path(output).unlink(missing_ok=True)  # never leave an older build behind
         if strict:
             raise RuntimeError(f"nvcc failed:\n{e.stderr}") from None
         print(f"brgemm: nvcc failed, the CUDA backend is not built:\n{e.stderr}", file=sys.stderr)

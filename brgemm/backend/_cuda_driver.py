@@ -121,6 +121,7 @@ class _Device:
         module = ffi.new("CUmodule *")
         self.check(self.cu.cuModuleLoadData(module, self.image), "cuModuleLoadData")
         self.module = module[0]
+        self._check_records()
         self.has_tc = bool(self._read_int_global(b"brgemm_cuda_has_tc"))
         # (function, dynamic shared memory) of the two entry points: phases with
         # tensor-core calls, and the rest (more blocks per multiprocessor)
@@ -146,14 +147,27 @@ class _Device:
         self.check(self.cu.cuDeviceGetAttribute(v, attr, self.dev), "cuDeviceGetAttribute")
         return v[0]
 
-    def _read_int_global(self, name):
+    def _read_int_global(self, name, count=None):
+        """The int (or `count` ints) of a __device__ variable of the module."""
         ptr, size = self.ffi.new("CUdeviceptr *"), self.ffi.new("size_t *")
         self.check(self.cu.cuModuleGetGlobal_v2(ptr, size, self.module, name), "cuModuleGetGlobal")
-        out = np.zeros(1, np.int32)
-        self.check(self.cu.cuMemcpyDtoHAsync_v2(self.ffi.from_buffer(out), ptr[0], 4, self.ffi.NULL),
-                   "cuMemcpyDtoH")
+        out = np.zeros(count or 1, np.int32)
+        if size[0] != out.nbytes:
+            raise RuntimeError(f"{name.decode()}: {size[0]} bytes in the fatbin, expected "
+                               f"{out.nbytes}; rebuild it (python brgemm/_build_cuda.py)")
+        self.check(self.cu.cuMemcpyDtoHAsync_v2(self.ffi.from_buffer(out), ptr[0], out.nbytes,
+                                                self.ffi.NULL), "cuMemcpyDtoH")
         self.check(self.cu.cuStreamSynchronize(self.ffi.NULL), "cuStreamSynchronize")
-        return int(out[0])
+        return int(out[0]) if count is None else [int(v) for v in out]
+
+    def _check_records(self):
+        """The fatbin was built from the headers this module read."""
+        built = self._read_int_global(b"brgemm_cuda_record_bytes", 4)
+        here = [self.ffi.sizeof(t) for t in ("brgemm_cuda_block", "brgemm_cuda_phase_args",
+                                             "brgemm_plan_call", "brgemm_plan_op")]
+        if built != here:
+            raise RuntimeError(f"{FATBIN} was built from other headers (record sizes {built}, "
+                               f"here {here}); rebuild it (python brgemm/_build_cuda.py)")
 
     def bind(self):
         """Make the primary context current on the calling thread."""

@@ -39,6 +39,11 @@ static_assert(sizeof(((brgemm_cuda_phase_args*)0)->tensors) == 8 * BRGEMM_CUDA_M
 /* read by the host (cuModuleGetGlobal): does this build have the tensor-core
  * path, and the dynamic shared memory a launch needs */
 extern "C" __device__ int brgemm_cuda_has_tc = BRGEMM_TC;
+/* the record sizes this build was compiled with: a fatbin older than the
+ * headers is refused rather than misread */
+extern "C" __device__ int brgemm_cuda_record_bytes[4] = {
+    (int)sizeof(brgemm_cuda_block), (int)sizeof(brgemm_cuda_phase_args),
+    (int)sizeof(brgemm_plan_call), (int)sizeof(brgemm_plan_op)};
 
 #define THREADS BRGEMM_CUDA_THREADS
 
