@@ -164,3 +164,19 @@ def test_image_without_border(rng, dtypes):
     np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
     back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, threads=3)
     np.testing.assert_array_equal(back.astype(np.float32), x.astype(np.float32).astype(dst).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+def test_short_rows_in_a_border(rng, dtypes):
+    # contiguous images, rows under and over 12 pixels (under: a plane at a time through a buffer)
+    src, dst = dtypes
+    N, C, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 20)), \
+        int(rng.integers(1, 32))
+    bc, top, left = int(rng.integers(1, 20)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
+    Hp, Wp = top + H + int(rng.integers(0, 3)), left + W + int(rng.integers(0, 3))
+    x = rng.standard_normal((N, C, H, W)).astype(src)
+    t = L.image_to_blocks(x, bc, Hp, Wp, top, left, dtype=dst, threads=3)
+    ref = ref_image(x.astype(np.float32).astype(dst), bc, Hp, Wp, top, left)
+    np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
+    back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, top, left, threads=3)
+    np.testing.assert_array_equal(back.astype(np.float32), x.astype(np.float32).astype(dst).astype(np.float32))

@@ -8,6 +8,9 @@
 
 /* pixels per task where an image without border is copied as one long row */
 enum { PIXELS = 256 };
+/* rows shorter than this are copied a whole image plane at a time, through a
+ * per-thread buffer: one long transpose, then the rows placed in the border */
+enum { SHORT_ROW = 12 };
 
 
 int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
@@ -40,6 +43,38 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
         for (int64_t a = 0; a < na; ++a) brgemm_zero(out + (a * bc + nc) * di, bc - nc, di);
     }
     return BRGEMM_OK;
+  }
+  if (!pixels_last && sw == 1 && sh == W && W < SHORT_ROW) {
+    const int64_t HW = H * W;
+    int err = BRGEMM_OK;
+#pragma omp parallel num_threads(nt)
+    {
+      char* tmp = malloc((size_t)(HW * bc * di));
+      if (!tmp) {
+#pragma omp atomic write
+        err = BRGEMM_ENOMEM;
+      }
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < N * Cb; ++t) { /* one channel block's plane */
+        if (!tmp) continue;
+        const int64_t n = t / Cb, cb = t % Cb, nc = brgemm_min64(bc, C - cb * bc);
+        brgemm_window((const char*)src + (n * sn + cb * bc * sc) * si, 1, sc, si, tmp, bc, di, HW,
+                      nc);
+        if (nc < bc)
+          for (int64_t a = 0; a < HW; ++a) brgemm_zero(tmp + (a * bc + nc) * di, bc - nc, di);
+        char* plane = (char*)dst + t * Hp * row * di;
+        brgemm_zero(plane, top * row, di);
+        for (int64_t h = 0; h < H; ++h) {
+          char* out = plane + (top + h) * row * di;
+          brgemm_zero(out, left * bc, di);
+          memcpy(out + left * bc * di, tmp + h * W * bc * di, (size_t)(W * bc * di));
+          brgemm_zero(out + (left + W) * bc * di, (Wp - left - W) * bc, di);
+        }
+        brgemm_zero(plane + (top + H) * row * di, (Hp - top - H) * row, di);
+      }
+      free(tmp);
+    }
+    return err;
   }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * Hp; ++t) { /* one padded row of one channel block */
@@ -97,6 +132,30 @@ int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H,
                     (char*)dst + ((n * C + cb * bc) * HW + a0) * di, HW, di, nc, na);
     }
     return BRGEMM_OK;
+  }
+  if (W < SHORT_ROW) { /* the rows gathered into one plane, then one long transpose */
+    const int64_t HW = H * W;
+    int err = BRGEMM_OK;
+#pragma omp parallel num_threads(nt)
+    {
+      char* tmp = malloc((size_t)(HW * bc * si));
+      if (!tmp) {
+#pragma omp atomic write
+        err = BRGEMM_ENOMEM;
+      }
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < N * Cb; ++t) {
+        if (!tmp) continue;
+        const int64_t n = t / Cb, cb = t % Cb, nc = brgemm_min64(bc, C - cb * bc);
+        const char* plane = (const char*)src + t * Hp * Wp * bc * si;
+        for (int64_t h = 0; h < H; ++h)
+          memcpy(tmp + h * W * bc * si, plane + ((h + top) * Wp + left) * bc * si,
+                 (size_t)(W * bc * si));
+        brgemm_window(tmp, 1, bc, si, (char*)dst + (n * C + cb * bc) * HW * di, HW, di, nc, HW);
+      }
+      free(tmp);
+    }
+    return err;
   }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * H; ++t) { /* one row of a channel block */
