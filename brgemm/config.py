@@ -27,7 +27,7 @@ import re
 import tomllib
 from typing import Any, Mapping
 
-PASSES = ("fwd", "bwd", "upd")
+PASSES = ("fwd", "bwd", "upd", "pipeline")  # pipeline: fused nests (mlp)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 

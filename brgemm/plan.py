@@ -116,8 +116,24 @@ def lstm_cell_bwd(dy, dy_offset, gates, gates_offset, stride, c, c_offset, c_pre
     return Op("lstm_cell_bwd", names, offs, ld, stride)
 
 
+def act_grad(activation, tensor, offset, ld):
+    """C[i, j] *= act'(y) from the activation's own output y = tensor[offset + i*ld + j]
+    (f32): the gradient at a pre-activation from the gradient at its output."""
+    if activation not in ("relu", "sigmoid", "tanh"):
+        raise ValueError(f"activation: expected relu, sigmoid or tanh, got {activation!r}")
+    return Op(activation + "_bwd", (tensor,), (offset,), ld)
+
+
+def store_t(tensor, offset, ld, bf16=False):
+    """tensor[offset + j*ld + i] = C[i, j] (rounded to bf16 with bf16): a transposed
+    copy, for the operand a later batch reduction over C's rows reads."""
+    return Op("store_t_bf16" if bf16 else "store_t", (tensor,), (offset,), ld)
+
+
 _OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6,
-             "lstm_cell_bwd": 7}
+             "lstm_cell_bwd": 7, "relu_bwd": 8, "sigmoid_bwd": 9, "tanh_bwd": 10, "store_t": 11,
+             "store_t_bf16": 12}
+_DEVICE_OPS = 7  # the device backends (sycl, cuda) apply the op codes up to this one
 
 
 # ---------------------------------------------------------------- eager
@@ -174,6 +190,14 @@ class Eager:
         elif op.code == "store_bf16":
             dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
             dst[...] = C.astype(dtypes.bfloat16)
+        elif op.code.endswith("_bwd") and op.code != "lstm_cell_bwd":
+            y = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
+            C *= {"relu_bwd": lambda: y > 0, "sigmoid_bwd": lambda: y * (1 - y),
+                  "tanh_bwd": lambda: 1 - y * y}[op.code]()
+        elif op.code in ("store_t", "store_t_bf16"):
+            dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], C.shape[1], C.shape[0],
+                              op.ld)
+            dst[...] = C.T.astype(dtypes.bfloat16 if op.code == "store_t_bf16" else np.float32)
         elif op.code == "lstm_cell":
             ldc = C.strides[0] // C.itemsize
             view = lambda q, extra=0: _block_view(  # noqa: E731
@@ -270,6 +294,16 @@ class Recorder:
             self._touch(op.tensors[0], op.offsets, blk.m, blk.n, op.ld, "store_bf16")
             if self.tensors[op.tensors[0]] != "bf16":
                 raise ValueError(f"store_bf16: tensor {op.tensors[0]!r} is not bf16")
+            self.written.add(op.tensors[0])
+        elif op.code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):
+            self._touch(op.tensors[0], op.offsets, blk.m, blk.n, op.ld, op.code)
+            if self.tensors[op.tensors[0]] != "f32":
+                raise ValueError(f"{op.code}: tensor {op.tensors[0]!r} is not f32")
+        elif op.code in ("store_t", "store_t_bf16"):
+            self._touch(op.tensors[0], op.offsets, blk.n, blk.m, op.ld, op.code)
+            want = "bf16" if op.code == "store_t_bf16" else "f32"
+            if self.tensors[op.tensors[0]] != want:
+                raise ValueError(f"{op.code}: tensor {op.tensors[0]!r} is not {want}")
             self.written.add(op.tensors[0])
         elif op.code == "lstm_cell":
             gates = op.tensors[0]
@@ -473,6 +507,10 @@ class Plan:
         elsewhere the device schedules the tasks and `threads` must be None."""
         name = resolve_backend(backend)
         if name != "cpu":
+            if len(self.ops) and self.ops["code"].max() > _DEVICE_OPS:
+                code = {v: k for k, v in _OP_CODES.items()}[int(self.ops["code"].max())]
+                raise ValueError(f"backend: the {name!r} backend has no {code!r} epilogue; "
+                                 f"run this plan on 'cpu'")
             if threads is not None:
                 raise ValueError(f"threads: the {name!r} backend schedules its own work; "
                                  f"pass threads=None")

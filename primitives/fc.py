@@ -515,6 +515,8 @@ class Linear:
 
     @property
     def grad_weight(self):
+        if getattr(self, "_fused_dw", None) is not None:  # left by a fused MLP's backward
+            return self._fused_dw
         return from_blocks(self.dw, self.C, self.K, transpose=True, swap_grid=True)
 
     @property
@@ -531,21 +533,34 @@ class Linear:
 
 class MLP:
     """A stack of Linear layers that hands blocked activations from one to the
-    next (one feature block size for all, so layer i's y is layer i+1's x)."""
+    next (one feature block size for all, so layer i's y is layer i+1's x).
+    fused=True runs all layers per batch tile instead (primitives/mlp.py; its
+    pipeline config replaces `blocks`): same weights, results and methods."""
 
     def __init__(self, sizes, activation="relu", last_activation=None, bias=True,
-                 dtype="f32", backend=None, config=None, blocks=(64, 64, 64), rng=None):
+                 dtype="f32", backend=None, config=None, blocks=(64, 64, 64), rng=None,
+                 fused=False):
         if len(sizes) < 2:
             raise ValueError(f"sizes: need at least an input and an output size, got {sizes!r}")
         if blocks[1] != blocks[2]:
             raise ValueError(f"blocks: input and output feature blocks must match, got {blocks}")
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused: expected True or False, got {fused!r}")
         rng = rng or np.random.default_rng()
         self.layers = [Linear(c, k, bias, activation if i < len(sizes) - 2 else last_activation,
                               dtype, backend, config, blocks, rng)
                        for i, (c, k) in enumerate(zip(sizes[:-1], sizes[1:]))]
         self.dtype = dtype
+        self.fused = None
+        if fused:
+            from primitives import mlp
+            self.fused = mlp.Fused(self.layers, dtype, self.layers[0].backend, config)
 
-    def forward(self, x):
+    def forward(self, x, train=True):
+        """x [N, C] -> y [N, K]; train=False lets the fused MLP skip keeping the
+        activations backward reads (the unfused one always keeps them)."""
+        if self.fused is not None:
+            return self.fused.forward(x, train)
         first, last = self.layers[0], self.layers[-1]
         _dtype_of(self.dtype, x, names=("x",))
         if x.shape[1] != first.C:
@@ -559,6 +574,8 @@ class MLP:
         return from_blocks(h, N, last.K, dtype=x.dtype)
 
     def backward(self, dy):
+        if self.fused is not None:
+            return self.fused.backward(dy)
         last = self.layers[-1]
         _dtype_of(self.dtype, dy, names=("dy",))
         if last.g is None or dy.shape != (last.g.N, last.K):

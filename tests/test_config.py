@@ -156,7 +156,7 @@ def test_toml_syntax_error_names_file(defaults, tmp_path):
     ("[fwd.\"N=64,N=64,K=256\"]\nbm = 1\n", "cannot parse shape key"),
     ("[fwd.\"N=64,C=512\"]\nbm = 1\n", "shape key names C, N, expected C, K, N"),
     ("[fwd.\"N=64,C=512,K=256\"]\n[fwd.\"K=256,C=512,N=64\"]\n", "same shape as"),
-    ("[fdw]\nbm = 1\n", "user.toml: unknown pass 'fdw' (allowed: fwd, bwd, upd)"),
+    ("[fdw]\nbm = 1\n", "user.toml: unknown pass 'fdw' (allowed: fwd, bwd, upd, pipeline)"),
     ("[fdw.\"N=64,C=512,K=256\"]\nbm = 1\n", "unknown pass 'fdw'"),
     ("[fc.fdw]\nbm = 1\n", "user.toml: [fc]: unknown pass 'fdw'"),
     ("fwd = 3\n", "[fwd]: must be a table"),

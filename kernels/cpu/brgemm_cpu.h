@@ -106,7 +106,14 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
   BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
   BRGEMM_OP_LSTM_CELL = 6,   /* the LSTM cell on m x n blocks, row stride ld, see below */
-  BRGEMM_OP_LSTM_CELL_BWD = 7 /* its derivatives, see below */
+  BRGEMM_OP_LSTM_CELL_BWD = 7, /* its derivatives, see below */
+  /* activation derivatives from the activation's output y = t0[off0 + i*ld + j] (f32):
+   * C *= (y > 0), C *= y (1 - y), C *= 1 - y^2 */
+  BRGEMM_OP_RELU_BWD = 8,
+  BRGEMM_OP_SIGMOID_BWD = 9,
+  BRGEMM_OP_TANH_BWD = 10,
+  BRGEMM_OP_STORE_T = 11,     /* t0[off0 + j*ld + i] = C[i][j]: a transposed f32 copy */
+  BRGEMM_OP_STORE_T_BF16 = 12 /* the same, rounded to bf16 */
 };
 /* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
  * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;

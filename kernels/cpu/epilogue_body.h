@@ -140,6 +140,38 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       }
       return BRGEMM_OK;
     }
+    case BRGEMM_OP_RELU_BWD:
+    case BRGEMM_OP_SIGMOID_BWD:
+    case BRGEMM_OP_TANH_BWD: {
+      const float* y0 = (const float*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t i = 0; i < m; ++i) {
+        float* restrict ci = c + i * ldc;
+        const float* restrict y = y0 + i * op->ld;
+        if (op->code == BRGEMM_OP_RELU_BWD) {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) ci[j] = y[j] > 0.0f ? ci[j] : 0.0f;
+        } else if (op->code == BRGEMM_OP_SIGMOID_BWD) {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) ci[j] *= y[j] * (1.0f - y[j]);
+        } else {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) ci[j] *= 1.0f - y[j] * y[j];
+        }
+      }
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_STORE_T: {
+      float* dst = (float*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t j = 0; j < n; ++j)  /* write along the destination's rows */
+        for (int64_t i = 0; i < m; ++i) dst[j * op->ld + i] = c[i * ldc + j];
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_STORE_T_BF16: {
+      uint16_t* dst = (uint16_t*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) dst[j * op->ld + i] = brgemm_f32_to_bf16(c[i * ldc + j]);
+      return BRGEMM_OK;
+    }
     default:
       return BRGEMM_EINVAL;
   }
