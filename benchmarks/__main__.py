@@ -1,20 +1,22 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|layouts|sycl|train> [--set NAME] [--quick]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|layouts|mlp|sycl|train> [--set NAME] [--quick]
     [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch] [--epochs N]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads;
 sycl: the SYCL backend on the SYCL device here against our CPU backend (informative);
 train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn;
 layouts: the functional forms' layout copies alone, at 1, 2 and --threads (default all) threads.
-conv, fc, lstm --vs torch: the functional forms against PyTorch's calls and our layer path."""
+conv, fc, lstm --vs torch: the functional forms against PyTorch's calls and our layer path.
+mlp: the fused MLP against our unfused one and PyTorch's (samples/s, TFLOP/s, a plot)."""
 import argparse
 
-from benchmarks import conv, fc, kernel, layouts, lstm, plan, sycl, train
+from benchmarks import conv, fc, kernel, layouts, lstm, mlp, plan, sycl, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "layouts", "sycl",
+    parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "layouts",
+                                             "mlp", "sycl",
                                              "train"],
                         help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
@@ -27,6 +29,7 @@ def main(argv=None):
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
                         help="pass (repeatable; default all)")
     parser.add_argument("--epochs", type=int, help="train: epochs of each model")
+    parser.add_argument("--max-batch-log2", type=int, help="mlp: largest batch, as a power of 2")
     args = parser.parse_args(argv)
     if args.what == "all":  # the README's main job: each part against oneDNN
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
@@ -42,6 +45,9 @@ def main(argv=None):
         layouts.run(sorted({1, 2, args.threads or len(os.sched_getaffinity(0))}))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+    elif args.what == "mlp":
+        mlp.run(quick=args.quick, dtypes=args.dtype or ["f32"], threads=args.threads,
+                max_batch_log2=args.max_batch_log2)
     elif args.what == "train":
         train.run(quick=args.quick, epochs=args.epochs, threads=args.threads)
     elif args.what == "sycl":

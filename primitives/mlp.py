@@ -45,10 +45,12 @@ _plans = P.PlanCache(maxsize=32)
 _results = Recycler()  # y and dx, handed back once callers let go of them
 
 # The cost model's machine: per core, what the EPYC and Xeon hosts roughly have.
+L1_BYTES = 32 << 10
 L2_BYTES = 1 << 20
+L2_BYTES_PER_S = 40e9      # what one core's epilogue passes get from L2
 FLOPS_PER_CORE = 60e9      # f32 GEMM of wide blocks, sustained (bf16 via f32 alike)
 BYTES_PER_S = 10e9         # memory bandwidth one core gets when all stream
-CALL_ROWS = 24             # a kernel call costs about this many rows' worth of FMAs
+CALL_ROWS = 8          # a kernel call costs about this many rows' worth of FMAs
 
 
 # ---------------------------------------------------------------- geometry
@@ -112,7 +114,11 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
                 pipeline choice removes;
       spill     when a tile's working set (its activations, f32 and bf16, and the
                 weights of one segment) exceeds L2, each layer's activations go to
-                memory as if unfused: 2 * N * W bytes per layer more.
+                memory as if unfused: 2 * N * W bytes per layer more; when a
+                layer's input and output tiles (f32) exceed L1, its epilogue
+                passes (bias, activation, copies: about 4 reads and writes of
+                the output) and the next call's reads come from L2 instead, at
+                L2_BYTES_PER_S.
 
     The time is compute + memory (one core does both, overlap is poor at these
     sizes). Depth = all layers and the widest tile that stays in L2 win unless
@@ -133,7 +139,10 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
         act_bytes += group * tile * W * ab * 2
     if act_bytes + weights > L2_BYTES:
         traffic += 2 * n * W * ab * L * passes
-    return compute + traffic / BYTES_PER_S
+    l2 = 0.0
+    if 2 * tile * W * 4 > L1_BYTES:
+        l2 = passes * n * W * L * 4 * 8 / L2_BYTES_PER_S
+    return compute + traffic / BYTES_PER_S + l2
 
 
 def candidates(shape):
@@ -405,6 +414,7 @@ class Fused:
         self.has_bias = layers[0].bias is not None
         self.g = self.saved = self.last = None
         self._buffers = {}
+        self._kept = Recycler()  # h for backward: fresh while an earlier state is still held
 
     def _buffer(self, name, size, dtype):
         a = self._buffers.get(name)
@@ -443,17 +453,23 @@ class Fused:
         names = tensors(g, "fwd", train)
         for name in ("h", "h16", "s", "s16"):
             if name in names:
-                size = pl.totals["s" if name[0] == "s" else "h"]
-                t[name] = self._buffer(name, size, dtypes.NUMPY[names[name]])
+                size, dt = pl.totals["s" if name[0] == "s" else "h"], dtypes.NUMPY[names[name]]
+                t[name] = self._kept.empty(name, (size,), dt) if train and name[0] == "h" else \
+                    self._buffer(name, size, dt)
         plan(g, "fwd", train).run(**t)
         self.last = g
         self.g, self.saved = (g, t) if train else (None, None)
         return t["y"] if x.dtype == np.float32 else t["y"].astype(x.dtype)
 
-    def backward(self, dy):
+    def state(self):
+        """What backward reads of the last training forward (for backward(state=))."""
+        return self.g, self.saved
+
+    def backward(self, dy, state=None):
+        """dy [N, K] -> dx [N, C] for the last training forward (or `state`)."""
         from primitives.fc import _dtype_of
         _dtype_of(self.dtype, dy, names=("dy",))
-        g, saved = self.g, self.saved
+        g, saved = state or (self.g, self.saved)
         if g is None or dy.shape != (g.N, self.sizes[-1]):
             raise ValueError(f"dy: expected the training forward's output shape "
                              f"{(g.N, self.sizes[-1]) if g else '(call forward first)'}, "

@@ -126,16 +126,51 @@ class Linear(nn.Linear):
         return _LinearFunction.apply(input, self.weight, self.bias)
 
 
+class _FusedMLPFunction(torch.autograd.Function):
+    """The whole stack as one fc.MLP(fused=True) call: forward keeps what its
+    backward reads (ctx holds it, so two forwards before one backward are fine)."""
+
+    @staticmethod
+    def forward(ctx, module, x, *params):
+        dtype = _dtype("input", x, *((f"params[{i}]", p) for i, p in enumerate(params)))
+        net = module._fused(dtype)
+        per = 2 if module.layers[0].bias is not None else 1
+        for layer, i in zip(net.layers, range(0, len(params), per)):
+            layer.weight = _array(params[i].float())
+            layer.bias = _array(params[i + 1].float()) if per == 2 else None
+        y = net.forward(_array(x.reshape(-1, x.shape[-1])))
+        ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+        return _tensor(y).reshape(x.shape[:-1] + (y.shape[-1],))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        net = ctx.net
+        dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype).reshape(-1, dy.shape[-1])),
+                                ctx.state)
+        grads = []
+        for layer in net.layers:
+            grads.append(layer.grad_weight)
+            if layer.bias is not None:
+                grads.append(layer.grad_bias)
+        return (None, _tensor(dx).reshape(ctx.shape),
+                *(_cast(g, p) for g, p in zip(grads, ctx.params)))
+
+
 class MLP(nn.Module):
     """fc.MLP as a torch module: Linear layers of `sizes`, `activation` between
-    them and `last_activation` after the last; parameters layers.<i>.weight/bias."""
+    them and `last_activation` after the last; parameters layers.<i>.weight/bias.
+    fused=True runs the whole stack as one fc.MLP(fused=True) per call."""
 
     ACTIVATIONS = {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
                    "none": None, None: None}
 
     def __init__(self, sizes, activation="relu", last_activation=None, bias=True, device=None,
-                 dtype=None):
+                 dtype=None, fused=False):
         super().__init__()
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused: expected True or False, got {fused!r}")
+        self.fused, self._nets = fused, {}
         sizes = list(sizes)
         if len(sizes) < 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
             raise ValueError(f"sizes: expected at least two positive ints, got {sizes!r}")
@@ -146,7 +181,17 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(Linear(c, k, bias=bias, device=device, dtype=dtype)
                                     for c, k in zip(sizes[:-1], sizes[1:]))
 
+    def _fused(self, dtype):
+        """The fc.MLP(fused=True) that runs this module in `dtype` (weights set per call)."""
+        if dtype not in self._nets:
+            self._nets[dtype] = fc.MLP(self.sizes, self.activation, self.last_activation,
+                                       bias=self.layers[0].bias is not None, dtype=dtype,
+                                       fused=True)
+        return self._nets[dtype]
+
     def forward(self, x):
+        if self.fused:
+            return _FusedMLPFunction.apply(self, x, *self.parameters())
         for i, layer in enumerate(self.layers):
             x = layer(x)
             act = self.ACTIVATIONS[self.activation if i < len(self.layers) - 1

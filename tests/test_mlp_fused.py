@@ -316,3 +316,41 @@ def test_bad_arguments():
     if "sycl" in brgemm.backends():
         with pytest.raises(ValueError, match="^backend:"):
             fc.MLP([4, 4], fused=True, backend="sycl")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_torch_module_fused(dtype):
+    """primitives.nn.MLP(fused=True): outputs and every gradient within the bounds of
+    the float64 reference (results rounded to bf16 once more in bf16), with a
+    second forward before the first's backward."""
+    from primitives import nn as pnn
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    sizes = [int(rng.integers(1, 70)), 32, 32, int(rng.integers(1, 40))]
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    mod = pnn.MLP(sizes, activation="sigmoid", last_activation="tanh", fused=True, dtype=tdt)
+    N = int(rng.integers(1, 300))
+    x = torch.randn(N, sizes[0], dtype=tdt, requires_grad=True)
+    dy = torch.randn(N, sizes[-1], dtype=tdt)
+    y = mod(x)
+    mod(x * 2).sum().backward()  # another forward and backward in between
+    x.grad = None
+    for p in mod.parameters():
+        p.grad = None
+    y.backward(dy)
+    net = fc.MLP(sizes, activation="sigmoid", last_activation="tanh", rng=rng)
+    for layer, m in zip(net.layers, mod.layers):
+        layer.weight = m.weight.detach().float().numpy().copy()
+        layer.bias = m.bias.detach().float().numpy().copy()
+    xf, dyf = x.detach().float().numpy(), dy.float().numpy()
+    ry, rdx, grads = reference(net, xf, dyf, dtype == "bf16")
+
+    def widen(ref):  # results come back as bf16 tensors: one more rounding
+        return (ref[0], ref[1] + step16(ref[0])) if dtype == "bf16" else ref
+    check("y", y.detach().float().numpy(), widen(ry), seed)
+    check("dx", x.grad.float().numpy(), widen(rdx), seed)
+    for m, (rdw, rdb) in zip(mod.layers, grads):
+        check("dW", m.weight.grad.float().numpy(), widen(rdw), seed)
+        check("db", m.bias.grad.float().numpy(), widen(rdb), seed)
