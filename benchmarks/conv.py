@@ -61,15 +61,16 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
         g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
         dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
         upd = conv.update_inputs(x, dy, g, dtype)
-        t = dict(x=conv.block_x(x, g, dtype), w=conv.block_w(w, g, dtype),
-                 wt=conv.block_w(w, g, dtype, transposed=True),
+        vnni = conv.vnni_passes(g, dtype, "cpu")  # the weight packing Conv2d keeps
+        wb, wt = conv.layer_weights(w, g, dtype, vnni)
+        t = dict(x=conv.block_x(x, g, dtype), w=wb, wt=wt,
                  dyp=conv.block_y(dy, g, dtype, bordered=True),
                  y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
                  dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
                  dw=conv.update_output(g))
         flops = 2.0 * N * K * g.P * g.Q * C * R * S
         for p in passes:
-            plan = conv.plan(g, p, dtype)
+            plan = conv.plan(g, p, dtype, p in vnni)
             args = {"fwd": dict(x=t["x"], w=t["w"], y=t["y"]),
                     "bwd": dict(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
                     "upd": dict(dw=t["dw"], **upd)}[p]
@@ -139,14 +140,15 @@ def _functional(quick, dtype, threads, shape_set):
         dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
         tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
         gx, gw = tx.clone().requires_grad_(), tw.clone().requires_grad_()
-        layer = dict(x=conv.block_x(x, g, dtype), w=conv.block_w(w, g, dtype),
-                     wt=conv.block_w(w, g, dtype, transposed=True),
+        vnni = conv.vnni_passes(g, dtype, "cpu")  # the weight packing Conv2d keeps
+        wb, wt = conv.layer_weights(w, g, dtype, vnni)
+        layer = dict(x=conv.block_x(x, g, dtype), w=wb, wt=wt,
                      dyp=conv.block_y(dy, g, dtype, bordered=True),
                      y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
                      dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
                      dw=conv.update_output(g), upd=conv.update_inputs(x, dy, g, dtype),
                      dw_plain=np.empty((K, C, R, S), np.float32))
-        plans = {p: conv.plan(g, p, dtype) for p in ("fwd", "bwd", "upd")}
+        plans = {p: conv.plan(g, p, dtype, p in vnni) for p in ("fwd", "bwd", "upd")}
 
         def layer_fwd():
             plans["fwd"].run(x=layer["x"], w=layer["w"], y=layer["y"])

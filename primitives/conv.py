@@ -210,6 +210,13 @@ def block_w(w, g, dtype, transposed=False, out=None):
     return t.reshape(t.shape[:2] + (g.R, g.S) + t.shape[3:])
 
 
+def layer_weights(w, g, dtype, vnni=frozenset()):
+    """w and wt as the layer keeps them: blocked, and in VNNI pairs for the
+    passes in `vnni` (vnni_passes: AMX reads them so, repacked per change)."""
+    wb, wt = block_w(w, g, dtype), block_w(w, g, dtype, transposed=True)
+    return (vnni_tiles(wb) if "fwd" in vnni else wb, vnni_tiles(wt) if "bwd" in vnni else wt)
+
+
 def unblock_dw(t, g, dtype, out=None):
     """The update's output (shares summed) [J][Kb][Cb][R][S][bk][bc], or
     [..][bc][bk] for narrow layers, -> [K, C, R, S]."""
@@ -360,12 +367,7 @@ class Conv2d:
     def load_weights(self):
         """Re-block the weights after they changed (step() does)."""
         if self.g is not None:
-            self.w = block_w(self.weight, self.g, self.dtype)
-            self.wt = block_w(self.weight, self.g, self.dtype, transposed=True)
-            if "fwd" in self.vnni:  # AMX reads weight tiles as VNNI pairs: repacked per change
-                self.w = vnni_tiles(self.w)
-            if "bwd" in self.vnni:
-                self.wt = vnni_tiles(self.wt)
+            self.w, self.wt = layer_weights(self.weight, self.g, self.dtype, self.vnni)
 
     def forward_blocked(self, x):
         g = self.g
