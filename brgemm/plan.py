@@ -514,6 +514,9 @@ class Plan:
             if threads is not None:
                 raise ValueError(f"threads: the {name!r} backend schedules its own work; "
                                  f"pass threads=None")
+            if name == "sycl" and any(b.b_vnni for b in self.blocks):
+                raise ValueError("backend: this plan reads B tiles as VNNI pairs (the layout "
+                                 "AMX CPUs take); the 'sycl' backend reads plain tiles")
             replay = self._replay(name)
             adopt = getattr(replay, "adopt", None)  # other libraries' device tensors (DLPack)
             if adopt is not None:

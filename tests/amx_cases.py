@@ -211,3 +211,14 @@ def test_fc_functional_reads_vnni_tiles(rng, N, C, K):
                            (dw, q(dy).T @ q(x), np.abs(q(dy)).T @ np.abs(q(x)))):
         err = np.abs(np.asarray(got, np.float64) - want)
         assert np.all(err <= 1e-2 * mag + 1e-6), f"max err/mag {np.max(err / (mag + 1e-30)):.3g}"
+
+
+def test_vnni_plan_refuses_the_sycl_backend(rng):
+    from primitives import fc
+    if "sycl" not in brgemm.backends():
+        pytest.skip("no SYCL device here")
+    g = fc.geometry(16, 32, 32)
+    with pytest.raises(ValueError, match=r"^backend: this plan reads B tiles as VNNI"):
+        fc.plan(g, "fwd", "bf16", vnni=True).run(
+            backend="sycl", x=bf16(rng, (g.Nb, g.Cb, g.bn, g.bc)),
+            w=bf16(rng, (g.Kb, g.Cb, g.bc, g.bk)), y=np.zeros((g.Nb, g.Kb, g.bn, g.bk), np.float32))
