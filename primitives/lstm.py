@@ -420,7 +420,7 @@ class LSTM:
             sums = per_tile.reshape(4, g.Kb, g.bn, g.bk).sum(axis=2).reshape(4, g.Kp)[:, :K]
             return np.ascontiguousarray(sums.reshape(-1)).astype(dtype)
         cols = self.C if name == "w_ih" else K
-        out = np.empty((4 * K, cols), dtype)
+        out = self._results.empty("grad_" + name, (4 * K, cols), dtype)  # no fresh pages
         for q in range(4):  # each gate's tiles (W^T per gate) straight into its rows
             from_blocks(tiles[q * g.Kb:(q + 1) * g.Kb], cols, K, transpose=True, swap_grid=True,
                         dtype=dtype, out=out[q * K:(q + 1) * K])
