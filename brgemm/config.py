@@ -35,6 +35,19 @@ class ConfigError(ValueError):
     """A config file or dict that is missing, malformed or does not fit the schema."""
 
 
+def check_config(config):
+    """The config argument of every primitive: None, a dict of tables, or the
+    path of a TOML file (str or os.PathLike)."""
+    if config is None or isinstance(config, Mapping):
+        return config
+    if not isinstance(config, (str, os.PathLike)):
+        raise ConfigError(f"config: expected a dict, a path to a TOML file or None, "
+                          f"got {type(config).__name__}")
+    if not os.fspath(config):
+        raise ConfigError("config: an empty path (pass None for the defaults)")
+    return config
+
+
 def _read(path: os.PathLike | str, what: str) -> dict:
     try:
         return tomllib.loads(pathlib.Path(path).read_text())
@@ -137,10 +150,10 @@ def load_config(primitive: str, pass_: str, shape: Mapping[str, int], *,
     path = pathlib.Path(defaults_dir) / f"{primitive}.toml"
     layers = list(_layers(_read(path, str(path)), str(path), primitive, pass_, shape, schema))
     override = None
-    if isinstance(config, Mapping):
+    if isinstance(check_config(config), Mapping):
         src, override = "config dict", config
     elif config is not None:
-        src = os.fspath(config)
+        src = f"config={os.fspath(config)}"
         override = _read(config, src)
     elif os.environ.get("BRGEMM_CONFIG"):      # an empty variable counts as unset
         src = f"BRGEMM_CONFIG={os.environ['BRGEMM_CONFIG']}"

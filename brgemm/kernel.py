@@ -10,18 +10,26 @@ Three ways to name the blocks (DESIGN.md section 3):
 Everything the native layer needs is checked here first; a bad argument is a
 ValueError or TypeError that names it. Blocks may be views with row strides
 (leading dimensions); their last axis must be contiguous. One native kernel is
-JIT-compiled per (form, strides, dtype of C) and cached on this object.
+JIT-compiled per (form, strides, dtype of C) and cached on this object
+(the most recently used few; brgemm/lru.py).
 """
 import operator
-import threading
 
 import numpy as np
 
 from brgemm import dtypes
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
+from brgemm.lru import LRU
 
 _LIMIT = 1 << 30  # dimensions and row strides the native layer accepts
+# libxsmm 1.17 addresses a block's rows and a batch stride with 32-bit byte
+# offsets: from rows x row stride = 2**31 bytes on, a block is read at wrapped
+# addresses (wrong results or a crash), so the checks below stop it first
+SPAN = (1 << 31) - 1
+_F32_MAX = float(np.finfo(np.float32).max)
+KERNELS_PER_OBJECT = 32  # JIT kernels one Kernel keeps (distinct strides and forms)
+GEOMETRIES_PER_OBJECT = 64  # array geometries the stride form remembers as checked
 
 
 def _dim(value, name):
@@ -40,6 +48,8 @@ def _scalar(value, name):
     v = float(value)
     if not np.isfinite(v):
         raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    if abs(v) > _F32_MAX:  # the kernel scales in float32: this would be inf there
+        raise ValueError(f"{name}: {value!r} overflows float32 (largest {_F32_MAX:.7g})")
     return v
 
 
@@ -63,12 +73,24 @@ def _row_stride(x, name, axis=0):
         raise ValueError(f"{name}: the last axis must be contiguous (stride {x.strides[axis + 1]} "
                          f"bytes, expected {item}); pass np.ascontiguousarray({name})")
     if rows <= 1:
+        _span(1, cols, cols, item, name)
         return cols
     s = x.strides[axis]
     if s % item or s < cols * item or s // item > _LIMIT:
         raise ValueError(f"{name}: row stride {s} bytes is not a multiple of {item} in "
                          f"[{cols * item}, 2**30 elements]; rows must not overlap or run backwards")
+    _span(rows, s // item, cols, item, name)
     return s // item
+
+
+def _span(rows, ld, cols, item, name):
+    """rows x row stride of a block must stay within SPAN bytes (measured: past
+    it libxsmm's B operand crashes even when the last row ends before it)."""
+    nbytes = rows * ld * item
+    if nbytes > SPAN:
+        raise ValueError(f"{name}: a block of {rows} rows {ld * item} bytes apart spans "
+                         f"{nbytes} bytes; the kernel addresses at most 2**31 - 1 bytes per "
+                         "block (libxsmm's 32-bit offsets): copy it to a contiguous array")
 
 
 def _batch_stride(x, name):
@@ -119,6 +141,26 @@ class PackedB:
     def __init__(self, data, count, k, n, path):
         self.data, self.count, self.k, self.n, self.path = data, count, k, n, path
 
+    def check(self, kern, count, k, n, name="B"):
+        """Everything a kernel's native code trusts about packed blocks: it reads
+        count blocks of kern.packed_elems elements each, back to back."""
+        if (self.k, self.n, self.path) != (k, n, kern.path):
+            raise ValueError(f"{name}: {self!r} was packed for another kernel "
+                             f"(this one: k={k}, n={n}, path={kern.path!r})")
+        if isinstance(self.count, bool) or not isinstance(self.count, (int, np.integer)):
+            raise TypeError(f"{name}: count {self.count!r} is not an int")
+        if self.count != count:
+            raise ValueError(f"{name}: has {self.count} packed blocks, A has {count}")
+        data, want = self.data, (count, kern.packed_elems)
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"{name}: packed data is a {type(data).__name__}, not a numpy.ndarray")
+        if data.dtype != kern.packed_dtype:
+            raise TypeError(f"{name}: packed data has dtype {data.dtype}, the {kern.path!r} "
+                            f"path packs {kern.packed_dtype}")
+        if data.shape != want or not data.flags.c_contiguous:
+            raise ValueError(f"{name}: packed data must be a C-contiguous {want} array "
+                             f"(what pack_b returns), got shape {data.shape}")
+
     def __repr__(self):
         return f"PackedB(count={self.count}, k={self.k}, n={self.n}, path={self.path!r})"
 
@@ -147,9 +189,13 @@ class Kernel:
         self._ab = (dtypes.NUMPY[self.dtype],)
         self._c = (dtypes.float32,) if self.dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
         self._impl = get_backend(self.backend)
-        self._native = {}  # (form, strides, dtype of C) -> JIT kernel
-        self._strd_seen = {}  # array geometry -> JIT kernel, for checked stride-form calls
-        self._lock = threading.Lock()
+        # the ranges of the offset form's blocks, checked once here
+        item = self._ab[0].itemsize
+        _span(self.m, self.lda, self.k, item, "k" if lda is None else "lda")
+        _span(self.k, self.ldb, self.n, item, "n" if ldb is None else "ldb")
+        self._native = LRU(KERNELS_PER_OBJECT)  # (form, strides, dtype of C) -> JIT kernel
+        # array geometry -> JIT kernel, for checked stride-form calls
+        self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -157,17 +203,10 @@ class Kernel:
 
     def _kernel(self, form, dtype_c, lda, ldb, ldc, stride_a=0, stride_b=0):
         key = (form, dtype_c, lda, ldb, ldc, stride_a, stride_b)
-        kern = self._native.get(key)
-        if kern is None:
-            with self._lock:  # JIT once even when threads race here
-                kern = self._native.get(key)
-                if kern is None:
-                    kern = self._impl.NativeKernel(
-                        form=form, dtype_ab=self.dtype, dtype_c=dtype_c, m=self.m, n=self.n,
-                        k=self.k, lda=lda, ldb=ldb, ldc=ldc, alpha=self.alpha, beta=self.beta,
-                        stride_a=stride_a, stride_b=stride_b)
-                    self._native[key] = kern
-        return kern
+        return self._native.get_or_make(key, lambda: self._impl.NativeKernel(
+            form=form, dtype_ab=self.dtype, dtype_c=dtype_c, m=self.m, n=self.n, k=self.k,
+            lda=lda, ldb=ldb, ldc=ldc, alpha=self.alpha, beta=self.beta,
+            stride_a=stride_a, stride_b=stride_b))
 
     def _check_c(self, C, *reads):
         _array(C, "C", self._c, 2)
@@ -196,7 +235,9 @@ class Kernel:
             kern = self._strd_seen.get(key)
             if kern is None:
                 kern = self._check_strd(A, B, C)
-                self._strd_seen[key] = kern
+                if kern is _BY_ADDRESS:
+                    return self.addr(list(A), list(B), C)
+                self._strd_seen.put(key, kern)
             elif not C.flags.writeable:
                 raise ValueError("C: is read-only; the kernel writes C in place")
             # C compares byte ranges for free; only when they meet is the exact
@@ -224,6 +265,8 @@ class Kernel:
             return C
         if isinstance(B, PackedB):
             kern = self._check_strd(A, B, C)
+            if kern is _BY_ADDRESS:
+                return self.addr(list(A), [B.data[i] for i in range(B.count)], C, packed=B)
             kern.strd(A, B.data, C, A.shape[0], True)
             return C
         self._check_strd(A, B, C)  # raises, naming the argument that is not an array
@@ -235,7 +278,7 @@ class Kernel:
         count = A.shape[0]
         if isinstance(B, PackedB):
             self._check_packed(B, count)
-            ldb, sb, data = self.n, 0, B.data
+            ldb, sb, data = self.n, B.data.shape[1], B.data
         else:
             ldb = self._check_block(B, "B", (self.k, self.n), 3)
             if B.shape[0] != count:
@@ -243,6 +286,10 @@ class Kernel:
             sb, data = _batch_stride(B, "B"), B
         sa = _batch_stride(A, "A")
         dtype_c, ldc = self._check_c(C, (A, "A"), (data, "B"))
+        if max(sa * A.itemsize, sb * data.itemsize) > SPAN:
+            return _BY_ADDRESS  # libxsmm's batch stride is 32-bit: name each block instead
+        if isinstance(B, PackedB):
+            sb = 0  # the native layer steps over packed blocks itself
         kern = self._kernel("strd", dtype_c, lda, ldb, ldc, sa, sb)
         if isinstance(B, PackedB) and kern.path != B.path:
             raise ValueError(f"B: packed for the {B.path!r} path, but A's row stride {lda} "
@@ -250,8 +297,14 @@ class Kernel:
         return kern
 
     # -- address form --
-    def addr(self, As, Bs, C):
+    def addr(self, As, Bs, C, packed=None):
         """Address form: As, Bs sequences of 2-D blocks [m, k] and [k, n]."""
+        if packed is not None:  # the stride form's fallback: Bs are rows of packed.data
+            dtype_c, ldc = self._check_c(C, *((a, f"A[{i}]") for i, a in enumerate(As)),
+                                         (packed.data, "B"))
+            lda = self._common_stride(As, "A", (self.m, self.k), self.k)
+            self._kernel("addr", dtype_c, lda, self.n, ldc).addr(As, Bs, C, b_packed=True)
+            return C
         for seq, name in ((As, "As"), (Bs, "Bs")):
             if isinstance(seq, np.ndarray) or not hasattr(seq, "__len__"):
                 raise TypeError(f"{name}: expected a list or tuple of 2-D arrays, "
@@ -309,12 +362,7 @@ class Kernel:
         return PackedB(kern.pack_b(B, ldb), B.shape[0], self.k, self.n, kern.path)
 
     def _check_packed(self, B, count):
-        path = self._kernel("strd", "f32", self.k, self.n, self.n).path
-        if (B.k, B.n, B.path) != (self.k, self.n, path):
-            raise ValueError(f"B: {B!r} was packed for another kernel "
-                             f"(this one: k={self.k}, n={self.n}, path={path!r})")
-        if B.count != count:
-            raise ValueError(f"B: has {B.count} packed blocks, A has {count}")
+        B.check(self._kernel("strd", "f32", self.k, self.n, self.n), count, self.k, self.n)
 
     @property
     def path(self):
@@ -323,7 +371,8 @@ class Kernel:
         return self._kernel("strd", "f32", self.k, self.n, self.n).path
 
 
-_one_shot = {}
+_BY_ADDRESS = object()  # _check_strd's answer when the strides need the address form
+_one_shot = LRU(64)
 
 
 def brgemm(A, B, C, beta=1.0, alpha=1.0, backend=None):
@@ -332,15 +381,15 @@ def brgemm(A, B, C, beta=1.0, alpha=1.0, backend=None):
         raise TypeError("A: expected a 3-D numpy.ndarray [count, m, k]")
     if not isinstance(B, np.ndarray) or B.ndim != 3:
         raise TypeError("B: expected a 3-D numpy.ndarray [count, k, n]")
-    dtype = dtypes.name_of(A.dtype)
+    dtype = dtypes.NAMES.get(A.dtype)
     if dtype is None:
         raise TypeError(f"A: expected dtype float32 or bfloat16, got {A.dtype}")
-    key = (A.shape[1], B.shape[2], A.shape[2], dtype, float(beta), float(alpha),
-           resolve_backend(backend))
-    kern = _one_shot.get(key)
-    if kern is None:
-        kern = Kernel(*key[:3], dtype=dtype, beta=beta, alpha=alpha, backend=key[6])
-        if len(_one_shot) > 256:  # bound the cache; kernels are cheap to rebuild
-            _one_shot.clear()
-        _one_shot[key] = kern
+    for size, name in ((A.shape[1], "A"), (A.shape[2], "A"), (B.shape[2], "B")):
+        if not 1 <= size <= _LIMIT:
+            raise ValueError(f"{name}: block sizes must be in [1, 2**30], got shape "
+                             f"{A.shape if name == 'A' else B.shape}")
+    key = (A.shape[1], B.shape[2], A.shape[2], dtype, _scalar(beta, "beta"),
+           _scalar(alpha, "alpha"), resolve_backend(backend))
+    kern = _one_shot.get_or_make(key, lambda: Kernel(*key[:3], dtype=dtype, beta=key[4],
+                                                     alpha=key[5], backend=key[6]))
     return kern(A, B, C)

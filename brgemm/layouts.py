@@ -24,7 +24,7 @@ def pick_block(dim, target, multiple=1):
     `multiple` (the kernel's vector width for its n), else `target` and padding."""
     if dim <= target:
         return dim
-    for b in range(target, target // 2 - 1, -1):
+    for b in range(target, max(target // 2, 1) - 1, -1):
         if dim % b == 0 and b % multiple == 0:
             return b
     return target

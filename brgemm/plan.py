@@ -28,7 +28,8 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
-from brgemm.kernel import Kernel
+from brgemm.kernel import SPAN, Kernel, _dim, _scalar
+from brgemm.lru import LRU
 from brgemm.vnni import unpack_block
 
 # ---------------------------------------------------------------- descriptions
@@ -48,6 +49,36 @@ class Block:
     beta: float = 1.0
     alpha: float = 1.0
     b_vnni: bool = False    # B tiles in VNNI pairs (brgemm.vnni), offsets at a block's first pair
+
+    def __post_init__(self):
+        """The checks a Kernel makes of the same values (the plan's kernels are
+        made without one), and one normal form: a stride that steps over a
+        single row is irrelevant, so it is the row's length (fewer distinct
+        JIT kernels, and no huge strides that only look large)."""
+        for name in ("m", "n", "k"):
+            object.__setattr__(self, name, _dim(getattr(self, name), name))
+        if self.m == 1:
+            object.__setattr__(self, "lda", self.k)
+            object.__setattr__(self, "ldc", self.n)
+        if self.k == 1:
+            object.__setattr__(self, "ldb", self.n)
+        for name in ("lda", "ldb", "ldc"):
+            object.__setattr__(self, name, _dim(getattr(self, name), name))
+        dtypes.check_name(self.dtype)
+        if self.c_dtype not in ("f32", "bf16") or (self.dtype == "f32" and self.c_dtype != "f32"):
+            raise ValueError(f"c_dtype: expected 'f32'{' or bf16' * (self.dtype == 'bf16')} "
+                             f"for dtype {self.dtype!r}, got {self.c_dtype!r}")
+        object.__setattr__(self, "beta", _scalar(self.beta, "beta"))
+        object.__setattr__(self, "alpha", _scalar(self.alpha, "alpha"))
+        ab, c = dtypes.NUMPY[self.dtype].itemsize, dtypes.NUMPY[self.c_dtype].itemsize
+        for name, rows, cols, item in (("lda", self.m, self.k, ab), ("ldb", self.k, self.n, ab),
+                                       ("ldc", self.m, self.n, c)):
+            ld = getattr(self, name)
+            if ld < cols:
+                raise ValueError(f"{name}: {ld} is less than the block's {cols} columns")
+            if rows * ld * item > SPAN:
+                raise ValueError(f"{name}: {rows} rows {ld} elements apart span more than "
+                                 "2**31 - 1 bytes, the most the kernel addresses per block")
 
     @property
     def flops(self):
@@ -241,10 +272,12 @@ class TensorSpec:
 class Recorder:
     """Records each call as a row of a Plan instead of running it."""
 
-    def __init__(self, tensors: dict[str, str], backend=None):
-        """tensors: name -> dtype ("f32"/"bf16") of every buffer the nest names."""
+    def __init__(self, tensors: dict[str, str], backend=None, spec=None):
+        """tensors: name -> dtype ("f32"/"bf16") of every buffer the nest names;
+        spec: the loop spec the nest walks, named when the plan is refused."""
         self.tensors = {name: dtypes.check_name(dt) for name, dt in tensors.items()}
         self.backend = backend
+        self.spec = spec
         self.blocks: dict[Block, int] = {}
         self.phases: dict[tuple, dict[tuple, list]] = {}
         self._where = ((), ())
@@ -339,30 +372,120 @@ _OP = np.dtype([("code", "<i4"), ("tensor", "<i4", _OPERANDS), ("offset", "<i8",
                 ("ld", "<i8"), ("stride", "<i8")], align=True)
 
 
-def _check_disjoint_writes(rec: Recorder):
-    """Within a phase no two tasks may write the same C element: that is what
-    makes the replay race-free and independent of the thread count. Exact:
-    per phase and tensor, a map of the written span records each element's
-    task (the blocks of one task may overlap: they accumulate in order)."""
+def _op_accesses(op, blk):
+    """(tensor, offsets, rows, cols, ld, writes) of what an epilogue op touches
+    besides its call's C block."""
+    m, n = blk.m, blk.n
+    if op.code == "bias":
+        return [(op.tensors[0], op.offsets, 1, n, n, False)]
+    if op.code == "store_bf16":
+        return [(op.tensors[0], op.offsets, m, n, op.ld, True)]
+    if op.code == "lstm_cell":  # gates (read and written), c_prev; writes c, h, (h16)
+        gates = [op.offsets[0] + q * op.stride for q in range(4)]
+        out = [(op.tensors[0], gates, m, n, blk.ldc, False), (op.tensors[0], gates, m, n, blk.ldc, True),
+               (op.tensors[1], op.offsets[1:2], m, n, op.ld, False)]
+        return out + [(t, [o], m, n, op.ld, True) for t, o in zip(op.tensors[2:], op.offsets[2:])]
+    if op.code == "lstm_cell_bwd":  # dy, gates, c_t, c_prev, dc read; dc, dG, (dG16) written
+        four = lambda q: [op.offsets[q] + g * op.stride for g in range(4)]  # noqa: E731
+        out = [(op.tensors[q], four(q) if q == 1 else [op.offsets[q]], m, n, op.ld, False)
+               for q in range(5)]
+        return out + [(op.tensors[4], [op.offsets[4]], m, n, op.ld, True)] + [
+            (op.tensors[q], four(q), m, n, op.ld, True) for q in range(5, len(op.tensors))]
+    return []
+
+
+def _intervals(entries):
+    """Element intervals [start, end) and their tasks from (offsets, rows, cols,
+    ld, task) blocks: a strided block becomes one interval per row, so the
+    intervals are exactly its elements."""
+    offs = np.concatenate([np.asarray(o, np.int64) for o, *_ in entries])
+    per = np.array([len(o) for o, *_ in entries])
+    meta = np.array([e[1:5] for e in entries], np.int64)
+    rows, cols, ld, task = (np.repeat(meta[:, i], per) for i in range(4))
+    flat = (ld == cols) | (rows == 1)
+    length = np.where(flat, (rows - 1) * ld + cols, cols)
+    nrows = np.where(flat, 1, rows)
+    first = np.repeat(np.cumsum(nrows) - nrows, nrows)
+    start = np.repeat(offs, nrows) + (np.arange(first.size) - first) * np.repeat(ld, nrows)
+    return start, start + np.repeat(length, nrows), np.repeat(task, nrows)
+
+
+def _merge(start, end, task):
+    """The union of each task's intervals, sorted by start (different tasks' may overlap)."""
+    span = int(end.max()) + 1
+    if int(task.max()) * span < 2**62:  # shift each task into a range of its own
+        s, e = start + task * span, end + task * span
+    else:  # too large to shift: merge per task
+        parts = [_merge(start[task == t], end[task == t], task[task == t]) for t in np.unique(task)]
+        s, e, t = (np.concatenate(x) for x in zip(*parts))
+        order = np.argsort(s, kind="stable")
+        return s[order], e[order], t[order]
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > reach[:-1]
+    heads = np.flatnonzero(new)
+    t = task[order][heads]
+    ms, me = s[heads] - t * span, np.maximum.reduceat(e, heads) - t * span
+    order = np.argsort(ms, kind="stable")
+    return ms[order], me[order], t[order]
+
+
+def _check_races(rec: Recorder):
+    """Within a phase, tasks run at the same time: no two may write the same
+    element, and none may read an element another one writes. That is what
+    makes a replay race-free and independent of the thread count. Exact, in
+    element intervals per tensor (a strided block is one interval per row);
+    calls of one task may overlap freely (they run in order)."""
     blocks = {blk_id: blk for blk, blk_id in rec.blocks.items()}
+    where = f"config: spec {rec.spec!r}: " if rec.spec else ""
     for tasks in rec.phases.values():
-        spans = {}  # tensor -> [(offset, block, task)]
+        if len(tasks) < 2:
+            continue
+        writes, reads = {}, {}  # tensor -> [(offsets, rows, cols, ld, task)]
         for t, calls in enumerate(tasks.values()):
-            for kid, _, _, c, c_off, *_ in calls:
-                spans.setdefault(c, []).append((c_off, blocks[kid], t))
-        for c, written in spans.items():
-            lo = min(off for off, _, _ in written)
-            hi = max(off + (b.m - 1) * b.ldc + b.n for off, b, _ in written)
-            owner = np.full(hi - lo, -1, np.int32)
-            for off, b, t in written:
-                view = np.lib.stride_tricks.as_strided(owner[off - lo:], (b.m, b.n),
-                                                       (b.ldc * 4, 4))
-                if np.any((view != -1) & (view != t)):
-                    row = int(np.argmax(np.any((view != -1) & (view != t), axis=1)))
-                    raise ValueError(f"tensor {c!r}: two parallel tasks of one phase write the "
-                                     f"same elements (block at offset {off}, row {row}); make "
-                                     "the parallel loop one that splits the output")
-                view[...] = t
+            for kid, a, b, c, c_off, a_offs, b_offs, ops in calls:
+                blk = blocks[kid]
+                # a task's chunks accumulate into one C block: the dict keeps it once
+                writes.setdefault(c, {})[(c_off, blk.m, blk.n, blk.ldc, t)] = None
+                reads.setdefault(a, []).append((a_offs, blk.m, blk.k, blk.lda, t))
+                reads.setdefault(b, []).append((b_offs, blk.k, blk.n, blk.ldb, t))
+                for op in ops:
+                    for name, offs, rows, cols, ld, w in _op_accesses(op, blk):
+                        if w:
+                            for o in offs:
+                                writes.setdefault(name, {})[(o, rows, cols, ld, t)] = None
+                        else:
+                            reads.setdefault(name, []).append((list(offs), rows, cols, ld, t))
+        for name, keys in writes.items():
+            writers = {key[4] for key in keys}
+            if len(writers) == 1 and all(e[4] in writers for e in reads.get(name, ())):
+                continue  # one task writes it and only that task reads it
+            entries = [([o], *rest) for o, *rest in keys]
+            ws, we, wt = _merge(*_intervals(entries))
+            before = np.maximum.accumulate(we)
+            clash = np.flatnonzero(ws[1:] < before[:-1])
+            if clash.size:
+                raise ValueError(f"{where}tensor {name!r}: two parallel tasks of one phase write "
+                                 f"the same elements (at offset {int(ws[clash[0] + 1])}); make the "
+                                 "parallel loop one that splits the output")
+            read = [e for e in reads.get(name, ()) if len(e[0])]
+            if not read:
+                continue
+            rs, re, rt = _merge(*_intervals(read))
+            # the writes are now disjoint and sorted: those a read meets are a run
+            lo = np.searchsorted(we, rs, side="right")
+            hi = np.searchsorted(ws, re, side="left")
+            change = np.append(np.flatnonzero(wt[1:] != wt[:-1]) + 1, wt.size)
+            first = np.minimum(lo, wt.size - 1)
+            other_next = change[np.searchsorted(change, first, side="right")]
+            bad = np.flatnonzero((lo < hi) & ((wt[first] != rt) | (other_next < hi)))
+            if bad.size:
+                raise ValueError(f"{where}tensor {name!r}: a parallel task reads elements that "
+                                 f"another task of the same phase writes (near offset "
+                                 f"{int(rs[bad[0]])}); put a barrier ('|') after the loop whose "
+                                 "steps depend on each other, or make it sequential")
 
 
 class Plan:
@@ -371,7 +494,7 @@ class Plan:
     def __init__(self, rec: Recorder):
         from brgemm.backend import cpu  # recording makes the CPU tables; other backends convert them
         self._cpu = cpu
-        _check_disjoint_writes(rec)
+        _check_races(rec)
         self.tensors = dict(rec.tensors)
         self.slots = {name: i for i, name in enumerate(self.tensors)}
         self.extent = dict(rec.extent)
@@ -593,31 +716,33 @@ class Plan:
 
 
 def _threads(threads):
+    """The threads argument of run() and summary(): None (OpenMP's default,
+    capped like any count) or 1 .. brgemm_cpu_max_threads()."""
     if threads is None:
         return 0
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads: expected a positive int, got {threads!r}")
-    return threads
+    from brgemm.backend import cpu
+    cap = cpu.lib.brgemm_cpu_max_threads()
+    if threads > cap:
+        raise ValueError(f"threads: {threads} is more than the {cap} this machine runs "
+                         "(4 per core, at least 8)")
+    return int(threads)
 
 
 # ---------------------------------------------------------------- cache
 
 
 class PlanCache:
-    """Plans by key (shape, dtype, config, backend): recorded once, reused."""
+    """Plans by key (shape, dtype, config, backend): recorded once, reused; the
+    least recently used go when more than `maxsize` are kept (brgemm/lru.py)."""
 
     def __init__(self, maxsize=64):
+        self._plans = LRU(maxsize)
         self.maxsize = maxsize
-        self._plans = {}
-        self._lock = threading.Lock()
 
     def get(self, key, record):
-        plan = self._plans.get(key)
-        if plan is None:
-            with self._lock:
-                plan = self._plans.get(key)
-                if plan is None:
-                    if len(self._plans) >= self.maxsize:
-                        self._plans.pop(next(iter(self._plans)))  # oldest first
-                    plan = self._plans[key] = record()
-        return plan
+        return self._plans.get_or_make(key, record)
+
+    def __len__(self):
+        return len(self._plans)

@@ -151,6 +151,13 @@ def get_search(name: str, pass_: str, shape: Mapping[str, int]):
     for k, v in shape.items():  # ranges are the primitive's to check (padding may be 0)
         if not k.isidentifier() or isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise TuneError("shape", f"{k}={v!r}: expected a name = a non-negative int")
+    dims = getattr(mod, "SHAPE", None)  # the dimensions its shape keys name, if it says
+    if dims is not None:
+        missing, extra = [d for d in dims if d not in shape], [k for k in shape if k not in dims]
+        if missing or extra:
+            raise TuneError("shape", f"{name} takes exactly {', '.join(dims)}: "
+                            + (f"{', '.join(map(repr, missing))} missing" if missing else
+                               f"no dimension {', '.join(map(repr, extra))}"))
     seen = _ReadShape(shape)
     try:
         search = mod.search(pass_, seen)

@@ -1,4 +1,6 @@
 """Argument checks every primitive shares."""
+import os
+
 import numpy as np
 
 from brgemm.backend import resolve
@@ -14,3 +16,32 @@ def positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v!r}")
     return int(v)
+
+
+def block_sizes(blocks, name="blocks"):
+    """None, or a sequence of three positive ints (bn, bc, bk) as a tuple."""
+    if blocks is None:
+        return None
+    if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__len__") or len(blocks) != 3:
+        raise TypeError(f"{name}: expected three block sizes (bn, bc, bk), got {blocks!r}")
+    for b in blocks:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+            raise TypeError(f"{name}: expected ints, got {blocks!r}")
+        if not 1 <= b <= 1 << 20:
+            raise ValueError(f"{name}: expected sizes in [1, 2**20], got {tuple(blocks)}")
+    return tuple(int(b) for b in blocks)
+
+
+def memory_bytes():
+    """This machine's physical memory: no buffer larger than it can be made."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 1 << 62
+
+
+def fits(nbytes, name, what):
+    """A ValueError naming `name` before a buffer of nbytes that cannot exist is made."""
+    if nbytes > memory_bytes():
+        raise ValueError(f"{name}: {what} would take {nbytes / 2**30:.3g} GiB, more than this "
+                         f"machine's {memory_bytes() / 2**30:.3g} GiB of memory")

@@ -3,11 +3,12 @@ import json
 import os
 import pathlib
 
-from brgemm.config import load_config
+from brgemm.config import check_config, load_config
+from brgemm.lru import LRU
 
 DEFAULTS = pathlib.Path(__file__).resolve().parent / "configs"
-_cache = {}
-_geometries = {}
+_cache = LRU(256)
+_geometries = LRU(256)
 
 
 def _stamp(path):
@@ -22,6 +23,7 @@ def _stamp(path):
 def _sources(primitive, config):
     """Everything a primitive's settings depend on besides the shape: the
     override (config=, else BRGEMM_CONFIG) and the defaults file, by content stamp."""
+    check_config(config)
     override = config if config is not None else os.environ.get("BRGEMM_CONFIG") or None
     if isinstance(override, dict):
         source = ("dict", json.dumps(override, sort_keys=True, default=str))
@@ -31,13 +33,7 @@ def _sources(primitive, config):
 
 
 def _remember(cache, key, make):
-    hit = cache.get(key)
-    if hit is None:
-        hit = make()
-        if len(cache) > 1024:
-            cache.clear()
-        cache[key] = hit
-    return hit
+    return cache.get_or_make(key, make)
 
 
 def settings(primitive, pass_, shape, schema, config=None):

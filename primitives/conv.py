@@ -34,13 +34,14 @@ from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_bloc
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, positive
+from primitives._args import backend_name, fits, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest
 from primitives.conv_update import narrow, update_narrow_nest, update_nest
 
+SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
           "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
 _plans = P.PlanCache(maxsize=64)
@@ -81,7 +82,11 @@ class Geometry:
 
 
 def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
-    stride, padding = tuple(stride), tuple(padding)
+    # a stride past the last tap position leaves one output row (column) whatever
+    # its size: the smallest such stride computes the same, and the backward
+    # nests and layouts that step through residue classes of the stride stay small
+    stride = (min(stride[0], H + 2 * padding[0] - R + 1), min(stride[1], W + 2 * padding[1] - S + 1))
+    padding = tuple(padding)
     return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding), config,
                            lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config))
 
@@ -141,7 +146,8 @@ def plan(g, pass_, dtype="f32", vnni=False):
         nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
         if pass_ == "upd" and narrow(g):
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
-        rec = P.Recorder({a: dtype, b: dtype, c: "f32"})
+        rec = P.Recorder({a: dtype, b: dtype, c: "f32"},
+                         spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         if vnni:
             nest = functools.partial(nest, vnni=True)
         nest(rec, _loops(g, pass_), g, dtype)
@@ -263,6 +269,10 @@ def _check(x, w, dtype, stride, padding):
     if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
         raise ValueError(f"w: kernel {R}x{S} is larger than the padded input "
                          f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
+    # the blocked copies hold the padded input (and dx) whole: refuse before allocating
+    padded = N * max(C, 16) * (H + 2 * padding[0]) * (W + 2 * padding[1]) * 4
+    fits(padded, "padding" if max(padding) else "x", f"the padded input {N}x{C}x"
+         f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
     return (N, C, K, H, W, R, S), stride, padding
 
 
@@ -429,6 +439,11 @@ def search(pass_, shape, threads=None):
             raise ValueError(f"shape: {name} = {s[name]} is out of range")
     dims = (s["N"], s["C"], s["K"], s["H"], s["W"], s["R"], s["S"])
     stride, padding = (s["sh"], s["sw"]), (s["ph"], s["pw"])
+    if s["R"] > s["H"] + 2 * s["ph"] or s["S"] > s["W"] + 2 * s["pw"]:
+        raise ValueError(f"shape: the {s['R']}x{s['S']} kernel is larger than the padded "
+                         f"{s['H'] + 2 * s['ph']}x{s['W'] + 2 * s['pw']} input")
+    fits(4 * 4 * s["N"] * max(s["C"], s["K"], 16) * (s["H"] + 2 * s["ph"]) * (s["W"] + 2 * s["pw"])
+         + 4 * s["K"] * s["C"] * s["R"] * s["S"], "shape", "this layer's tensors and their copies")
     Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
     if pass_ == "fwd":
         cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb)

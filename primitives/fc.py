@@ -29,10 +29,11 @@ from brgemm.layouts import (column_sums, convert, from_blocks, nblocks, pick_blo
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, positive
+from primitives._args import backend_name, block_sizes, fits, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 
+SHAPE = ("N", "C", "K")  # the dimensions of a shape key
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
           "bwd": {"spec": str, "chunk": int, "group": int},
           "upd": {"spec": str, "chunk": int, "group": int}}
@@ -182,7 +183,8 @@ class Geometry:
 
 def geometry(N, C, K, config=None, blocks=None):
     """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets)."""
-    return cached_geometry("fc", (N, C, K, blocks and tuple(blocks)), config,
+    blocks = block_sizes(blocks)
+    return cached_geometry("fc", (N, C, K, blocks), config,
                            lambda: _geometry(N, C, K, config, blocks))
 
 
@@ -261,7 +263,7 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
             tensors["b"] = "f32"
         if bf16_out:
             tensors[c + "16"] = "bf16"
-        rec = P.Recorder(tensors)
+        rec = P.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         nest = functools.partial((_PLAIN_NESTS if plain else _NESTS)[pass_], vnni=vnni)
         nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
         return rec.finish()
@@ -407,7 +409,7 @@ class Linear:
         self.backend = backend_name(backend)
         self.C, self.K = positive(C, "C"), positive(K, "K")
         self.dtype, self.activation = dtypes.check_name(dtype), activation
-        self.config, self.blocks = config, blocks
+        self.config, self.blocks = config, block_sizes(blocks)
         rng = rng or np.random.default_rng()
         bound = 1 / np.sqrt(C)  # torch.nn.Linear's initialisation
         self.weight = rng.uniform(-bound, bound, (K, C)).astype(np.float32)
@@ -542,6 +544,9 @@ class MLP:
                  fused=False):
         if len(sizes) < 2:
             raise ValueError(f"sizes: need at least an input and an output size, got {sizes!r}")
+        blocks = block_sizes(blocks)
+        if blocks is None:
+            raise TypeError("blocks: the MLP needs block sizes (bn, bc, bk)")
         if blocks[1] != blocks[2]:
             raise ValueError(f"blocks: input and output feature blocks must match, got {blocks}")
         if not isinstance(fused, bool):
@@ -606,6 +611,7 @@ def search(pass_, shape, threads=None):
     for name in ("N", "C", "K"):
         if shape[name] < 1:
             raise ValueError(f"shape: {name} = {shape[name]} must be at least 1")
+    fits(4 * 4 * (N * C + N * K + K * C), "shape", f"fc N={N}, C={C}, K={K} with its copies")
     specs = {"fwd": ["NKc", "KNc", "Nkc", "Knc", "nKc", "kNc"],
              "bwd": ["NCk", "CNk", "Nck", "Cnk", "nCk", "cNk"],
              "upd": ["KCn", "CKn", "Kcn", "Ckn", "kCn", "cKn"]}[pass_]

@@ -13,8 +13,10 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.plan import Block, Eager, PlanCache, Recorder
+from primitives._args import fits
 from primitives._config import settings
 
+SHAPE = ("M", "N", "K")  # the dimensions of a shape key
 SCHEMA = {"spec": str, "bm": int, "bn": int, "bk": int, "kc": int}
 _plans = PlanCache()
 
@@ -62,7 +64,7 @@ def plan(M, N, K, dtype="f32", config=None):
     key = (M, N, K, dtype, tuple(sorted(cfg.items())))
 
     def record():
-        rec = Recorder({"A": dtype, "B": dtype, "C": "f32"})
+        rec = Recorder({"A": dtype, "B": dtype, "C": "f32"}, spec=cfg["spec"])
         _run_nest(rec, M, N, K, cfg, dtype)
         return rec.finish()
     return _plans.get(key, record)
@@ -91,6 +93,7 @@ def search(pass_, shape, threads=None):
     for name in ("M", "N", "K"):
         if shape[name] < 1:
             raise ValueError(f"shape: {name} = {shape[name]} must be at least 1")
+    fits(8 * (M * K + K * N + M * N), "shape", f"gemm M={M}, N={N}, K={K}")
     specs = ["IJk", "JIk", "Ijk", "Jik", "iJk", "jIk", "kIJ", "k|IJ"]
     cands = []
     for spec in specs:

@@ -123,15 +123,27 @@ def recurrent_nest(ex, loops, g, dtype, vnni=False):
                         "G", gate, ops=ops if i + per_call >= g.Kb else ())
 
 
+def _step_loops(g):
+    """The recurrent and BPTT nests' loops t, n, k ordered by the spec. Every
+    hidden block of step t reads all of step t-1's: t must be outside k, or the
+    nest itself reads states not yet computed (no barrier can fix that; the
+    plan's race check catches the other wrong specs)."""
+    loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
+                                Loop("k", 0, g.Kb, 1)])
+    order = [lv.loop for lv in loops.levels]
+    if order.index("t") > order.index("k"):
+        raise ValueError(f"config: spec {g.spec!r}: the time loop t must come before the hidden "
+                         "loop k (each step reads all hidden blocks of the step before)")
+    return loops
+
+
 def recurrent_plan(g, dtype, vnni=False):
     def record():
         tensors = {"G": "f32", "c": "f32", "h": "f32", "wh": dtype}
         if dtype == "bf16":
             tensors["h16"] = "bf16"
-        rec = P.Recorder(tensors)
-        loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
-                                    Loop("k", 0, g.Kb, 1)])
-        recurrent_nest(rec, loops, g, dtype, vnni)
+        rec = P.Recorder(tensors, spec=g.spec)
+        recurrent_nest(rec, _step_loops(g), g, dtype, vnni)
         return rec.finish()
     return _plans.get(("rec", g, dtype, vnni), record)
 
@@ -172,10 +184,8 @@ def backward_plan(g, dtype="f32", vnni=False):
         tensors["wht"] = dtype
         if dtype == "bf16":
             tensors["dG16"] = "bf16"
-        rec = P.Recorder(tensors)
-        loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
-                                    Loop("k", 0, g.Kb, 1)])
-        backward_nest(rec, loops, g, dtype, vnni)
+        rec = P.Recorder(tensors, spec=g.spec)
+        backward_nest(rec, _step_loops(g), g, dtype, vnni)
         return rec.finish()
     return _plans.get(("bptt", g, dtype, vnni), record)
 

@@ -95,6 +95,11 @@ static int desc_valid(const brgemm_cpu_desc* d) {
   if (d->lda < d->k || d->ldb < d->n || d->ldc < d->n) return 0;
   if (d->lda > lim || d->ldb > lim || d->ldc > lim) return 0;
   if (d->form == BRGEMM_STRD && (d->stride_a < 0 || d->stride_b < 0)) return 0;
+  /* libxsmm addresses rows and batch strides with 32-bit byte offsets */
+  const int64_t span = ((int64_t)1 << 31) - 1, ea = d->dtype_ab == BRGEMM_F32 ? 4 : 2;
+  const int64_t ec = d->dtype_c == BRGEMM_F32 ? 4 : 2;
+  if (d->m * d->lda * ea > span || d->k * d->ldb * ea > span || d->m * d->ldc * ec > span) return 0;
+  if (d->stride_a * ea > span || d->stride_b * ea > span) return 0;
   if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_takes_vnni_b(d->k))) return 0;
   return 1;
 }

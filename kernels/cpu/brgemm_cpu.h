@@ -101,7 +101,7 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const vo
 
 enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_BIAS = 1,        /* C[i][j] += t0[off0 + j] (f32) */
-  BRGEMM_OP_RELU = 2,        /* C = max(C, 0) */
+  BRGEMM_OP_RELU = 2,        /* C = C < 0 ? 0 : C (NaN stays NaN, as torch.relu) */
   BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
   BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
   BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
@@ -166,8 +166,11 @@ typedef struct {
  * `threads` OpenMP threads (<= 0: OpenMP's default), each task's calls in
  * order. Bitwise reproducible: a C block belongs to one task per phase. */
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* plan, void* const* tensors, int threads);
-/* Threads a run with `threads` would use. */
+/* Threads a run with `threads` would use: threads, or OpenMP's default when
+ * threads <= 0, at most brgemm_cpu_max_threads(). */
 int brgemm_cpu_plan_threads(int threads);
+/* The most threads a run uses: 4 per core the process may run on, in [8, 1024]. */
+int brgemm_cpu_max_threads(void);
 /* OpenMP's default thread count from now on (as OMP_NUM_THREADS at start-up;
  * libraries sharing the OpenMP runtime, such as oneDNN's gomp build, follow). */
 void brgemm_cpu_set_threads(int threads);

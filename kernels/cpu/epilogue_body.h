@@ -40,8 +40,10 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       return BRGEMM_OK;
     }
     case BRGEMM_OP_RELU:
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = c[i * ldc + j] > 0.0f ? c[i * ldc + j] : 0.0f;
+      for (int64_t i = 0; i < m; ++i) {  /* NaN stays NaN, as torch.relu */
+        float* restrict row = c + i * ldc;
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] < 0.0f ? 0.0f : row[j];
+      }
       return BRGEMM_OK;
     case BRGEMM_OP_SIGMOID:
       for (int64_t i = 0; i < m; ++i)

@@ -66,10 +66,21 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   return rc;
 }
 
-int brgemm_cpu_plan_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+/* Each OpenMP thread costs a stack; libgomp ends the process when it cannot
+ * create one, and OMP_NUM_THREADS=100000 asks for that many. Past a few
+ * threads per core nothing runs faster, so thread counts stop here. */
+int brgemm_cpu_max_threads(void) {
+  const int cap = 4 * omp_get_num_procs();
+  return cap < 8 ? 8 : cap > 1024 ? 1024 : cap;
+}
+
+int brgemm_cpu_plan_threads(int threads) {
+  const int want = threads > 0 ? threads : omp_get_max_threads(), cap = brgemm_cpu_max_threads();
+  return want < 1 ? 1 : want > cap ? cap : want;
+}
 
 void brgemm_cpu_set_threads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads > 0) omp_set_num_threads(brgemm_cpu_plan_threads(threads));
 }
 
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int threads) {

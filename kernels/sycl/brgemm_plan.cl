@@ -75,7 +75,7 @@ inline void apply_op(__global const long* op, __global float* c, long i, long j,
   const long e = i * ldc + j;
   switch (code) {
     case OP_BIAS: c[e] += F32(0)[j]; break;
-    case OP_RELU: c[e] = fmax(c[e], 0.0f); break;
+    case OP_RELU: c[e] = c[e] < 0.0f ? 0.0f : c[e]; break;  /* NaN stays NaN (torch.relu) */
     case OP_SIGMOID: c[e] = sigm(c[e]); break;
     case OP_TANH: c[e] = tanh(c[e]); break;
     case OP_STORE_BF16: BF16(0)[i * ld + j] = bf16_round(c[e]); break;
