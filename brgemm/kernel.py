@@ -251,23 +251,19 @@ class Kernel:
                 and isinstance(B.data, np.ndarray):
             # as above: a geometry seen before (B's blocks included) skips the checks
             key = ("packed", A.shape, A.strides, A.dtype, B.count, B.k, B.n, B.path,
-                   B.data.shape, B.data.dtype, C.shape, C.strides, C.dtype)
+                   B.data.shape, B.data.strides, B.data.dtype, C.shape, C.strides, C.dtype)
             kern = self._strd_seen.get(key)
             if kern is None:
                 kern = self._check_strd(A, B, C)
-                self._strd_seen[key] = kern
+                if kern is _BY_ADDRESS:
+                    return self.addr(list(A), [B.data[i] for i in range(B.count)], C, packed=B)
+                self._strd_seen.put(key, kern)
             elif not C.flags.writeable:
                 raise ValueError("C: is read-only; the kernel writes C in place")
             if not kern.strd(A, B.data, C, A.shape[0], True, check_overlap=True):
                 _no_overlap(C, A, "A")
                 _no_overlap(C, B.data, "B")
                 kern.strd(A, B.data, C, A.shape[0], True)
-            return C
-        if isinstance(B, PackedB):
-            kern = self._check_strd(A, B, C)
-            if kern is _BY_ADDRESS:
-                return self.addr(list(A), [B.data[i] for i in range(B.count)], C, packed=B)
-            kern.strd(A, B.data, C, A.shape[0], True)
             return C
         self._check_strd(A, B, C)  # raises, naming the argument that is not an array
         raise AssertionError("unreachable: _check_strd accepted a non-array")
