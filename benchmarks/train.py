@@ -10,9 +10,10 @@ the same order (epochs interleaved, ours first, so machine noise hits both):
 Prints per epoch the mean training loss and seconds of both sides, the loss and
 accuracy on held-out examples (a seeded sixth of each data set), and whether
 the curves agree within noise: the last epoch's mean losses differ by less than
-twice the standard error of its batch losses (float rounding makes the two runs
-drift apart slowly; they never share a batch loss bit for bit after the first
-steps). Writes a PNG of both loss curves and the numbers as JSON under
+twice the standard error of its batch losses. Float rounding makes any two runs
+drift apart (they share no batch loss bit for bit after the first steps), so a
+third run, torch from weights nudged by 1e-6 of themselves, shows how far two
+equally valid runs end apart: the noise floor. Writes a PNG of both loss curves and the numbers as JSON under
 benchmarks/results/.
 """
 import copy
@@ -131,6 +132,18 @@ def pair(task):
     return ours, theirs
 
 
+def nudged(model, seed, rel=1e-6):
+    """A torch copy with every weight changed by about `rel` of itself: how far
+    two runs that differ only in rounding drift apart is the noise floor that
+    ours against torch is judged by."""
+    other = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1 + rel * torch.randn(p.shape, generator=gen))
+    return other
+
+
 def run_epoch(task, model, opt, batches, bar=None):
     """One epoch of SGD: the batch losses, and the wall-clock and process CPU
     seconds it took (CPU seconds count the work of every thread; on a machine
@@ -149,10 +162,13 @@ def run_epoch(task, model, opt, batches, bar=None):
     return losses, time.perf_counter() - t0, time.process_time() - c0
 
 
-def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
-    """Both sides of one task: per side the batch losses of each epoch and its seconds."""
+def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None, nudge=True):
+    """Both sides of one task (and, with nudge, torch from nudged weights):
+    per side the batch losses of each epoch, its seconds, the held-out results."""
     task = Task(name, seed, quick)
     models = dict(zip(("ours", "torch"), pair(task)))
+    if nudge:
+        models["torch, weights nudged 1e-6"] = nudged(models["torch"], seed)
     opts = {side: task.optimizer(m) for side, m in models.items()}
     result = {side: dict(losses=[], seconds=[], cpu_seconds=[]) for side in models}
     for epoch in range(epochs):
@@ -161,7 +177,8 @@ def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
             bar = None
             if progress:
                 from tqdm import tqdm
-                bar = tqdm(total=len(batches), desc=f"{name} epoch {epoch + 1}/{epochs} {side:5}",
+                bar = tqdm(total=len(batches), desc=f"{name} epoch {epoch + 1}/{epochs} "
+                                                    f"{side.split(',')[0]:5}",
                            leave=False, unit="batch")
             losses, seconds, cpu = run_epoch(task, model, opts[side], batches, bar)
             if bar is not None:
@@ -174,9 +191,10 @@ def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None):
     return result
 
 
-def agreement(result):
-    """The last epoch's mean losses, their difference and twice its standard error."""
-    last = [result[side]["losses"][-1] for side in ("ours", "torch")]
+def agreement(result, a="ours", b="torch"):
+    """The last epoch's mean losses of a and b, their difference and twice its
+    standard error (from the spread of the batch losses)."""
+    last = [result[side]["losses"][-1] for side in (a, b)]
     means = [statistics.fmean(v) for v in last]
     sem = math.sqrt(sum(statistics.pvariance(v) / len(v) for v in last))
     return means[0], means[1], abs(means[0] - means[1]), 2 * sem
@@ -205,7 +223,18 @@ def report(name, result):
     print(f"{name}: held-out loss ours {ours['test_loss']:.4f}, torch {theirs['test_loss']:.4f}; "
           f"accuracy (next {'character' if name == 'chars' else 'digit'}) ours "
           f"{ours['test_accuracy']:.4f}, torch {theirs['test_accuracy']:.4f}")
-    return dict(last_loss_ours=mo, last_loss_torch=mt, diff=diff, noise=noise,
+    extra = {}
+    nudge = next((side for side in result if side.startswith("torch, ")), None)
+    if nudge:
+        other = result[nudge]
+        _, _, floor, _ = agreement(result, nudge, "torch")
+        print(f"{name}: noise floor, {nudge}: last epoch loss {statistics.fmean(other['losses'][-1]):.4g} "
+              f"(|diff| from torch {floor:.2g}), held-out loss {other['test_loss']:.4f}, "
+              f"accuracy {other['test_accuracy']:.4f}")
+        extra = dict(nudged_last_loss=statistics.fmean(other["losses"][-1]), nudged_diff=floor,
+                     nudged_test_loss=other["test_loss"],
+                     nudged_test_accuracy=other["test_accuracy"])
+    return dict(**extra,last_loss_ours=mo, last_loss_torch=mt, diff=diff, noise=noise,
                 s_per_epoch_ours=so, s_per_epoch_torch=st, cpu_s_per_epoch_ours=co,
                 cpu_s_per_epoch_torch=ct, agree=diff < noise,
                 test_loss_ours=ours["test_loss"], test_loss_torch=theirs["test_loss"],
@@ -223,8 +252,11 @@ def plot(results, path):
         return
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4))
     for ax, (name, result) in zip(np.atleast_1d(axes), results.items()):
-        for side, style in (("torch", dict(color="tab:blue", lw=2.5, alpha=0.5)),
-                            ("ours", dict(color="tab:red", lw=1))):
+        styles = {"torch": dict(color="tab:blue", lw=2.5, alpha=0.5),
+                  "ours": dict(color="tab:red", lw=1)}
+        for side in sorted(result, key=lambda side: ("torch", "ours").index(side) + 1
+                           if side in styles else 0):  # the nudged run under the others
+            style = styles.get(side, dict(color="0.6", lw=1, alpha=0.7))
             steps = [v for epoch in result[side]["losses"] for v in epoch]
             ax.plot(range(1, len(steps) + 1), steps, label=f"{side} (last epoch "
                     f"{statistics.fmean(result[side]['losses'][-1]):.3g})", **style)

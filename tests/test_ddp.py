@@ -78,7 +78,9 @@ def free_port():
 def test_ddp_two_processes_equal_one_process(rng, tmp_path):
     seed = int(rng.integers(2**31))
     out = tmp_path / "rank0.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # gloo on the loopback interface: a machine's hostname need not resolve to
+    # an address its peers can reach
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), GLOO_SOCKET_IFNAME="lo")
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, str(r), "2", str(port), str(seed), str(out)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
