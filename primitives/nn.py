@@ -126,6 +126,9 @@ class Linear(nn.Linear):
         return _LinearFunction.apply(input, self.weight, self.bias)
 
 
+_fused_nets = weakref.WeakKeyDictionary()  # MLP module -> {dtype: fc.MLP(fused=True)}
+
+
 class _FusedMLPFunction(torch.autograd.Function):
     """The whole stack as one fc.MLP(fused=True) call: forward keeps what its
     backward reads (ctx holds it, so two forwards before one backward are fine)."""
@@ -170,7 +173,7 @@ class MLP(nn.Module):
         super().__init__()
         if not isinstance(fused, bool):
             raise TypeError(f"fused: expected True or False, got {fused!r}")
-        self.fused, self._nets = fused, {}
+        self.fused = fused
         sizes = list(sizes)
         if len(sizes) < 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
             raise ValueError(f"sizes: expected at least two positive ints, got {sizes!r}")
@@ -183,11 +186,12 @@ class MLP(nn.Module):
 
     def _fused(self, dtype):
         """The fc.MLP(fused=True) that runs this module in `dtype` (weights set per call)."""
-        if dtype not in self._nets:
-            self._nets[dtype] = fc.MLP(self.sizes, self.activation, self.last_activation,
+        nets = _fused_nets.setdefault(self, {})  # off the module: fc.MLP does not pickle
+        if dtype not in nets:
+            nets[dtype] = fc.MLP(self.sizes, self.activation, self.last_activation,
                                        bias=self.layers[0].bias is not None, dtype=dtype,
                                        fused=True)
-        return self._nets[dtype]
+        return nets[dtype]
 
     def forward(self, x):
         if self.fused:

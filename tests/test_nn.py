@@ -263,6 +263,23 @@ def test_weights_changed_in_place_reach_the_next_call(gen, kind):
 
 # ---------------------------------------------------------------- state_dicts, optimizers
 
+def test_modules_deepcopy_and_pickle_after_use(gen):
+    """What a module keeps between calls (LSTM layers, fused MLP nets) stays off
+    it: copy.deepcopy and torch.save work after training steps, and a copy
+    computes what the original does."""
+    import io
+    mods = [(pnn.Linear(4, 3), rand(gen, 2, 4)), (pnn.Conv2d(2, 3, 3), rand(gen, 1, 2, 5, 5)),
+            (pnn.LSTM(4, 3), rand(gen, 3, 2, 4)), (pnn.MLP([4, 6, 3]), rand(gen, 2, 4)),
+            (pnn.MLP([4, 6, 3], fused=True), rand(gen, 2, 4))]
+    for m, x in mods:
+        out = lambda mod: mod(x)[0] if isinstance(mod, nn.LSTM) else mod(x)  # noqa: E731
+        out(m).sum().backward()
+        twin = copy.deepcopy(m)
+        torch.save(m, io.BytesIO())
+        assert torch.equal(out(twin), out(m)), type(m).__name__
+
+
+
 def test_state_dict_round_trip_both_ways():
     pairs = [(pnn.Linear(5, 3), nn.Linear(5, 3)), (pnn.Conv2d(2, 4, 3, bias=False),
                                                    nn.Conv2d(2, 4, 3, bias=False)),
