@@ -41,7 +41,7 @@ def cases(ci, share):
     """(i, rng, context) for each case: `ci` cases in CI, ceil(N * share) with
     BRGEMM_SWEEP=N; context says how to reproduce case i."""
     node = test_id()
-    n = ci if deep() is None else max(1, -(-deep() * share // 1))
+    n = max(1, ci if deep() is None else -(-deep() * share // 1))
     only = os.environ.get("BRGEMM_SWEEP_CASE")
     seed = base_seed()
     print(f"sweep {node}: {n} cases, BRGEMM_SWEEP_SEED={seed}")

@@ -91,6 +91,8 @@ class Approx:
     def __getitem__(self, idx):
         return Approx(self.v[idx], self.e[idx])
 
+    shape = property(lambda self: self.v.shape)
+
     @property
     def T(self):
         return Approx(self.v.T, self.e.T)
