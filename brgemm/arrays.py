@@ -1,8 +1,30 @@
-"""Array helpers shared by the kernel, primitives and benchmarks."""
+"""Array helpers shared by the kernel, primitives and benchmarks.
+
+Check mode (BRGEMM_CHECK=1 in the environment, read once at import; the test
+suite turns it on): every buffer the library allocates or hands out again --
+aligned_empty, Recycler results, the primitives' scratch pools -- comes
+filled with NaN (all bits set: a NaN in f32, bf16 and f64 alike). A region
+that a plan or a copy fails to write then shows up as NaN in the results
+instead of hiding behind whatever the memory held (often zeros: fresh pages
+from the OS are zero)."""
+import os
 import sys
 import threading
 
 import numpy as np
+
+CHECK = os.environ.get("BRGEMM_CHECK", "0") not in ("", "0")
+
+
+def poison(a):
+    """a filled with NaN in check mode (left alone otherwise); returns a.
+    For buffers that are handed out again: each hand-out must be written anew."""
+    if CHECK:
+        if a.flags.c_contiguous:
+            a.reshape(-1).view(np.uint8).fill(0xFF)
+        else:
+            a.fill(np.nan)
+    return a
 
 
 def aligned_empty(shape, dtype, align=64):
@@ -13,6 +35,8 @@ def aligned_empty(shape, dtype, align=64):
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
+    if CHECK:
+        raw.fill(0xFF)  # NaN in every float format: see the module docstring
     start = -raw.ctypes.data % align
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
@@ -25,7 +49,7 @@ class Recycler:
     much as the copy into it). `empty(name, ...)` gives back the array it handed
     out last under `name` if nothing else refers to it any more -- no result
     the caller still holds, nor any view of it, is ever written -- else a new
-    one. One pool per thread."""
+    one. One pool per thread. In check mode every hand-out is NaN-filled."""
 
     def __init__(self):
         self._local = threading.local()
@@ -36,8 +60,10 @@ class Recycler:
         # references to an unclaimed array: the pool's, `held`, getrefcount's argument
         if (held is not None and held.shape == tuple(shape) and held.dtype == np.dtype(dtype)
                 and sys.getrefcount(held) == 3):
-            return held
-        pool[name] = np.empty(shape, dtype)
+            return poison(held)
+        # np.empty, not aligned_empty: the refcount test needs an array that owns
+        # its memory (NumPy points views at the owner, not at the array viewed)
+        pool[name] = poison(np.empty(shape, dtype))
         return pool[name]
 
 
@@ -63,7 +89,8 @@ class Scratch:
     """Per-thread 64-byte aligned buffers kept by name and size, for the layout
     copies of functional calls: fresh pages cost a fault each, as much as the
     copies themselves. A buffer is only valid until the same thread asks for
-    the same name again."""
+    the same name again, and each user must write what it reads: in check mode
+    every hand-out comes NaN-filled."""
 
     def __init__(self, limit=64):
         self._local, self._limit = threading.local(), limit
@@ -76,4 +103,4 @@ class Scratch:
             if len(bufs) >= self._limit:
                 bufs.clear()
             buf = bufs[key] = aligned_empty(shape, dtype)
-        return buf
+        return poison(buf)

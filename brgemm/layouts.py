@@ -100,7 +100,7 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
     widen = dtype is not None and t.dtype == dtypes.bfloat16 and np.dtype(dtype) == dtypes.float32
     dt = t.dtype if widen else _out_dtype(t, dtype, "t")
     if out is None:
-        out = np.empty(shape, dt)
+        out = aligned_empty(shape, dt)  # every element written below
     elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dt
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out: expected a writeable C-contiguous {dt} array of shape {shape}")

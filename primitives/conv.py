@@ -171,7 +171,9 @@ def update_inputs(x, dy, g, dtype, buffer=None):
 
 
 def update_output(g, buffer=None):
-    """The buffer the weight update writes: shares x weight tiles."""
+    """The buffer the weight update writes: shares x weight tiles. Every tile
+    of every share is written (_geometry gives each share rows, and a tile's
+    first call has beta 0), so it needs no zeroing."""
     tile = (g.bc, g.bk) if narrow(g) else (g.bk, g.bc)
     shape = (g.splits, g.Kb, g.Cb, g.R, g.S) + tile
     return buffer("dw", shape, np.float32) if buffer else aligned_empty(shape, np.float32)
@@ -304,7 +306,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config)
     ab = dtypes.NUMPY[dtype]
-    y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
+    y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     plan(g, "fwd", dtype, vnni).run(
         backend=backend, x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
@@ -325,6 +327,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab = dtypes.NUMPY[dtype]
+    # the plan writes dx's interior (every residue class, a call even where no
+    # tap reaches); the border stays unwritten and unblock_x never reads it
     dx = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
     vnni = "bwd" in vnni_passes(g, dtype, backend)
     plan(g, "bwd", dtype, vnni).run(

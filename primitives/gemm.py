@@ -11,6 +11,7 @@ configs/gemm.toml (or BRGEMM_CONFIG / config=).
 import numpy as np
 
 from brgemm import dtypes
+from brgemm.arrays import aligned_empty
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.plan import Block, Eager, PlanCache, Recorder
 from primitives._args import fits
@@ -75,7 +76,7 @@ def forward(A, B, dtype="f32", config=None, threads=None, eager=False):
     _check(A, B, dtype)
     (M, K), N = A.shape, B.shape[1]
     A, B = np.ascontiguousarray(A), np.ascontiguousarray(B)
-    C = np.empty((M, N), np.float32)
+    C = aligned_empty((M, N), np.float32)  # the nest writes every block (beta 0 on its first k)
     if eager:
         cfg = settings("gemm", "fwd", {"M": M, "N": N, "K": K}, SCHEMA, config)
         _run_nest(Eager(A=A, B=B, C=C), M, N, K, cfg, dtype)

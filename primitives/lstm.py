@@ -27,7 +27,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import Recycler, aligned_empty
+from brgemm.arrays import Recycler, aligned_empty, poison
 from brgemm.layouts import (column_sums, from_blocks, nblocks, pick_block, to_blocks,
                             transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
@@ -300,11 +300,13 @@ class LSTM:
 
     def _buffer(self, name, shape, dtype=np.float32):
         """A buffer this layer reuses across steps (kept per name; prepare()
-        drops them): fresh pages would cost a fault each, about 5 ms per 64 MB."""
+        drops them): fresh pages would cost a fault each, about 5 ms per 64 MB.
+        Each use writes the whole buffer (the plans' outputs are full tiles);
+        in check mode every hand-out is NaN-filled to prove it."""
         buf = self._bufs.get(name)
         if buf is None or buf.shape != shape or buf.dtype != dtype:
             buf = self._bufs[name] = aligned_empty(shape, dtype)
-        return buf
+        return poison(buf)
 
     # -- forward --
     def forward(self, x, h0=None, c0=None):
@@ -430,7 +432,8 @@ class LSTM:
             sums = per_tile.reshape(4, g.Kb, g.bn, g.bk).sum(axis=2).reshape(4, g.Kp)[:, :K]
             return np.ascontiguousarray(sums.reshape(-1)).astype(dtype)
         cols = self.C if name == "w_ih" else K
-        out = self._results.empty("grad_" + name, (4 * K, cols), dtype)  # no fresh pages
+        # no fresh pages; each gate's rows written below
+        out = self._results.empty("grad_" + name, (4 * K, cols), dtype)
         for q in range(4):  # each gate's tiles (W^T per gate) straight into its rows
             from_blocks(tiles[q * g.Kb:(q + 1) * g.Kb], cols, K, transpose=True, swap_grid=True,
                         dtype=dtype, out=out[q * K:(q + 1) * K])

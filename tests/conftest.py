@@ -1,8 +1,19 @@
-"""Shared test helpers: fresh random data and float64 references."""
-import numpy as np
-import pytest
+"""Shared test helpers: fresh random data and float64 references.
 
-import brgemm
+The whole suite runs in check mode (BRGEMM_CHECK=1, set here before brgemm is
+imported; subprocesses inherit it): every buffer the library allocates comes
+NaN-filled, so a region a plan fails to write shows up as NaN in a result."""
+import os
+
+os.environ["BRGEMM_CHECK"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import brgemm  # noqa: E402
+import brgemm.arrays  # noqa: E402
+
+assert brgemm.arrays.CHECK, "brgemm was imported before conftest could turn on check mode"
 
 
 @pytest.fixture(params=brgemm.backends())

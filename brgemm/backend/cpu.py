@@ -5,6 +5,7 @@ them into addresses, calls C, and turns error codes into exceptions."""
 import numpy as np
 
 from brgemm._brgemm_cpu import ffi, lib
+from brgemm.arrays import aligned_empty
 
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
@@ -80,7 +81,8 @@ class CpuKernel:
 
     def pack_b(self, B, ldb):
         """B [count, k, n] (row stride ldb) -> packed blocks, one per row of the result."""
-        out = np.empty((B.shape[0], self.packed_elems), self.packed_dtype)
+        # each row written whole by brgemm_cpu_pack_b (k x n, widened or in VNNI pairs)
+        out = aligned_empty((B.shape[0], self.packed_elems), self.packed_dtype)
         for i in range(B.shape[0]):
             check(lib.brgemm_cpu_pack_b(self._k, address(B[i]), ldb, address(out[i])),
                   "Kernel.pack_b")
