@@ -9,8 +9,9 @@ activations sit in a scratch slot of its task (tile x width, reused by every
 tile of the task, so it stays in L1/L2); only the weights (blocked once per
 call, a few KiB per layer) are shared. The nest, one spec for all passes:
 
-    N  parallel tasks, each a run of consecutive batch tiles (its scratch slot)
     s  segments of `depth` layers (depth = all: one pass; 1: layer by layer)
+    |  a barrier: a segment's outputs are all in memory before the next reads them
+    N  parallel tasks, each a run of consecutive batch tiles (its scratch slot)
     n  the task's tiles
     l  the segment's layers (descending in backward)
 
@@ -24,9 +25,12 @@ write dz^T tiles next to it for the weight gradients. Activations crossing a
 segment boundary go to memory ([N, width] buffers); inside a segment they only
 touch the task's slot. `pipeline` in configs/mlp.toml (or config=) sets depth,
 tile and group; unset, cost() picks them (the model is in its docstring).
+A segment runs over the whole batch before the next starts (a barrier
+between them), so depth 1 is layer by layer through memory, as unfused.
 """
 import dataclasses
 import math
+import os
 
 import numpy as np
 
@@ -35,18 +39,28 @@ from brgemm import plan as P
 from brgemm.arrays import Recycler, aligned_empty
 from brgemm.layouts import convert, to_blocks
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives._config import settings
 
 SCHEMA = {"pipeline": {"depth": int, "tile": int, "group": int}}
-SPEC = "Nsnl"
+SPEC = "s|Nnl"     # segments one after another over the whole batch, then tasks, tiles, layers
 TASKS = 64         # parallel tasks (at most): enough for 16-32 threads to share evenly
 _ACT_OPS = {"relu": P.relu, "sigmoid": P.sigmoid, "tanh": P.tanh}
 _plans = P.PlanCache(maxsize=32)
 _results = Recycler()  # y and dx, handed back once callers let go of them
 
 # The cost model's machine: per core, what the EPYC and Xeon hosts roughly have.
-L1_BYTES = 32 << 10
-L2_BYTES = 1 << 20
+def _cache_bytes(level, default):
+    """This machine's per-core cache of `level` (Linux sysfs), else `default`."""
+    try:
+        text = open(f"/sys/devices/system/cpu/cpu0/cache/index{level}/size").read().strip()
+        return int(text[:-1]) << 10 if text.endswith("K") else int(text)
+    except (OSError, ValueError):
+        return default
+
+
+L1_BYTES = _cache_bytes(0, 32 << 10)   # index0: L1 data
+L2_BYTES = _cache_bytes(2, 1 << 20)
 L2_BYTES_PER_S = 40e9      # what one core's epilogue passes get from L2
 FLOPS_PER_CORE = 60e9      # f32 GEMM of wide blocks, sustained (bf16 via f32 alike)
 BYTES_PER_S = 10e9         # memory bandwidth one core gets when all stream
@@ -110,8 +124,9 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
                 (call overhead and the libxsmm kernel's ramp) over the tile's rows;
       memory    input and output once, plus one write and one read of an [N, W]
                 activation per segment boundary (ceil(L / depth) - 1 of them), at
-                BYTES_PER_S; training adds h, dz^T and dx traffic that no
-                pipeline choice removes;
+                BYTES_PER_S (at L2_BYTES_PER_S when a core's share of such an
+                activation fits in its L2: then depth hardly matters); training
+                adds h, dz^T and dx traffic that no pipeline choice removes;
       spill     when a tile's working set (its activations, f32 and bf16, and the
                 weights of one segment) exceeds L2, each layer's activations go to
                 memory as if unfused: 2 * N * W bytes per layer more; when a
@@ -130,7 +145,9 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
     passes = 3 if train else 1
     compute = passes * flops * (1 + CALL_ROWS / tile) / FLOPS_PER_CORE
     bounds = math.ceil(L / depth) - 1
-    traffic = n * (C * ab + K * 4) + bounds * 2 * n * W * ab * (2 if train else 1)
+    boundary = bounds * 2 * n * W * ab * (2 if train else 1)
+    in_l2 = 2 * n * W * ab <= L2_BYTES
+    traffic = n * (C * ab + K * 4) + (0 if in_l2 else boundary)
     if train:
         traffic += n * W * (L - 1) * (4 + ab) * 2 + n * W * L * ab * 2
     act_bytes = tile * W * (4 + ab) * (4 if train else 2)
@@ -142,6 +159,8 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
     l2 = 0.0
     if 2 * tile * W * 4 > L1_BYTES:
         l2 = passes * n * W * L * 4 * 8 / L2_BYTES_PER_S
+    if in_l2:
+        l2 += boundary / L2_BYTES_PER_S
     return compute + traffic / BYTES_PER_S + l2
 
 
@@ -156,7 +175,9 @@ def default_pipeline(shape, dtype, train):
     """The cost model's choice of depth and tile (group: tiles per weight-gradient
     call, as many as keep their dz^T and h tiles in L2 next to the rest)."""
     depths, tiles = candidates(shape)
-    best = min(((cost(shape, dtype, train, d, t), -d, -t) for d in depths for t in tiles))
+    threads = len(os.sched_getaffinity(0))
+    best = min(((cost(shape, dtype, train, d, t, threads=threads), -d, -t)
+                for d in depths for t in tiles))
     depth, tile = -best[1], -best[2]
     ab = 2 if dtype == "bf16" else 4
     group = max(1, min(8, L2_BYTES // 4 // max(1, tile * shape["W"] * ab * 2)))
@@ -182,6 +203,10 @@ class Places:
         self.bounds = [l for l in range(L - 1) if g.boundary(l)]
         self.g_off = self._regions(self.bounds, lambda l: g.N * sizes[l + 1])
         self.dslot = 2 * g.tile * g.fan
+        # layers whose weights the kernel reads as VNNI pairs in place (bf16 on AMX):
+        # packed once per call here instead of once per kernel call
+        self.vnni_fwd = frozenset(l for l in range(L) if takes_vnni_b(sizes[l], g.dtype))
+        self.vnni_bwd = frozenset(l for l in range(L) if takes_vnni_b(sizes[l + 1], g.dtype))
         self.totals = dict(h=self._total(self.h_off, self.stored, lambda l: g.N * sizes[l + 1]),
                            w=sum(sizes[l] * sizes[l + 1] for l in range(L)),
                            b=sum(sizes[1:]), dzt=Nb * g.tile * sum(sizes[1:]),
@@ -322,7 +347,7 @@ def forward_nest(ex, loops, g, train):
             ops += (P.store_bf16(copy[0], copy[1], copy[2]),)
         ex.at(phase, task)
         ex.gemm(blk(g.rows(n), g.sizes[l + 1], g.sizes[l], lda=lda, ldb=g.sizes[l + 1], ldc=ldc,
-                    dtype=g.dtype, beta=0.0),
+                    dtype=g.dtype, beta=0.0, b_vnni=l in pl.vnni_fwd),
                 a, [a_off], "w", [pl.w_off[l]], c, c_off, ops=ops)
 
 
@@ -344,7 +369,8 @@ def backward_nest(ex, loops, g):
         a, a_off, lda = pl.dz(l, n, slot)
         out, inp = g.sizes[l + 1], g.sizes[l]
         if l == 0:
-            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=inp, dtype=g.dtype, beta=0.0),
+            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=inp, dtype=g.dtype, beta=0.0,
+                        b_vnni=l in pl.vnni_bwd),
                     a, [a_off], "wt", [pl.w_off[l]], "dx", n * g.tile * inp)
         else:
             (c, c_off, ldc), copy = pl.dz_c(l - 1, n, slot)
@@ -353,7 +379,8 @@ def backward_nest(ex, loops, g):
             ops += (P.store_t("dzt", pl.dzt(l - 1, n), g.tile, bf16=bf16),)
             if copy is not None:
                 ops += (P.store_bf16(*copy),)
-            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=ldc, dtype=g.dtype, beta=0.0),
+            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=ldc, dtype=g.dtype, beta=0.0,
+                        b_vnni=l in pl.vnni_bwd),
                     a, [a_off], "wt", [pl.w_off[l]], c, c_off, ops=ops)
         if (n - first) % g.group == g.group - 1 or n == last:
             _weight_grads(ex, g, pl, blk, l, n - (n - first) % g.group, n + 1, first, slot)
@@ -427,9 +454,14 @@ class Fused:
         flat in the GEMMs' dtype, blocked afresh per call (a few KiB per layer)."""
         ab = dtypes.NUMPY[self.dtype]
         w = self._buffer("wt" if backward else "w", pl.totals["w"], ab)
+        vnni = pl.vnni_bwd if backward else pl.vnni_fwd
         for l, layer in enumerate(self.layers):
-            m = layer.weight if backward else layer.weight.T
-            w[pl.w_off[l]:pl.w_off[l] + m.size] = m.astype(ab).reshape(-1)
+            m = (layer.weight if backward else layer.weight.T).astype(ab)
+            region = w[pl.w_off[l]:pl.w_off[l] + m.size]
+            if l in vnni:
+                vnni_tiles(np.ascontiguousarray(m), out=region.reshape(m.shape), threads=1)
+            else:
+                region[...] = m.reshape(-1)
         return w
 
     def forward(self, x, train=True):

@@ -354,3 +354,21 @@ def test_torch_module_fused(dtype):
     for m, (rdw, rdb) in zip(mod.layers, grads):
         check("dW", m.weight.grad.float().numpy(), widen(rdw), seed)
         check("db", m.bias.grad.float().numpy(), widen(rdb), seed)
+
+
+def test_bf16_on_amx_tiles_model():
+    """The bf16 cases again with kernels on AMX tiles (the software model here,
+    BRGEMM_AMX=model): weights packed in VNNI pairs once per call (b_vnni)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    if os.environ.get("BRGEMM_AMX"):
+        pytest.skip("already running under BRGEMM_AMX")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           __file__, "-k", "bf16 and not amx and not torch"], cwd=root,
+                          env=dict(os.environ, BRGEMM_AMX="model"), capture_output=True,
+                          text=True, timeout=600)
+    print(proc.stdout[-3000:], proc.stderr[-2000:])
+    assert proc.returncode == 0 and " passed" in proc.stdout
