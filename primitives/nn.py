@@ -4,6 +4,7 @@
                            constructor arguments, initialisation, Parameter names
                            and state_dict keys (they are subclasses)
     MLP(sizes, activation) fc.MLP's stack as a torch module of our Linears
+                           (fused=True: the stack as one fc.MLP(fused=True) call)
     convert(model)         the model's nn.Linear, nn.Conv2d and single-layer
                            nn.LSTM modules switched to ours in place, their
                            Parameter objects untouched (optimizers keep working)
@@ -303,7 +304,7 @@ class _LayerCache:
 
     def layer_for(self, dtype, C, K, params, T, N):
         if self.layer is None or self.layer.dtype != dtype:
-            self.layer, self.key = lstm.LSTM(C, K, dtype=dtype), None
+            self.layer, self.key = lstm.LSTM(C, K, dtype=dtype, init=False), None
         layer = self.layer
         key = tuple((p.data_ptr(), p._version) for p in params if p is not None)
         if key != self.key:
@@ -354,7 +355,7 @@ class _LSTMFunction(torch.autograd.Function):
             layer = cache.layer
             cache.owner = None               # a second backward (retain_graph) recomputes
         else:                                # another forward overwrote the state: redo ours
-            layer = lstm.LSTM(x.shape[2], w_hh.shape[1], dtype=ctx.dtype)
+            layer = lstm.LSTM(x.shape[2], w_hh.shape[1], dtype=ctx.dtype, init=False)
             _set_weights(layer, w_ih, w_hh, b_ih, b_hh)
             layer.forward(_array(x), _array(h0), _array(c0))
         dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)))
