@@ -77,6 +77,13 @@ def _tensor(a):
     return torch.from_numpy(a)
 
 
+def _kept(weight):
+    """reuse= for a weight tensor: kept while its version counter stands still.
+    Inference tensors (made under torch.inference_mode) have no counter, so
+    nothing proves them unchanged: re-blocked on every call."""
+    return None if weight.is_inference() else reuse.tensors(weight)
+
+
 def _cast(a, like):
     """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
     return _tensor(a).to(like.dtype)
@@ -100,7 +107,7 @@ class _LinearFunction(torch.autograd.Function):
         if rows.shape[0] == 0:
             return x.new_empty(x.shape[:-1] + (K,))
         y = fc.forward(_array(rows), _array(weight), None if bias is None else _array(bias),
-                       dtype=dtype, reuse=reuse.tensors(weight))
+                       dtype=dtype, reuse=_kept(weight))
         return _tensor(y).reshape(x.shape[:-1] + (K,))
 
     @staticmethod
@@ -113,7 +120,7 @@ class _LinearFunction(torch.autograd.Function):
             return (torch.zeros_like(x), torch.zeros_like(weight),
                     None if bias is None else torch.zeros_like(bias))
         dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
-                                 _array(weight), dtype=ctx.dtype, reuse=reuse.tensors(weight))
+                                 _array(weight), dtype=ctx.dtype, reuse=_kept(weight))
         need_x, need_w, need_b = ctx.needs_input_grad
         return (_tensor(dx).reshape(x.shape) if need_x else None,
                 _cast(dw, weight) if need_w else None,
@@ -247,7 +254,7 @@ class _Conv2dFunction(torch.autograd.Function):
         ctx.save_for_backward(x, weight, bias)
         ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
         y = _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
-                                 reuse=reuse.tensors(weight)))
+                                 reuse=_kept(weight)))
         if bias is not None:
             y += bias.detach().view(1, -1, 1, 1)
         return y
@@ -258,7 +265,7 @@ class _Conv2dFunction(torch.autograd.Function):
         x, weight, bias = ctx.saved_tensors
         dy = dy.to(x.dtype)
         dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
-                               dtype=ctx.dtype, reuse=reuse.tensors(weight))
+                               dtype=ctx.dtype, reuse=_kept(weight))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         db = dy.sum((0, 2, 3), dtype=torch.float32).to(bias.dtype) if need_b else None
         return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
@@ -306,7 +313,10 @@ class _LayerCache:
         if self.layer is None or self.layer.dtype != dtype:
             self.layer, self.key = lstm.LSTM(C, K, dtype=dtype, init=False), None
         layer = self.layer
-        key = tuple((p.data_ptr(), p._version) for p in params if p is not None)
+        params_ = [p for p in params if p is not None]
+        # inference tensors have no version counter: a key equal to nothing
+        key = (object(),) if any(p.is_inference() for p in params_) else \
+            tuple((p.data_ptr(), p._version) for p in params_)
         if key != self.key:
             _set_weights(layer, *params)
             self.held = [p.detach() for p in params if p is not None]  # pins the storages

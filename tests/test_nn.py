@@ -261,6 +261,25 @@ def test_weights_changed_in_place_reach_the_next_call(gen, kind):
     check("after .data = another tensor")
 
 
+def test_modules_made_under_inference_mode(gen):
+    """Inference tensors have no version counter: their blocked weights are
+    rebuilt on every call, and in-place writes still reach the next one."""
+    x, seq = rand(gen, 2, 3, 6, 6), rand(gen, 4, 2, 5)
+    with torch.inference_mode():
+        ours = [pnn.Conv2d(3, 5, 3), pnn.Linear(4, 2), pnn.LSTM(5, 4)]
+        theirs = [nn.Conv2d(3, 5, 3), nn.Linear(4, 2), nn.LSTM(5, 4)]
+        for a, b in zip(ours, theirs):
+            b.load_state_dict(a.state_dict())
+        for step in range(2):
+            want = theirs[1](theirs[0](x)), theirs[2](seq)[0]
+            got = ours[1](ours[0](x)), ours[2](seq)[0]
+            for name, g, w in zip(("conv+linear", "lstm"), got, want):
+                assert_close(f"{name} {step}", g, f64(w), 1e-5 * 20)
+            for m in ours + theirs:
+                for p in m.parameters():
+                    p.mul_(-0.5)
+
+
 # ---------------------------------------------------------------- state_dicts, optimizers
 
 def test_modules_deepcopy_and_pickle_after_use(gen):
