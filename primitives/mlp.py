@@ -61,7 +61,7 @@ def _cache_bytes(level, default):
 
 L1_BYTES = _cache_bytes(0, 32 << 10)   # index0: L1 data
 L2_BYTES = _cache_bytes(2, 1 << 20)
-L2_BYTES_PER_S = 40e9      # what one core's epilogue passes get from L2
+L2_BYTES_PER_S = 80e9      # what one core's epilogue passes get from L2
 FLOPS_PER_CORE = 60e9      # f32 GEMM of wide blocks, sustained (bf16 via f32 alike)
 BYTES_PER_S = 10e9         # memory bandwidth one core gets when all stream
 CALL_ROWS = 8          # a kernel call costs about this many rows' worth of FMAs
@@ -131,9 +131,8 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
                 weights of one segment) exceeds L2, each layer's activations go to
                 memory as if unfused: 2 * N * W bytes per layer more; when a
                 layer's input and output tiles (f32) exceed L1, its epilogue
-                passes (bias, activation, copies: about 4 reads and writes of
-                the output) and the next call's reads come from L2 instead, at
-                L2_BYTES_PER_S.
+                passes and the next call's read cost about two more passes over
+                the output from L2, at L2_BYTES_PER_S.
 
     The time is compute + memory (one core does both, overlap is poor at these
     sizes). Depth = all layers and the widest tile that stays in L2 win unless
@@ -158,7 +157,7 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
         traffic += 2 * n * W * ab * L * passes
     l2 = 0.0
     if 2 * tile * W * 4 > L1_BYTES:
-        l2 = passes * n * W * L * 4 * 8 / L2_BYTES_PER_S
+        l2 = passes * n * W * L * 4 * 2 / L2_BYTES_PER_S
     if in_l2:
         l2 += boundary / L2_BYTES_PER_S
     return compute + traffic / BYTES_PER_S + l2
