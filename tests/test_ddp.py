@@ -75,13 +75,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_ddp_two_processes_equal_one_process(rng, tmp_path):
-    seed = int(rng.integers(2**31))
-    out = tmp_path / "rank0.pt"
-    # gloo on the loopback interface: a machine's hostname need not resolve to
-    # an address its peers can reach
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), GLOO_SOCKET_IFNAME="lo")
-    port = free_port()
+def run_job(port, seed, out, env):
+    """Both ranks as child processes: their exit codes and output."""
     procs = [subprocess.Popen([sys.executable, __file__, str(r), "2", str(port), str(seed), str(out)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for r in range(2)]
@@ -93,8 +88,21 @@ def test_ddp_two_processes_equal_one_process(rng, tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    return [p.returncode for p in procs], logs
+
+
+def test_ddp_two_processes_equal_one_process(rng, tmp_path):
+    seed = int(rng.integers(2**31))
+    out = tmp_path / "rank0.pt"
+    # gloo on the loopback interface: a machine's hostname need not resolve to
+    # an address its peers can reach
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), GLOO_SOCKET_IFNAME="lo")
+    for attempt in range(2):  # the free port may be taken before rank 0 binds it
+        codes, logs = run_job(free_port(), seed, out, env)
+        if all(c == 0 for c in codes) or not any("in use" in log for log in logs):
+            break
+    for r, (code, log) in enumerate(zip(codes, logs)):
+        assert code == 0, f"rank {r} failed:\n{log}"
     model, data = setup(seed)
     train(model, data)
     got = torch.load(out)
