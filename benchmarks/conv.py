@@ -16,6 +16,7 @@ into a plain dW as Conv2d.backward does)."""
 import numpy as np
 
 import brgemm
+from brgemm.info import kernel_path
 from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
                                interleaved, machine, ratio_row, read_shapes, set_threads,
                                torch_threads)
@@ -58,7 +59,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     for (C, K, H, W, R, S, st, pd), name in shapes:
         x = rng.standard_normal((N, C, H, W)).astype(npdt)
         w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
-        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
+        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
         dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
         upd = conv.update_inputs(x, dy, g, dtype)
         vnni = conv.vnni_passes(g, dtype, "cpu")  # the weight packing Conv2d keeps
@@ -136,7 +137,7 @@ def _functional(quick, dtype, threads, shape_set):
     for (C, K, H, W, R, S, st, pd), name in _shapes(shape_set, quick):
         x = rng.standard_normal((N, C, H, W)).astype(npdt)
         w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
-        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd))
+        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
         dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
         tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
         gx, gw = tx.clone().requires_grad_(), tw.clone().requires_grad_()

@@ -28,6 +28,8 @@ import tomllib
 from typing import Any, Mapping
 
 PASSES = ("fwd", "bwd", "upd", "pipeline")  # pipeline: fused nests (mlp)
+# the CPU kernel's paths (Kernel.path), which may qualify a pass: ["bf16-amx".fwd]
+PATHS = ("f32", "bf16-amx", "bf16-vnni", "bf16-via-f32")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -113,11 +115,30 @@ def _check(values: Mapping, src: str, table: str, schema: Mapping[str, Any]) -> 
     return out
 
 
+def _path_tables(data: Mapping, path: str | None, pass_: str) -> list[tuple[str, dict]]:
+    """The file's ["<path>".<pass>] table, when the kernel runs that path here."""
+    table = data.get(path) if path else None
+    if isinstance(table, Mapping) and isinstance(table.get(pass_), Mapping):
+        return [(f'"{path}".{pass_}', table[pass_])]
+    return []
+
+
 def _layers(data: Mapping, src: str, primitive: str, pass_: str,
-            shape: Mapping[str, int], schema: Mapping[str, Any]) -> tuple[dict, dict]:
-    """(pass values, values of the table for `shape`) of one file, checked."""
+            shape: Mapping[str, int], schema: Mapping[str, Any], path: str | None = None
+            ) -> tuple[dict, dict, dict, dict]:
+    """(pass values, values of the table for `shape`, the same two of the
+    path-qualified tables) of one file, checked."""
+    for other in PATHS:  # every path's tables are checked, on any machine
+        if other != path:
+            _values(_path_tables(data, other, pass_), src, shape, schema)
+    return (*_values(_pass_tables(data, src, primitive, pass_), src, shape, schema),
+            *_values(_path_tables(data, path, pass_), src, shape, schema))
+
+
+def _values(tables, src: str, shape: Mapping[str, int],
+            schema: Mapping[str, Any]) -> tuple[dict, dict]:
     general, specific = {}, {}
-    for name, table in _pass_tables(data, src, primitive, pass_):
+    for name, table in tables:
         plain = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
         general.update(_check(plain, src, name, schema))
         matched = None
@@ -143,12 +164,17 @@ def _layers(data: Mapping, src: str, primitive: str, pass_: str,
 
 def load_config(primitive: str, pass_: str, shape: Mapping[str, int], *,
                 schema: Mapping[str, type | tuple], config=None,
-                defaults_dir: os.PathLike | str) -> dict:
-    """The settings of `primitive`'s `pass_` for `shape`: defaults, then the override."""
+                defaults_dir: os.PathLike | str, path: str | None = None) -> dict:
+    """The settings of `primitive`'s `pass_` for `shape`: defaults, then the
+    override. path: the kernel path the primitive runs on here (e.g.
+    "bf16-amx"); each file's ["<path>".<pass>] tables (and their shape tables)
+    then come after its other tables, so an AMX machine's settings leave the
+    AVX2 and AVX-512 machines' alone."""
     if pass_ not in PASSES:
         raise ConfigError(f"unknown pass {pass_!r} (allowed: {', '.join(PASSES)})")
-    path = pathlib.Path(defaults_dir) / f"{primitive}.toml"
-    layers = list(_layers(_read(path, str(path)), str(path), primitive, pass_, shape, schema))
+    file = pathlib.Path(defaults_dir) / f"{primitive}.toml"
+    layers = list(_layers(_read(file, str(file)), str(file), primitive, pass_, shape, schema,
+                          path))
     override = None
     if isinstance(check_config(config), Mapping):
         src, override = "config dict", config
@@ -159,7 +185,7 @@ def load_config(primitive: str, pass_: str, shape: Mapping[str, int], *,
         src = f"BRGEMM_CONFIG={os.environ['BRGEMM_CONFIG']}"
         override = _read(os.environ["BRGEMM_CONFIG"], src)
     if override is not None:
-        layers += _layers(override, src, primitive, pass_, shape, schema)
+        layers += _layers(override, src, primitive, pass_, shape, schema, path)
     out: dict = {}
     for layer in layers:
         out.update(layer)

@@ -13,3 +13,16 @@ def info(backend=None):
         impl, reason = cpu.amx()
         out.update(arch=cpu.arch(), amx=impl or None, amx_reason=reason or None)
     return out
+
+
+_paths = {}
+
+
+def kernel_path(dtype, backend="cpu"):
+    """The CPU kernel's path for `dtype` here ("f32", "bf16-amx", ...), which
+    selects the ["<path>".<pass>] tables of primitive configs; None elsewhere."""
+    if backend != "cpu":
+        return None
+    if dtype not in _paths:
+        _paths[dtype] = Kernel(32, 32, 32, dtype=dtype, backend="cpu").path
+    return _paths[dtype]

@@ -36,16 +36,17 @@ def _remember(cache, key, make):
     return cache.get_or_make(key, make)
 
 
-def settings(primitive, pass_, shape, schema, config=None):
-    """The effective settings of one pass for one shape (defaults < BRGEMM_CONFIG or config=).
+def settings(primitive, pass_, shape, schema, config=None, path=None):
+    """The effective settings of one pass for one shape (defaults < BRGEMM_CONFIG or config=);
+    path: the kernel path it runs on here, whose ["<path>".<pass>] tables apply.
 
     Parsing TOML costs about a millisecond, which the functional forms would pay
     on every call; results are cached by everything they depend on: the
     arguments, the override's source and both files' modification times."""
     key = (primitive, pass_, tuple(sorted(shape.items())), json.dumps(schema, default=str),
-           _sources(primitive, config))
+           _sources(primitive, config), path)
     return dict(_remember(_cache, key, lambda: load_config(
-        primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS)))
+        primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS, path=path)))
 
 
 def geometry(primitive, args, config, make):

@@ -29,6 +29,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Recycler, Scratch, aligned_empty
+from brgemm.info import kernel_path
 from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block,
                             taps_from_blocks, taps_to_blocks)
 from brgemm.loopspec import Loop, parse_spec
@@ -81,20 +82,21 @@ class Geometry:
     Qp = property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
 
 
-def geometry(N, C, K, H, W, R, S, stride, padding, config=None):
+def geometry(N, C, K, H, W, R, S, stride, padding, config=None, path=None):
+    """path: the kernel path (brgemm.info.kernel_path), whose config tables apply."""
     # a stride past the last tap position leaves one output row (column) whatever
     # its size: the smallest such stride computes the same, and the backward
     # nests and layouts that step through residue classes of the stride stay small
     stride = (min(stride[0], H + 2 * padding[0] - R + 1), min(stride[1], W + 2 * padding[1] - S + 1))
     padding = tuple(padding)
-    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding), config,
-                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config))
+    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding, path), config,
+                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path))
 
 
-def _geometry(N, C, K, H, W, R, S, stride, padding, config):
+def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     shape = dict(N=N, C=C, K=K, H=H, W=W, R=R, S=S, sh=stride[0], sw=stride[1], ph=padding[0],
                  pw=padding[1])
-    cfg = {p: settings("conv", p, shape, SCHEMA[p], config) for p in SCHEMA}
+    cfg = {p: settings("conv", p, shape, SCHEMA[p], config, path) for p in SCHEMA}
     f = cfg["fwd"]
     Q = (W + 2 * padding[1] - S) // stride[1] + 1
     P_ = (H + 2 * padding[0] - R) // stride[0] + 1
@@ -304,7 +306,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
-    g = geometry(*dims, stride, padding, config)
+    g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
     ab = dtypes.NUMPY[dtype]
     y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
     vnni = "fwd" in vnni_passes(g, dtype, backend)
@@ -320,7 +322,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
-    g = geometry(*dims, stride, padding, config)
+    g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
     if not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
         raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got "
                          f"{getattr(dy, 'shape', type(dy).__name__)}")
@@ -372,7 +374,7 @@ class Conv2d:
             raise ValueError(f"x: {H}x{W} (padded {H + 2 * self.padding[0]}x"
                              f"{W + 2 * self.padding[1]}) is smaller than the {self.R}x{self.S} kernel")
         g = self.g = geometry(N, self.C, self.K, H, W, self.R, self.S, self.stride, self.padding,
-                              self.config)
+                              self.config, kernel_path(self.dtype, self.backend))
         self.vnni = vnni_passes(g, self.dtype, self.backend)
         self.plans = {p: plan(g, p, self.dtype, p in self.vnni) for p in ("fwd", "bwd", "upd")}
         self.load_weights()

@@ -24,6 +24,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Recycler, Scratch, aligned_empty
+from brgemm.info import kernel_path
 from brgemm.layouts import (column_sums, convert, from_blocks, nblocks, pick_block, to_blocks,
                             transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
@@ -181,16 +182,17 @@ class Geometry:
     chunk = property(lambda g: dict(zip(("fwd", "bwd", "upd"), g.chunks)))
 
 
-def geometry(N, C, K, config=None, blocks=None):
-    """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets)."""
+def geometry(N, C, K, config=None, blocks=None, path=None):
+    """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets);
+    path: the kernel path (brgemm.info.kernel_path), whose tables apply."""
     blocks = block_sizes(blocks)
-    return cached_geometry("fc", (N, C, K, blocks), config,
-                           lambda: _geometry(N, C, K, config, blocks))
+    return cached_geometry("fc", (N, C, K, blocks, path), config,
+                           lambda: _geometry(N, C, K, config, blocks, path))
 
 
-def _geometry(N, C, K, config, blocks):
+def _geometry(N, C, K, config, blocks, path=None):
     shape = {"N": N, "C": C, "K": K}
-    cfg = {p: settings("fc", p, shape, SCHEMA[p], config) for p in ("fwd", "bwd", "upd")}
+    cfg = {p: settings("fc", p, shape, SCHEMA[p], config, path) for p in ("fwd", "bwd", "upd")}
     bn, bc, bk = blocks or (cfg["fwd"]["bn"], cfg["fwd"]["bc"], cfg["fwd"]["bk"])
     # feature blocks are the kernel's vector dimension in some pass: multiples of 16
     return Geometry(N, C, K, pick_block(N, bn), pick_block(C, bc, 16), pick_block(K, bk, 16),
@@ -335,7 +337,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
             raise ValueError(f"b: expected shape ({K},), got {b.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    g = geometry(N, C, K, config)
+    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     ab = dtypes.NUMPY[dtype]
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
@@ -363,7 +365,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    g = geometry(N, C, K, config)
+    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     ab = dtypes.NUMPY[dtype]
     f32 = out_dtype == np.float32
     dy_p = _plain(dy, ab, "dy")
@@ -421,7 +423,8 @@ class Linear:
         """Geometry, plans and blocked buffers for minibatch N (done once per N)."""
         if self.g is not None and self.g.N == N:
             return self.g
-        g = self.g = geometry(N, self.C, self.K, self.config, self.blocks)
+        g = self.g = geometry(N, self.C, self.K, self.config, self.blocks,
+                              kernel_path(self.dtype, self.backend))
         bf16 = self.dtype == "bf16"
         ab = dtypes.NUMPY[self.dtype]
         vnni = self.vnni = vnni_passes(g, self.dtype, self.backend)

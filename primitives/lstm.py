@@ -28,6 +28,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Recycler, aligned_empty, poison
+from brgemm.info import kernel_path
 from brgemm.layouts import (column_sums, from_blocks, nblocks, pick_block, to_blocks,
                             transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
@@ -85,8 +86,9 @@ class Geometry:
     hpair = property(lambda g: 2 if g.Kb % 2 == 0 else 1)
 
 
-def geometry(T, N, C, K, config=None):
-    cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config)
+def geometry(T, N, C, K, config=None, path=None):
+    """path: the kernel path (brgemm.info.kernel_path), whose config tables apply."""
+    cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config, path)
     return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
                     pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"],
                     (cfg["proj_spec"], cfg["dx_spec"], cfg["dw_spec"]),
@@ -251,7 +253,8 @@ class LSTM:
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
             return self.g
-        g = self.g = geometry(T, N, self.C, self.K, self.config)
+        g = self.g = geometry(T, N, self.C, self.K, self.config,
+                              kernel_path(self.dtype, self.backend))
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
         self.gx, self.gh1 = g.fc_input(), g.fc_hidden(1)
         self.gh = g.fc_hidden(T, g.hpair * g.bk)

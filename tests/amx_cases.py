@@ -222,3 +222,18 @@ def test_vnni_plan_refuses_the_sycl_backend(rng):
         fc.plan(g, "fwd", "bf16", vnni=True).run(
             backend="sycl", x=bf16(rng, (g.Nb, g.Cb, g.bn, g.bc)),
             w=bf16(rng, (g.Kb, g.Cb, g.bc, g.bk)), y=np.zeros((g.Nb, g.Kb, g.bn, g.bk), np.float32))
+
+
+def test_layers_take_the_amx_config_tables(rng):
+    """A ["bf16-amx".fwd] table sets the bf16 layers' blocks here; f32 keeps its own."""
+    from primitives import conv, fc, lstm
+    cfg = {"bf16-amx": {"fwd": {"bn": 16, "bc": 32, "bk": 32}}}
+    lin = fc.Linear(64, 64, dtype="bf16", config=cfg, rng=rng)
+    lin32 = fc.Linear(64, 64, dtype="f32", config=cfg, rng=rng)
+    assert (lin.prepare(48).bn, lin.g.bc, lin.g.bk) == (16, 32, 32)
+    assert lin32.prepare(48).bc == 64
+    c = conv.Conv2d(64, 64, 3, padding=1, dtype="bf16",
+                    config={"bf16-amx": {"fwd": {"bc": 32, "bk": 32}}})
+    assert (c.prepare(1, 5, 5).bc, c.g.bk) == (32, 32)
+    layer = lstm.LSTM(64, 64, dtype="bf16", config={"bf16-amx": {"fwd": {"bk": 32}}})
+    assert layer.prepare(2, 4).bk == 32

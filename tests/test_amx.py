@@ -45,3 +45,30 @@ def test_model_primitives_bf16():
     env = dict(os.environ, BRGEMM_AMX="model")
     files = [str(TESTS / f) for f in ("test_fc.py", "test_conv.py", "test_lstm.py")]
     assert _pytest(*files, "-k", "bf16", env=env) == 0
+
+
+def test_configs_keyed_by_kernel_path():
+    """["<path>".<pass>] tables apply only where the kernel runs that path, after
+    the file's other tables (shape tables included); other paths' tables are
+    still checked."""
+    import pytest
+
+    from brgemm.config import ConfigError, load_config
+    from primitives import fc
+    from primitives._config import DEFAULTS
+    shape = {"N": 64, "C": 96, "K": 80}
+    cfg = {"fwd": {"bn": 8, "N=64,C=96,K=80": {"bn": 12, "bc": 24}},
+           "bf16-amx": {"fwd": {"bn": 32, "N=64,C=96,K=80": {"bk": 48}}}}
+
+    def load(path, config=cfg):
+        return load_config("fc", "fwd", shape, schema=fc.SCHEMA["fwd"], config=config,
+                           defaults_dir=DEFAULTS, path=path)
+    assert (load(None)["bn"], load(None)["bc"]) == (12, 24)
+    assert (load("bf16-vnni")["bn"], load("f32")["bn"]) == (12, 12)
+    amx = load("bf16-amx")
+    assert (amx["bn"], amx["bc"], amx["bk"]) == (32, 24, 48)
+    bad = {"bf16-vnni": {"fwd": {"bq": 1}}}
+    with pytest.raises(ConfigError, match="unknown key 'bq'"):
+        load("bf16-amx", bad)
+    with pytest.raises(ConfigError, match="unknown pass 'fwdd'"):
+        load(None, {"bf16-amx": {"fwdd": {"bn": 1}}})
