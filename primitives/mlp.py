@@ -194,34 +194,28 @@ class Places:
         L, sizes, Nb, T = g.L, g.sizes, g.Nb, g.tasks
         self.bf16 = g.dtype == "bf16"
         self.stored = [l for l in range(L - 1) if train or g.boundary(l)]
-        self.h_off = self._regions(self.stored, lambda l: g.N * sizes[l + 1])
-        self.w_off = self._regions(range(L), lambda l: sizes[l] * sizes[l + 1])
-        self.b_off = self._regions(range(L), lambda l: sizes[l + 1])
-        self.slot = 2 * g.tile * g.width       # a task's scratch: two activations
-        self.dzt_off = self._regions(range(L), lambda l: Nb * g.tile * sizes[l + 1])
         self.bounds = [l for l in range(L - 1) if g.boundary(l)]
-        self.g_off = self._regions(self.bounds, lambda l: g.N * sizes[l + 1])
-        self.dslot = 2 * g.tile * g.fan
+        rows = lambda l: g.N * sizes[l + 1]  # noqa: E731 (an [N, out_l] activation)
+        self.h_off, h = self._regions(self.stored, rows)
+        self.g_off, gs = self._regions(self.bounds, rows)
+        self.w_off, w = self._regions(range(L), lambda l: sizes[l] * sizes[l + 1])
+        self.b_off, b = self._regions(range(L), lambda l: sizes[l + 1])
+        self.dzt_off, dzt = self._regions(range(L), lambda l: Nb * g.tile * sizes[l + 1])
+        self.slot = 2 * g.tile * g.width       # a task's scratch: two activations
+        self.dslot = 2 * g.tile * g.fan        # ... and two gradients in backward
         # layers whose weights the kernel reads as VNNI pairs in place (bf16 on AMX):
         # packed once per call here instead of once per kernel call
         self.vnni_fwd = frozenset(l for l in range(L) if takes_vnni_b(sizes[l], g.dtype))
         self.vnni_bwd = frozenset(l for l in range(L) if takes_vnni_b(sizes[l + 1], g.dtype))
-        self.totals = dict(h=self._total(self.h_off, self.stored, lambda l: g.N * sizes[l + 1]),
-                           w=sum(sizes[l] * sizes[l + 1] for l in range(L)),
-                           b=sum(sizes[1:]), dzt=Nb * g.tile * sum(sizes[1:]),
-                           g=self._total(self.g_off, self.bounds, lambda l: g.N * sizes[l + 1]),
-                           s=T * self.slot, d=T * self.dslot)
+        self.totals = dict(h=h, g=gs, w=w, b=b, dzt=dzt, s=T * self.slot, d=T * self.dslot)
 
     @staticmethod
     def _regions(layers, size):
+        """(offset of each layer's region, total size) of regions laid end to end."""
         out, at = {}, 0
         for l in layers:
             out[l], at = at, at + size(l)
-        return out
-
-    @staticmethod
-    def _total(offs, layers, size):
-        return sum(size(l) for l in layers)
+        return out, at
 
     def act_in(self, l, n, slot):
         """Layer l's input tile as an A or B operand (dtype of the GEMMs)."""
