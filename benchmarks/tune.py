@@ -2,7 +2,7 @@
 
     python -m benchmarks.tune [--budget S] [--threads N]
 
-For each shape: run the tuner (brgemm.tune, `budget` seconds, nothing
+For each shape: run the tuner (primitives.tune, `budget` seconds, nothing
 written), then re-time the default and the tuned config's plans interleaved,
 REPS repetitions each (so drift on a shared machine hits both alike), each
 repetition a loop of replays lasting about SECONDS; GFLOP/s = 2*M*N*K / the
@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from brgemm.backend import cpu
-from brgemm.tune import fmt_config, tune
+from primitives.tune import fmt_config, tune
 from primitives import gemm
 
 SHAPES = [(256, 256, 256), (512, 1024, 512), (64, 2048, 1024), (1000, 100, 300)]

@@ -12,7 +12,7 @@ import brgemm
 from brgemm import plan as P
 from brgemm.backend import cpu
 from brgemm.config import ConfigError
-from brgemm.tune import TuneError, tune
+from primitives.tune import TuneError, tune
 from primitives import conv, fc, lstm
 
 f32, bf16 = np.float32, brgemm.bfloat16

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from brgemm.tune import TuneError, tune
+from primitives.tune import TuneError, tune
 from primitives import gemm
 from primitives._config import settings
 from conftest import assert_close
@@ -86,7 +86,7 @@ def test_out_that_cannot_hold_the_result_fails_before_tuning(tmp_path):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "brgemm.tune", *args],
+    return subprocess.run([sys.executable, "-m", "primitives.tune", *args],
                           capture_output=True, text=True, timeout=60)
 
 
