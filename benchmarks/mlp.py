@@ -206,7 +206,8 @@ def run(quick=False, dtypes=("f32",), threads=None, max_batch_log2=None):
             # a map as large): past 2^20 rows that is many GB, so there only
             # inference runs, fused and torch
             big = N > (1 << 20)
-            rows.append(_row(_sizes(64), N, dtype, measure(_sizes(64), N, dtype, reps,
+            slow = 3 if N >= (1 << 19) else reps  # the unfused training step takes seconds
+            rows.append(_row(_sizes(64), N, dtype, measure(_sizes(64), N, dtype, slow,
                                                            unfused=not big, train=not big)))
             _print_rows(rows[-1:], sides)
         N = 1 << (16 if quick else 18)
