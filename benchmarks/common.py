@@ -33,7 +33,7 @@ def set_threads(threads, onednn=True):
     import subprocess
     import sys
 
-    from brgemm.backend import cpu
+    from brgemm import machine as brgemm_machine
     cpus = sorted(os.sched_getaffinity(0))
     threads = threads or len(cpus)
     if threads > len(cpus):
@@ -42,8 +42,8 @@ def set_threads(threads, onednn=True):
     # keep the process (and the oneDNN probe below) on `threads` cores
     os.sched_setaffinity(0, cpus[:threads])
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
-    cpu.lib.brgemm_cpu_set_threads(threads)  # the runtime read the variable when it loaded
-    ours = cpu.lib.brgemm_cpu_plan_threads(0)
+    brgemm_machine.set_cpu_threads(threads)  # the runtime read the variable when it loaded
+    ours = brgemm_machine.cpu_threads()
     if not onednn:
         print(f"threads: ours {ours} (OpenMP)")
         if ours != threads:

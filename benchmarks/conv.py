@@ -20,7 +20,7 @@ from brgemm.info import kernel_path
 from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
                                interleaved, machine, ratio_row, read_shapes, set_threads,
                                torch_threads)
-from brgemm.backend import cpu
+from brgemm.machine import fma_peak
 from primitives import conv, reuse
 
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
@@ -47,7 +47,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     rng = np.random.default_rng()
     shapes = _shapes(shape_set, quick)
     N = threads
-    peak = cpu.fma_peak(0.2)[0] * threads
+    peak = fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "

@@ -18,7 +18,7 @@ date -u; lscpu | grep -E 'Model name|^CPU\(s\)|Thread'
 grep -o 'amx[a-z_0-9]*\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py \
   > $out/build.txt 2>&1 || { tail -30 $out/build.txt; exit 1; }
-python3 -c 'import brgemm; from brgemm.backend import cpu; print(brgemm.info(), "amx peak", cpu.amx_peak(0.3))'
+python3 -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
 [ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
   tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py > $out/tests.txt 2>&1

@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Flags' | sed 's/Flags:.*\(avx512[a-z_0-9 ]*\).*/Flags (avx512 part): \1/' 
 grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py || exit 1
-python3 -c 'import brgemm; from brgemm.backend import cpu; print("libxsmm target", cpu.arch(), "bf16 path", brgemm.Kernel(64,64,64,dtype="bf16").path, "f32 peak", cpu.fma_peak(0.3), "bf16 peak", cpu.bf16_peak(0.3))'
+python3 -c 'import brgemm; from brgemm import machine; print("libxsmm target", machine.cpu_arch(), "bf16 path", brgemm.Kernel(64,64,64,dtype="bf16").path, "f32 peak", machine.fma_peak(0.3), "bf16 peak", machine.bf16_peak(0.3))'
 for extra in "$@"; do python3 "$extra"; done  # diagnostics named on the command line
 python3 -m pytest -q -p no:cacheprovider tests/test_kernel.py tests/test_kernel_errors.py tests/test_kernel_fuzz.py \
   > ${OUT:-/tmp}/kernel_tests.txt 2>&1; echo "kernel tests exit $?"; tail -4 ${OUT:-/tmp}/kernel_tests.txt

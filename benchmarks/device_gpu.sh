@@ -20,7 +20,7 @@ LIBXSMM_LIBDIR=$DEVCARRY/lib LIBXSMM_INCDIR=$DEVCARRY/include python3 brgemm/_bu
 python3 brgemm/_build_cuda.py || exit 1
 command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA)"
 echo "build: $(( $(date +%s) - t0 )) s"
-python3 -c 'import brgemm; from brgemm.backend import cuda; print(brgemm.backends(), cuda.device_name(), "wgmma:", cuda.has_tensor_cores())'
+python3 -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 t0=$(date +%s)
 timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
 echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt

@@ -18,7 +18,7 @@ import brgemm
 from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
                                interleaved, machine, ratio_row, read_shapes, set_threads,
                                torch_threads)
-from brgemm.backend import cpu
+from brgemm.machine import fma_peak
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc, reuse
 
@@ -44,7 +44,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
-    peak = cpu.fma_peak(0.2)[0] * threads
+    peak = fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
           f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")

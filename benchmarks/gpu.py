@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import brgemm
 from benchmarks.common import read_shapes
-from brgemm.backend import cuda
+from brgemm.machine import cuda_has_tensor_cores, device_name, unavailable_reason
 from primitives import conv, fc, gemm, lstm
 
 
@@ -74,7 +74,7 @@ HEAD = (f"{'shape':<26}{'ours TF':>9}{'torch TF':>9}{'ratio':>9}{'ours us':>10}{
 
 def run_gemm(quick):
     """GEMM-shaped plans: C = A @ B as 128 x 128 blocks, the whole K in one call."""
-    print(f"\nGEMM plans on {cuda.device_name()} (ours: f32 C; torch: C in the input dtype)")
+    print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype)")
     print(HEAD)
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] if not quick else [(4096, 4096, 4096)]
     for dtype in ("bf16", "f32"):
@@ -177,10 +177,10 @@ def main(argv=None):
     parser.add_argument("--what", default="gemm,fc,conv,lstm")
     args = parser.parse_args(argv)
     if "cuda" not in brgemm.backends():
-        raise SystemExit(f"no CUDA backend here: {brgemm.backend._module('cuda')[1]}")
+        raise SystemExit(f"no CUDA backend here: {unavailable_reason('cuda')}")
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 against f32, as ours computes
     torch.backends.cudnn.allow_tf32 = False
-    print(f"{cuda.device_name()}, wgmma path: {cuda.has_tensor_cores()}, torch {torch.__version__}")
+    print(f"{device_name('cuda')}, wgmma path: {cuda_has_tensor_cores()}, torch {torch.__version__}")
     for what in args.what.split(","):
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import brgemm
-from brgemm.backend import cpu
+from brgemm import machine as brgemm_machine
 
 # (m, n, k, count), row-major. The seed paper's 64x28x64 x9 block (a 3x3 conv
 # row: 64 output channels x 28 pixels, 64 input channels, 9 taps) is written in
@@ -51,9 +51,9 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
     api, nat, peaks = [], [], []
     # each path against the peak of the instruction it runs on: AMX tiles, bf16
     # dot products, or f32 FMAs (also the widening path's)
-    probe = {"bf16-amx": lambda: (cpu.amx_peak(0.05), "amx"),
-             "bf16-vnni": lambda: (cpu.bf16_peak(0.05), "bf16dot")}.get(
-                 kern.path, lambda: cpu.fma_peak(0.05))
+    probe = {"bf16-amx": lambda: (brgemm_machine.amx_peak(0.05), "amx"),
+             "bf16-vnni": lambda: (brgemm_machine.bf16_peak(0.05), "bf16dot")}.get(
+                 kern.path, lambda: brgemm_machine.fma_peak(0.05))
     if packed:  # B in the kernel's layout once (as the layers keep weights): no packing per call
         B = kern.pack_b(B)
         calls = _calls_for(seconds, flops, 1000.0)
@@ -85,7 +85,7 @@ def run(quick=False, dtypes=DTYPES):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     reps, seconds = (5, 0.1) if quick else (9, 0.3)
     rng = np.random.default_rng()
-    print(f"brgemm kernel, one thread, libxsmm target {cpu.arch()}; "
+    print(f"brgemm kernel, one thread, libxsmm target {brgemm_machine.cpu_arch()}; "
           f"{reps} reps, median; peak = measured peak of one core for the path's "
           "instruction (f32 FMA, AVX512-BF16 dot for bf16-vnni, AMX tdpbf16ps for bf16-amx); "
           "bf16/pk: B packed once")

@@ -18,7 +18,7 @@ import brgemm
 from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
                                interleaved, machine, ratio_row, read_shapes, set_threads,
                                torch_threads)
-from brgemm.backend import cpu
+from brgemm.machine import fma_peak
 from primitives import lstm, reuse
 
 QUICK = ("small_t10_n64", "single_step_t1")
@@ -56,7 +56,7 @@ def _vs_onednn(quick, dtype, threads, shape_set):
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
     shapes = _shapes(shape_set, quick)
-    peak = cpu.fma_peak(0.2)[0] * threads
+    peak = fma_peak(0.2)[0] * threads
     reps = 5 if quick else 7
     print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
           "interleaved")

@@ -186,8 +186,8 @@ def run(quick=False, dtypes=("f32",), threads=None, max_batch_log2=None):
     import torch
     if threads:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-        from brgemm.backend import cpu
-        cpu.lib.brgemm_cpu_set_threads(threads)
+        from brgemm.machine import set_cpu_threads
+        set_cpu_threads(threads)
     threads = len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     reps = 3 if quick else 5

@@ -11,6 +11,7 @@ import numpy as np
 import brgemm
 from benchmarks.common import interleaved, machine
 from brgemm.layouts import to_blocks
+from brgemm.machine import device_name, unavailable_reason
 from primitives import fc, gemm
 
 GEMMS = [(256, 256, 256), (512, 512, 512)]
@@ -18,8 +19,7 @@ FCS = [(256, 1024, 1024), (128, 4096, 1024)]
 
 
 def _row(label, flops, plan, arrays, reps):
-    from brgemm.backend import sycl
-    resident = {k: sycl.DeviceArray.from_numpy(v) for k, v in arrays.items()}
+    resident = {k: brgemm.to_device(v, backend="sycl") for k, v in arrays.items()}
     (t_cpu, t_res, t_np), spread = interleaved([
         lambda: plan.run(**arrays),
         lambda: plan.run(backend="sycl", **resident),
@@ -33,13 +33,11 @@ def _row(label, flops, plan, arrays, reps):
 
 def run(quick=False):
     if "sycl" not in brgemm.backends():
-        from brgemm.backend import _module
-        print(f"sycl: not available here ({_module('sycl')[1]})")
+        print(f"sycl: not available here ({unavailable_reason('sycl')})")
         return []
-    from brgemm.backend import sycl
     rng = np.random.default_rng()
     reps = 5 if quick else 9
-    print(f"SYCL device: {sycl.device_name()}; host {machine()}; f32")
+    print(f"SYCL device: {device_name('sycl')}; host {machine()}; f32")
     print(f"{'shape':<22}{'cpu GF/s':>10}{'sycl res GF/s':>14}{'sycl np GF/s':>14}"
           f"{'sycl/cpu':>12}{'spread':>8}")
     rows = []

@@ -274,9 +274,9 @@ def plot(results, path):
 
 def run(quick=False, epochs=None, threads=None, tasks=TASKS, seed=0):
     if threads:
-        from brgemm.backend import cpu
+        from brgemm.machine import set_cpu_threads
         os.environ["OMP_NUM_THREADS"] = str(threads)
-        cpu.lib.brgemm_cpu_set_threads(threads)
+        set_cpu_threads(threads)
         torch.set_num_threads(threads)
     print(f"machine: {machine()}; threads: torch {torch.get_num_threads()}, ours "
           f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}")

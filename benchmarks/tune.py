@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from brgemm.backend import cpu
+from brgemm.machine import cpu_arch
 from primitives.tune import fmt_config, tune
 from primitives import gemm
 
@@ -50,7 +50,7 @@ def compare(M, N, K, default, tuned, threads=None, rng=None):
 def run(budget=20.0, threads=None, shapes=SHAPES):
     nthreads = threads or os.environ.get("OMP_NUM_THREADS") or os.cpu_count()
     print(f"gemm: default vs tuned config; tuner budget {budget:g} s per shape; {nthreads} "
-          f"threads ({os.cpu_count()} cores), libxsmm target {cpu.arch()}; re-timed "
+          f"threads ({os.cpu_count()} cores), libxsmm target {cpu_arch()}; re-timed "
           f"interleaved, {REPS} reps each, median; GFLOP/s = 2*M*N*K / time")
     rows = []
     for M, N, K in shapes:

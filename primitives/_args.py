@@ -3,13 +3,13 @@ import os
 
 import numpy as np
 
-from brgemm.backend import resolve
+from brgemm.machine import resolve_backend
 
 
 def backend_name(backend):
     """The backend argument resolved (None: BRGEMM_BACKEND, else "cpu"); a
     ValueError naming it when unknown or not available here."""
-    return resolve(backend)
+    return resolve_backend(backend)
 
 
 def positive(v, name):

@@ -41,8 +41,8 @@ def load():
     inc, libdir = _locate()
     # the SYCL build's CPU engine needs the SYCL CPU device: point the OpenCL
     # loader at it before libdnnl (and through it libsycl) loads
-    from brgemm.backend.opencl_icd import point_icd_loader
-    point_icd_loader()
+    from brgemm.machine import point_opencl_loader
+    point_opencl_loader()
     sources = [HERE / "onednn_job.h", HERE / "onednn_job.c"]
     tag = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + str(libdir).encode())
     name = f"_onednn_job_{tag.hexdigest()[:12]}"
