@@ -7,6 +7,7 @@ float32 = np.dtype(np.float32)
 
 NUMPY = {"f32": float32, "bf16": bfloat16}
 NAMES = {float32: "f32", bfloat16: "bf16"}
+ITEMSIZE = {name: dt.itemsize for name, dt in NUMPY.items()}  # bytes per element
 
 
 def check_name(dtype) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from brgemm import dtypes
+from brgemm.constants import DEVICE_OPS, OP_CODES, OPERANDS
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
 from brgemm.kernel import SPAN, Kernel, _dim, _scalar
@@ -161,10 +162,6 @@ def store_t(tensor, offset, ld, bf16=False):
     return Op("store_t_bf16" if bf16 else "store_t", (tensor,), (offset,), ld)
 
 
-_OP_CODES = {"bias": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "store_bf16": 5, "lstm_cell": 6,
-             "lstm_cell_bwd": 7, "relu_bwd": 8, "sigmoid_bwd": 9, "tanh_bwd": 10, "store_t": 11,
-             "store_t_bf16": 12}
-_DEVICE_OPS = 7  # the device backends (sycl, cuda) apply the op codes up to this one
 
 
 # ---------------------------------------------------------------- eager
@@ -317,7 +314,7 @@ class Recorder:
             (kid, a, b, c, c_off, a_offs, b_offs, tuple(ops)))
 
     def _check_op(self, op, blk):
-        if op.code not in _OP_CODES:
+        if op.code not in OP_CODES:
             raise ValueError(f"ops: unknown op {op.code!r}")
         if blk.c_dtype != "f32":
             raise ValueError(f"ops: {op.code} needs an f32 C block, this one is {blk.c_dtype}")
@@ -367,8 +364,7 @@ class Recorder:
 _CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
                   ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
                  align=True)
-_OPERANDS = 7
-_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", _OPERANDS), ("offset", "<i8", _OPERANDS),
+_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", OPERANDS), ("offset", "<i8", OPERANDS),
                 ("ld", "<i8"), ("stride", "<i8")], align=True)
 
 
@@ -506,12 +502,12 @@ class Plan:
                 for kid, a, b, c, c_off, ao, bo, call_ops in task_calls:
                     calls.append((kid, self.slots[a], self.slots[b], self.slots[c], c_off,
                                   len(ao), len(a_offs), len(ops), len(call_ops)))
-                    item = 2 if self.blocks[kid].dtype == "bf16" else 4
+                    item = dtypes.ITEMSIZE[self.blocks[kid].dtype]
                     a_offs += [o * item for o in ao]  # bytes, libxsmm's unit
                     b_offs += [o * item for o in bo]
-                    ops += [(_OP_CODES[o.code],
-                             tuple(self.slots[t] for t in o.tensors) + (-1,) * (_OPERANDS - len(o.tensors)),
-                             tuple(o.offsets) + (0,) * (_OPERANDS - len(o.offsets)), o.ld, o.stride)
+                    ops += [(OP_CODES[o.code],
+                             tuple(self.slots[t] for t in o.tensors) + (-1,) * (OPERANDS - len(o.tensors)),
+                             tuple(o.offsets) + (0,) * (OPERANDS - len(o.offsets)), o.ld, o.stride)
                             for o in call_ops]
                 task_begin.append(len(calls))
             phase_begin.append(len(task_begin) - 1)
@@ -630,8 +626,8 @@ class Plan:
         elsewhere the device schedules the tasks and `threads` must be None."""
         name = resolve_backend(backend)
         if name != "cpu":
-            if len(self.ops) and self.ops["code"].max() > _DEVICE_OPS:
-                code = {v: k for k, v in _OP_CODES.items()}[int(self.ops["code"].max())]
+            if len(self.ops) and self.ops["code"].max() > DEVICE_OPS:
+                code = {v: k for k, v in OP_CODES.items()}[int(self.ops["code"].max())]
                 raise ValueError(f"backend: the {name!r} backend has no {code!r} epilogue; "
                                  f"run this plan on 'cpu'")
             if threads is not None:
@@ -683,9 +679,9 @@ class Plan:
         nbytes = 0
         for c in self.calls:
             b = self.blocks[c["kernel"]]
-            item = 2 if b.dtype == "bf16" else 4
+            item = dtypes.ITEMSIZE[b.dtype]
             nbytes += int(c["count"]) * (b.m * b.k + b.k * b.n) * item
-            nbytes += b.m * b.n * (2 if b.c_dtype == "bf16" else 4)
+            nbytes += b.m * b.n * dtypes.ITEMSIZE[b.c_dtype]
         per_thread = np.zeros(nthreads)
         task_flops = np.add.reduceat(flops, self.task_begin[:-1]) if len(flops) else np.zeros(0)
         task_flops[np.diff(self.task_begin) == 0] = 0  # reduceat quirk on empty tasks

@@ -138,7 +138,7 @@ def cost(shape, dtype, train, depth, tile, group=4, threads=1):
     sizes). Depth = all layers and the widest tile that stays in L2 win unless
     the weights alone fill L2; tiny tiles lose to call overhead."""
     N, C, W, K, L = (shape[k] for k in ("N", "C", "W", "K", "L"))
-    ab = 2 if dtype == "bf16" else 4
+    ab = dtypes.ITEMSIZE[dtype]
     n = N / threads
     flops = 2 * n * (C * W + (L - 2) * W * W + W * K) if L > 1 else 2 * n * C * K
     passes = 3 if train else 1
@@ -178,7 +178,7 @@ def default_pipeline(shape, dtype, train):
     best = min(((cost(shape, dtype, train, d, t, threads=threads), -d, -t)
                 for d in depths for t in tiles))
     depth, tile = -best[1], -best[2]
-    ab = 2 if dtype == "bf16" else 4
+    ab = dtypes.ITEMSIZE[dtype]
     group = max(1, min(8, L2_BYTES // 4 // max(1, tile * shape["W"] * ab * 2)))
     return {"depth": depth, "tile": tile, "group": group}
 

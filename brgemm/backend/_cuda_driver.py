@@ -10,6 +10,8 @@ import threading
 
 import numpy as np
 
+from brgemm.constants import DTYPE_CODE  # noqa: F401  (cuda.py's kernel rows)
+
 try:
     from cffi import FFI
 except ImportError:  # cffi is a core dependency; without it the backend is absent
@@ -59,7 +61,6 @@ typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
 ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 75, 76, 97
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
-DTYPE_CODE = {"f32": 0, "bf16": 1}
 
 _state = {}
 _lock = threading.Lock()

@@ -29,6 +29,7 @@ import numpy as np
 from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
     device, stream, synchronize  # noqa: F401
+from brgemm.dtypes import ITEMSIZE
 
 launches = 0             # kernel launches made so far (tests count them)
 
@@ -177,7 +178,7 @@ class NativeKernel:
                           alpha=alpha, beta=beta)
         self.lda, self.ldb = lda, ldb
         self.stride_a, self.stride_b = stride_a, stride_b
-        self.item = 2 if dtype_ab == "bf16" else 4
+        self.item = ITEMSIZE[dtype_ab]
         self.path = "f32" if dtype_ab == "f32" else "bf16-cuda"
         self.packs_b = False  # the device reads bf16 B as it is
         self.packed_dtype = np.dtype(np.float32)

@@ -30,14 +30,15 @@ _ICD = point_icd_loader()
 import dpctl  # noqa: E402  (after the loader fix: the OpenCL loader reads it once)
 import dpctl.program  # noqa: E402
 
+from brgemm import dtypes  # noqa: E402
 from brgemm.backend import _dpctl_capi  # noqa: E402
+from brgemm.constants import (CALL_FIELDS, DTYPE_CODE, HEADER, KDESC_FIELDS,  # noqa: E402
+                              OP_FIELDS, device_source)
 
 ffi, capi = _dpctl_capi.load(dpctl)
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2] / "kernels" / "sycl" / "brgemm_plan.cl"
 WORK_GROUP = 64          # four sub-groups of 16 lanes (SG in the kernel source)
-CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = 9, 17, 8
-DTYPE_CODE = {"f32": 0, "bf16": 1}
 
 submissions = 0          # ND-range submissions made so far (tests count them)
 _state = {}
@@ -52,7 +53,8 @@ class _Device:
         self.queue = (dpctl.SyclQueue(spec, property="in_order") if spec
                       else dpctl.SyclQueue(property="in_order"))
         self.qref = ffi.cast("DPCTLSyclQueueRef", self.queue.addressof_ref())
-        self.program = dpctl.program.create_program_from_source(self.queue, SOURCE.read_text())
+        self.program = dpctl.program.create_program_from_source(
+            self.queue, device_source(SOURCE.read_text()))
         self.kernel = self.program.get_sycl_kernel("brgemm_plan_phase")
         self.kref = ffi.cast("DPCTLSyclKernelRef", self.kernel.addressof_ref())
         self.name = self.queue.sycl_device.name
@@ -69,8 +71,9 @@ def device():
 
 
 def unavailable_reason():
-    if not SOURCE.exists():
-        return f"kernel source {SOURCE} is missing"
+    for path in (SOURCE, HEADER):
+        if not path.exists():
+            return f"kernel source {path} is missing"
     try:
         device()
     except Exception as e:  # no device, no OpenCL runtime, or the kernel did not compile
@@ -307,7 +310,7 @@ class PlanReplay:
         kscal = [v for b in blocks for v in (b.alpha, b.beta)]
         calls = plan.calls
         # the CPU tables hold byte offsets (libxsmm's unit); the device wants elements
-        item = np.array([2 if b.dtype == "bf16" else 4 for b in blocks], np.int64)
+        item = np.array([dtypes.ITEMSIZE[b.dtype] for b in blocks], np.int64)
         per_off = np.repeat(item[calls["kernel"]], calls["count"]) if len(calls) else \
             np.zeros(0, np.int64)
         a_offs = plan.a_offs.astype(np.int64) // per_off

@@ -16,7 +16,46 @@
 extern "C" {
 #endif
 
+/* BEGIN device constants: brgemm/backend/sycl.py prepends the lines up to
+ * "END device constants" to the OpenCL source (kernels/sycl/brgemm_plan.cl),
+ * so keep them enums and comments that OpenCL C and cffi both parse. */
 enum { BRGEMM_F32 = 0, BRGEMM_BF16 = 1 };
+enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
+  BRGEMM_OP_BIAS = 1,        /* C[i][j] += t0[off0 + j] (f32) */
+  BRGEMM_OP_RELU = 2,        /* C = C < 0 ? 0 : C (NaN stays NaN, as torch.relu) */
+  BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
+  BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
+  BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
+  BRGEMM_OP_LSTM_CELL = 6,   /* the LSTM cell on m x n blocks, row stride ld, see below */
+  BRGEMM_OP_LSTM_CELL_BWD = 7, /* its derivatives, see below */
+  /* activation derivatives from the activation's output y = t0[off0 + i*ld + j] (f32):
+   * C *= (y > 0), C *= y (1 - y), C *= 1 - y^2 */
+  BRGEMM_OP_RELU_BWD = 8,
+  BRGEMM_OP_SIGMOID_BWD = 9,
+  BRGEMM_OP_TANH_BWD = 10,
+  BRGEMM_OP_STORE_T = 11,     /* t0[off0 + j*ld + i] = C[i][j]: a transposed f32 copy */
+  BRGEMM_OP_STORE_T_BF16 = 12 /* the same, rounded to bf16 */
+};
+enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
+/* The device backends' flat int64 tables of a plan. A call row: */
+enum {
+  BRGEMM_CALL_KERNEL, BRGEMM_CALL_A, BRGEMM_CALL_B, BRGEMM_CALL_C, BRGEMM_CALL_COFF,
+  BRGEMM_CALL_COUNT, BRGEMM_CALL_OFFS, BRGEMM_CALL_OPBEGIN, BRGEMM_CALL_OPCOUNT,
+  BRGEMM_CALL_FIELDS  /* the row's width */
+};
+/* An op row: code, the operands' tensor slots (-1 unused), their element
+ * offsets, ld, stride (the fields of brgemm_plan_op below, in order). */
+enum {
+  BRGEMM_OPROW_CODE = 0,
+  BRGEMM_OPROW_TENSOR = 1,
+  BRGEMM_OPROW_OFFSET = 1 + BRGEMM_OP_OPERANDS,
+  BRGEMM_OPROW_LD = 1 + 2 * BRGEMM_OP_OPERANDS,
+  BRGEMM_OPROW_STRIDE = 2 + 2 * BRGEMM_OP_OPERANDS,
+  BRGEMM_OP_FIELDS = 3 + 2 * BRGEMM_OP_OPERANDS  /* the row's width */
+};
+/* A kernel row: m, n, k, lda, ldb, ldc, dtype_ab, dtype_c (BRGEMM_F32/BF16). */
+enum { BRGEMM_KDESC_FIELDS = 8 };
+/* END device constants */
 enum { BRGEMM_STRD = 0, BRGEMM_ADDR = 1, BRGEMM_OFFS = 2 };
 enum {
   BRGEMM_OK = 0,
@@ -99,22 +138,6 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const vo
  * brgemm/plan.py builds plans and checks every offset against the bound
  * arrays; brgemm_cpu_plan_run re-checks the plan's internal indices. */
 
-enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
-  BRGEMM_OP_BIAS = 1,        /* C[i][j] += t0[off0 + j] (f32) */
-  BRGEMM_OP_RELU = 2,        /* C = C < 0 ? 0 : C (NaN stays NaN, as torch.relu) */
-  BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
-  BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
-  BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
-  BRGEMM_OP_LSTM_CELL = 6,   /* the LSTM cell on m x n blocks, row stride ld, see below */
-  BRGEMM_OP_LSTM_CELL_BWD = 7, /* its derivatives, see below */
-  /* activation derivatives from the activation's output y = t0[off0 + i*ld + j] (f32):
-   * C *= (y > 0), C *= y (1 - y), C *= 1 - y^2 */
-  BRGEMM_OP_RELU_BWD = 8,
-  BRGEMM_OP_SIGMOID_BWD = 9,
-  BRGEMM_OP_TANH_BWD = 10,
-  BRGEMM_OP_STORE_T = 11,     /* t0[off0 + j*ld + i] = C[i][j]: a transposed f32 copy */
-  BRGEMM_OP_STORE_T_BF16 = 12 /* the same, rounded to bf16 */
-};
 /* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
  * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;
  * t1 at off1 is c_prev; writes c to t2 at off2 and h to t3 at off3 (those
@@ -130,8 +153,8 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
 
 typedef struct {
   int32_t code;       /* BRGEMM_OP_* */
-  int32_t tensor[7];  /* operand slots, -1 where unused */
-  int64_t offset[7];  /* element offsets of the operands */
+  int32_t tensor[BRGEMM_OP_OPERANDS];  /* operand slots, -1 where unused */
+  int64_t offset[BRGEMM_OP_OPERANDS];  /* element offsets of the operands */
   int64_t ld;         /* row stride of 2-D operands, elements */
   int64_t stride;     /* LSTM_CELL: elements between gate blocks */
 } brgemm_plan_op;

@@ -13,18 +13,14 @@
  *
  * Tables (all int64 unless said): tensors = USM base address per tensor slot;
  * kdesc = per kernel m, n, k, lda, ldb, ldc, dtype_ab, dtype_c (0 f32, 1 bf16);
- * kscal (float) = per kernel alpha, beta; calls = CALL_FIELDS per call (below);
- * a_offs, b_offs = element offsets of the blocks; ops = OP_FIELDS per op:
- * code, 7 tensor slots (-1 unused), 7 element offsets, ld, stride. */
+ * kscal (float) = per kernel alpha, beta; calls = BRGEMM_CALL_FIELDS per call;
+ * a_offs, b_offs = element offsets of the blocks; ops = BRGEMM_OP_FIELDS per op.
+ * The op codes and row layouts are not defined here: brgemm/backend/sycl.py
+ * prepends them from kernels/cpu/brgemm_cpu.h ("device constants") when it
+ * builds the program. */
 
 #define SG 16
 #define TM 8
-#define CALL_FIELDS 9
-#define OP_FIELDS 17
-#define KDESC_FIELDS 8
-
-enum { C_KERNEL, C_A, C_B, C_C, C_COFF, C_COUNT, C_OFFS, C_OPBEGIN, C_OPCOUNT };
-enum { OP_BIAS = 1, OP_RELU, OP_SIGMOID, OP_TANH, OP_STORE_BF16, OP_LSTM_CELL, OP_LSTM_CELL_BWD };
 
 inline float bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
 
@@ -62,24 +58,25 @@ inline float load_ab(__global const void* base, int bf16, long i) {
 
 inline float sigm(float x) { return 1.0f / (1.0f + exp(-x)); }
 
-/* op q's operand: tensor slot T(q), element offset O(q) (see OP_FIELDS) */
-#define T(q) op[1 + (q)]
-#define O(q) op[8 + (q)]
+/* op q's operand: tensor slot T(q), element offset O(q) (see BRGEMM_OP_FIELDS) */
+#define T(q) op[BRGEMM_OPROW_TENSOR + (q)]
+#define O(q) op[BRGEMM_OPROW_OFFSET + (q)]
 #define F32(q) ((__global float*)tensors[T(q)] + O(q))
 #define BF16(q) ((__global ushort*)tensors[T(q)] + O(q))
 
 /* Epilogue op on element (i, j) of the call's f32 C block c (row stride ldc). */
 inline void apply_op(__global const long* op, __global float* c, long i, long j, long ldc,
                      __global const ulong* tensors) {
-  const long code = op[0], ld = op[15], stride = op[16];
+  const long code = op[BRGEMM_OPROW_CODE], ld = op[BRGEMM_OPROW_LD],
+             stride = op[BRGEMM_OPROW_STRIDE];
   const long e = i * ldc + j;
   switch (code) {
-    case OP_BIAS: c[e] += F32(0)[j]; break;
-    case OP_RELU: c[e] = c[e] < 0.0f ? 0.0f : c[e]; break;  /* NaN stays NaN (torch.relu) */
-    case OP_SIGMOID: c[e] = sigm(c[e]); break;
-    case OP_TANH: c[e] = tanh(c[e]); break;
-    case OP_STORE_BF16: BF16(0)[i * ld + j] = bf16_round(c[e]); break;
-    case OP_LSTM_CELL: {
+    case BRGEMM_OP_BIAS: c[e] += F32(0)[j]; break;
+    case BRGEMM_OP_RELU: c[e] = c[e] < 0.0f ? 0.0f : c[e]; break;  /* NaN stays NaN (torch.relu) */
+    case BRGEMM_OP_SIGMOID: c[e] = sigm(c[e]); break;
+    case BRGEMM_OP_TANH: c[e] = tanh(c[e]); break;
+    case BRGEMM_OP_STORE_BF16: BF16(0)[i * ld + j] = bf16_round(c[e]); break;
+    case BRGEMM_OP_LSTM_CELL: {
       __global float* g = F32(0);  /* gate blocks have the call's row stride */
       const long s = i * ld + j;
       const float ig = sigm(g[e]), fg = sigm(g[e + stride]);
@@ -92,7 +89,7 @@ inline void apply_op(__global const long* op, __global float* c, long i, long j,
       if (T(4) >= 0) BF16(4)[s] = bf16_round(h);
       break;
     }
-    case OP_LSTM_CELL_BWD: {
+    case BRGEMM_OP_LSTM_CELL_BWD: {
       const long s = i * ld + j;
       __global const float* gt = F32(1);
       __global float* dcp = F32(4);
@@ -124,18 +121,19 @@ __kernel void brgemm_plan_phase(__global const ulong* tensors, __global const lo
   const int lid = get_local_id(0), wg = get_local_size(0);
 
   for (long ci = task_begin[task]; ci < task_begin[task + 1]; ++ci) {
-    __global const long* call = calls + ci * CALL_FIELDS;
-    __global const long* kd = kdesc + call[C_KERNEL] * KDESC_FIELDS;
+    __global const long* call = calls + ci * BRGEMM_CALL_FIELDS;
+    __global const long* kd = kdesc + call[BRGEMM_CALL_KERNEL] * BRGEMM_KDESC_FIELDS;
     const long m = kd[0], n = kd[1], k = kd[2], lda = kd[3], ldb = kd[4], ldc = kd[5];
-    const int ab16 = (int)kd[6], c16 = (int)kd[7];
-    const float alpha = kscal[2 * call[C_KERNEL]], beta = kscal[2 * call[C_KERNEL] + 1];
-    __global const void* A = (__global const void*)tensors[call[C_A]];
-    __global const void* B = (__global const void*)tensors[call[C_B]];
-    __global float* C32 = (__global float*)tensors[call[C_C]] + call[C_COFF];
-    __global ushort* C16 = (__global ushort*)tensors[call[C_C]] + call[C_COFF];
-    const long count = call[C_COUNT];
-    __global const long* ao = a_offs + call[C_OFFS];
-    __global const long* bo = b_offs + call[C_OFFS];
+    const int ab16 = kd[6] == BRGEMM_BF16, c16 = kd[7] == BRGEMM_BF16;
+    const long kid = call[BRGEMM_CALL_KERNEL];
+    const float alpha = kscal[2 * kid], beta = kscal[2 * kid + 1];
+    __global const void* A = (__global const void*)tensors[call[BRGEMM_CALL_A]];
+    __global const void* B = (__global const void*)tensors[call[BRGEMM_CALL_B]];
+    __global float* C32 = (__global float*)tensors[call[BRGEMM_CALL_C]] + call[BRGEMM_CALL_COFF];
+    __global ushort* C16 = (__global ushort*)tensors[call[BRGEMM_CALL_C]] + call[BRGEMM_CALL_COFF];
+    const long count = call[BRGEMM_CALL_COUNT];
+    __global const long* ao = a_offs + call[BRGEMM_CALL_OFFS];
+    __global const long* bo = b_offs + call[BRGEMM_CALL_OFFS];
 
     const long tiles_m = (m + TM - 1) / TM, tiles_n = (n + SG - 1) / SG;
     for (long t = sg; t < tiles_m * tiles_n; t += n_sg) {
@@ -156,9 +154,9 @@ __kernel void brgemm_plan_phase(__global const ulong* tensors, __global const lo
         }
     }
     barrier(CLK_GLOBAL_MEM_FENCE);  /* the whole block is written before its ops read it */
-    const long n_ops = call[C_OPCOUNT];
+    const long n_ops = call[BRGEMM_CALL_OPCOUNT];
     for (long o = 0; o < n_ops; ++o) {
-      __global const long* op = ops + (call[C_OPBEGIN] + o) * OP_FIELDS;
+      __global const long* op = ops + (call[BRGEMM_CALL_OPBEGIN] + o) * BRGEMM_OP_FIELDS;
       for (long e = lid; e < m * n; e += wg) apply_op(op, C32, e / n, e % n, ldc, tensors);
       barrier(CLK_GLOBAL_MEM_FENCE);  /* ops run in order; the next call may read this one */
     }

@@ -1,0 +1,31 @@
+"""The constants C and Python share, read from their one definition in
+kernels/cpu/brgemm_cpu.h through the CPU extension's cffi cdef (the header
+itself). The OpenCL source gets the same lines at build time: device_source()."""
+import pathlib
+
+from brgemm._brgemm_cpu import lib
+
+HEADER = pathlib.Path(__file__).resolve().parent.parent / "kernels" / "cpu" / "brgemm_cpu.h"
+
+# epilogue op names (brgemm.plan's Op.code) -> the header's BRGEMM_OP_* codes
+OP_CODES = {name: getattr(lib, "BRGEMM_OP_" + name.upper()) for name in (
+    "bias", "relu", "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "relu_bwd",
+    "sigmoid_bwd", "tanh_bwd", "store_t", "store_t_bf16")}
+DEVICE_OPS = lib.BRGEMM_OP_LSTM_CELL_BWD  # the device backends apply the op codes up to this one
+OPERANDS = lib.BRGEMM_OP_OPERANDS         # tensor slots (and offsets) of one op
+DTYPE_CODE = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
+# widths of the device backends' flat int64 plan tables
+CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = lib.BRGEMM_CALL_FIELDS, lib.BRGEMM_OP_FIELDS, \
+    lib.BRGEMM_KDESC_FIELDS
+
+_BEGIN, _END = "/* BEGIN device constants", "END device constants */"
+
+
+def device_source(source: str, header: pathlib.Path = HEADER) -> str:
+    """An OpenCL C program's `source` with the header's device constants (the
+    lines from its BEGIN to its END marker) in front."""
+    text = header.read_text()
+    begin, end = text.find(_BEGIN), text.find(_END)
+    if begin < 0 or end < begin:
+        raise RuntimeError(f"{header}: no '{_BEGIN} ... {_END}' block")
+    return text[begin:end + len(_END)] + "\n#line 1\n" + source
