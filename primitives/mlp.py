@@ -36,7 +36,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm import plan as P
-from brgemm.arrays import Recycler, aligned_empty
+from brgemm.arrays import Recycler, aligned_empty, poison
 from brgemm.layouts import convert, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b, vnni_tiles
@@ -440,7 +440,9 @@ class Fused:
         a = self._buffers.get(name)
         if a is None or a.size < size or a.dtype != dtype:
             a = self._buffers[name] = aligned_empty((max(size, 1),), dtype)
-        return a[:max(size, 1)]
+        # every task has tiles (per_task), so each partial dW, db is written with
+        # beta 0 first; in check mode each hand-out is NaN-filled to prove it
+        return poison(a[:max(size, 1)])
 
     def _weights(self, pl, backward):
         """All layers' W^T (the forward's B, [in][out]) or W (backward's, [out][in]),

@@ -9,7 +9,7 @@ import pytest
 
 import brgemm
 from primitives import fc
-from sweep_support import cases, deep, log_uniform, omp_threads, threads_for
+from sweep_support import cases, log_uniform, omp_threads, threads_for
 from tolerance import Approx, assert_close, matmul, round_bf16
 
 SPECS = {"fwd": ("NKc", "KNc", "Nkc", "Knc", "nKc", "kNc", "c|KNc"),
@@ -29,7 +29,7 @@ def draw_sizes(rng):
                 else int(rng.integers(32, 1025)) for _ in range(2))
     else:
         N, C, K = 1, log_uniform(rng, 1, 1024), log_uniform(rng, 1, 1024)
-    cap = 3e7 if deep() is None else 1e8
+    cap = 3e7
     while 2 * N * C * K > cap:
         N, C, K = max(1, N // 2), max(1, C * 3 // 4), max(1, K * 3 // 4)
     return N, C, K
@@ -142,26 +142,28 @@ def run_layers(rng, backend, dtype, context, stack):
     bias = rng.random() < 0.7
     if stack:  # an MLP: 2-4 layers, one feature block size for all
         sizes = [C] + [log_uniform(rng, 1, 300) for _ in range(int(rng.integers(1, 4)))] + [K]
-        while 2 * N * sum(a * b for a, b in zip(sizes, sizes[1:])) > (3e7 if deep() is None else 1e8):
+        while 2 * N * sum(a * b for a, b in zip(sizes, sizes[1:])) > 3e7:
             N = max(1, N // 2) if N > 1 else N
             sizes = [max(1, s * 3 // 4) for s in sizes]
         feat = [16, 32, 64][rng.integers(3)]
         blocks = ([1, 8, 16, 32, 64][rng.integers(5)], feat, feat)
         acts = [ACTIVATIONS[rng.integers(4)] for _ in range(2)]
+        fused = backend == "cpu" and rng.random() < 0.5   # the fused MLP runs on the CPU
     else:
-        sizes, blocks, acts = [C, K], None, [ACTIVATIONS[rng.integers(4)]]
+        sizes, blocks, acts, fused = [C, K], None, [ACTIVATIONS[rng.integers(4)]], False
     weights = [make(rng, dtype, k, c) for c, k in zip(sizes, sizes[1:])]
     biases = [rng.standard_normal(k).astype(np.float32).astype(np.float64) if bias else None
               for k in sizes[1:]]
     x, dy = make(rng, dtype, N, sizes[0]), make(rng, dtype, N, sizes[-1])
-    context = describe(N=N, sizes=sizes, bias=bias, activations=acts, blocks=blocks,
+    context = describe(N=N, sizes=sizes, bias=bias, activations=acts, blocks=blocks, fused=fused,
                        config=config, threads=threads, backend=backend, dtype=dtype,
                        input=np.dtype(in_dtype).name) + ". " + context
     print(context)
     with omp_threads(threads):
         if stack:
             model = fc.MLP(sizes, activation=acts[0], last_activation=acts[1], bias=bias,
-                           dtype=dtype, backend=backend, config=config, blocks=blocks)
+                           dtype=dtype, backend=backend, config=config, blocks=blocks,
+                           fused=fused)
             layers = model.layers
         else:
             model = fc.Linear(C, K, bias=bias, activation=acts[0], dtype=dtype,

@@ -11,7 +11,7 @@ import torch
 
 import brgemm
 from primitives import lstm
-from sweep_support import cases, deep, log_uniform, omp_threads, threads_for
+from sweep_support import cases, log_uniform, omp_threads, threads_for
 from tolerance import Approx, assert_close, matmul, round_bf16, stack
 
 
@@ -100,7 +100,7 @@ def draw(rng, dtype):
         C, K = (int(rng.choice([32, 64, 128, 256, 512])) for _ in range(2))
     else:
         N, C, K = 1, log_uniform(rng, 1, 300), log_uniform(rng, 1, 300)
-    cap = 2e7 if deep() is None else 6e7
+    cap = 2e7
     while 3 * 2 * T * N * 4 * K * (C + K) > cap:
         if T > 2:
             T -= 1

@@ -73,7 +73,7 @@ class Approx:
     __rmul__ = __mul__
 
     def sigmoid(self):  # 1/4-Lipschitz
-        return Approx(1 / (1 + np.exp(-self.v)), 0.25 * self.e + ACT_ABS)
+        return Approx(np.exp(-np.logaddexp(0, -self.v)), 0.25 * self.e + ACT_ABS)
 
     def tanh(self):     # 1-Lipschitz
         return Approx(np.tanh(self.v), self.e + ACT_ABS)
