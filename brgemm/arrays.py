@@ -45,8 +45,7 @@ class Recycler:
     """Result arrays that are reused once their callers have let go of them.
 
     A primitive returns new arrays; a fresh large one costs a page fault per
-    page on first write (5-45 ms for 34 MB in an LSTM backward on the EPYC, as
-    much as the copy into it). `empty(name, ...)` gives back the array it handed
+    page on first write, as much as the copy into it. `empty(name, ...)` gives back the array it handed
     out last under `name` if nothing else refers to it any more -- no result
     the caller still holds, nor any view of it, is ever written -- else a new
     one. One pool per thread. In check mode every hand-out is NaN-filled."""

@@ -96,9 +96,9 @@ def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
 # The functional forms read and write the caller's plain matrices where the
 # kernel takes them at full speed: as its broadcast operand A (x, dy) and its
 # output (y, dx, dW), row windows C or K apart. The operand it streams as B
-# comes in tiles (w, wt, x in the update): read in place, rows C apart, x
-# made the update 2x slower and W the forward 25-40% slower (256 x 1024 x 1024,
-# EPYC). dy^T for the update is tiles too. Ragged edges get kernels of their
+# comes in tiles (w, wt, x in the update): read in place, rows C apart, the
+# streamed operand misses the cache and both passes slowed down markedly
+# (benchmarks/RESULTS.md). dy^T for the update is tiles too. Ragged edges get kernels of their
 # own sizes, and a plain ragged last reduction block a call of its own:
 #   forward   y[n rows, k cols]  = sum_c x[n][c] @ w[k][c]
 #   backward  dx[n rows, c cols] = sum_k dy[n][k] @ wt[c][k]
@@ -341,7 +341,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     ab = dtypes.NUMPY[dtype]
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
-    # 25-40% slower kernel calls
+    # which slows the kernel calls down (see the note above fc's nests)
     y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
         _buffer("y", (N, K), np.float32)
     vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)

@@ -80,9 +80,9 @@ class Geometry:
                            bc or self.bk, self.bk, self.fc_specs, self.fc_chunks,
                            self.fc_groups)
 
-    # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's): the
-    # update ran at 139 GF/s on 32 x 32 tiles, against 159 for dW_ih's
-    # (gnmt_enc_t50_n168, 2 threads, EPYC)
+    # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
+    # on square 32 x 32 tiles its update was measurably slower than dW_ih's
+    # (benchmarks/RESULTS.md)
     hpair = property(lambda g: 2 if g.Kb % 2 == 0 else 1)
 
 
@@ -303,7 +303,7 @@ class LSTM:
 
     def _buffer(self, name, shape, dtype=np.float32):
         """A buffer this layer reuses across steps (kept per name; prepare()
-        drops them): fresh pages would cost a fault each, about 5 ms per 64 MB.
+        drops them): fresh pages would cost a fault each on first write.
         Each use writes the whole buffer (the plans' outputs are full tiles);
         in check mode every hand-out is NaN-filled to prove it."""
         buf = self._bufs.get(name)
@@ -414,7 +414,7 @@ class LSTM:
 
     # The weight gradients stay in the update plans' tiles until read (as
     # fc.Linear's grad_weight): a training step that applies them blocked
-    # never pays the conversion, 2 x 12 ms for large_t10_n64's 64 MB ones.
+    # never pays the conversion (two full passes over the weights).
     grad_w_ih = property(lambda self: self._grad("w_ih"), doc="dL/dw_ih [4K, C], f32")
     grad_w_hh = property(lambda self: self._grad("w_hh"), doc="dL/dw_hh [4K, K], f32")
     grad_b = property(lambda self: self._grad("b"), doc="dL/db [4K], f32")

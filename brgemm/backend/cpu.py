@@ -27,7 +27,7 @@ def check(rc, what):
 
 
 def address(x):
-    """A pointer to x's first element; from_buffer is 5x cheaper than .ctypes when it applies."""
+    """A pointer to x's first element; from_buffer is much cheaper than .ctypes when it applies."""
     if x.flags.c_contiguous:
         return ffi.from_buffer(x)
     return ffi.cast("void *", x.ctypes.data)
