@@ -27,7 +27,7 @@ import functools
 import numpy as np
 
 from brgemm import dtypes
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block,
@@ -45,7 +45,7 @@ from primitives.conv_update import narrow, update_narrow_nest, update_nest
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
           "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
-_plans = P.PlanCache(maxsize=64)
+_plans = bplan.PlanCache(maxsize=64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +148,7 @@ def plan(g, pass_, dtype="f32", vnni=False):
         nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
         if pass_ == "upd" and narrow(g):
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
-        rec = P.Recorder({a: dtype, b: dtype, c: "f32"},
+        rec = bplan.Recorder({a: dtype, b: dtype, c: "f32"},
                          spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         if vnni:
             nest = functools.partial(nest, vnni=True)

@@ -1,6 +1,6 @@
 """2-D convolution, weight update: the loop nests (see primitives/conv.py for
 the layouts, the geometry and the plans that record these nests)."""
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.layouts import nblocks
 from primitives._calls import blocks_per_call
 
@@ -19,7 +19,7 @@ def update_nest(ex, loops, g, dtype):
         mine = rows[j * share:(j + 1) * share]
         ex.at(phase, task)
         for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(P.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
+            ex.gemm(bplan.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
                             beta=0.0 if i == 0 else 1.0),
                     "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p, q0 in pairs],
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
@@ -42,7 +42,7 @@ def update_narrow_nest(ex, loops, g, dtype):
         mine = rows[j * share:(j + 1) * share]
         ex.at(phase, task)
         for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(P.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
+            ex.gemm(bplan.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
                             beta=0.0 if i == 0 else 1.0),
                     "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
                            + q0 + s // g.sw for n, p, q0 in pairs],

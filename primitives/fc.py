@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from brgemm import dtypes
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import (column_sums, convert, from_blocks, nblocks, pick_block, to_blocks,
@@ -38,16 +38,16 @@ SHAPE = ("N", "C", "K")  # the dimensions of a shape key
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
           "bwd": {"spec": str, "chunk": int, "group": int},
           "upd": {"spec": str, "chunk": int, "group": int}}
-ACTIVATIONS = {None: (), "none": (), "relu": (P.relu(),), "sigmoid": (P.sigmoid(),),
-               "tanh": (P.tanh(),)}
-_plans = P.PlanCache(maxsize=128)
+ACTIVATIONS = {None: (), "none": (), "relu": (bplan.relu(),), "sigmoid": (bplan.sigmoid(),),
+               "tanh": (bplan.tanh(),)}
+_plans = bplan.PlanCache(maxsize=128)
 
 
 # ---------------------------------------------------------------- the loop nests
 
 def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
-    first = P.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
+    first = bplan.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
                     b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
@@ -63,7 +63,7 @@ def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
 
 def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
-    first = P.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
+    first = bplan.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
                     b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
@@ -79,7 +79,7 @@ def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
 
 def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
-    first = P.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
+    first = bplan.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
                     b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
@@ -122,7 +122,7 @@ def forward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         m, width = min(g.bn, g.N - n * g.bn), min(g.bk, g.K - k * g.bk)
         ex.at(phase, task)
         for cs, depth in _reduce(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
-            ex.gemm(P.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
+            ex.gemm(bplan.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
                             beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
                     "x", [n * g.bn * g.C + c * g.bc for c in cs],
                     "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
@@ -137,7 +137,7 @@ def backward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         m, width = min(g.bn, g.N - n * g.bn), min(g.bc, g.C - c * g.bc)
         ex.at(phase, task)
         for ks, depth in _reduce(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
-            ex.gemm(P.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
+            ex.gemm(bplan.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
                             beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
                     "dy", [n * g.bn * g.K + k * g.bk for k in ks],
                     "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
@@ -153,7 +153,7 @@ def update_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
         ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
         ex.at(phase, task)
-        ex.gemm(P.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
+        ex.gemm(bplan.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
                         beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
                 "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
                 "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
@@ -226,9 +226,9 @@ def _epilogue(g, pass_, has_bias, activation, bf16_out):
     def ops(i, j):
         extra = ()
         if pass_ == "fwd":
-            extra = ((P.bias("b", j * g.bk),) if has_bias else ()) + ACTIVATIONS[activation]
+            extra = ((bplan.bias("b", j * g.bk),) if has_bias else ()) + ACTIVATIONS[activation]
         if bf16_out:
-            extra += (P.store_bf16(out + "16", (i * outer + j) * rows * cols, cols),)
+            extra += (bplan.store_bf16(out + "16", (i * outer + j) * rows * cols, cols),)
         return extra
     return ops
 
@@ -265,7 +265,7 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
             tensors["b"] = "f32"
         if bf16_out:
             tensors[c + "16"] = "bf16"
-        rec = P.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
+        rec = bplan.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         nest = functools.partial((_PLAIN_NESTS if plain else _NESTS)[pass_], vnni=vnni)
         nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
         return rec.finish()

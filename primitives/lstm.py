@@ -26,7 +26,7 @@ import threading
 import numpy as np
 
 from brgemm import dtypes
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.arrays import Recycler, aligned_empty, poison
 from brgemm.info import kernel_path
 from brgemm.layouts import (column_sums, from_blocks, nblocks, pick_block, to_blocks,
@@ -42,7 +42,7 @@ from primitives._config import settings
 SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int,
           "proj_spec": str, "proj_chunk": int, "proj_group": int, "dx_spec": str,
           "dx_chunk": int, "dx_group": int, "dw_spec": str, "dw_chunk": int, "dw_group": int}
-_plans = P.PlanCache(maxsize=32)
+_plans = bplan.PlanCache(maxsize=32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +101,7 @@ def geometry(T, N, C, K, config=None, path=None):
 def recurrent_nest(ex, loops, g, dtype, vnni=False):
     """Per step t: G[t][n][q][k] += sum_j h[t][n][j] @ wh[q][k][j] for q = i, f, g, o;
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
-    blk = P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
+    blk = bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
                   b_vnni=vnni)
     tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
     per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
@@ -116,7 +116,7 @@ def recurrent_nest(ex, loops, g, dtype, vnni=False):
             ops = ()
             if q == 3:
                 extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
-                ops = (P.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
+                ops = (bplan.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
                                    "h", nxt, g.bk, **extra),)
             for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
                 ex.gemm(blk, h_in, hs[i:i + per_call],
@@ -144,7 +144,7 @@ def recurrent_plan(g, dtype, vnni=False):
         tensors = {"G": "f32", "c": "f32", "h": "f32", "wh": dtype}
         if dtype == "bf16":
             tensors["h16"] = "bf16"
-        rec = P.Recorder(tensors, spec=g.spec)
+        rec = bplan.Recorder(tensors, spec=g.spec)
         recurrent_nest(rec, _step_loops(g), g, dtype, vnni)
         return rec.finish()
     return _plans.get(("rec", g, dtype, vnni), record)
@@ -166,14 +166,14 @@ def backward_nest(ex, loops, g, dtype="f32", vnni=False):
         ex.at(phase, task)
         st = (n * g.Kb + k) * tile
         gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
-        op = P.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
+        op = bplan.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
                              t * step + st, "dc", st, "dG", gates, g.bk,
                              dgates16="dG16" if dtype == "bf16" else None)
         qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
         starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
         for i in starts:
             part = qj[i:i + per_call]
-            ex.gemm(P.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
+            ex.gemm(bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
                             beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
                     dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
                     "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
@@ -186,7 +186,7 @@ def backward_plan(g, dtype="f32", vnni=False):
         tensors["wht"] = dtype
         if dtype == "bf16":
             tensors["dG16"] = "bf16"
-        rec = P.Recorder(tensors, spec=g.spec)
+        rec = bplan.Recorder(tensors, spec=g.spec)
         backward_nest(rec, _step_loops(g), g, dtype, vnni)
         return rec.finish()
     return _plans.get(("bptt", g, dtype, vnni), record)
@@ -207,8 +207,9 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
     rounded to bf16 on the way for dtype bf16, one parallel pass per copy. The
-    backward's W tiles (wx_t, wh_t) are made from these when first asked for
-    (LSTM.wx_t, LSTM.wh_t): a forward alone never pays for them. The operands
+    backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are made
+    from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
+    alone never pays for them. The operands
     in `vnni` are packed in VNNI pairs (AMX), the transposes then made here."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     wx = aligned_empty((4 * Kb, g.Cb, g.bc, g.bk), ab)
@@ -222,8 +223,8 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
     bp[:, :K] = b.reshape(4, K)
     out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
     if vnni:  # the transposes read the plain tiles: made now, before packing
-        out.update(wx_t=transpose_blocks(wx), wh_t=transpose_blocks(wh))
-    for name, operand in (("wx", "x"), ("wx_t", "h"), ("wh", "h"), ("wh_t", "h")):
+        out.update(w_ih_tiles=transpose_blocks(wx), w_hh_tiles=transpose_blocks(wh))
+    for name, operand in (("wx", "x"), ("w_ih_tiles", "h"), ("wh", "h"), ("w_hh_tiles", "h")):
         if operand in vnni:
             out[name] = vnni_tiles(out[name])
     return out
@@ -285,16 +286,19 @@ class LSTM:
             lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni))
         self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
 
-    def _transposed(self, name):
-        """W tiles (wx_t from wx, wh_t from wh), made once per set of weights
-        (block_weights already made them where the tiles are packed in VNNI pairs)."""
+    def _transposed(self, name, of):
+        """Tiles of the untransposed weights (`name`: the transpose of the tiles
+        `of`), made once per set of weights (block_weights already made them where
+        the tiles are packed in VNNI pairs)."""
         blocked = self._blocked
-        if name + "_t" not in blocked:
-            blocked[name + "_t"] = transpose_blocks(blocked[name])
-        return blocked[name + "_t"]
+        if name not in blocked:
+            blocked[name] = transpose_blocks(blocked[of])
+        return blocked[name]
 
-    wx_t = property(lambda self: self._transposed("wx"), doc="W_ih tiles [Cb][4Kb][bk][bc]")
-    wh_t = property(lambda self: self._transposed("wh"), doc="W_hh tiles [Kb][4Kb][bk][bk]")
+    w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
+                          doc="W_ih tiles [Cb][4Kb][bk][bc]")
+    w_hh_tiles = property(lambda self: self._transposed("w_hh_tiles", "wh"),
+                          doc="W_hh tiles [Kb][4Kb][bk][bk]")
 
     def set_weights(self, w_ih, w_hh, b, token=None):
         """Use these arrays as the weights (not copied), blocked as load_weights()."""
@@ -372,13 +376,13 @@ class LSTM:
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
-        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.wh_t)
+        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.w_hh_tiles)
         if self.dtype == "bf16":
             t["dG16"] = self._buffer("dG16", self.G.shape, ab)
         backward_plan(g, self.dtype, "h" in self.vnni).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
-        self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.wh_t, dx=dh)
+        self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
         self._weight_grads(dG_in, g, dG)
         dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
                                                                              copy=False)
@@ -387,7 +391,7 @@ class LSTM:
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
-        self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.wx_t, dx=dxb)
+        self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb
 
     def _weight_grads(self, dG, g, dG32):

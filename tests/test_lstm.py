@@ -146,7 +146,7 @@ def test_fused_recurrence_eager_matches_replay(rng, dtype):
     outs = []
     for run in ("replay", "eager"):
         t = dict(dy=dyb, G=layer.G, c=layer.c, dc=start(d["dcT"]), dG=np.zeros_like(layer.G),
-                 dhr=start(d["dhT"]), wht=layer.wh_t)
+                 dhr=start(d["dhT"]), wht=layer.w_hh_tiles)
         if dtype == "bf16":
             t["dG16"] = np.zeros(layer.G.shape, brgemm.bfloat16)
         if run == "replay":
