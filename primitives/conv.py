@@ -149,7 +149,7 @@ def plan(g, pass_, dtype="f32", vnni=False):
         if pass_ == "upd" and narrow(g):
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
         rec = bplan.Recorder({a: dtype, b: dtype, c: "f32"},
-                         spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
+                             spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         if vnni:
             nest = functools.partial(nest, vnni=True)
         nest(rec, _loops(g, pass_), g, dtype)

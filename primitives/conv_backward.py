@@ -26,7 +26,7 @@ def backward_nest(ex, loops, g, dtype, vnni=False):
         per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
         for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
             ex.gemm(bplan.Block(m, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.sw * g.bc, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
+                                beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
                     "dyp", [dy_at(k, r, s) for k, r, s in taps[i:i + per_call]],
                     "wt", [(((c * g.Kb + k) * g.R + r) * g.S + s) * g.bk * g.bc
                            for k, r, s in taps[i:i + per_call]],

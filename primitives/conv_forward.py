@@ -14,7 +14,7 @@ def forward_nest(ex, loops, g, dtype, vnni=False):
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
         for i in range(0, len(taps), per_call):
             ex.gemm(bplan.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
+                                beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
                           for c, r, s in taps[i:i + per_call]],
                     "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk

@@ -20,7 +20,7 @@ def update_nest(ex, loops, g, dtype):
         ex.at(phase, task)
         for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
             ex.gemm(bplan.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
+                                beta=0.0 if i == 0 else 1.0),
                     "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p, q0 in pairs],
                     "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
                           for n, p, q0 in pairs],
@@ -43,7 +43,7 @@ def update_narrow_nest(ex, loops, g, dtype):
         ex.at(phase, task)
         for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
             ex.gemm(bplan.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if i == 0 else 1.0),
+                                beta=0.0 if i == 0 else 1.0),
                     "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
                            + q0 + s // g.sw for n, p, q0 in pairs],
                     "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p, q0 in pairs],

@@ -48,7 +48,7 @@ _plans = bplan.PlanCache(maxsize=128)
 def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
     first = bplan.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                    b_vnni=vnni)
+                        b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, k, c0 = at["n"], at["k"], at["c"]
@@ -64,7 +64,7 @@ def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
 def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
     first = bplan.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
-                    b_vnni=vnni)
+                        b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         n, c, k0 = at["n"], at["c"], at["k"]
@@ -80,7 +80,7 @@ def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
 def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
     """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
     first = bplan.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                    b_vnni=vnni)
+                        b_vnni=vnni)
     rest = dataclasses.replace(first, beta=1.0)
     for phase, task, at in loops.walk():
         k, c, n0 = at["k"], at["c"], at["n"]
@@ -123,7 +123,7 @@ def forward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         ex.at(phase, task)
         for cs, depth in _reduce(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
             ex.gemm(bplan.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
-                            beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
+                                beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
                     "x", [n * g.bn * g.C + c * g.bc for c in cs],
                     "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
                     "y", n * g.bn * g.K + k * g.bk,
@@ -138,7 +138,7 @@ def backward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         ex.at(phase, task)
         for ks, depth in _reduce(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
             ex.gemm(bplan.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
-                            beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
+                                beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
                     "dy", [n * g.bn * g.K + k * g.bk for k in ks],
                     "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
                     "dx", n * g.bn * g.C + c * g.bc,
@@ -154,7 +154,7 @@ def update_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
         ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
         ex.at(phase, task)
         ex.gemm(bplan.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
-                        beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
+                            beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
                 "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
                 "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
                 "dw", k * g.bk * g.C + c * g.bc,

@@ -102,7 +102,7 @@ def recurrent_nest(ex, loops, g, dtype, vnni=False):
     """Per step t: G[t][n][q][k] += sum_j h[t][n][j] @ wh[q][k][j] for q = i, f, g, o;
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
     blk = bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
-                  b_vnni=vnni)
+                      b_vnni=vnni)
     tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
     per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     for phase, task, at in loops.walk():
@@ -117,7 +117,7 @@ def recurrent_nest(ex, loops, g, dtype, vnni=False):
             if q == 3:
                 extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
                 ops = (bplan.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
-                                   "h", nxt, g.bk, **extra),)
+                                       "h", nxt, g.bk, **extra),)
             for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
                 ex.gemm(blk, h_in, hs[i:i + per_call],
                         "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
@@ -167,14 +167,14 @@ def backward_nest(ex, loops, g, dtype="f32", vnni=False):
         st = (n * g.Kb + k) * tile
         gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
         op = bplan.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
-                             t * step + st, "dc", st, "dG", gates, g.bk,
-                             dgates16="dG16" if dtype == "bf16" else None)
+                                 t * step + st, "dc", st, "dG", gates, g.bk,
+                                 dgates16="dG16" if dtype == "bf16" else None)
         qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
         starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
         for i in starts:
             part = qj[i:i + per_call]
             ex.gemm(bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                            beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
+                                beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
                     dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
                     "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
                     "dhr", st, ops=(op,) if i == starts[-1] else ())
