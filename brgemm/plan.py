@@ -18,6 +18,10 @@ threads, the calls of a task in order. Tensors are named flat buffers; offsets
 are in elements. Epilogue ops (bias, activations, bf16 stores) are data
 attached to a call and applied to its C block right after it.
 """
+# Over 450 lines on purpose, for now: Recorder, Plan and their checks share the
+# private record layouts (_CALL, _OP) and the validation of calls; split apart
+# they would reach into each other. Issue 15's backend-neutral plan (a Plan as
+# data, each backend's replay object in its own file) is where this file splits.
 from __future__ import annotations
 
 import threading

@@ -16,6 +16,9 @@ loop twice, blocking it by `group` blocks: "n|KCn" with group = 8 runs the
 update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
 its L2 (see the LSTM's defaults).
 """
+# Over 450 lines: the nests live in fc_forward/fc_backward/fc_update; what stays
+# (geometry, plans, functional forms, Linear, MLP, search) shares the geometry,
+# the plan cache and the buffer pools. Linear and MLP are next to move out.
 import dataclasses
 import functools
 
@@ -33,6 +36,9 @@ from primitives import reuse as _reuse
 from primitives._args import backend_name, block_sizes, fits, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
+from primitives.fc_backward import backward_nest, backward_plain_nest
+from primitives.fc_forward import forward_nest, forward_plain_nest
+from primitives.fc_update import update_nest, update_plain_nest
 
 SHAPE = ("N", "C", "K")  # the dimensions of a shape key
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
@@ -44,122 +50,20 @@ _plans = bplan.PlanCache(maxsize=128)
 
 
 # ---------------------------------------------------------------- the loop nests
-
-def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
-    first = bplan.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        n, k, c0 = at["n"], at["k"], at["c"]
-        cs = range(c0, min(c0 + g.chunk["fwd"], g.Cb))
-        ex.at(phase, task)
-        ex.gemm(first if c0 == 0 else rest,
-                "x", [(n * g.Cb + c) * g.bn * g.bc for c in cs],
-                "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                "y", (n * g.Kb + k) * g.bn * g.bk,
-                ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
-
-
-def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
-    first = bplan.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        n, c, k0 = at["n"], at["c"], at["k"]
-        ks = range(k0, min(k0 + g.chunk["bwd"], g.Kb))
-        ex.at(phase, task)
-        ex.gemm(first if k0 == 0 else rest,
-                "dy", [(n * g.Kb + k) * g.bn * g.bk for k in ks],
-                "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                "dx", (n * g.Cb + c) * g.bn * g.bc,
-                ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
-
-
-def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
-    first = bplan.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        k, c, n0 = at["k"], at["c"], at["n"]
-        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
-        ex.at(phase, task)
-        ex.gemm(first if n0 == 0 else rest,
-                "xt", [(c * g.Nb + n) * g.bc * g.bn for n in ns],
-                "dy", [(n * g.Kb + k) * g.bn * g.bk for n in ns],
-                "dw", (k * g.Cb + c) * g.bc * g.bk,
-                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
-
+# one file per pass (fc_forward, fc_backward, fc_update), each with the nest on
+# blocked tensors and the functional forms' nest on plain matrices.
 
 # The functional forms read and write the caller's plain matrices where the
 # kernel takes them at full speed: as its broadcast operand A (x, dy) and its
 # output (y, dx, dW), row windows C or K apart. The operand it streams as B
 # comes in tiles (w, wt, x in the update): read in place, rows C apart, the
 # streamed operand misses the cache and both passes slowed down markedly
-# (benchmarks/RESULTS.md). dy^T for the update is tiles too. Ragged edges get kernels of their
-# own sizes, and a plain ragged last reduction block a call of its own:
+# (benchmarks/RESULTS.md). dy^T for the update is tiles too. Ragged edges get
+# kernels of their own sizes, and a plain ragged last reduction block a call of
+# its own (primitives._calls.reduction_calls):
 #   forward   y[n rows, k cols]  = sum_c x[n][c] @ w[k][c]
 #   backward  dx[n rows, c cols] = sum_k dy[n][k] @ wt[c][k]
 #   update    dW[k rows, c cols] = sum_n dyt[k][n] @ x[n][c]
-
-def _reduce(blocks, nb, dim, b):
-    """The calls of one reduction chunk: (blocks, depth) with the full blocks
-    together and the matrix's ragged last block (if in the chunk) alone."""
-    if blocks[-1] == nb - 1 and dim % b:
-        if len(blocks) > 1:
-            yield blocks[:-1], b
-        yield blocks[-1:], dim - (nb - 1) * b
-    else:
-        yield blocks, b
-
-
-def forward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """y (N x K) = x (N x C) @ W^T from w tiles; epilogue(n, k) on the last c."""
-    for phase, task, at in loops.walk():
-        n, k, c0 = at["n"], at["k"], at["c"]
-        m, width = min(g.bn, g.N - n * g.bn), min(g.bk, g.K - k * g.bk)
-        ex.at(phase, task)
-        for cs, depth in _reduce(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
-            ex.gemm(bplan.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
-                                beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
-                    "x", [n * g.bn * g.C + c * g.bc for c in cs],
-                    "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                    "y", n * g.bn * g.K + k * g.bk,
-                    ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
-
-
-def backward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dx (N x C) = dy (N x K) @ W from wt tiles."""
-    for phase, task, at in loops.walk():
-        n, c, k0 = at["n"], at["c"], at["k"]
-        m, width = min(g.bn, g.N - n * g.bn), min(g.bc, g.C - c * g.bc)
-        ex.at(phase, task)
-        for ks, depth in _reduce(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
-            ex.gemm(bplan.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
-                                beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
-                    "dy", [n * g.bn * g.K + k * g.bk for k in ks],
-                    "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                    "dx", n * g.bn * g.C + c * g.bc,
-                    ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
-
-
-def update_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dW (K x C) = dy^T (tiles) @ x (tiles): both zero-padded, so the reduction
-    needs no ragged call; only dW's edges are."""
-    for phase, task, at in loops.walk():
-        k, c, n0 = at["k"], at["c"], at["n"]
-        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
-        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
-        ex.at(phase, task)
-        ex.gemm(bplan.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
-                            beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
-                "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
-                "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
-                "dw", k * g.bk * g.C + c * g.bc,
-                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
-
 
 # ---------------------------------------------------------------- geometry and plans
 
