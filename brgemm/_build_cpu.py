@@ -52,7 +52,7 @@ ffibuilder.set_source(
     # only after CPUID says so); brgemm_amx_model.c is the same source over the
     # software tiles the tests use
     sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "brgemm_amx", "brgemm_amx_model",
-                                                  "epilogue", "epilogue_avx2", "plan", "layout",
+                                                  "epilogue", "epilogue_avx2", "plan", "layout", "jit",
                                                   "layout_image", "layout_vnni", "peak",
                                                   "timing")],
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),

@@ -20,12 +20,15 @@ non-positive ints raise ConfigError naming the file, the table and the key.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pathlib
 import re
 import tomllib
 from typing import Any, Mapping
+
+from brgemm.lru import LRU
 
 PASSES = ("fwd", "bwd", "upd", "pipeline")  # pipeline: fused nests (mlp)
 # the CPU kernel's paths (Kernel.path), which may qualify a pass: ["bf16-amx".fwd]
@@ -50,9 +53,17 @@ def check_config(config):
     return config
 
 
+_parsed = LRU(16)  # file stamp -> its tables: a new shape re-reads no file
+
+
 def _read(path: os.PathLike | str, what: str) -> dict:
     try:
-        return tomllib.loads(pathlib.Path(path).read_text())
+        st = os.stat(path)
+        stamp = (os.fspath(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        data = _parsed.get(stamp)
+        if data is None:
+            data = _parsed.put(stamp, tomllib.loads(pathlib.Path(path).read_text()))
+        return copy.deepcopy(data)
     except FileNotFoundError:
         raise ConfigError(f"{what}: file not found") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

@@ -8,6 +8,7 @@
 #include "brgemm_amx.h"
 #include "brgemm_cpu.h"
 #include "brgemm_cpu_internal.h"
+#include "jit.h"
 
 #include <libxsmm.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@ struct brgemm_cpu_kernel {
   int path;
   int via_scratch;  /* kernel writes a scratch tile that is then combined into C */
   void* fn;         /* libxsmm function: native form for f32, address form for bf16 */
+  brgemm_jit_code code;  /* the mapping fn lives in (jit.c), released with the kernel */
   const brgemm_amx_impl* amx;  /* PATH_BF16_AMX: our tile kernel instead of libxsmm */
   brgemm_amx_kernel* amx_kernel;
 };
@@ -119,26 +121,19 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
   kr->d = *d;
   const int direct_ab = d->alpha == 1.0f && (d->beta == 0.0f || d->beta == 1.0f);
   libxsmm_blasint M = (libxsmm_blasint)d->n, N = (libxsmm_blasint)d->m, K = (libxsmm_blasint)d->k;
-  float one = 1.0f, zero = 0.0f;
-  int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+  int jit = 0;
 
   if (d->dtype_ab == BRGEMM_F32) {
     kr->path = PATH_F32;
     kr->via_scratch = !direct_ab;
     int flags = (kr->via_scratch || d->beta == 0.0f) ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
-    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
     libxsmm_blasint lda = (libxsmm_blasint)d->ldb, ldb = (libxsmm_blasint)d->lda;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
-    if (d->form == BRGEMM_STRD)
-      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_strd(
-          M, N, K, (libxsmm_blasint)(d->stride_b * 4), (libxsmm_blasint)(d->stride_a * 4),
-          &lda, &ldb, &ldc, &one, beta, &flags, &prefetch);
-    else if (d->form == BRGEMM_ADDR)
-      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
-                                                           &flags, &prefetch);
-    else
-      kr->fn = (void*)libxsmm_smmdispatch_reducebatch_offs(M, N, K, &lda, &ldb, &ldc, &one, beta,
-                                                           &flags, &prefetch);
+    jit = brgemm_jit_gemm(BRGEMM_JIT_F32, d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
+                                          : d->form == BRGEMM_ADDR ? BRGEMM_JIT_ADDR
+                                                                   : BRGEMM_JIT_OFFS,
+                          M, N, K, lda, ldb, ldc, flags, d->stride_b * 4, d->stride_a * 4,
+                          &kr->code);
   } else if ((kr->amx = brgemm_amx_selected()) != NULL) {
     /* AMX tiles: any k and lda (the kernel pads odd k itself), alpha/beta inside */
     kr->path = PATH_BF16_AMX;
@@ -152,34 +147,34 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     kr->via_scratch = !direct_ab;
     int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
     if (kr->via_scratch || d->beta == 0.0f) flags |= LIBXSMM_GEMM_FLAG_BETA_0;
-    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
     libxsmm_blasint lda = M, ldb = (libxsmm_blasint)d->lda;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
-    if (!kr->via_scratch && d->dtype_c == BRGEMM_BF16)
-      kr->fn = (void*)libxsmm_bmmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
-                                                           &flags, &prefetch);
-    else
-      kr->fn = (void*)libxsmm_bsmmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
-                                                            &flags, &prefetch);
+    jit = brgemm_jit_gemm(!kr->via_scratch && d->dtype_c == BRGEMM_BF16 ? BRGEMM_JIT_BF16_BF16
+                                                                         : BRGEMM_JIT_BF16_F32,
+                          BRGEMM_JIT_ADDR, M, N, K, lda, ldb, ldc, flags, 0, 0, &kr->code);
   } else {
     /* no bf16 dot products here (or odd k or lda): widen blocks to f32, which is
      * exact, and accumulate in f32 as the bf16 contract says */
     kr->path = PATH_BF16_VIA_F32;
     kr->via_scratch = !direct_ab || d->dtype_c == BRGEMM_BF16;
     int flags = (kr->via_scratch || d->beta == 0.0f) ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
-    const float* beta = (flags & LIBXSMM_GEMM_FLAG_BETA_0) ? &zero : &one;
     libxsmm_blasint lda = M, ldb = K;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
-    kr->fn = (void*)libxsmm_smmdispatch_reducebatch_addr(M, N, K, &lda, &ldb, &ldc, &one, beta,
-                                                         &flags, &prefetch);
+    jit = brgemm_jit_gemm(BRGEMM_JIT_F32, BRGEMM_JIT_ADDR, M, N, K, lda, ldb, ldc, flags, 0, 0,
+                          &kr->code);
   }
-  if (!kr->fn && !kr->amx_kernel) { free(kr); return BRGEMM_EJIT; }
+  kr->fn = kr->code.fn;
+  if (!kr->fn && !kr->amx_kernel) {
+    free(kr);
+    return jit == -2 ? BRGEMM_ENOMEM : BRGEMM_EJIT;
+  }
   *out = kr;
   return BRGEMM_OK;
 }
 
 void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel) {
   if (kernel && kernel->amx_kernel) kernel->amx->destroy(kernel->amx_kernel);
+  if (kernel) brgemm_jit_release(&kernel->code);
   free(kernel);
 }
 
