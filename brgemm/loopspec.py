@@ -129,16 +129,17 @@ def _by_name(loops: Mapping[str, Loop] | Sequence[Loop]) -> dict[str, Loop]:
     return out
 
 
-def parse_spec(spec: str, loops: Mapping[str, Loop] | Sequence[Loop]) -> Nest:
-    """Parse `spec` against the declared `loops`; raise SpecError if it does not fit."""
+def parse_spec(spec: str, loops: Mapping[str, Loop] | Sequence[Loop], where: str = "") -> Nest:
+    """Parse `spec` against the declared `loops`; raise SpecError if it does not fit.
+    where: what the messages start with, e.g. "config: " for a primitive's spec."""
     loops = _by_name(loops)
     declared = ", ".join(sorted(loops))
 
     def fail(pos: int, msg: str):
-        raise SpecError(f"spec {spec!r}: position {pos}: {msg}")
+        raise SpecError(f"{where}spec {spec!r}: position {pos}: {msg}")
 
     if not isinstance(spec, str) or not spec:
-        raise SpecError(f"spec {spec!r}: empty (declared loops: {declared})")
+        raise SpecError(f"{where}spec {spec!r}: empty (declared loops: {declared})")
     levels: list[Level] = []
     barriers: list[int] = []
     regions: set[int] = set()      # phases that already have a parallel region

@@ -129,7 +129,7 @@ def _loops(g, pass_):
     else:
         loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
                  Loop("s", 0, g.S, 1), Loop("j", 0, g.splits, 1)]
-    return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops)
+    return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops, where="config: ")
 
 
 _NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
@@ -274,8 +274,8 @@ def _check(x, w, dtype, stride, padding):
     if C2 != C:
         raise ValueError(f"w: has {C2} input channels, x has {C}")
     if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
-        raise ValueError(f"w: kernel {R}x{S} is larger than the padded input "
-                         f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
+        raise ValueError(f"x: the padded input {H + 2 * padding[0]}x{W + 2 * padding[1]} is "
+                         f"smaller than w's {R}x{S} kernel")
     # the blocked copies hold the padded input (and dx) whole: refuse before allocating
     padded = N * max(C, 16) * (H + 2 * padding[0]) * (W + 2 * padding[1]) * 4
     fits(padded, "padding" if max(padding) else "x", f"the padded input {N}x{C}x"

@@ -118,7 +118,7 @@ def _loops(g, pass_):
             raise ValueError(f"group: spec {spec!r} names loop {name!r} twice, which needs "
                              f"the group (its outer block, in blocks) in the [{pass_}] config")
         loops.append(Loop(name, 0, dims[name], step, blocks=(group,) if repeated else ()))
-    return parse_spec(spec, loops)
+    return parse_spec(spec, loops, where="config: ")
 
 
 def _epilogue(g, pass_, has_bias, activation, bf16_out):
@@ -449,8 +449,11 @@ class MLP:
     def __init__(self, sizes, activation="relu", last_activation=None, bias=True,
                  dtype="f32", backend=None, config=None, blocks=(64, 64, 64), rng=None,
                  fused=False):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+            raise TypeError(f"sizes: expected a list of layer sizes, got {type(sizes).__name__}")
         if len(sizes) < 2:
             raise ValueError(f"sizes: need at least an input and an output size, got {sizes!r}")
+        sizes = [positive(s, "sizes") for s in sizes]
         blocks = block_sizes(blocks)
         if blocks is None:
             raise TypeError("blocks: the MLP needs block sizes (bn, bc, bk)")

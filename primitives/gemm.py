@@ -38,7 +38,8 @@ def nest(ex, loops, M, N, K, bm, bn, bk, kc, dtype="f32"):
 
 def loops(spec, M, N, K, bm, bn, kc):
     """The declared loops, ordered and parallelised by `spec`."""
-    return parse_spec(spec, [Loop("i", 0, M, bm), Loop("j", 0, N, bn), Loop("k", 0, K, kc)])
+    return parse_spec(spec, [Loop("i", 0, M, bm), Loop("j", 0, N, bn), Loop("k", 0, K, kc)],
+                      where="config: ")
 
 
 def _run_nest(ex, M, N, K, cfg, dtype):

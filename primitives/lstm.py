@@ -134,7 +134,7 @@ def _step_loops(g):
     nest itself reads states not yet computed (no barrier can fix that; the
     plan's race check catches the other wrong specs)."""
     loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
-                                Loop("k", 0, g.Kb, 1)])
+                                Loop("k", 0, g.Kb, 1)], where="config: ")
     order = [lv.loop for lv in loops.levels]
     if order.index("t") > order.index("k"):
         raise ValueError(f"config: spec {g.spec!r}: the time loop t must come before the hidden "
@@ -486,8 +486,9 @@ class Saved:
 
 
 def _stamp(arrays, options):
+    # anything but an array stamps as itself: the checks that follow name it
     return (tuple((id(a), a.__array_interface__["data"][0], a.shape, a.strides)
-                  if a is not None else None for a in arrays), options)
+                  if isinstance(a, np.ndarray) else (id(a),) for a in arrays), options)
 
 
 _engines = threading.local()

@@ -79,7 +79,7 @@ class TestBadInput:
     def test_shapes(self):
         with pytest.raises(ValueError, match="^w: has 2 input channels, x has 3"):
             conv.forward(self.x, np.ones((4, 2, 3, 3), np.float32))
-        with pytest.raises(ValueError, match="^w: kernel 9x9 is larger than the padded input 8x8"):
+        with pytest.raises(ValueError, match="^x: the padded input 8x8 is smaller than w's 9x9 kernel"):
             conv.forward(self.x, np.ones((4, 3, 9, 9), np.float32))
         with pytest.raises(ValueError, match="^x: expected 4 non-empty dimensions"):
             conv.forward(np.ones((3, 8, 8), np.float32), self.w)
