@@ -89,3 +89,29 @@ def test_to_device_on_the_cpu_is_the_array_itself(rng):
 
 def test_device_name_is_reported():
     assert isinstance(sycl.device_name(), str) and sycl.device_name()
+
+
+def test_sycl_replay_makes_no_cpu_kernel(rng, monkeypatch):
+    """A plan run only on SYCL never JITs a libxsmm kernel: the CPU backend's
+    kernel constructor is made to fail, and the plan, recorded afresh, still
+    runs on the device and gives the product."""
+    from brgemm.backend import cpu
+    from brgemm.plan import Recorder
+
+    def no_cpu_kernel(*args, **kwargs):
+        raise AssertionError("a libxsmm kernel was made for a SYCL-only plan")
+    M, N, K = (int(v) for v in rng.integers(5, 80, 3))
+    print(f"M, N, K = {M}, {N}, {K}")
+    cfg = {"spec": "IJk", "bm": 16, "bn": 32, "bk": 16, "kc": 32}
+    rec = Recorder({"A": "f32", "B": "f32", "C": "f32"}, spec=cfg["spec"])
+    gemm._run_nest(rec, M, N, K, cfg, "f32")
+    monkeypatch.setattr(cpu, "CpuKernel", no_cpu_kernel)
+    p = rec.finish()
+    A, B = rand(rng, M, K), rand(rng, K, N)
+    C = np.full((M, N), np.nan, np.float32)
+    p.run(backend="sycl", A=A, B=B, C=C)
+    assert p._cpu_plan is None
+    ref, bound = A.astype(np.float64) @ B.astype(np.float64), 1e-5 * (np.abs(A) @ np.abs(B))
+    assert np.all(np.abs(C - ref) <= bound)
+    with pytest.raises(AssertionError, match="libxsmm kernel was made"):
+        p.run(A=A, B=B, C=C)            # the CPU replay does make them: the check can fail
