@@ -3,7 +3,9 @@ kernels/cpu/brgemm_cpu.h through the CPU extension's cffi cdef (the header
 itself). The OpenCL source gets the same lines at build time: device_source()."""
 import pathlib
 
-from brgemm._brgemm_cpu import lib
+import numpy as np
+
+from brgemm._brgemm_cpu import ffi, lib
 
 HEADER = pathlib.Path(__file__).resolve().parent.parent / "kernels" / "cpu" / "brgemm_cpu.h"
 
@@ -17,6 +19,28 @@ DTYPE_CODE = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 # widths of the device backends' flat int64 plan tables
 CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = lib.BRGEMM_CALL_FIELDS, lib.BRGEMM_OP_FIELDS, \
     lib.BRGEMM_KDESC_FIELDS
+
+_SCALARS = {"int32_t": "<i4", "int64_t": "<i8"}
+
+
+def record_dtype(ctype: str) -> np.dtype:
+    """The NumPy record type of the C struct `ctype` (int32_t, int64_t fields and
+    arrays of them), with the C compiler's field offsets and size."""
+    names, formats, offsets = [], [], []
+    for name, field in ffi.typeof(ctype).fields:
+        t = field.type
+        shape = (t.length,) if t.kind == "array" else ()
+        base = t.item if t.kind == "array" else t
+        names.append(name)
+        formats.append((_SCALARS[base.cname], shape) if shape else _SCALARS[base.cname])
+        offsets.append(field.offset)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                     "itemsize": ffi.sizeof(ctype)}, align=True)
+
+
+# a plan's rows as the CPU executor (and the CUDA backend) read them
+CALL_RECORD = record_dtype("brgemm_plan_call")
+OP_RECORD = record_dtype("brgemm_plan_op")
 
 _BEGIN, _END = "/* BEGIN device constants", "END device constants */"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from brgemm import dtypes
-from brgemm.constants import DEVICE_OPS, OP_CODES, OPERANDS
+from brgemm.constants import CALL_RECORD, DEVICE_OPS, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
 from brgemm.kernel import SPAN, Kernel, _dim, _scalar
@@ -365,11 +365,7 @@ class Recorder:
 
 # ---------------------------------------------------------------- plans
 
-_CALL = np.dtype([("kernel", "<i4"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4"), ("c_off", "<i8"),
-                  ("count", "<i8"), ("offs", "<i8"), ("op_begin", "<i4"), ("op_count", "<i4")],
-                 align=True)
-_OP = np.dtype([("code", "<i4"), ("tensor", "<i4", OPERANDS), ("offset", "<i8", OPERANDS),
-                ("ld", "<i8"), ("stride", "<i8")], align=True)
+_CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records
 
 
 def _op_accesses(op, blk):

@@ -54,3 +54,15 @@ def test_opencl_program_gets_the_header_block():
         assert re.search(rf"\b{name}\b", block), name
         assert re.search(rf"\b{name}\b", cl) or name.startswith(("BRGEMM_OP_", "BRGEMM_OPROW_")), name
     assert "typedef" not in block and "(" not in re.sub(r"/\*.*?\*/", "", block, flags=re.S)
+
+
+def test_plan_records_are_the_c_structs():
+    """brgemm.plan's call and op rows are read off the header's structs, field by field."""
+    for ctype, dt in (("brgemm_plan_call", constants.CALL_RECORD),
+                      ("brgemm_plan_op", constants.OP_RECORD)):
+        fields = ffi.typeof(ctype).fields
+        assert dt.names == tuple(name for name, _ in fields) and dt.itemsize == ffi.sizeof(ctype)
+        for name, f in fields:
+            assert dt.fields[name][1] == f.offset, (ctype, name)
+            n = f.type.length if f.type.kind == "array" else 1
+            assert dt.fields[name][0].itemsize == ffi.sizeof(f.type) == n * dt.fields[name][0].base.itemsize
