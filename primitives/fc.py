@@ -405,8 +405,8 @@ class Linear:
     def forward(self, x):
         """x [N, C] -> y [N, K] in x's dtype."""
         _dtype_of(self.dtype, x, names=("x",))
-        if x.shape[1] != self.C:
-            raise ValueError(f"x: expected shape (N, {self.C}), got {x.shape}")
+        if x.shape[1] != self.C or x.shape[0] == 0:
+            raise ValueError(f"x: expected shape (N, {self.C}) with N >= 1, got {x.shape}")
         g = self.prepare(x.shape[0])
         xb = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bc)
         return from_blocks(self.forward_blocked(xb), g.N, self.K, dtype=x.dtype)
@@ -478,8 +478,8 @@ class MLP:
             return self.fused.forward(x, train)
         first, last = self.layers[0], self.layers[-1]
         _dtype_of(self.dtype, x, names=("x",))
-        if x.shape[1] != first.C:
-            raise ValueError(f"x: expected shape (N, {first.C}), got {x.shape}")
+        if x.shape[1] != first.C or x.shape[0] == 0:
+            raise ValueError(f"x: expected shape (N, {first.C}) with N >= 1, got {x.shape}")
         N = x.shape[0]
         for layer in self.layers:
             layer.prepare(N)
