@@ -2,7 +2,7 @@
 # The CPU kernel on the lent GPU machine's host CPU (AVX-512, maybe AVX512-BF16),
 # which our AVX2 development machines cannot exercise: build in place against a
 # copied libxsmm, run the kernel tests, then the kernel benchmark.
-# Expects .devcarry/{lib,include,whl} (libxsmm archives and headers, cffi and
+# Expects .devcarry/{lib,include,whl}, filled by benchmarks/device_carry.sh (libxsmm archives and headers, cffi and
 # pycparser wheels for the machine's Python); run from the repository root.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devcarry/whl/*.whl || exit 1

@@ -4,7 +4,7 @@
 # bf16 with oneDNN capped at our ISA (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and
 # with AMX allowed. Arguments pick the parts (conv fc lstm lstm_bf16, or one
 # dtype: conv_f32 fc_f32 conv_bf16 fc_bf16, bf16 at equal ISA; default conv fc lstm).
-# Expects .devcarry (see device_cpu.sh) plus the onednn-cpu-gomp and
+# Expects .devcarry (benchmarks/device_carry.sh fills it) with the onednn-cpu-gomp and
 # onednn-devel-cpu-gomp wheels (oneDNN 3.2, GNU OpenMP) in .devcarry/whl: the
 # machine has no network and PyPI's onednn 3.13 needs Intel's SYCL runtime
 # wheels (over 300 MB), more than a run may carry.
