@@ -4,6 +4,7 @@ The cdef is kernels/cpu/brgemm_cpu.h itself, minus its preprocessor lines, so
 the C API and what Python sees cannot drift apart. libxsmm 1.17 from Debian
 ships static archives only (built with -fPIC), linked into the extension.
 """
+import importlib.util
 import os
 import pathlib
 
@@ -18,17 +19,12 @@ LIBXSMM_INC = os.environ.get("LIBXSMM_INCDIR")
 
 
 def _cdef(header: pathlib.Path) -> str:
-    """The header without preprocessor lines and its C++-only blocks."""
-    kept, in_cplusplus = [], False
-    for line in header.read_text().splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#ifdef __cplusplus"):
-            in_cplusplus = True
-        elif in_cplusplus:
-            in_cplusplus = not stripped.startswith("#endif")
-        elif not stripped.startswith("#"):
-            kept.append(line)
-    return "\n".join(kept)
+    """The header as cffi reads it (brgemm/_c_header.py, loaded by path: the
+    package itself cannot be imported before its extension is built)."""
+    spec = importlib.util.spec_from_file_location("_c_header", ROOT / "brgemm" / "_c_header.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.cdef_text(header)
 
 
 def _archives():

@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from brgemm._c_header import cdef_text
 from brgemm.constants import DTYPE_CODE  # noqa: F401  (cuda.py's kernel rows)
 
 try:
@@ -66,20 +67,6 @@ _state = {}
 _lock = threading.Lock()
 
 
-def _header_cdef(path):
-    """A header as cffi reads it: no preprocessor lines, no C++ guards."""
-    kept, skip = [], False
-    for line in path.read_text().splitlines():
-        s = line.strip()
-        if s.startswith("#ifdef __cplusplus"):
-            skip = True
-        elif skip:
-            skip = not s.startswith("#endif")
-        elif not s.startswith("#"):
-            kept.append(line)
-    return "\n".join(kept)
-
-
 class CudaError(RuntimeError):
     """A CUDA driver call failed."""
 
@@ -93,7 +80,7 @@ class _Device:
         self.ffi = ffi = FFI()
         ffi.cdef(DRIVER_CDEF + DLPACK_CDEF)
         for h in HEADERS:
-            ffi.cdef(_header_cdef(h))
+            ffi.cdef(cdef_text(h))
         try:
             self.cu = ffi.dlopen("libcuda.so.1")
         except OSError as e:
