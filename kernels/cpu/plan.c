@@ -58,8 +58,11 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
                     int with_ops) {
   const brgemm_cpu_kernel* kr = p->kernels[c->kernel];
   char* cb = (char*)tensors[c->c] + c->c_off * brgemm_cpu_c_itemsize(kr);
-  int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b], p->a_offs + c->offs,
-                                     p->b_offs + c->offs, cb, c->count, 0);
+  /* the plan stores offsets as uint64_t, libxsmm takes unsigned long long: same width */
+  _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "offset width");
+  int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b],
+                                     (const unsigned long long*)(p->a_offs + c->offs),
+                                     (const unsigned long long*)(p->b_offs + c->offs), cb, c->count, 0);
   for (int32_t j = 0; with_ops && rc == BRGEMM_OK && j < c->op_count; ++j)
     rc = brgemm_cpu_apply_op(&p->ops[c->op_begin + j], (float*)cb, brgemm_cpu_dim(kr, 'm'),
                              brgemm_cpu_dim(kr, 'n'), brgemm_cpu_dim(kr, 'c'), tensors);
