@@ -4,7 +4,8 @@ Width 64 with 4 hidden layers (5 linear layers, 64 -> 64) over batch sizes,
 then widths 16, 32 and 128 at one batch; inference (forward) and one training
 step (forward, backward to the input and every parameter, SGD). Sides: ours
 fused (fc.MLP(fused=True)), ours unfused (fc.MLP), and PyTorch's layer-by-layer
-nn.Sequential of Linear + activation on the CPU, same threads. samples/s and
+nn.Sequential of Linear + activation on the CPU, same threads, every side fed
+and answering in the dtype it computes in (converted before timing). samples/s and
 TFLOP/s (2 N sum(in * out) per forward, three times that per training step),
 timed round-robin (medians), so drift hits all sides alike. Then a depth x tile
 table for one case: measured time next to what the cost model (mlp.cost)
@@ -17,6 +18,7 @@ import pathlib
 import numpy as np
 
 from benchmarks.common import interleaved, machine
+from brgemm import dtypes
 from primitives import fc, mlp
 
 WIDTHS = (16, 32, 128)
@@ -59,6 +61,8 @@ def _torch_side(sizes, dtype, x, dy):
 
 
 def _ours(sizes, dtype, x, dy, fused, config=None):
+    # inputs in the computing dtype, converted before timing, as the torch side's are
+    x, dy = (a.astype(dtypes.NUMPY[dtype]) for a in (x, dy))
     net = fc.MLP(sizes, activation="relu", dtype=dtype, fused=fused, config=config,
                  rng=np.random.default_rng(0))
 

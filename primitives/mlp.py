@@ -486,7 +486,8 @@ class Fused:
         plan(g, "fwd", train).run(**t)
         self.last = g
         self.g, self.saved = (g, t) if train else (None, None)
-        return t["y"] if x.dtype == np.float32 else t["y"].astype(x.dtype)
+        # a bf16 caller gets bf16 back, through the parallel copy (NumPy's is serial)
+        return t["y"] if x.dtype == np.float32 else convert(t["y"], x.dtype)
 
     def state(self):
         """What backward reads of the last training forward (for backward(state=))."""
@@ -503,10 +504,10 @@ class Fused:
                              f"got {dy.shape}")
         ab = dtypes.NUMPY[self.dtype]
         pl = Places(g, True)
-        dz = dy.astype(np.float32, copy=False)
+        dz = dy
         if self.acts[-1] is not None:
-            dz = _ACT_GRAD[self.acts[-1]](dz, saved["y"])
-        dz = convert(dz, ab) if dz.dtype != ab or not dz.flags.c_contiguous else dz
+            dz = _ACT_GRAD[self.acts[-1]](dy.astype(np.float32, copy=False), saved["y"])
+        dz = convert(dz, ab)  # dz itself when it already is C-contiguous in the GEMMs' dtype
         K = self.sizes[-1]
         dzt = self._buffer("dzt", pl.totals["dzt"], ab)
         last = dzt[pl.dzt_off[g.L - 1]:pl.dzt_off[g.L - 1] + g.Nb * K * g.tile]
@@ -533,7 +534,7 @@ class Fused:
                                                                                     layer.C)
             layer.db = db[pl.b_off[l]:pl.b_off[l] + layer.K] if g.has_bias else None
         dx = t["dx"]
-        return dx if dy.dtype == np.float32 else dx.astype(dy.dtype)
+        return dx if dy.dtype == np.float32 else convert(dx, dy.dtype)
 
 
 # ---------------------------------------------------------------- tuning
