@@ -187,10 +187,17 @@ class TestBadInput:
 
     def test_native_layer_rejects_a_corrupted_plan(self):
         p = gemm.plan(8, 8, 8, config={"fwd": {"spec": "ijk", "bm": 8, "bn": 8, "bk": 8, "kc": 8}})
-        p.calls["kernel"][0] = 7  # only kernel 0 exists
+        with pytest.raises(ValueError, match="read-only"):  # checked once, then fixed
+            p.calls["kernel"][0] = 7
+        from brgemm.backend.cpu import ffi
+        native = p.replay("cpu").native  # the C struct the CPU replays, corrupted behind its back
+        calls = p.calls.copy()
+        calls["kernel"][0] = 7  # only kernel 0 exists
+        good, bad = native.calls, ffi.from_buffer("brgemm_plan_call[]", calls)
+        native.calls = bad
         with pytest.raises(ValueError, match="native layer rejected"):
             p.run(**self.ok)
-        p.calls["kernel"][0] = 0
+        native.calls = good
         p.run(**self.ok)
 
 

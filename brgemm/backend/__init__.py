@@ -1,7 +1,30 @@
 """The backend seam. A backend turns a checked kernel description into
 something that runs the three forms on already-validated arrays; it never
 sees a primitive. Backends register here by name and are imported lazily, so
-a missing GPU runtime costs nothing until that backend is asked for."""
+a missing GPU runtime costs nothing until that backend is asked for.
+
+A backend is a module brgemm.backend.<name> (and a name in KNOWN) with:
+
+    unavailable_reason()   None where it runs here, else why not (a string)
+    NativeKernel(form=, dtype_ab=, dtype_c=, m=, n=, k=, lda=, ldb=, ldc=,
+                 alpha=, beta=, ...)   one kernel of the contract, with
+                 .strd/.addr/.offs/.pack_b on arrays brgemm.kernel checked
+    to_device(x)           x as the backend's resident array (NumPy on the CPU)
+    PlanReplay(plan)       one brgemm.plan.Plan made runnable here: made on the
+                 plan's first run on this backend and kept by the plan. It
+                 reads the plan's tables (brgemm/plan.py's docstring), calls
+                 plan.require(name, max_op=..., b_vnni=...) for what it
+                 cannot run, and turns the rest into its own form once (the
+                 CPU: JIT kernels and byte tables; a device: uploaded tables).
+                 Attributes: device_array (the resident array class Plan.run
+                 accepts besides NumPy, or None), takes_threads (whether
+                 run's threads= means anything), optionally adopt(arrays)
+                 (other libraries' device tensors as device_array); and
+                 run(arrays, threads): arrays already checked by Plan.check.
+
+Everything a plan needs checked is checked once, by the plan: its tables
+when it is recorded, a run's arrays by Plan.check. A replay checks nothing
+again in Python; native code still refuses what it cannot run (error codes)."""
 import importlib
 import os
 

@@ -116,7 +116,7 @@ class _Device:
         self.entry = {True: self._function(b"brgemm_cuda_phase_tc", b"brgemm_cuda_smem"),
                       False: self._function(b"brgemm_cuda_phase_generic",
                                             b"brgemm_cuda_smem_generic")}
-        from brgemm.plan import _CALL, _OP  # the plan's records: NumPy views of the C structs
+        from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records
         for ctype, numpy_dtype in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):
             if ffi.sizeof(ctype) != numpy_dtype.itemsize:  # the plan's records must be the C structs
                 raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, "

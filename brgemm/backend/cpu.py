@@ -92,6 +92,76 @@ class CpuKernel:
 NativeKernel = CpuKernel  # the name brgemm.kernel asks every backend for
 
 
+# ---------------------------------------------------------------- plans
+
+
+def threads_arg(threads):
+    """A plan's threads argument: None (OpenMP's default, capped like any
+    count; 0 for C) or 1 .. brgemm_cpu_max_threads()."""
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads: expected a positive int, got {threads!r}")
+    cap = lib.brgemm_cpu_max_threads()
+    if threads > cap:
+        raise ValueError(f"threads: {threads} is more than the {cap} this machine runs "
+                         "(4 per core, at least 8)")
+    return int(threads)
+
+
+def plan_threads(threads=None):
+    """How many threads a plan run with this threads argument uses."""
+    return lib.brgemm_cpu_plan_threads(threads_arg(threads))
+
+
+class PlanReplay:
+    """A brgemm.plan.Plan on the CPU: one libxsmm kernel per block (JIT-compiled
+    when this is made, on the plan's first CPU run) and the brgemm_cpu_plan
+    struct over byte-offset tables, replayed by kernels/cpu/plan.c."""
+
+    device_array = None  # NumPy arrays only
+    takes_threads = True
+
+    def __init__(self, plan):
+        for ctype, dt in (("brgemm_plan_call", plan.calls.dtype), ("brgemm_plan_op", plan.ops.dtype)):
+            if ffi.sizeof(ctype) != dt.itemsize:  # the NumPy records must be the C structs
+                raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, {dt.itemsize} here")
+        self.kernels = [CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype, m=b.m, n=b.n,
+                                  k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc, alpha=b.alpha,
+                                  beta=b.beta, b_vnni=b.b_vnni) for b in plan.blocks]
+        a_bytes, b_bytes = plan.byte_offsets()  # libxsmm's unit
+        self.names = list(plan.tensors)
+        keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in self.kernels] or [ffi.NULL]),
+                a_bytes, b_bytes]
+
+        def buf(ctype, arr):
+            keep.append(ffi.from_buffer(f"{ctype}[]", arr) if arr.size else ffi.new(f"{ctype}[]", 1))
+            return keep[-1]
+
+        self.native = ffi.new("brgemm_cpu_plan *", dict(
+            kernels=keep[0], n_kernels=len(self.kernels), n_tensors=len(self.names),
+            calls=buf("brgemm_plan_call", plan.calls), n_calls=len(plan.calls),
+            a_offs=buf("uint64_t", a_bytes), b_offs=buf("uint64_t", b_bytes),
+            n_offs=len(a_bytes), ops=buf("brgemm_plan_op", plan.ops), n_ops=len(plan.ops),
+            task_begin=buf("int64_t", plan.task_begin), n_tasks=len(plan.task_begin) - 1,
+            phase_begin=buf("int64_t", plan.phase_begin), n_phases=len(plan.phase_begin) - 1))
+        self._keep = keep  # the struct points into these
+
+    def _bind(self, arrays):
+        return ffi.new("void *[]", [address(arrays[n]) for n in self.names] or [ffi.NULL])
+
+    def run(self, arrays, threads=None):
+        """arrays: name -> NumPy array, checked by Plan.check."""
+        check(lib.brgemm_cpu_plan_run(self.native, self._bind(arrays), threads_arg(threads)),
+              "Plan.run")
+
+    def time_bare(self, arrays, reps):
+        seconds = ffi.new("double *")
+        check(lib.brgemm_cpu_plan_time_bare(self.native, self._bind(arrays), reps, seconds),
+              "Plan.time_bare")
+        return seconds[0]
+
+
 def to_device(x):
     return x  # the CPU's tensors are NumPy arrays
 

@@ -55,7 +55,8 @@ def has_tensor_cores():
 
 
 # the plan's call and op records: NumPy views of brgemm_plan_call / brgemm_plan_op
-from brgemm.plan import _CALL as _CALL_DTYPE, _OP as _OP_DTYPE  # noqa: E402
+from brgemm.constants import CALL_RECORD as _CALL_DTYPE, DEVICE_OPS  # noqa: E402
+from brgemm.constants import OP_RECORD as _OP_DTYPE  # noqa: E402
 
 
 class _Tables:
@@ -143,11 +144,6 @@ def _call_paths(blocks, calls, a_offs, b_offs, ops):
     has_lstm = lstm_before[ob + oc] > lstm_before[ob]
     path = np.where(block_ok[calls["kernel"]] & offs_ok, tc, 0) | np.where(has_lstm, mem_ops, 0)
     return path.astype(np.uint8)
-
-
-def _ranges_meet(x, y):
-    return x.nbytes and y.nbytes and x.address < y.address + y.nbytes and \
-        y.address < x.address + x.nbytes
 
 
 # ---------------------------------------------------------------- the kernel contract
@@ -239,9 +235,11 @@ class PlanReplay:
     launch per phase on every run."""
 
     device_array = DeviceArray  # Plan.run accepts these in place of NumPy arrays
+    takes_threads = False
 
     def __init__(self, plan):
-        self.tables = _Tables(plan.blocks, plan.calls, plan.a_offs, plan.b_offs, plan.ops,
+        plan.require("cuda", max_op=DEVICE_OPS, b_vnni=True)
+        self.tables = _Tables(plan.blocks, plan.calls, *plan.byte_offsets(), plan.ops,
                               plan.task_begin, plan.phase_begin)
         self.names = list(plan.tensors)
         self.written = plan.written
@@ -252,14 +250,9 @@ class PlanReplay:
         """Device tensors of other libraries (DLPack) as DeviceArray views."""
         return {name: _adopt(x, name) for name, x in arrays.items()}
 
-    def run(self, arrays):
-        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray."""
-        for w in self.written:
-            for name in self.names:
-                a, b = arrays[w], arrays[name]
-                if name != w and isinstance(a, DeviceArray) and isinstance(b, DeviceArray) \
-                        and _ranges_meet(a, b):
-                    raise ValueError(f"{w}: overlaps {name}; the plan writes {w}")
+    def run(self, arrays, threads=None):
+        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray,
+        checked by Plan.check."""
         with self._lock:
             self._run(arrays)
 

@@ -30,10 +30,9 @@ _ICD = point_icd_loader()
 import dpctl  # noqa: E402  (after the loader fix: the OpenCL loader reads it once)
 import dpctl.program  # noqa: E402
 
-from brgemm import dtypes  # noqa: E402
 from brgemm.backend import _dpctl_capi  # noqa: E402
-from brgemm.constants import (CALL_FIELDS, DTYPE_CODE, HEADER, KDESC_FIELDS,  # noqa: E402
-                              OP_FIELDS, device_source)
+from brgemm.constants import (CALL_FIELDS, DEVICE_OPS, DTYPE_CODE, HEADER,  # noqa: E402
+                              KDESC_FIELDS, OP_FIELDS, device_source)
 
 ffi, capi = _dpctl_capi.load(dpctl)
 
@@ -303,18 +302,14 @@ class PlanReplay:
     one submission per phase on every run."""
 
     device_array = DeviceArray  # Plan.run accepts these in place of NumPy arrays
+    takes_threads = False
 
     def __init__(self, plan):
+        plan.require("sycl", max_op=DEVICE_OPS, b_vnni=False)
         blocks = plan.blocks
         kdesc = [_kdesc(b.m, b.n, b.k, b.lda, b.ldb, b.ldc, b.dtype, b.c_dtype) for b in blocks]
         kscal = [v for b in blocks for v in (b.alpha, b.beta)]
         calls = plan.calls
-        # the CPU tables hold byte offsets (libxsmm's unit); the device wants elements
-        item = np.array([dtypes.ITEMSIZE[b.dtype] for b in blocks], np.int64)
-        per_off = np.repeat(item[calls["kernel"]], calls["count"]) if len(calls) else \
-            np.zeros(0, np.int64)
-        a_offs = plan.a_offs.astype(np.int64) // per_off
-        b_offs = plan.b_offs.astype(np.int64) // per_off
         call_rows = np.stack([calls[f].astype(np.int64) for f in (
             "kernel", "a", "b", "c", "c_off", "count", "offs", "op_begin", "op_count")], axis=1) \
             if len(calls) else []
@@ -322,15 +317,16 @@ class PlanReplay:
         op_rows = np.concatenate([ops["code"].astype(np.int64)[:, None], ops["tensor"].astype(np.int64),
                                   ops["offset"], ops["ld"][:, None], ops["stride"][:, None]], axis=1) \
             if len(ops) else []
-        self.tables = _Tables(kdesc, kscal, call_rows, a_offs, b_offs, op_rows, plan.task_begin,
-                              plan.phase_begin)
+        self.tables = _Tables(kdesc, kscal, call_rows, plan.a_offs, plan.b_offs, op_rows,
+                              plan.task_begin, plan.phase_begin)
         self.names = list(plan.tensors)
         self.written = plan.written
         self._staging = {}  # tensor name -> USM copy of a NumPy argument, reused across runs
         self._lock = threading.Lock()  # runs from several threads share the staging buffers
 
-    def run(self, arrays):
-        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray."""
+    def run(self, arrays, threads=None):
+        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray,
+        checked by Plan.check."""
         with self._lock:
             self._run(arrays)
 

@@ -1,0 +1,57 @@
+"""Block: the shape of one kernel call in a plan (brgemm.plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brgemm import dtypes
+from brgemm.kernel import SPAN, _dim, _scalar
+
+
+@dataclass(frozen=True)
+class Block:
+    """One kernel shape: C[m,n] (row stride ldc) op= sum of count A[m,k] @ B[k,n]."""
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    dtype: str = "f32"      # of A and B
+    c_dtype: str = "f32"
+    beta: float = 1.0
+    alpha: float = 1.0
+    b_vnni: bool = False    # B tiles in VNNI pairs (brgemm.vnni), offsets at a block's first pair
+
+    def __post_init__(self):
+        """The checks a Kernel makes of the same values (the plan's kernels are
+        made without one), and one normal form: a stride that steps over a
+        single row is irrelevant, so it is the row's length (fewer distinct
+        JIT kernels, and no huge strides that only look large)."""
+        for name in ("m", "n", "k"):
+            object.__setattr__(self, name, _dim(getattr(self, name), name))
+        if self.m == 1:
+            object.__setattr__(self, "lda", self.k)
+            object.__setattr__(self, "ldc", self.n)
+        if self.k == 1:
+            object.__setattr__(self, "ldb", self.n)
+        for name in ("lda", "ldb", "ldc"):
+            object.__setattr__(self, name, _dim(getattr(self, name), name))
+        dtypes.check_name(self.dtype)
+        if self.c_dtype not in ("f32", "bf16") or (self.dtype == "f32" and self.c_dtype != "f32"):
+            raise ValueError(f"c_dtype: expected 'f32'{' or bf16' * (self.dtype == 'bf16')} "
+                             f"for dtype {self.dtype!r}, got {self.c_dtype!r}")
+        object.__setattr__(self, "beta", _scalar(self.beta, "beta"))
+        object.__setattr__(self, "alpha", _scalar(self.alpha, "alpha"))
+        ab, c = dtypes.NUMPY[self.dtype].itemsize, dtypes.NUMPY[self.c_dtype].itemsize
+        for name, rows, cols, item in (("lda", self.m, self.k, ab), ("ldb", self.k, self.n, ab),
+                                       ("ldc", self.m, self.n, c)):
+            ld = getattr(self, name)
+            if ld < cols:
+                raise ValueError(f"{name}: {ld} is less than the block's {cols} columns")
+            if rows * ld * item > SPAN:
+                raise ValueError(f"{name}: {rows} rows {ld} elements apart span more than "
+                                 "2**31 - 1 bytes, the most the kernel addresses per block")
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.n * self.k

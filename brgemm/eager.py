@@ -1,0 +1,102 @@
+"""Eager: the executor that runs each call of a loop nest at once, through
+brgemm.Kernel, with the epilogue ops in NumPy: the reference and debugging
+path for the nests that brgemm.plan's Recorder records."""
+from __future__ import annotations
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.block import Block
+from brgemm.kernel import Kernel
+from brgemm.vnni import unpack_block
+
+
+def _block_view(flat, offset, rows, cols, ld):
+    if offset < 0 or offset + (rows - 1) * ld + cols > flat.size:
+        raise ValueError(f"block at offset {offset} ({rows}x{cols}, row stride {ld}) "
+                         f"runs past a buffer of {flat.size} elements")
+    return np.lib.stride_tricks.as_strided(flat[offset:], (rows, cols), (ld * flat.itemsize,
+                                                                        flat.itemsize))
+
+
+class Eager:
+    """Runs each call as the loop nest makes it: the reference and debugging path."""
+
+    def __init__(self, backend=None, **arrays):
+        self.backend = backend
+        self.arrays = {name: a.reshape(-1) for name, a in arrays.items()}
+        self._kernels = {}
+
+    def at(self, phase, task):
+        pass  # one thread, nest order: phases and tasks need no bookkeeping
+
+    def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
+        kern = self._kernels.get(blk)
+        if kern is None:
+            kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
+                                               alpha=blk.alpha, backend=self.backend,
+                                               lda=blk.lda, ldb=blk.ldb)
+        C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
+        if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
+            B = np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs])
+            kern = self._kernels.get((blk, "plain b"))
+            if kern is None:
+                kern = self._kernels[blk, "plain b"] = Kernel(
+                    blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
+                    backend=self.backend, lda=blk.lda, ldb=blk.n)
+            kern.offs(self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
+        else:
+            kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
+        for op in ops:
+            self._apply(op, C)
+
+    def _apply(self, op, C):
+        if op.code == "bias":
+            C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[1]]
+        elif op.code == "relu":
+            np.maximum(C, 0, out=C)
+        elif op.code == "sigmoid":
+            C[...] = 1 / (1 + np.exp(-C))
+        elif op.code == "tanh":
+            np.tanh(C, out=C)
+        elif op.code == "store_bf16":
+            dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
+            dst[...] = C.astype(dtypes.bfloat16)
+        elif op.code.endswith("_bwd") and op.code != "lstm_cell_bwd":
+            y = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
+            C *= {"relu_bwd": lambda: y > 0, "sigmoid_bwd": lambda: y * (1 - y),
+                  "tanh_bwd": lambda: 1 - y * y}[op.code]()
+        elif op.code in ("store_t", "store_t_bf16"):
+            dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], C.shape[1], C.shape[0],
+                              op.ld)
+            dst[...] = C.T.astype(dtypes.bfloat16 if op.code == "store_t_bf16" else np.float32)
+        elif op.code == "lstm_cell":
+            ldc = C.strides[0] // C.itemsize
+            view = lambda q, extra=0: _block_view(  # noqa: E731
+                self.arrays[op.tensors[q]], op.offsets[q] + extra, *C.shape, ldc if q == 0 else op.ld)
+            sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+            gi, gf, gg, go = (view(0, q * op.stride) for q in range(4))
+            gi[...], gf[...], gg[...], go[...] = sig(gi), sig(gf), np.tanh(gg), sig(go)
+            view(2)[...] = gf * view(1) + gi * gg
+            view(3)[...] = go * np.tanh(view(2))
+            if len(op.tensors) > 4:
+                view(4)[...] = view(3).astype(dtypes.bfloat16)
+        elif op.code == "lstm_cell_bwd":
+            blk = lambda q, extra=0: _block_view(  # noqa: E731
+                self.arrays[op.tensors[q]], op.offsets[q] + extra, *C.shape, op.ld)
+            dh = C + blk(0)
+            i, f, g, o = (blk(1, q * op.stride) for q in range(4))
+            tc = np.tanh(blk(2))
+            dc = blk(4) + dh * o * (1 - tc * tc)
+            dgi, dgf, dgg, dgo = (blk(5, q * op.stride) for q in range(4))
+            dgo[...] = dh * tc * o * (1 - o)
+            dgi[...] = dc * g * i * (1 - i)
+            dgg[...] = dc * i * (1 - g * g)
+            dgf[...] = dc * blk(3) * f * (1 - f)
+            blk(4)[...] = dc * f
+            if len(op.tensors) > 6:
+                for q in range(4):
+                    blk(6, q * op.stride)[...] = blk(5, q * op.stride).astype(dtypes.bfloat16)
+        else:
+            raise ValueError(f"op: unknown code {op.code!r}")
+

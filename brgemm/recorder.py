@@ -1,0 +1,83 @@
+"""Recorder: the executor that records each call of a loop nest as a row of a
+Plan instead of running it, checking every tensor name, dtype and offset (and
+each epilogue op against brgemm.epilogue.accesses) as it goes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brgemm import dtypes
+from brgemm.block import Block
+from brgemm.constants import OP_CODES
+from brgemm.epilogue import accesses
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named flat buffer a plan reads or writes."""
+    dtype: str   # "f32" or "bf16"
+
+
+class Recorder:
+    """Records each call as a row of a Plan instead of running it."""
+
+    def __init__(self, tensors: dict[str, str], backend=None, spec=None):
+        """tensors: name -> dtype ("f32"/"bf16") of every buffer the nest names;
+        spec: the loop spec the nest walks, named when the plan is refused."""
+        self.tensors = {name: dtypes.check_name(dt) for name, dt in tensors.items()}
+        self.backend = backend
+        self.spec = spec
+        self.blocks: dict[Block, int] = {}
+        self.phases: dict[tuple, dict[tuple, list]] = {}
+        self._where = ((), ())
+        self.extent = dict.fromkeys(self.tensors, 0)  # elements each tensor must hold
+        self.written = set()
+
+    def at(self, phase, task):
+        """Calls made from now on belong to this phase and task (from Nest.walk)."""
+        self._where = (phase, task)
+
+    def _touch(self, name, offsets, rows, cols, ld, role):
+        if name not in self.tensors:
+            raise ValueError(f"{role}: unknown tensor {name!r} (declared: {', '.join(self.tensors)})")
+        lo = min(offsets) if len(offsets) else 0
+        if lo < 0:
+            raise ValueError(f"{role}: negative offset {lo} into {name!r}")
+        if len(offsets):
+            self.extent[name] = max(self.extent[name], max(offsets) + (rows - 1) * ld + cols)
+
+    def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
+        a_offs, b_offs = list(a_offs), list(b_offs)
+        if len(a_offs) != len(b_offs):
+            raise ValueError(f"b_offs: {len(b_offs)} offsets, a_offs has {len(a_offs)}")
+        for name, want, role in ((a, blk.dtype, "a"), (b, blk.dtype, "b"), (c, blk.c_dtype, "c")):
+            if self.tensors.get(name, want) != want:
+                raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
+                                 f"wants {want}")
+        self._touch(a, a_offs, blk.m, blk.k, blk.lda, "a")
+        self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
+        self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
+        self.written.add(c)
+        for op in ops:
+            self._check_op(op, blk)
+        kid = self.blocks.setdefault(blk, len(self.blocks))
+        phase, task = self._where
+        self.phases.setdefault(phase, {}).setdefault(task, []).append(
+            (kid, a, b, c, c_off, a_offs, b_offs, tuple(ops)))
+
+    def _check_op(self, op, blk):
+        if op.code not in OP_CODES:
+            raise ValueError(f"ops: unknown op {op.code!r}")
+        if blk.c_dtype != "f32":
+            raise ValueError(f"ops: {op.code} needs an f32 C block, this one is {blk.c_dtype}")
+        for name, offs, rows, cols, ld, writes, want in accesses(op, blk):
+            self._touch(name, offs, rows, cols, ld, op.code)
+            if self.tensors[name] != want:
+                raise ValueError(f"{op.code}: tensor {name!r} is not {want}")
+            if writes:
+                self.written.add(name)
+
+    def finish(self):
+        """The recorded Plan (checked for races between parallel tasks)."""
+        from brgemm.plan import Plan  # plan re-exports this module's names
+        return Plan(self)
+
