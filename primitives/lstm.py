@@ -205,7 +205,7 @@ def vnni_operands(g, dtype, backend):
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
 
 
-def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
+def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None):
     """The layer's blocked weights for the forward: wx (W_ih^T tiles,
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
@@ -213,24 +213,35 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset()):
     backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are made
     from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
     alone never pays for them. The operands
-    in `vnni` are packed in VNNI pairs (AMX), the transposes then made here."""
+    in `vnni` are packed in VNNI pairs (AMX), the transposes then made here.
+    buffer(name, shape, dtype): where each copy goes (default: new arrays)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
-    wx = aligned_empty((4 * Kb, g.Cb, g.bc, g.bk), ab)
-    wh = aligned_empty((4 * Kb, Kb, g.bk, g.bk), ab)
+    buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
+    wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
+    wh = buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
     for q in range(4):
         to_blocks(w_ih[q * K:(q + 1) * K], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
                   out=wx[q * Kb:(q + 1) * Kb])
         to_blocks(w_hh[q * K:(q + 1) * K], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
                   out=wh[q * Kb:(q + 1) * Kb])
-    bp = np.zeros((4, g.Kp), np.float32)
+    bp = buffer("bp", (4, g.Kp), np.float32)
+    bp[:, K:] = 0
     bp[:, :K] = b.reshape(4, K)
     out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
     if vnni:  # the transposes read the plain tiles: made now, before packing
-        out.update(w_ih_tiles=transpose_blocks(wx), w_hh_tiles=transpose_blocks(wh))
+        out.update(w_ih_tiles=transpose_tiles(wx, "w_ih_tiles", buffer),
+                   w_hh_tiles=transpose_tiles(wh, "w_hh_tiles", buffer))
     for name, operand in (("wx", "x"), ("w_ih_tiles", "h"), ("wh", "h"), ("w_hh_tiles", "h")):
         if operand in vnni:
-            out[name] = vnni_tiles(out[name])
+            out[name] = vnni_tiles(out[name], out=buffer(name + "_vnni", out[name].shape,
+                                                          out[name].dtype))
     return out
+
+
+def transpose_tiles(t, name, buffer=None):
+    """transpose_blocks(t) into buffer(name, ...) (block_weights' buffer), or new."""
+    Rb, Sb, br, bs = t.shape
+    return transpose_blocks(t, out=buffer(name, (Sb, Rb, bs, br), t.dtype) if buffer else None)
 
 
 class LSTM:
@@ -253,6 +264,7 @@ class LSTM:
         self.g = None
         self._grad_tiles, self._grads = None, {}
         self._results = Recycler()
+        self._wbufs, self._own = {}, False
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -280,14 +292,28 @@ class LSTM:
 
     def load_weights(self, token=None):
         """Re-block w_ih, w_hh and b (after they changed); with a token
-        (primitives.reuse), a copy kept from an earlier call when provably unchanged."""
+        (primitives.reuse), a copy kept from an earlier call when provably unchanged.
+        Without one the copies go into this layer's own buffers, rewritten on
+        each load: fresh pages would cost a fault each, several times the copy."""
         g = self.g
         if g is None or self.w_ih is None:
             return
+        self._own = token is None  # the copies sit in self._weight_buffer's buffers
+        buffer = self._weight_buffer if self._own else None
         self._blocked = _reuse.blocked(
             token, ("lstm", g, self.dtype, self.vnni), (self.w_ih, self.w_hh, self.b),
-            lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni))
+            lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni,
+                                  buffer))
         self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
+
+    def _weight_buffer(self, name, shape, dtype):
+        """A buffer for one blocked weight copy (block_weights' buffer), kept
+        across loads; unlike _buffer's, prepare() keeps them (same shapes)."""
+        bufs = self._wbufs
+        buf = bufs.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != dtype:
+            buf = bufs[name] = aligned_empty(shape, dtype)
+        return poison(buf)
 
     def _transposed(self, name, of):
         """Tiles of the untransposed weights (`name`: the transpose of the tiles
@@ -295,7 +321,8 @@ class LSTM:
         the tiles are packed in VNNI pairs)."""
         blocked = self._blocked
         if name not in blocked:
-            blocked[name] = transpose_blocks(blocked[of])
+            blocked[name] = transpose_tiles(blocked[of], name,
+                                            self._weight_buffer if self._own else None)
         return blocked[name]
 
     w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
@@ -362,9 +389,12 @@ class LSTM:
         return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
 
     # -- backward --
-    def backward(self, dy, dhT=None, dcT=None):
+    def backward(self, dy, dhT=None, dcT=None, plain_grads=False):
         """Gradients after forward(): returns dx, dh0, dc0 and sets grad_w_ih,
-        grad_w_hh, grad_b (all f32 for the weights, the input's dtype else)."""
+        grad_w_hh, grad_b (all f32 for the weights, the input's dtype else).
+        plain_grads: the weight gradients will be read (the functional form
+        returns them): written as plain arrays by the update plans where they
+        can be, instead of tiles converted when read."""
         g = self.g
         if g is None:
             raise ValueError("dy: call forward first")
@@ -386,7 +416,10 @@ class LSTM:
         dG_in = t.get("dG16", dG)
         dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
-        self._weight_grads(dG_in, g, dG)
+        if plain_grads and self._plain_updates():
+            self._weight_grads_plain(dG_in, g, dG)
+        else:
+            self._weight_grads(dG_in, g, dG)
         dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
                                                                              copy=False)
         return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
@@ -396,6 +429,38 @@ class LSTM:
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb
+
+    def _plain_updates(self):
+        """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays
+        (fc's plain update), where they apply: every gate's rows whole blocks
+        (K a multiple of bk, so the padded gates are the plain rows) and no
+        VNNI packing of the streamed tiles. None where they do not."""
+        g = self.g
+        if g.K % g.bk or "upd" in self.vnni:
+            return None
+        plans = self.__dict__.setdefault("_plain_plans", {})
+        if g not in plans:
+            plans.clear()
+            plans[g] = (fc.plan(self.gx, "upd", self.dtype, plain=True),
+                        fc.plan(g.fc_hidden(g.T), "upd", self.dtype, plain=True))
+        return plans[g]
+
+    def _weight_grads_plain(self, dG, g, dG32):
+        """dW_ih = dG^T x and dW_hh = dG^T h_prev straight into plain arrays
+        (see _plain_updates); db as _weight_grads leaves it."""
+        upd_x, upd_h = self._plain_updates()
+        rows = g.T * g.Nb
+        dGt = transpose_blocks(dG, out=self._buffer("dGt", (4 * g.Kb, rows, g.bk, g.bn),
+                                                     dG.dtype))
+        dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
+        upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
+        hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
+        dw_hh = self._results.empty("grad_w_hh", (4 * self.K, self.K), np.float32)
+        upd_h.run(backend=self.backend, dyt=dGt, x=hprev.reshape((rows, g.Kb, g.bn, g.bk)),
+                  dw=dw_hh)
+        self._grad_tiles = dict(b=dG32)
+        f32 = np.dtype(np.float32)
+        self._grads = {("w_ih", f32): dw_ih, ("w_hh", f32): dw_hh}
 
     def _weight_grads(self, dG, g, dG32):
         dwx = self._buffer("dwx", (4 * g.Kb, g.Cb, g.bc, g.bk))
@@ -429,6 +494,7 @@ class LSTM:
     def _grad(self, name, dtype=np.float32):
         """One gradient of the last backward() as a plain array (None before
         one), in f32 or rounded to bf16 (dtype) on the way."""
+        dtype = np.dtype(dtype)
         if (name, dtype) not in self._grads:
             if self._grad_tiles is None:
                 return None
@@ -436,6 +502,8 @@ class LSTM:
         return self._grads[(name, dtype)]
 
     def _plain_grad(self, name, dtype):
+        if name not in self._grad_tiles:  # written plain in f32 (_weight_grads_plain)
+            return self._grads[(name, np.dtype(np.float32))].astype(dtype)
         g, tiles, K = self.g, self._grad_tiles[name], self.K
         if name == "b":  # rows of tiles summed first, in parallel: [4Kb][bn][bk]
             per_tile = column_sums(tiles.reshape(tiles.shape[0], -1))
@@ -569,7 +637,7 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
         layer.forward(x, h0, c0)
         if saved is not None:
             saved.stamp = stamp
-    dx, dh0, dc0 = layer.backward(dy, dhT, dcT)
+    dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True)
     out = x.dtype
     return (dx, dh0, dc0, layer._grad("w_ih", out), layer._grad("w_hh", out),
             layer._grad("b", out))

@@ -368,8 +368,9 @@ class _LSTMFunction(torch.autograd.Function):
             layer = lstm.LSTM(x.shape[2], w_hh.shape[1], dtype=ctx.dtype, init=False)
             _set_weights(layer, w_ih, w_hh, b_ih, b_hh)
             layer.forward(_array(x), _array(h0), _array(c0))
-        dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)))
         need = ctx.needs_input_grad
+        dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)),
+                                      plain_grads=need[4] or need[5])
         db = _cast(layer.grad_b, w_ih) if b_ih is not None and (need[6] or need[7]) else None
         return (None, _tensor(dx) if need[1] else None, _tensor(dh0) if need[2] else None,
                 _tensor(dc0) if need[3] else None,

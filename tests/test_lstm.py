@@ -93,6 +93,24 @@ def test_layer_gradients_follow_the_last_backward(rng):
           1e-5)
 
 
+def test_functional_calls_rewrite_their_weight_copies(rng):
+    """The functional form keeps its blocked weights in buffers of its own:
+    a second call with other weights of the same shapes must use them, and
+    leave the arrays the first call returned as they were. K a multiple of
+    the hidden block (plain weight gradients) and not (tiles converted)."""
+    cfg = {"fwd": {"bn": 16, "bc": 32, "bk": 16}}
+    for T, N, C, K in ((3, 20, 24, 32), (2, 9, 17, 20)):
+        calls = [make(rng, T, N, C, K, np.float32) for _ in range(2)]
+        results = []
+        for a, d in calls:
+            y, (hT, cT) = lstm.forward(**a, config=cfg)
+            results.append(((y, hT, cT), lstm.backward(**d, **a, config=cfg)))
+        for (a, d), (fwd, grads) in zip(calls, results):
+            want_fwd, want_bwd = reference(a, d)
+            check(["y", "hT", "cT"], fwd, want_fwd, 1e-5)
+            check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, want_bwd, 1e-5)
+
+
 class TestBadInput:
     T, N, C, K = 2, 3, 4, 5
 
