@@ -21,7 +21,7 @@ LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_bu
 python3 -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
 [ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
-  tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py > $out/tests.txt 2>&1
+  tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
 echo "tests exit $?"; tail -15 $out/tests.txt
 # L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
 for l1 in default ${L1_BUDGETS:-}; do
