@@ -4,6 +4,8 @@ import pathlib
 import statistics
 import time
 
+import numpy as np
+
 SHAPES_DIR = pathlib.Path(__file__).resolve().parent / "shapes"
 
 
@@ -22,6 +24,28 @@ def read_shapes(name):
         if line:
             rows.append((tuple(int(v) for v in line[:-1]), line[-1]))
     return rows
+
+
+def quick_shapes(name, quick, names):
+    """The rows of shape set `name`; with quick, only those named in `names`."""
+    rows = read_shapes(name)
+    return [r for r in rows if r[1] in names] if quick else rows
+
+
+def compare(vs, onednn, torch):
+    """The rows of the oneDNN comparison and then the PyTorch one, as --vs asks
+    (onednn, torch: functions that run them)."""
+    return (onednn() if "onednn" in vs else []) + (torch() if "torch" in vs else [])
+
+
+def check_close(what, ours, theirs, dtype, against, bf16_tol=2e-2):
+    """Ours against the other side's result before timing: the largest
+    difference relative to the largest magnitude, 1e-4 for f32 and bf16_tol
+    for bf16 (both sides round to bf16, at different points)."""
+    ours = np.asarray(ours, np.float32)
+    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
+    if err > (1e-4 if dtype == "f32" else bf16_tol):
+        raise AssertionError(f"{what}: ours and {against} differ by {err:.2e} (relative to max)")
 
 
 def set_threads(threads, onednn=True):
@@ -131,6 +155,30 @@ def ratio_row(flops, t_ours, t_onednn, peak, **fields):
     return row
 
 
+class VsTable:
+    """The ours-against-oneDNN table: head() prints the header, line(row) one
+    ratio_row (with its impl, and func_over_ours or func where the row has them)."""
+
+    def __init__(self, name_width, pass_width, label="shape", func_gflops=False):
+        self.nw, self.pw, self.func = name_width, pass_width, func_gflops
+        self.label = label
+
+    def head(self):
+        head = (f"{self.label:<{self.nw}}{'pass':<{self.pw}}{'ours':>8}"
+                + (f"{'func':>8}" if self.func else "")
+                + f"{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}{'ours %pk':>9}{'spread':>8}"
+                + "  oneDNN impl")
+        print(head + "\n" + "-" * len(head))
+
+    def line(self, r):
+        def opt(key, width, fmt):
+            return f"{r[key]:>{width}{fmt}}" if r.get(key) else f"{'-':>{width}}"
+        print(f"{r['shape']:<{self.nw}}{r['pass_']:<{self.pw}}{r['ours']:>8.1f}"
+              + (opt("func", 8, ".1f") if self.func else "")
+              + f"{r['onednn']:>8.1f}{r['ratio']:>12.2f}" + opt("func_over_ours", 10, ".2f")
+              + f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {r['impl']}", flush=True)
+
+
 def finish_report(name, rows, passes):
     """The geomean of ours / oneDNN per pass, then JSON and PNG (save_report)."""
     for p in passes:
@@ -157,6 +205,16 @@ def torch_threads(threads):
     if torch.get_num_threads() != threads:
         raise SystemExit(f"thread counts differ: asked {threads}, PyTorch {torch.get_num_threads()}")
     return torch
+
+
+def functional_setup(threads, dtype, quick):
+    """PyTorch on our thread count, the NumPy and torch dtypes of `dtype`, and
+    the repetitions per timing."""
+    import brgemm
+    torch = torch_threads(threads)
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    return torch, npdt, tdt, 5 if quick else 7
 
 
 def functional_row(name, pass_, func, torch_fn, layer, kept, reps, **fields):

@@ -17,44 +17,34 @@ import numpy as np
 
 import brgemm
 from brgemm.info import kernel_path
-from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
-                               interleaved, machine, ratio_row, read_shapes, set_threads,
-                               torch_threads)
+from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+                               finish_report, functional_row, functional_setup, interleaved,
+                               machine, quick_shapes, ratio_row, set_threads)
 from brgemm.machine import fma_peak
 from primitives import conv, reuse
 
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
 
 
-def _shapes(shape_set, quick):
-    shapes = read_shapes(shape_set)
-    return [s for s in shapes if s[1] in QUICK] if quick else shapes
-
-
 def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
         passes=("fwd", "bwd", "upd"), vs=("onednn",)):
     threads = set_threads(threads, onednn="onednn" in vs)
-    rows = []
-    if "onednn" in vs:
-        rows += _vs_onednn(quick, dtype, threads, shape_set, passes)
-    if "torch" in vs:
-        rows += _functional(quick, dtype, threads, shape_set)
-    return rows
+    return compare(vs, lambda: _vs_onednn(quick, dtype, threads, shape_set, passes),
+                   lambda: _functional(quick, dtype, threads, shape_set))
 
 
 def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
-    shapes = _shapes(shape_set, quick)
+    shapes = quick_shapes(shape_set, quick, QUICK)
     N = threads
     peak = fma_peak(0.2)[0] * threads
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
-    head = (f"{'layer':<17}{'pass':<5}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
-            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
-    print(head + "\n" + "-" * len(head))
+    table = VsTable(17, 5, label="layer")
+    table.head()
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
         x = rng.standard_normal((N, C, H, W)).astype(npdt)
@@ -93,10 +83,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             got = {"fwd": lambda: conv.unblock_y(t["y"], g, np.float32),
                    "bwd": lambda: conv.unblock_x(t["dx"], g, np.float32),
                    "upd": lambda: conv.unblock_dw(t["dw"][:1], g, np.float32)}[p]()
-            theirs = job.result()
-            err = np.abs(got - theirs).max() / (np.abs(theirs).max() + 1e-30)
-            if err > (1e-4 if dtype == "f32" else 2e-2):
-                raise AssertionError(f"{name} {p}: ours and oneDNN differ by {err:.2e}")
+            check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             # functional forms on NCHW arrays, conversions included; conv.backward does
             # backward-data and the update, so it is compared with both layer passes
             upd_plan = conv.plan(g, "upd", dtype)
@@ -115,26 +102,22 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
                           threads=threads, impl=job.impl, spread=max(spread[:2]),
                           func_over_ours=func_over_ours)
             rows.append(r)
-            fo = f"{func_over_ours:>10.2f}" if func_over_ours else f"{'-':>10}"
-            print(f"{name:<17}{p:<5}{r['ours']:>8.1f}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
+            table.line(r)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)
 
 
 def _functional(quick, dtype, threads, shape_set):
     """conv.forward and conv.forward + conv.backward against PyTorch and the layer path."""
-    torch = torch_threads(threads)
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
     F = torch.nn.functional
     rng = np.random.default_rng()
-    N, reps = threads, 5 if quick else 7
-    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
+    N = threads
     print(f"\nconv functional {dtype}, N={N}, {threads} threads, {machine()}: conv.forward / "
           f"conv.backward on NCHW arrays against PyTorch {torch.__version__} (F.conv2d, autograd "
           f"backward) and our layer path; median of {reps}, interleaved")
     print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     rows = []
-    for (C, K, H, W, R, S, st, pd), name in _shapes(shape_set, quick):
+    for (C, K, H, W, R, S, st, pd), name in quick_shapes(shape_set, quick, QUICK):
         x = rng.standard_normal((N, C, H, W)).astype(npdt)
         w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
         g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
@@ -175,7 +158,8 @@ def _functional(quick, dtype, threads, shape_set):
         for what, ours, theirs in (("y", conv.forward(x, w, st, pd, dtype=dtype),
                                     F.conv2d(tx, tw, stride=st, padding=pd)),
                                    ("dx", dx, gx.grad), ("dw", dw, gw.grad)):
-            _check(f"{name} {what}", ours, theirs.float().numpy(), dtype)
+            check_close(f"{name} {what}", ours, theirs.float().numpy(), dtype, "PyTorch",
+                        bf16_tol=3e-2)
         rows.append(functional_row(name, "fwd", lambda: conv.forward(x, w, st, pd, dtype=dtype),
                                    lambda: F.conv2d(tx, tw, stride=st, padding=pd), layer_fwd,
                                    lambda: conv.forward(x, w, st, pd, dtype=dtype, reuse=key),
@@ -184,10 +168,3 @@ def _functional(quick, dtype, threads, shape_set):
                                    lambda: func_fwd_bwd(key), reps, dtype=dtype, threads=threads,
                                    N=N))
     return finish_functional(f"conv-functional-{dtype}-{threads}t", rows)
-
-
-def _check(what, ours, theirs, dtype):
-    ours = np.asarray(ours, np.float32)
-    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
-    if err > (1e-4 if dtype == "f32" else 3e-2):
-        raise AssertionError(f"{what}: ours and PyTorch differ by {err:.2e} (relative to max)")

@@ -15,29 +15,19 @@ threads and dtype, and against the layer path (fc.Linear's blocked passes)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
-                               interleaved, machine, ratio_row, read_shapes, set_threads,
-                               torch_threads)
+from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+                               finish_report, functional_row, functional_setup, interleaved,
+                               machine, ratio_row, read_shapes, set_threads)
 from brgemm.machine import fma_peak
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc, reuse
 
 
-def _check(name, ours, theirs, dtype):
-    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
-    if err > (1e-4 if dtype == "f32" else 2e-2):
-        raise AssertionError(f"{name}: ours and oneDNN differ by {err:.2e} (relative to max)")
-
-
 def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
         passes=("fwd", "bwd", "upd"), vs=("onednn",)):
     threads = set_threads(threads, onednn="onednn" in vs)
-    rows = []
-    if "onednn" in vs:
-        rows += _vs_onednn(quick, dtype, threads, shape_set, passes)
-    if "torch" in vs:
-        rows += _functional(quick, dtype, threads, shape_set)
-    return rows
+    return compare(vs, lambda: _vs_onednn(quick, dtype, threads, shape_set, passes),
+                   lambda: _functional(quick, dtype, threads, shape_set))
 
 
 def _vs_onednn(quick, dtype, threads, shape_set, passes):
@@ -48,9 +38,8 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
           f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
-    head = (f"{'shape':<15}{'pass':<5}{'ours':>8}{'func':>8}{'oneDNN':>8}{'ours/oneDNN':>12}"
-            f"{'func/ours':>10}{'ours %pk':>9}{'spread':>8}  oneDNN impl")
-    print(head + "\n" + "-" * len(head))
+    table = VsTable(15, 5, func_gflops=True)
+    table.head()
     rows = []
     for (N, C, K), name in shapes:
         x = rng.standard_normal((N, C)).astype(npdt)
@@ -75,7 +64,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             job.run()
             got = {"fwd": lambda: from_blocks(lin.y, N, K), "bwd": lambda: from_blocks(lin.dx, N, C),
                    "upd": lambda: lin.grad_weight}[p]()
-            _check(f"{name} {p}", got, job.result(), dtype)
+            check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             func = {"fwd": lambda: fc.forward(x, w, dtype=dtype),
                     "bwd": lambda: fc.backward(dy, x, w, dtype=dtype), "upd": None}[p]
             fns = [ours, job.run] + ([func] if func else [])
@@ -91,21 +80,15 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
                           func=flops / t_func * 1e-9 if t_func else None,
                           func_over_ours=t_func_ref / t_func if t_func else None)
             rows.append(r)
-            fr = f"{r['func']:>8.1f}" if r["func"] else f"{'-':>8}"
-            fo = f"{r['func_over_ours']:>10.2f}" if r["func_over_ours"] else f"{'-':>10}"
-            print(f"{name:<15}{p:<5}{r['ours']:>8.1f}{fr}{r['onednn']:>8.1f}{r['ratio']:>12.2f}{fo}"
-                  f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {job.impl}", flush=True)
+            table.line(r)
     return finish_report(f"fc-{dtype}-{threads}t", rows, passes)
 
 
 def _functional(quick, dtype, threads, shape_set):
     """fc.forward and fc.forward + fc.backward against PyTorch and the layer path."""
-    torch = torch_threads(threads)
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
     F = torch.nn.functional
     rng = np.random.default_rng()
-    reps = 5 if quick else 7
-    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
     print(f"\nfc functional {dtype}, {threads} threads, {machine()}: fc.forward / fc.backward "
           f"(with bias) against PyTorch {torch.__version__} (F.linear, autograd backward) and "
           f"our layer path; median of {reps}, interleaved")
@@ -137,8 +120,7 @@ def _functional(quick, dtype, threads, shape_set):
         dx, dw, db = func_fwd_bwd()
         for what, ours, theirs in (("y", fc.forward(x, w, b, dtype=dtype), F.linear(tx, tw, tb)),
                                    ("dx", dx, gx.grad), ("dw", dw, gw.grad), ("db", db, gb.grad)):
-            _check(f"{name} {what} (against PyTorch)", np.asarray(ours, np.float32),
-                   theirs.float().numpy(), dtype)
+            check_close(f"{name} {what}", ours, theirs.float().numpy(), dtype, "PyTorch")
         rows.append(functional_row(name, "fwd", lambda: fc.forward(x, w, b, dtype=dtype),
                                    lambda: F.linear(tx, tw, tb), lambda: lin.forward_blocked(xb),
                                    lambda: fc.forward(x, w, b, dtype=dtype, reuse=key), reps,

@@ -14,29 +14,19 @@ autograd backward to x, h0, c0 and the weights) on the same arrays and
 weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
-import brgemm
-from benchmarks.common import (FUNC_HEAD, finish_functional, finish_report, functional_row,
-                               interleaved, machine, ratio_row, read_shapes, set_threads,
-                               torch_threads)
+from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+                               finish_report, functional_row, functional_setup, interleaved,
+                               machine, quick_shapes, ratio_row, set_threads)
 from brgemm.machine import fma_peak
 from primitives import lstm, reuse
 
 QUICK = ("small_t10_n64", "single_step_t1")
 
 
-def _shapes(shape_set, quick):
-    shapes = read_shapes(shape_set)
-    return [s for s in shapes if s[1] in QUICK] if quick else shapes
-
-
 def run(quick=False, dtype="f32", threads=None, shape_set="gnmt_lstm", vs=("onednn",)):
     threads = set_threads(threads, onednn="onednn" in vs)
-    rows = []
-    if "onednn" in vs:
-        rows += _vs_onednn(quick, dtype, threads, shape_set)
-    if "torch" in vs:
-        rows += _functional(quick, dtype, threads, shape_set)
-    return rows
+    return compare(vs, lambda: _vs_onednn(quick, dtype, threads, shape_set),
+                   lambda: _functional(quick, dtype, threads, shape_set))
 
 
 def _functions(layer, x, h0, c0, dy, dhT, dcT, dtype, key=None):
@@ -55,14 +45,13 @@ def _functions(layer, x, h0, c0, dy, dhT, dcT, dtype, key=None):
 def _vs_onednn(quick, dtype, threads, shape_set):
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
-    shapes = _shapes(shape_set, quick)
+    shapes = quick_shapes(shape_set, quick, QUICK)
     peak = fma_peak(0.2)[0] * threads
     reps = 5 if quick else 7
     print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
           "interleaved")
-    head = (f"{'shape':<20}{'pass':<8}{'ours':>8}{'oneDNN':>8}{'ours/oneDNN':>12}{'func/ours':>10}"
-            f"{'ours %pk':>9}{'spread':>8}  oneDNN impl")
-    print(head + "\n" + "-" * len(head))
+    table = VsTable(20, 8)
+    table.head()
     rows = []
     for (T, N, C, K), name in shapes:
         r = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
@@ -81,10 +70,10 @@ def _vs_onednn(quick, dtype, threads, shape_set):
             continue
         y, _ = ours_f()
         jf.run()
-        _check(f"{name} y", y, jf.result(), dtype)
+        check_close(f"{name} y", y, jf.result(), dtype, "oneDNN", bf16_tol=3e-2)
         dx = layer.backward(dy, dhT, dcT)[0]
         jb.run()
-        _check(f"{name} dx", dx, jb.result(), dtype)
+        check_close(f"{name} dx", dx, jb.result(), dtype, "oneDNN", bf16_tol=3e-2)
         fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run()), func_f, func_fb]
         times, spread = interleaved(fns, reps=reps)
         t_f, t_df, t_fb, t_db, t_ff, t_ffb = times
@@ -95,25 +84,20 @@ def _vs_onednn(quick, dtype, threads, shape_set):
                             threads=threads, impl=jf.impl, spread=max(sp),
                             func_over_ours=t_ours / t_func)
             rows.append(row)
-            print(f"{name:<20}{p:<8}{row['ours']:>8.1f}{row['onednn']:>8.1f}{row['ratio']:>12.2f}"
-                  f"{row['func_over_ours']:>10.2f}{row['pct_peak']:>8.1f}%"
-                  f"{100 * row['spread']:>7.0f}%  {jf.impl}", flush=True)
+            table.line(row)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
 
 
 def _functional(quick, dtype, threads, shape_set):
     """lstm.forward and lstm.forward + lstm.backward against torch.nn.LSTM and the layer."""
-    torch = torch_threads(threads)
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
     rng = np.random.default_rng()
-    reps = 5 if quick else 7
-    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    tdt = torch.float32 if dtype == "f32" else torch.bfloat16
     print(f"\nlstm functional {dtype}, {threads} threads, {machine()}: lstm.forward / "
           f"lstm.backward (one lstm.Saved) against torch.nn.LSTM {torch.__version__} (forward, "
           f"autograd backward) and our layer path; median of {reps}, interleaved")
     print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     rows = []
-    for (T, N, C, K), name in _shapes(shape_set, quick):
+    for (T, N, C, K), name in quick_shapes(shape_set, quick, QUICK):
         r = lambda *s: rng.standard_normal(s).astype(npdt)  # noqa: E731
         x, h0, c0, dy, dhT, dcT = r(T, N, C), r(N, K), r(N, K), r(T, N, K), r(N, K), r(N, K)
         layer = lstm.LSTM(C, K, dtype=dtype, rng=rng)
@@ -145,18 +129,11 @@ def _functional(quick, dtype, threads, shape_set):
             y_ref = m(t["x"], (t["h0"], t["c0"]))[0]
         for what, got, ref in (("y", func_f()[0], y_ref), ("dx", ours[0], g["x"].grad),
                                ("dw_hh", ours[4], m.weight_hh_l0.grad)):
-            _check(f"{name} {what} (against PyTorch)", np.asarray(got, np.float32),
-                   ref.float().numpy(), dtype)
+            check_close(f"{name} {what}", got, ref.float().numpy(), dtype, "PyTorch",
+                        bf16_tol=3e-2)
         rows.append(functional_row(name, "fwd", func_f, lambda: m(t["x"], (t["h0"], t["c0"])),
                                    layer_f, kept_f, reps, dtype=dtype, threads=threads, T=T, N=N,
                                    C=C, K=K))
         rows.append(functional_row(name, "fwd+bwd", func_fb, torch_fb, layer_fb, kept_fb, reps,
                                    dtype=dtype, threads=threads, T=T, N=N, C=C, K=K))
     return finish_functional(f"lstm-functional-{dtype}-{threads}t", rows)
-
-
-def _check(what, ours, theirs, dtype):
-    # bf16: both sides round x, h and weights to bf16, at different points
-    err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
-    if err > (1e-4 if dtype == "f32" else 3e-2):
-        raise AssertionError(f"{what}: ours and oneDNN differ by {err:.2e} (relative to max)")
