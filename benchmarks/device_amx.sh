@@ -8,18 +8,12 @@
 # Expects .devcarry as device_cpu.sh and device_onednn.sh do; run from the
 # repository root.
 set -uo pipefail
-out=${OUT:-/tmp}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-  .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
-mkdir -p /tmp/dnnl && for w in .devcarry/whl/onednn*.whl; do python3 -m zipfile -e "$w" /tmp/dnnl_x; done
-cp -r /tmp/dnnl_x/*.data/data/* /tmp/dnnl/ || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ONEDNN_ROOT=/tmp/dnnl
-date -u; lscpu | grep -E 'Model name|^CPU\(s\)|Thread'
-grep -o 'amx[a-z_0-9]*\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
-LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py \
-  > $out/build.txt 2>&1 || { tail -30 $out/build.txt; exit 1; }
-python3 -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
-[ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
+. "$(dirname "$0")/device_setup.sh"
+device_onednn_setup
+device_machine
+device_build_cpu
+$py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
+[ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
   tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
 echo "tests exit $?"; tail -15 $out/tests.txt
@@ -27,14 +21,14 @@ echo "tests exit $?"; tail -15 $out/tests.txt
 for l1 in default ${L1_BUDGETS:-}; do
   [ $l1 = default ] && unset BRGEMM_AMX_L1 || export BRGEMM_AMX_L1=$l1
   echo "BRGEMM_AMX_L1=$l1"
-  OMP_NUM_THREADS=1 taskset -c 2 timeout 120 python3 -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench_$l1.txt
+  OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench_$l1.txt
 done
 unset BRGEMM_AMX_L1
 parts=${*:-fc conv lstm}
 for what in $parts; do
   [ "$what" = none ] && continue
-  taskset -c 2,3 timeout ${PART_TIMEOUT:-150} python3 -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  taskset -c 2,3 timeout ${PART_TIMEOUT:-150} $py -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
   if [ "${AMX16:-0}" = 1 ]; then
-    timeout ${PART_TIMEOUT:-150} python3 -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+    timeout ${PART_TIMEOUT:-150} $py -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
   fi
 done

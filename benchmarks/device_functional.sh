@@ -6,18 +6,10 @@
 # .devcarry (see device_carry.sh: libxsmm, cffi and pycparser wheels); run from
 # the repository root. Each part has a time limit so the whole fits a short lease.
 set -uo pipefail
-out=${OUT:-/tmp}
-py=${PY:-python3}  # PY: another interpreter with cffi (a local dry run)
-if [ -z "${PY:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket' | tee $out/machine.txt
-grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee -a $out/machine.txt; echo
+. "$(dirname "$0")/device_setup.sh"
+device_machine
 $py -c 'import torch; print("torch", torch.__version__)' | tee -a $out/machine.txt
-LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include $py brgemm/_build_cpu.py \
-  > $out/build.txt 2>&1 || { tail -20 $out/build.txt; exit 1; }
+device_build_cpu
 limit=${FUNCTIONAL_LIMIT:-40}  # seconds per benchmark run
 all=$(nproc)
 timeout $limit $py -m benchmarks layouts --threads $all 2>&1 | tee $out/layouts.txt

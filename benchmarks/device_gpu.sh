@@ -8,27 +8,24 @@
 # Arguments: benchmarks.gpu options (default: all of it). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 set -uo pipefail
-OUT=${OUT:-/tmp}
-DEVCARRY=${DEVCARRY:-.devcarry}
-[ -d "$DEVCARRY" ] || DEVCARRY=../../.devcarry
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$DEVCARRY"/whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+. "$(dirname "$0")/device_setup.sh"
+OUT=$out
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 nvcc --version | tail -1
 t0=$(date +%s)
-LIBXSMM_LIBDIR=$DEVCARRY/lib LIBXSMM_INCDIR=$DEVCARRY/include python3 brgemm/_build_cpu.py >/dev/null || exit 1
-python3 brgemm/_build_cuda.py || exit 1
+device_build_cpu
+$py brgemm/_build_cuda.py || exit 1
 command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA)"
 echo "build: $(( $(date +%s) - t0 )) s"
-python3 -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
+$py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 t0=$(date +%s)
-timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
+timeout 150 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
 echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt
 t0=$(date +%s)
-timeout 200 python3 -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
+timeout 200 $py -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
 echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error" $OUT/suite_cuda.txt | tail -8
-timeout 300 python3 -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+timeout 300 $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
 for st in ${VARIANTS:-}; do
-  python3 -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue
-  echo "--- STAGES=$st"; BRGEMM_CUDA_FATBIN=/tmp/v$st.fatbin timeout 60 python3 -m benchmarks.gpu --what gemm 2>&1 | tail -4
+  $py -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue
+  echo "--- STAGES=$st"; BRGEMM_CUDA_FATBIN=/tmp/v$st.fatbin timeout 60 $py -m benchmarks.gpu --what gemm 2>&1 | tail -4
 done

@@ -9,15 +9,10 @@
 # machine has no network and PyPI's onednn 3.13 needs Intel's SYCL runtime
 # wheels (over 300 MB), more than a run may carry.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-  .devcarry/whl/cffi*.whl .devcarry/whl/pycparser*.whl || exit 1
-# pip --target drops the oneDNN wheels' data files (lib/, include/): unpack them
-mkdir -p /tmp/dnnl && for w in .devcarry/whl/onednn*.whl; do python3 -m zipfile -e "$w" /tmp/dnnl_x; done
-cp -r /tmp/dnnl_x/*.data/data/* /tmp/dnnl/ || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ONEDNN_ROOT=/tmp/dnnl
-LIBXSMM_LIBDIR=.devcarry/lib LIBXSMM_INCDIR=.devcarry/include python3 brgemm/_build_cpu.py 2>/dev/null || exit 1
-out=${OUT:-/tmp}
-run() { taskset -c 2,3 python3 -m benchmarks "$@" --threads 2; }
+. "$(dirname "$0")/device_setup.sh"
+device_onednn_setup
+device_build_cpu
+run() { taskset -c 2,3 $py -m benchmarks "$@" --threads 2; }
 parts=${*:-conv fc lstm}
 for what in $parts; do
   case $what in
@@ -32,7 +27,7 @@ for what in $parts; do
     lstm)
       run lstm 2>&1 | tee $out/lstm_f32.txt ;;
     lstm_bf16)
-      python3 -m pytest -q -p no:cacheprovider tests/test_onednn_harness.py 2>&1 | tail -3
+      $py -m pytest -q -p no:cacheprovider tests/test_onednn_harness.py 2>&1 | tail -3
       ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 run lstm --dtype bf16 2>&1 | tee $out/lstm_bf16_isa.txt
       run lstm --dtype bf16 --quick 2>&1 | tee $out/lstm_bf16_amx.txt ;;
   esac
