@@ -19,7 +19,7 @@ command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm
 echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 t0=$(date +%s)
-timeout 150 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
+timeout 150 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_device_backends.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
 echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt
 t0=$(date +%s)
 timeout 200 $py -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
