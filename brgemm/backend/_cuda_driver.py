@@ -6,11 +6,11 @@ same headers the device code includes."""
 import os
 import pathlib
 import sys
-import threading
 
 import numpy as np
 
 from brgemm._c_header import cdef_text
+from brgemm.backend._device_replay import once
 from brgemm.constants import DTYPE_CODE  # noqa: F401  (cuda.py's kernel rows)
 
 try:
@@ -63,8 +63,6 @@ ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 75, 76, 97
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
 
-_state = {}
-_lock = threading.Lock()
 
 
 class CudaError(RuntimeError):
@@ -169,14 +167,7 @@ class _Device:
             raise CudaError(f"{what}: CUDA error {rc} ({text})")
 
 
-def device():
-    dev = _state.get("device")
-    if dev is None:
-        with _lock:
-            dev = _state.get("device")
-            if dev is None:
-                dev = _state["device"] = _Device()
-    return dev
+device = once(_Device)  # the driver, the primary context and the loaded module
 
 
 def stream():

@@ -22,10 +22,10 @@ else on the legacy default stream; device-tensor runs do not wait for the GPU.
 Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0.
 """
 import ctypes
-import threading
 
 import numpy as np
 
+from brgemm.backend._device_replay import DeviceReplay
 from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
     device, stream, synchronize  # noqa: F401
@@ -230,52 +230,41 @@ class NativeKernel:
 # ---------------------------------------------------------------- plans
 
 
-class PlanReplay:
+class PlanReplay(DeviceReplay):
     """A recorded brgemm.plan.Plan on the GPU: its tables uploaded once, one
     launch per phase on every run."""
 
     device_array = DeviceArray  # Plan.run accepts these in place of NumPy arrays
-    takes_threads = False
 
     def __init__(self, plan):
         plan.require("cuda", max_op=DEVICE_OPS, b_vnni=True)
+        super().__init__(plan)
         self.tables = _Tables(plan.blocks, plan.calls, *plan.byte_offsets(), plan.ops,
                               plan.task_begin, plan.phase_begin)
-        self.names = list(plan.tensors)
-        self.written = plan.written
-        self._staging = {}  # tensor name -> device copy of a NumPy argument, reused across runs
-        self._lock = threading.Lock()  # runs from several threads share the staging buffers
 
     def adopt(self, arrays):
         """Device tensors of other libraries (DLPack) as DeviceArray views."""
         return {name: _adopt(x, name) for name, x in arrays.items()}
 
-    def run(self, arrays, threads=None):
-        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray,
-        checked by Plan.check."""
-        with self._lock:
-            self._run(arrays)
+    allocate = staticmethod(lambda nbytes: _Allocation(nbytes))
 
-    def _run(self, arrays):
-        dev = device()
-        dev.bind()
-        s = stream()
-        addresses, back = [], []
-        for name in self.names:
-            x = arrays[name]
-            if isinstance(x, DeviceArray):
-                addresses.append(x.address)
-                continue
-            buf = self._staging.get(name)
-            if buf is None or buf.nbytes < x.nbytes:
-                buf = self._staging[name] = _Allocation(x.nbytes)
-            _copy_in(buf.address, x, s)
-            addresses.append(buf.address)
-            if name in self.written:
-                back.append((buf, x))
+    def begin(self):
+        device().bind()
+        return stream()
+
+    def copy_in(self, buf, x, s):
+        _copy_in(buf.address, x, s)
+
+    def launch(self, addresses, s):
         self.tables.run(addresses, s)
-        for buf, x in back:
-            _copy_out(x, buf.address, s)
-        if back or len(addresses) != sum(isinstance(arrays[n], DeviceArray) for n in self.names):
+
+    def copy_out(self, x, buf, s):
+        _copy_out(x, buf.address, s)
+
+    def finish(self, s, staged):
+        """Wait where NumPy arguments were copied (runs on device tensors do
+        not wait, like PyTorch's own ops)."""
+        if staged:
+            dev = device()
             dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)),
                       "cuStreamSynchronize")

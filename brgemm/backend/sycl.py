@@ -18,7 +18,6 @@ portable path, which an Intel GPU would run as well.
 """
 import os
 import pathlib
-import threading
 import time
 
 import numpy as np
@@ -31,6 +30,7 @@ import dpctl  # noqa: E402  (after the loader fix: the OpenCL loader reads it on
 import dpctl.program  # noqa: E402
 
 from brgemm.backend import _dpctl_capi  # noqa: E402
+from brgemm.backend._device_replay import DeviceReplay, once  # noqa: E402
 from brgemm.constants import (CALL_FIELDS, DEVICE_OPS, DTYPE_CODE, HEADER,  # noqa: E402
                               KDESC_FIELDS, OP_FIELDS, device_source)
 
@@ -40,8 +40,6 @@ SOURCE = pathlib.Path(__file__).resolve().parents[2] / "kernels" / "sycl" / "brg
 WORK_GROUP = 64          # four sub-groups of 16 lanes (SG in the kernel source)
 
 submissions = 0          # ND-range submissions made so far (tests count them)
-_state = {}
-_lock = threading.Lock()
 
 
 class _Device:
@@ -59,14 +57,7 @@ class _Device:
         self.name = self.queue.sycl_device.name
 
 
-def device():
-    dev = _state.get("device")
-    if dev is None:
-        with _lock:
-            dev = _state.get("device")
-            if dev is None:
-                dev = _state["device"] = _Device()
-    return dev
+device = once(_Device)  # the queue, its device and the compiled kernel
 
 
 def unavailable_reason():
@@ -297,15 +288,15 @@ class NativeKernel:
 # ---------------------------------------------------------------- plans
 
 
-class PlanReplay:
+class PlanReplay(DeviceReplay):
     """A recorded brgemm.plan.Plan on the device: its tables uploaded once,
     one submission per phase on every run."""
 
     device_array = DeviceArray  # Plan.run accepts these in place of NumPy arrays
-    takes_threads = False
 
     def __init__(self, plan):
         plan.require("sycl", max_op=DEVICE_OPS, b_vnni=False)
+        super().__init__(plan)
         blocks = plan.blocks
         kdesc = [_kdesc(b.m, b.n, b.k, b.lda, b.ldb, b.ldc, b.dtype, b.c_dtype) for b in blocks]
         kscal = [v for b in blocks for v in (b.alpha, b.beta)]
@@ -319,31 +310,20 @@ class PlanReplay:
             if len(ops) else []
         self.tables = _Tables(kdesc, kscal, call_rows, plan.a_offs, plan.b_offs, op_rows,
                               plan.task_begin, plan.phase_begin)
-        self.names = list(plan.tensors)
-        self.written = plan.written
-        self._staging = {}  # tensor name -> USM copy of a NumPy argument, reused across runs
-        self._lock = threading.Lock()  # runs from several threads share the staging buffers
 
-    def run(self, arrays, threads=None):
-        """arrays: name -> NumPy array (copied in, and back if written) or DeviceArray,
-        checked by Plan.check."""
-        with self._lock:
-            self._run(arrays)
+    allocate = staticmethod(lambda nbytes: _Usm(nbytes))
 
-    def _run(self, arrays):
-        addresses, back = [], []
-        for name in self.names:
-            x = arrays[name]
-            if isinstance(x, DeviceArray):
-                addresses.append(x.address)
-                continue
-            buf = self._staging.get(name)
-            if buf is None or buf.nbytes < x.nbytes:
-                buf = self._staging[name] = _Usm(x.nbytes)
-            buf.upload(x.ctypes.data, x.nbytes)
-            addresses.append(buf.address)
-            if name in self.written:
-                back.append((buf, x))
-        self.tables.run(addresses)
-        for buf, x in back:
-            buf.download(x.ctypes.data, x.nbytes)
+    def begin(self):
+        return None
+
+    def copy_in(self, buf, x, ctx):
+        buf.upload(x.ctypes.data, x.nbytes)
+
+    def launch(self, addresses, ctx):
+        self.tables.run(addresses)  # waits for the queue
+
+    def copy_out(self, x, buf, ctx):
+        buf.download(x.ctypes.data, x.nbytes)
+
+    def finish(self, ctx, staged):
+        pass
