@@ -51,10 +51,14 @@ def test_blocks_to_image_rounds(rng):
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("taps", [(1, 1), (3, 3), (1, 7), (5,)])
 @pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
-def test_taps_to_blocks(rng, transposed, taps, dtypes):
+@pytest.mark.parametrize("size", ["small", "wide"])
+def test_taps_to_blocks(rng, transposed, taps, dtypes, size):
     src, dst = dtypes
     K, C = int(rng.integers(1, 50)), int(rng.integers(1, 50))
     bk, bc = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    if size == "wide":  # whole 8 x 8 SIMD blocks inside the tiles, ragged edges around them
+        K, C = int(rng.integers(40, 140)), int(rng.integers(20, 90))
+        bk, bc = int(rng.integers(16, 65)), int(rng.integers(8, 40))
     w = rng.standard_normal((K, C) + taps).astype(src)
     t = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst)
     Kb, Cb, RS = -(-K // bk), -(-C // bc), int(np.prod(taps))

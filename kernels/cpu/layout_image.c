@@ -175,6 +175,39 @@ static void zero_tile_edges(char* tile, int64_t height, int64_t width, int64_t r
   brgemm_zero(tile + rows * width * di, (height - rows) * width, di);
 }
 
+__attribute__((target("avx2"))) static void brgemm_taps_transposed_avx2(
+    const float* in, int64_t lds, float* out, int64_t na8, int64_t nb8, int64_t RS, int64_t bc,
+    int64_t bk) {
+  /* eight of w's rows at a time, each read front to back: few streams for the
+   * prefetcher; the tiles written (RS of them, bk * bc each) stay in L2 */
+  for (int64_t b0 = 0; b0 < nb8; b0 += 8) {
+    int64_t rs = 0, c = 0; /* of column a: a = c * RS + rs, counted (no divisions) */
+    for (int64_t a0 = 0; a0 < na8; a0 += 8) {
+      __m256 o[8];
+      brgemm_transpose8x8_avx2(in + b0 * lds + a0, lds, o);
+      for (int k = 0; k < 8; ++k) {
+        _mm256_storeu_ps(out + (rs * bc + c) * bk + b0, o[k]);
+        if (++rs == RS) rs = 0, ++c;
+      }
+    }
+  }
+}
+
+/* out[(a % RS) * bc + a / RS][b] = in[b * lds + a] for a < na (= nc * RS), b < nb:
+ * a window of w's rows (k) transposed, each result row (c, rs) placed in its
+ * tap's tile, rows bk apart: one pass of AVX2 8 x 8 blocks (callers check
+ * brgemm_layout_avx2), where de-interleaving the taps first and transposing
+ * each tap after took two. */
+static void taps_transposed(const float* in, int64_t lds, float* out, int64_t na, int64_t nb,
+                            int64_t RS, int64_t bc, int64_t bk) {
+  const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
+  if (na8 && nb8) brgemm_taps_transposed_avx2(in, lds, out, na8, nb8, RS, bc, bk);
+  for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
+    float* row = out + ((a % RS) * bc + a / RS) * bk;
+    for (int64_t b = a < na8 ? nb8 : 0; b < nb; ++b) row[b] = in[b * lds + a];
+  }
+}
+
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
                                       int src_itemsize, int64_t bk, int64_t bc, int transposed,
                                       void* dst, int dst_itemsize, int threads) {
@@ -186,9 +219,11 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
   {
+    const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
+    const int staged = !transposed && RS > 1 && !one_pass;
     /* [bk][RS][bc]: one (kb, cb)'s rows with taps outermost, for w's transposes */
-    char* tmp = (!transposed && RS > 1) ? malloc((size_t)(bk * RS * bc * si)) : NULL;
-    if (!transposed && RS > 1 && !tmp) {
+    char* tmp = staged ? malloc((size_t)(bk * RS * bc * si)) : NULL;
+    if (staged && !tmp) {
 #pragma omp atomic write
       err = BRGEMM_ENOMEM;
     }
@@ -204,6 +239,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
           brgemm_window(in + k * C * RS * si, 1, RS, si, out + k * bc * di, tile, di, RS, nc);
       } else if (RS == 1) { /* out[c][k] = w[k][c] */
         brgemm_window(in, 1, C, si, out, bk, di, nc, nk);
+      } else if (one_pass) { /* out[rs][c][k] = w[k][c * RS + rs] */
+        taps_transposed((const float*)in, C * RS, (float*)out, nc * RS, nk, RS, bc, bk);
       } else if (tmp) { /* out[rs][c][k]: taps de-interleaved, then each tap transposed */
         for (int64_t k = 0; k < nk; ++k)
           brgemm_window(in + k * C * RS * si, 1, RS, si, tmp + k * RS * bc * si, bc, si, RS, nc);

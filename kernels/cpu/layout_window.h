@@ -32,6 +32,29 @@ static inline void brgemm_transpose4_sse(const uint32_t* src, int64_t lds, uint3
       dst[a * ldd + b] = src[b * lds + a];
 }
 
+/* An 8 x 8 f32 block transposed in registers with AVX2: row k of the result
+ * (column k of the eight rows at in, lds apart) into out[k]. */
+__attribute__((target("avx2"))) static inline void brgemm_transpose8x8_avx2(const float* in,
+                                                                            int64_t lds,
+                                                                            __m256 out[8]) {
+  __m256 r[8], t[8], u[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(in + k * lds);
+  for (int k = 0; k < 8; k += 2) { /* pairs of rows interleaved */
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) { /* then pairs of pairs: columns of four rows */
+    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int k = 0; k < 4; ++k) { /* rows 0-3 of the upper four, 4-7 from the halves */
+    out[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+    out[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+  }
+}
+
 /* The same on 8 x 8 sub-blocks with AVX2 (compiled for it here, run only where
  * CPUID has it): eight 32-byte rows in and out per 64 elements instead of
  * sixteen 16-byte ones; the edges go to the SSE version. */
@@ -40,24 +63,10 @@ __attribute__((target("avx2"))) static inline void brgemm_transpose4_avx2(
   const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
   for (int64_t b0 = 0; b0 < nb8; b0 += 8)
     for (int64_t a0 = 0; a0 < na8; a0 += 8) {
-      const float* in = (const float*)(src + b0 * lds + a0);
-      __m256 r[8], t[8], u[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(in + k * lds);
-      for (int k = 0; k < 8; k += 2) { /* pairs of rows interleaved */
-        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      }
-      for (int k = 0; k < 8; k += 4) { /* then pairs of pairs: columns of four rows */
-        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
+      __m256 o[8];
+      brgemm_transpose8x8_avx2((const float*)(src + b0 * lds + a0), lds, o);
       float* out = (float*)(dst + a0 * ldd + b0);
-      for (int k = 0; k < 4; ++k) { /* rows 0-3 of the upper four, 4-7 from the halves */
-        _mm256_storeu_ps(out + k * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-        _mm256_storeu_ps(out + (k + 4) * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
-      }
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + k * ldd, o[k]);
     }
   if (na8 < na) brgemm_transpose4_sse(src + na8, lds, dst + na8 * ldd, ldd, na - na8, nb);
   if (nb8 < nb) brgemm_transpose4_sse(src + nb8 * lds, lds, dst + nb8, ldd, na8, nb - nb8);
