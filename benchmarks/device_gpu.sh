@@ -7,6 +7,9 @@
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
 # Arguments: benchmarks.gpu options (default: all of it). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
+# First argument "mlp": the fused MLP alone (build, its tests, then
+# benchmarks.gpu_mlp with the remaining arguments); MLP_VARIANTS="4": also time
+# ours with the forward built for that many blocks per multiprocessor.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
 OUT=$out
@@ -15,9 +18,21 @@ nvcc --version | tail -1
 t0=$(date +%s)
 device_build_cpu
 $py brgemm/_build_cuda.py || exit 1
-command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA)"
+command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA), HMMA in the fused MLP's: $(cuobjdump -sass brgemm/_mlp_cuda.fatbin | grep -c HMMA)"
 echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
+if [ "${1:-}" = mlp ]; then
+  shift
+  t0=$(date +%s)
+  timeout 150 $py -m pytest -q -p no:cacheprovider tests/test_cuda_mlp.py tests/test_cuda_build.py > $OUT/mlp_tests.txt 2>&1
+  echo "fused MLP tests exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error|error" $OUT/mlp_tests.txt | tail -12
+  timeout 300 $py -m benchmarks.gpu_mlp "$@" 2>&1 | tee $OUT/mlp_bench.txt
+  for mb in ${MLP_VARIANTS:-}; do
+    $py -c "import subprocess; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/mlp$mb.fatbin', ['-DFWD_MIN_BLOCKS=$mb'], source=b.MLP_SOURCE), check=True)" || continue
+    echo "--- FWD_MIN_BLOCKS=$mb"; BRGEMM_MLP_FATBIN=/tmp/mlp$mb.fatbin timeout 60 $py -m benchmarks.gpu_mlp --no-compile "$@" 2>&1 | tail -6
+  done
+  exit 0
+fi
 t0=$(date +%s)
 timeout 150 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_device_backends.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
 echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt

@@ -1,4 +1,6 @@
-"""Builds the CUDA backend's device code: kernels/cuda/*.cu -> brgemm/_brgemm_cuda.fatbin.
+"""Builds the CUDA backend's device code: kernels/cuda/brgemm_plan.cu ->
+brgemm/_brgemm_cuda.fatbin (plan replay) and kernels/cuda/mlp_fused.cu ->
+brgemm/_mlp_cuda.fatbin (the fused MLP), one module each.
 
 One fatbin holds sm_90a machine code (Hopper: the wgmma tensor-core path)
 and compute_80 PTX, which the driver compiles for any other GPU from Ampere
@@ -16,6 +18,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "kernels" / "cuda" / "brgemm_plan.cu"
 OUTPUT = ROOT / "brgemm" / "_brgemm_cuda.fatbin"
+MLP_SOURCE = ROOT / "kernels" / "cuda" / "mlp_fused.cu"
+MLP_OUTPUT = ROOT / "brgemm" / "_mlp_cuda.fatbin"
+MODULES = ((SOURCE, OUTPUT), (MLP_SOURCE, MLP_OUTPUT))  # (source, fatbin)
 TARGETS = ["-gencode", "arch=compute_90a,code=sm_90a",   # wgmma needs the "a" target
            "-gencode", "arch=compute_80,code=compute_80"]
 
@@ -28,13 +33,13 @@ def nvcc():
     return found
 
 
-def command(compiler, output, extra=()):
+def command(compiler, output, extra=(), source=SOURCE):
     return [compiler, "-fatbin", "-O3", "-std=c++17", f"-I{ROOT / 'kernels' / 'cpu'}",
-            f"-I{SOURCE.parent}", *TARGETS, *extra, "-o", str(output), str(SOURCE)]
+            f"-I{SOURCE.parent}", *TARGETS, *extra, "-o", str(output), str(source)]
 
 
-def build(output=OUTPUT, strict=False):
-    """Compile the fatbin; returns its path, or None where there is no nvcc.
+def build(output=OUTPUT, strict=False, source=SOURCE):
+    """Compile one fatbin; returns its path, or None where there is no nvcc.
     A compile error raises with strict, else it is reported and the backend
     stays absent (the package still installs)."""
     compiler = nvcc()
@@ -42,7 +47,8 @@ def build(output=OUTPUT, strict=False):
         print("brgemm: nvcc not found; the CUDA backend is not built", file=sys.stderr)
         return None
     try:
-        subprocess.run(command(compiler, output), check=True, capture_output=True, text=True)
+        subprocess.run(command(compiler, output, source=source), check=True, capture_output=True,
+                       text=True)
     except subprocess.CalledProcessError as e:
         pathlib.Path(output).unlink(missing_ok=True)  # never leave an older build behind
         if strict:
@@ -52,13 +58,19 @@ def build(output=OUTPUT, strict=False):
     return output
 
 
+def build_all(strict=False):
+    """Every module's fatbin; the paths built (none without nvcc)."""
+    return [out for source, out in MODULES if build(out, strict, source)]
+
+
 def build_if_stale():
-    """build() unless the fatbin is newer than every CUDA and shared C header source."""
+    """build_all() unless each fatbin is newer than every CUDA and shared C header source."""
     sources = list((ROOT / "kernels" / "cuda").iterdir()) + [ROOT / "kernels" / "cpu" / "brgemm_cpu.h"]
-    if OUTPUT.exists() and OUTPUT.stat().st_mtime > max(p.stat().st_mtime for p in sources):
-        return OUTPUT
-    return build()
+    newest = max(p.stat().st_mtime for p in sources)
+    if all(out.exists() and out.stat().st_mtime > newest for _, out in MODULES):
+        return [out for _, out in MODULES]
+    return build_all()
 
 
 if __name__ == "__main__":
-    print(build(strict=True) or "no nvcc: nothing built")
+    print(" ".join(map(str, build_all(strict=True))) or "no nvcc: nothing built")

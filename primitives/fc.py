@@ -469,7 +469,7 @@ class MLP:
         self.fused = None
         if fused:
             from primitives import mlp
-            self.fused = mlp.Fused(self.layers, dtype, self.layers[0].backend, config)
+            self.fused = mlp.fused(self.layers, dtype, self.layers[0].backend, config)
 
     def forward(self, x, train=True):
         """x [N, C] -> y [N, K]; train=False lets the fused MLP skip keeping the

@@ -418,6 +418,22 @@ _ACT_GRAD = {"relu": lambda dy, y: dy * (y > 0), "sigmoid": lambda dy, y: dy * y
              "tanh": lambda dy, y: dy * (1 - y * y)}
 
 
+def fused(layers, dtype, backend, config):
+    """What runs fc.MLP(fused=True)'s layers: Fused (recorded plans) on the CPU,
+    the fused CUDA kernels on "cuda" (primitives/mlp_cuda.py), or None where
+    those cannot take this MLP (then fc.MLP runs layer by layer, with a warning)."""
+    if backend != "cuda":
+        return Fused(layers, dtype, backend, config)
+    import warnings
+
+    from primitives import mlp_cuda
+    try:
+        return mlp_cuda.CudaFused(layers, dtype)
+    except mlp_cuda.Unsupported as e:
+        warnings.warn(f"fc.MLP(fused=True) runs layer by layer on 'cuda': {e}", stacklevel=3)
+        return None
+
+
 class Fused:
     """Runs fc.MLP's layers (their f32 weight and bias) as fused plans. forward
     and backward take and return plain arrays, as the unfused MLP's do; backward
@@ -425,7 +441,7 @@ class Fused:
 
     def __init__(self, layers, dtype, backend, config):
         if backend != "cpu":
-            raise ValueError(f"backend: the fused MLP runs on 'cpu' (got {backend!r}); "
+            raise ValueError(f"backend: the fused MLP runs on 'cpu' and 'cuda' (got {backend!r}); "
                              f"use fused=False on other backends")
         self.layers, self.dtype, self.config = layers, dtype, config
         self.sizes = (layers[0].C,) + tuple(layer.K for layer in layers)

@@ -21,6 +21,17 @@ def test_fatbin_builds(tmp_path):
         assert "HGMMA" in sass
 
 
+@pytest.mark.skipif(_build_cuda.nvcc() is None, reason="no nvcc here")
+def test_fused_mlp_fatbin_builds(tmp_path):
+    """kernels/cuda/mlp_fused.cu: its own module, on tensor cores (mma.sync: HMMA)."""
+    out = _build_cuda.build(tmp_path / "mlp_cuda.fatbin", strict=True, source=_build_cuda.MLP_SOURCE)
+    assert out is not None and out.stat().st_size > 10_000
+    if shutil.which("cuobjdump"):
+        import subprocess
+        sass = subprocess.run(["cuobjdump", "-sass", str(out)], capture_output=True, text=True).stdout
+        assert "HMMA" in sass and "LDSM" in sass
+
+
 def test_absent_gpu_is_named():
     if "cuda" in brgemm.backends():
         pytest.skip("a GPU is here")

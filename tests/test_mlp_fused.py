@@ -58,7 +58,7 @@ def _act_grad(name, h):
 def _act_bounds(name, h, eh, z, ez):
     """(bound on act'(h) from the library's h, mask where relu's act' may flip)."""
     if name == "sigmoid":
-        return np.abs(1 - 2 * h) * eh, None
+        return np.abs(1 - 2 * h) * eh + eh * eh, None
     if name == "tanh":
         return 2 * np.abs(h) * eh + eh * eh, None
     if name == "relu":
@@ -66,8 +66,9 @@ def _act_bounds(name, h, eh, z, ez):
     return np.zeros_like(h), None
 
 
-def reference(net, x, dy, bf16):
-    """(value, bound) of y, dx and every layer's dW, db (float64)."""
+def reference(net, x, dy, bf16, grad_from_bf16=False):
+    """(value, bound) of y, dx and every layer's dW, db (float64). grad_from_bf16:
+    act' of a hidden layer from its bf16 output (what the GPU kernel keeps)."""
     Ws = [layer.weight.astype(np.float64) for layer in net.layers]
     bs = [layer.bias.astype(np.float64) for layer in net.layers]
     acts = [None if layer.activation in (None, "none") else layer.activation
@@ -92,6 +93,8 @@ def reference(net, x, dy, bf16):
     dh, edh = dy.astype(np.float64), np.zeros(dy.shape)
     for l in reversed(range(len(Ws))):
         (h, eh), (z, ez) = hs[l], zs[l]
+        if grad_from_bf16 and l < len(Ws) - 1:
+            h, eh = ins[l + 1]
         g = _act_grad(acts[l], h)
         eg, flip = _act_bounds(acts[l], h, eh, z, ez)
         dz = dh * g

@@ -19,7 +19,8 @@ except ImportError:  # cffi is a core dependency; without it the backend is abse
     FFI = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEADERS = (ROOT / "kernels" / "cpu" / "brgemm_cpu.h", ROOT / "kernels" / "cuda" / "brgemm_cuda.h")
+HEADERS = (ROOT / "kernels" / "cpu" / "brgemm_cpu.h", ROOT / "kernels" / "cuda" / "brgemm_cuda.h",
+           ROOT / "kernels" / "cuda" / "mlp_fused.h")
 FATBIN = pathlib.Path(os.environ.get("BRGEMM_CUDA_FATBIN")
                       or pathlib.Path(__file__).resolve().parents[1] / "_brgemm_cuda.fatbin")
 
@@ -43,6 +44,8 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule module, const char *name);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule module, const char *name);
 CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int threads,
+                                                     size_t shared_bytes);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s);
@@ -59,7 +62,7 @@ typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
                  int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
 """
-ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 75, 76, 97
+ATTR_SM_COUNT, ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 16, 75, 76, 97
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
 

@@ -1,0 +1,473 @@
+/* A fully fused MLP on tensor cores: every layer of a tile of rows runs before
+ * anything goes back to memory.
+ *
+ *   h_0 = x,  h_{l+1} = act_l(h_l W_l^T + b_l),  y = h_L          (forward)
+ *   dz_{L-1} = dy * act'(y),  dz_{l-1} = (dz_l W_l) * act'(h_l),  dx = dz_0 W_0
+ *   dW_l = sum over rows of dz_l^T h_l,  db_l = sum over rows of dz_l   (backward)
+ *
+ * All layers are padded to one width W (16..128, zeros outside each layer), so
+ * a layer is a [rows x W] @ [W x W] product: mma.sync m16n8k16, bf16 operands,
+ * f32 accumulation. Every layer's W_l sits in shared memory for the whole
+ * launch (loaded once per block; grids are persistent).
+ *
+ * Forward: a warp owns 16 * MT rows and keeps them in registers through every
+ * layer: an m16n8 accumulator pair is exactly the m16k16 A fragment of the next
+ * layer once bias and activation are applied and it is rounded to bf16. x is
+ * read once, y written once.
+ *
+ * Backward: recomputes the forward per tile (cheaper than storing and reading
+ * back every hidden activation), keeping each layer's input (bf16) in shared
+ * memory; then, layers descending, dz in registers, rounded to bf16 as the
+ * forward rounds h. dW and db need a reduction over rows: each block sums its
+ * tiles into a shared-memory f32 partial (each warp owns a slice of dW, no
+ * atomics) and writes it once; mlp_reduce adds the blocks' partials in a fixed
+ * order, so the result is deterministic.
+ *
+ * act' reads the bf16 h for hidden layers (what the next layer consumed), the
+ * f32 y for the last one. Shared matrices of bf16 rows are XOR-swizzled by
+ * 16-byte chunk so ldmatrix and the fragment stores are free of bank conflicts.
+ */
+#include <stdint.h>
+
+#include "mlp_fused.h"
+
+namespace {
+
+constexpr int BWD_MAX_WARPS = 8;
+#ifndef FWD_MIN_BLOCKS
+#define FWD_MIN_BLOCKS 3  /* forward blocks per multiprocessor the register budget is cut for */
+#endif
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;  // round to nearest even, lo in the low half
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float lo_f32(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float hi_f32(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)) : "memory");
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)) : "memory");
+}
+
+/* element (r, c) of a [rows][W] bf16 matrix in shared memory: the 16-byte
+ * chunk index is XOR-ed with row bits, so the same chunk of 8 consecutive rows
+ * lands in 8 different bank groups */
+template <int W>
+__device__ __forceinline__ int swz(int r, int c) {
+  constexpr int G = W / 8 < 8 ? W / 8 : 8;  // chunks the XOR permutes
+  constexpr int RS = 8 / G;                 // rows that share a 128-byte line
+  return r * W + ((((c >> 3) ^ (r / RS)) & (G - 1)) | ((c >> 3) & ~(G - 1))) * 8 + (c & 7);
+}
+
+__device__ __forceinline__ float act_fn(int a, float v) {
+  switch (a) {
+    case MLP_CUDA_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case MLP_CUDA_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case MLP_CUDA_ACT_TANH: return tanhf(v);
+    default: return v;
+  }
+}
+/* act'(z) from h = act(z) */
+__device__ __forceinline__ float act_grad(int a, float h) {
+  switch (a) {
+    case MLP_CUDA_ACT_RELU: return h > 0.0f ? 1.0f : 0.0f;
+    case MLP_CUDA_ACT_SIGMOID: return h * (1.0f - h);
+    case MLP_CUDA_ACT_TANH: return 1.0f - h * h;
+    default: return 1.0f;
+  }
+}
+
+/* elements (r, c), (r, c + 1) of a [rows][cols] bf16 or f32 matrix as a bf16
+ * pair; zeros outside it. vec: cols even and the base aligned for pair loads */
+__device__ __forceinline__ uint32_t load_pair(uint64_t base, int64_t r, int c, int64_t rows,
+                                              int cols, bool f32, bool vec) {
+  if (r >= rows || c >= cols) return 0u;
+  const int64_t e = r * cols + c;
+  const bool two = c + 1 < cols;
+  if (f32) {
+    const float* p = reinterpret_cast<const float*>(base) + e;
+    if (vec) {
+      const float2 v = *reinterpret_cast<const float2*>(p);
+      return pack_bf16(v.x, v.y);
+    }
+    return pack_bf16(p[0], two ? p[1] : 0.0f);
+  }
+  const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + e;
+  if (vec) return *reinterpret_cast<const uint32_t*>(p);
+  return (uint32_t)p[0] | (two ? (uint32_t)p[1] << 16 : 0u);
+}
+/* the same pair as f32 */
+__device__ __forceinline__ float2 load_pair_f32(uint64_t base, int64_t r, int c, int64_t rows,
+                                                int cols, bool f32, bool vec) {
+  if (!f32) {
+    const uint32_t v = load_pair(base, r, c, rows, cols, false, vec);
+    return make_float2(lo_f32(v), hi_f32(v));
+  }
+  if (r >= rows || c >= cols) return make_float2(0.0f, 0.0f);
+  const float* p = reinterpret_cast<const float*>(base) + r * cols + c;
+  if (vec) return *reinterpret_cast<const float2*>(p);
+  return make_float2(p[0], c + 1 < cols ? p[1] : 0.0f);
+}
+__device__ __forceinline__ void store_pair(uint64_t base, int64_t r, int c, int64_t rows, int cols,
+                                           bool f32, bool vec, float v0, float v1) {
+  if (r >= rows || c >= cols) return;
+  const int64_t e = r * cols + c;
+  const bool two = c + 1 < cols;
+  if (f32) {
+    float* p = reinterpret_cast<float*>(base) + e;
+    if (vec) {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+      p[0] = v0;
+      if (two) p[1] = v1;
+    }
+    return;
+  }
+  uint16_t* p = reinterpret_cast<uint16_t*>(base) + e;
+  const uint32_t v = pack_bf16(v0, v1);
+  if (vec) {
+    *reinterpret_cast<uint32_t*>(p) = v;
+  } else {
+    p[0] = (uint16_t)v;
+    if (two) p[1] = (uint16_t)(v >> 16);
+  }
+}
+
+/* the A fragments (m16k16, bf16) of rows row0 .. row0 + 16 MT - 1 of x */
+template <int W, int MT>
+__device__ __forceinline__ void load_x(uint32_t (&a)[MT][W / 16][4], const mlp_cuda_args& p,
+                                       int64_t row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        a[m][kk][q] = load_pair(p.x, row0 + 16 * m + g + 8 * (q & 1), 16 * kk + 2 * t + 8 * (q >> 1),
+                                p.rows, p.sizes[0], p.x_f32, p.x_vec);
+}
+
+/* acc = bias + a @ W^T for one layer; w: [W][W] swizzled, out-major */
+template <int W, int MT>
+__device__ __forceinline__ void layer_fwd(float (&acc)[MT][W / 8][4], const uint32_t (&a)[MT][W / 16][4],
+                                          const uint16_t* w, const float* bias, int lane) {
+  const int t = lane & 3, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int j = 0; j < W / 8; ++j) {
+    const float2 b = *reinterpret_cast<const float2*>(bias + 8 * j + 2 * t);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      acc[m][j][0] = b.x;
+      acc[m][j][1] = b.y;
+      acc[m][j][2] = b.x;
+      acc[m][j][3] = b.y;
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+    for (int jj = 0; jj < W / 16; ++jj) {
+      uint32_t b[4];  // B fragments of n-tiles 2jj, 2jj + 1 (rows of W are B's columns)
+      ldsm4(b, w + swz<W>(16 * jj + 8 * (mi >> 1) + r, 16 * kk + 8 * (mi & 1)));
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma(acc[m][2 * jj], a[m][kk], b[0], b[1]);
+        mma(acc[m][2 * jj + 1], a[m][kk], b[2], b[3]);
+      }
+    }
+}
+
+/* acc = a @ W (backward-data: B = W, [out][in] read transposed) */
+template <int W>
+__device__ __forceinline__ void layer_bwd(float (&acc)[W / 8][4], const uint32_t (&a)[W / 16][4],
+                                          const uint16_t* w, int lane) {
+  const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[j][q] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+    for (int jj = 0; jj < W / 16; ++jj) {
+      uint32_t b[4];  // k = out rows 16kk.., n = in columns 16jj..
+      ldsm4_t(b, w + swz<W>(16 * kk + 8 * (mi & 1) + r, 16 * jj + 8 * (mi >> 1)));
+      mma(acc[2 * jj], a[kk], b[0], b[1]);
+      mma(acc[2 * jj + 1], a[kk], b[2], b[3]);
+    }
+}
+
+/* accumulator pairs (n-tiles 2kk, 2kk + 1) -> the next product's A fragment kk, in bf16 */
+template <int W>
+__device__ __forceinline__ void to_a(uint32_t (&a)[W / 16][4], const float (&acc)[W / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk) {
+    a[kk][0] = pack_bf16(acc[2 * kk][0], acc[2 * kk][1]);
+    a[kk][1] = pack_bf16(acc[2 * kk][2], acc[2 * kk][3]);
+    a[kk][2] = pack_bf16(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+    a[kk][3] = pack_bf16(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  }
+}
+
+/* A fragments of 16 rows (from row r0 of a swizzled [rows][W] matrix) stored / read back;
+ * each thread touches only its own fragment elements */
+template <int W>
+__device__ __forceinline__ void store_a(uint16_t* s, int r0, const uint32_t (&a)[W / 16][4], int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      *reinterpret_cast<uint32_t*>(s + swz<W>(r0 + g + 8 * (q & 1), 16 * kk + 2 * t + 8 * (q >> 1))) =
+          a[kk][q];
+}
+
+template <int W>
+__device__ __forceinline__ void copy_weights(uint16_t* ws, float* bs, const mlp_cuda_args& p) {
+  const int L = p.layers;
+  const uint4* src = reinterpret_cast<const uint4*>(p.w);
+  for (int i = threadIdx.x; i < L * W * W / 8; i += blockDim.x) {
+    const int l = i / (W * W / 8), e = (i % (W * W / 8)) * 8;
+    *reinterpret_cast<uint4*>(ws + l * W * W + swz<W>(e / W, e % W)) = src[i];
+  }
+  const float* b = reinterpret_cast<const float*>(p.b);
+  for (int i = threadIdx.x; i < L * W; i += blockDim.x) bs[i] = b[i];
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <int W, int MT>
+__device__ void forward(const mlp_cuda_args& p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);
+  float* bs = reinterpret_cast<float*>(ws + p.layers * W * W);
+  copy_weights<W>(ws, bs, p);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warps = blockDim.x >> 5;
+  const int64_t tiles = (p.rows + 16 * MT - 1) / (16 * MT);
+  const int L = p.layers, K = p.sizes[L];
+  for (int64_t tile = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); tile < tiles;
+       tile += (int64_t)gridDim.x * warps) {
+    const int64_t row0 = tile * 16 * MT;
+    uint32_t a[MT][W / 16][4];
+    float acc[MT][W / 8][4];
+    load_x<W, MT>(a, p, row0, lane);
+#pragma unroll 1
+    for (int l = 0; l < L; ++l) {
+      layer_fwd<W, MT>(acc, a, ws + l * W * W, bs + l * W, lane);
+      const int act = p.act[l];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[m][j][q] = act_fn(act, acc[m][j][q]);
+      if (l + 1 < L) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m) to_a<W>(a[m], acc[m]);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store_pair(p.y, row0 + 16 * m + g + 8 * h, 8 * j + 2 * t, p.rows, K, p.y_f32, p.y_vec,
+                     acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+  }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* dW_l (+)= DZ^T H and db_l (+)= column sums of DZ over the block's T rows, in
+ * units of 16 outputs x (up to) 32 inputs; each unit belongs to one warp */
+template <int W>
+__device__ __forceinline__ void weight_grads(float* dw, float* db, const uint16_t* dz,
+                                             const uint16_t* h, int T, int warp, int warps, int lane) {
+  constexpr int NC = W >= 32 ? 4 : 2;   // n8 tiles per unit
+  constexpr int CH = W / (8 * NC);      // units per 16 outputs
+  const int g = lane >> 2, t = lane & 3, mi = lane >> 3, r = lane & 7;
+  const uint32_t ones = pack_bf16(1.0f, 1.0f);
+  for (int u = warp; u < (W / 16) * CH; u += warps) {
+    const int mt = u / CH, n0 = (u % CH) * 8 * NC;
+    float acc[NC][4] = {};
+    float sum[4] = {};
+#pragma unroll 2
+    for (int ks = 0; ks < T / 16; ++ks) {
+      uint32_t a[4];  // dz^T: m = outputs 16mt.., k = rows 16ks..
+      ldsm4_t(a, dz + swz<W>(16 * ks + 8 * (mi >> 1) + r, 16 * mt + 8 * (mi & 1)));
+#pragma unroll
+      for (int jj = 0; jj < NC / 2; ++jj) {
+        uint32_t b[4];  // h: k = rows, n = inputs n0 + 16jj..
+        ldsm4_t(b, h + swz<W>(16 * ks + 8 * (mi & 1) + r, n0 + 16 * jj + 8 * (mi >> 1)));
+        mma(acc[2 * jj], a, b[0], b[1]);
+        mma(acc[2 * jj + 1], a, b[2], b[3]);
+      }
+      if (n0 == 0) mma(sum, a, ones, ones);  // every column: the row sums of dz^T
+    }
+#pragma unroll
+    for (int j = 0; j < NC; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float2* c = reinterpret_cast<float2*>(dw + (16 * mt + g + 8 * hh) * W + n0 + 8 * j + 2 * t);
+        float2 v = *c;
+        v.x += acc[j][2 * hh];
+        v.y += acc[j][2 * hh + 1];
+        *c = v;
+      }
+    if (n0 == 0 && t == 0) {
+      db[16 * mt + g] += sum[0];
+      db[16 * mt + g + 8] += sum[2];
+    }
+  }
+}
+
+template <int W>
+__device__ void backward(const mlp_cuda_args& p) {
+  constexpr int MT = 1;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int L = p.layers, warps = blockDim.x >> 5, T = 16 * MT * warps;
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);        // [L][W][W]
+  uint16_t* hs = ws + L * W * W;                           // [L][T][W]: each layer's input
+  uint16_t* dzs = hs + L * T * W;                          // [T][W]
+  float* dws = reinterpret_cast<float*>(dzs + T * W);      // [L][W][W]
+  float* dbs = dws + L * W * W;                            // [L][W]
+  float* bs = dbs + L * W;                                 // [L][W]
+  copy_weights<W>(ws, bs, p);
+  for (int i = threadIdx.x; i < L * W * W + L * W; i += blockDim.x) dws[i] = 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int C = p.sizes[0], K = p.sizes[L], last = p.act[L - 1];
+  const int64_t tiles = (p.rows + T - 1) / T;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int r0 = 16 * warp;              // this warp's rows in the tile
+    const int64_t row0 = tile * T + r0;
+    uint32_t a[MT][W / 16][4];
+    float acc[MT][W / 8][4];
+    // the forward again, keeping every layer's input
+    load_x<W, MT>(a, p, row0, lane);
+    store_a<W>(hs, r0, a[0], lane);
+    const int fwd_layers = last == MLP_CUDA_ACT_NONE ? L - 1 : L;  // y only for act'(y)
+#pragma unroll 1
+    for (int l = 0; l < fwd_layers; ++l) {
+      layer_fwd<W, MT>(acc, a, ws + l * W * W, bs + l * W, lane);
+      const int act = p.act[l];
+#pragma unroll
+      for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[0][j][q] = act_fn(act, acc[0][j][q]);
+      if (l + 1 < L) {
+        to_a<W>(a[0], acc[0]);
+        store_a<W>(hs + (l + 1) * T * W, r0, a[0], lane);
+      }
+    }
+    // dz of the last layer
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float2 d = load_pair_f32(p.dy, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, K, p.dy_f32,
+                                       p.dy_vec);
+        const bool act_y = last != MLP_CUDA_ACT_NONE;
+        acc[0][j][2 * hh] = d.x * (act_y ? act_grad(last, acc[0][j][2 * hh]) : 1.0f);
+        acc[0][j][2 * hh + 1] = d.y * (act_y ? act_grad(last, acc[0][j][2 * hh + 1]) : 1.0f);
+      }
+#pragma unroll 1
+    for (int l = L - 1; l >= 0; --l) {
+      to_a<W>(a[0], acc[0]);              // dz_l in bf16
+      store_a<W>(dzs, r0, a[0], lane);
+      if (l > 0 || p.dx) {
+        layer_bwd<W>(acc[0], a[0], ws + l * W * W, lane);
+        if (l > 0) {                      // dz_{l-1} = dh_l * act'(h_l), h_l as this thread stored it
+          const uint16_t* h = hs + l * T * W;
+          const int act = p.act[l - 1];
+#pragma unroll
+          for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const uint32_t hv = *reinterpret_cast<const uint32_t*>(
+                  h + swz<W>(r0 + g + 8 * hh, 8 * j + 2 * t));
+              acc[0][j][2 * hh] *= act_grad(act, lo_f32(hv));
+              acc[0][j][2 * hh + 1] *= act_grad(act, hi_f32(hv));
+            }
+        } else {
+#pragma unroll
+          for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+              store_pair(p.dx, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, C, p.dx_f32, p.dx_vec,
+                         acc[0][j][2 * hh], acc[0][j][2 * hh + 1]);
+        }
+      }
+      __syncthreads();                    // every warp's dz_l is in shared memory
+      weight_grads<W>(dws + l * W * W, dbs + l * W, dzs, hs + l * T * W, T, warp, warps, lane);
+      __syncthreads();                    // before dz_{l-1} overwrites it
+    }
+  }
+  float* out = reinterpret_cast<float*>(p.partial) + (int64_t)blockIdx.x * (L * W * W + L * W);
+  for (int i = threadIdx.x; i < L * W * W + L * W; i += blockDim.x) out[i] = dws[i];
+}
+
+}  // namespace
+
+/* ---------------------------------------------------------------- entry points */
+
+#define MLP_ENTRIES(W)                                                                              \
+  extern "C" __global__ void __launch_bounds__(MLP_CUDA_FWD_WARPS * 32, FWD_MIN_BLOCKS)                            \
+      mlp_forward_w##W(const __grid_constant__ mlp_cuda_args p) {                                        \
+    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16>(p);                 \
+  }              \
+  extern "C" __global__ void __launch_bounds__(BWD_MAX_WARPS * 32, 1)                               \
+      mlp_backward_w##W(const __grid_constant__ mlp_cuda_args p) { backward<W>(p); }
+
+MLP_ENTRIES(16)
+MLP_ENTRIES(32)
+MLP_ENTRIES(64)
+MLP_ENTRIES(128)
+
+/* dW and db: the sum over the backward's blocks of their partials, in block
+ * order, unpadded into every layer's [out_l][in_l] and [out_l] end to end */
+extern "C" __global__ void mlp_reduce(const __grid_constant__ mlp_cuda_args p, int width) {
+  const int L = p.layers;
+  const int64_t per = (int64_t)L * width * width + L * width;
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= per) return;
+  const float* part = reinterpret_cast<const float*>(p.partial);
+  float s = 0.0f;
+  for (int b = 0; b < p.partials; ++b) s += part[b * per + e];
+  if (e < (int64_t)L * width * width) {
+    const int l = (int)(e / (width * width)), i = (int)(e / width % width), j = (int)(e % width);
+    const int in = p.sizes[l], out = p.sizes[l + 1];
+    if (i >= out || j >= in) return;
+    int64_t off = 0;
+    for (int k = 0; k < l; ++k) off += (int64_t)p.sizes[k] * p.sizes[k + 1];
+    reinterpret_cast<float*>(p.dw)[off + (int64_t)i * in + j] = s;
+  } else {
+    const int64_t f = e - (int64_t)L * width * width;
+    const int l = (int)(f / width), i = (int)(f % width);
+    if (i >= p.sizes[l + 1]) return;
+    int64_t off = 0;
+    for (int k = 0; k < l; ++k) off += p.sizes[k + 1];
+    reinterpret_cast<float*>(p.db)[off + i] = s;
+  }
+}

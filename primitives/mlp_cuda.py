@@ -1,0 +1,235 @@
+"""fc.MLP(fused=True) on backend="cuda": every layer of a tile of rows in one
+kernel launch (kernels/cuda/mlp_fused.cu, launched by brgemm.backend._cuda_mlp).
+
+    x [N, C] -> y [N, K];   h_{l+1} = act_l(h_l @ W_l^T + b_l),  W_l [out_l, in_l]
+
+bf16 operands, f32 accumulation, as the CPU's fused MLP with dtype="bf16"
+(hidden activations and dz rounded to bf16). The GPU always fuses all layers:
+the pipeline config's depth and tile are the CPU's knobs and are not read here.
+Training: forward writes y only; backward recomputes the forward per tile on
+chip and returns dx, leaving dW and db (f32, summed over the batch in a fixed
+order) on each layer as grad_weight, grad_bias.
+
+Arrays: NumPy in, NumPy out (copied to the GPU and back on each call);
+PyTorch CUDA tensors in, PyTorch tensors out on that device, nothing copied
+(CUDA-graph capturable once a first call has run); brgemm DeviceArrays in,
+DeviceArrays out. Gradients come as the kind of array dy is. Weights stay the
+layers' f32 arrays on the host (as fc.MLP keeps them): packed to bf16 and
+uploaded when they changed.
+"""
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.backend import _cuda_mlp as K
+from brgemm.backend.cuda import DeviceArray, from_dlpack
+from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
+
+Unsupported = K.Unsupported
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _check_host(x, name):
+    if x.dtype not in (dtypes.float32, dtypes.bfloat16):
+        raise TypeError(f"{name}: expected dtype float32 or bfloat16 for dtype='bf16', got {x.dtype}")
+
+
+def _device_view(x, name):
+    """(DeviceArray view of x, kind) for a NumPy array (kind 'numpy', not yet
+    copied), a torch CUDA tensor or a DeviceArray."""
+    if isinstance(x, np.ndarray):
+        _check_host(x, name)
+        return None, "numpy"
+    if isinstance(x, DeviceArray):
+        if x.dtype not in (dtypes.float32, dtypes.bfloat16):
+            raise TypeError(f"{name}: expected a float32 or bfloat16 DeviceArray, got {x.dtype}")
+        return x, "device"
+    if hasattr(x, "__dlpack__"):
+        return from_dlpack(x, name), "torch" if _is_torch(x) else "device"
+    raise TypeError(f"{name}: expected a numpy.ndarray, a CUDA tensor or a DeviceArray, "
+                    f"got {type(x).__name__}")
+
+
+def _sub(base, offset, shape):
+    """A DeviceArray view of `shape` float32 elements of base from element `offset`."""
+    return DeviceArray(shape, base.dtype, _address=base.address + offset * base.dtype.itemsize,
+                       _owner=base)
+
+
+class CudaFused:
+    """fc.MLP's layers (their f32 weight and bias) run by the fused CUDA kernels.
+    forward and backward as mlp.Fused's; raises Unsupported (a ValueError that
+    names the argument) for an MLP the kernels cannot take."""
+
+    def __init__(self, layers, dtype):
+        if dtype != "bf16":
+            raise Unsupported(f"dtype: the fused MLP on 'cuda' computes in bf16 on tensor cores, "
+                              f"got {dtype!r}")
+        self.layers = layers
+        self.sizes = (layers[0].C,) + tuple(layer.K for layer in layers)
+        self.acts = tuple(None if layer.activation in (None, "none") else layer.activation
+                          for layer in layers)
+        self.shape = K.Shape(self.sizes)
+        self.saved = self.last = None
+        self._packed = None          # the weights last uploaded (host copy), and their device copy
+        self._w = self._b = None
+        self._scratch = {}           # name -> DeviceArray, reused across calls
+
+    # -- buffers --
+    def _buffer(self, name, nbytes):
+        buf = self._scratch.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._scratch[name] = DeviceArray((max(nbytes, 1),), np.uint8)
+        return buf
+
+    def _weights(self):
+        """Device copies of W [L][W][W] (bf16, zero-padded, 16-byte aligned) and b [L][W] (f32)."""
+        L, W = self.shape.L, self.shape.W
+        w = np.zeros((L, W, W), dtypes.bfloat16)
+        b = np.zeros((L, W), np.float32)
+        for l, layer in enumerate(self.layers):
+            w[l, :layer.K, :layer.C] = layer.weight
+            if layer.bias is not None:
+                b[l, :layer.K] = layer.bias
+        packed = (w.view(np.uint16), b)
+        if self._packed is None or not all(np.array_equal(p, q) for p, q in zip(packed, self._packed)):
+            self._w, self._b = DeviceArray.from_numpy(w), DeviceArray.from_numpy(b)
+            self._packed = packed
+        return self._w, self._b
+
+    def _out(self, kind, like, shape, dtype, name):
+        """An output of the caller's kind: (what is returned, its DeviceArray view)."""
+        if kind == "torch":
+            import torch
+            t = torch.empty(shape, dtype=torch.float32 if dtype == np.float32 else torch.bfloat16,
+                            device=like.device)
+            return t, from_dlpack(t, name)
+        d = DeviceArray(shape, dtype)
+        return d, d
+
+    def _in(self, x, kind, view, name):
+        """x on the device: as it is, or copied in (NumPy) to a scratch buffer."""
+        if kind != "numpy":
+            return view
+        x = np.ascontiguousarray(x)
+        buf = self._buffer(name, x.nbytes)
+        _copy_in(buf.address, x, stream())
+        return DeviceArray(x.shape, x.dtype, _address=buf.address, _owner=buf)
+
+    def _args(self, rows):
+        a = K.new_args()
+        a.rows, a.layers = rows, self.shape.L
+        for i, s in enumerate(self.sizes):
+            a.sizes[i] = s
+        for l, act in enumerate(self.acts):
+            a.act[l] = K.act_code(act)
+        w, b = self._weights()
+        a.w, a.b = w.address, b.address
+        return a
+
+    @staticmethod
+    def _bind(args, field, arr, cols):
+        """args.<field> = arr's address, with its f32 and pair-access flags."""
+        setattr(args, field, arr.address)
+        f32 = arr.dtype == dtypes.float32
+        setattr(args, f"{field}_f32", int(f32))
+        setattr(args, f"{field}_vec", int(cols % 2 == 0 and arr.address % (8 if f32 else 4) == 0))
+
+    def _shape_of(self, x, view, kind, name, cols):
+        shape = x.shape if kind == "numpy" else view.shape
+        if len(shape) != 2 or shape[1] != cols:
+            raise ValueError(f"{name}: expected shape (N, {cols}), got {tuple(shape)}")
+        return shape[0]
+
+    # -- passes --
+    def forward(self, x, train=True):
+        view, kind = _device_view(x, "x")
+        N = self._shape_of(x, view, kind, "x", self.sizes[0])
+        if N == 0:
+            raise ValueError("x: an empty batch is not supported")
+        dev_x = self._in(x, kind, view, "x" if not train else "x_train")
+        dt = dev_x.dtype
+        args = self._args(N)
+        self._bind(args, "x", dev_x, self.sizes[0])
+        if kind == "numpy":
+            ybuf = self._buffer("y", N * self.sizes[-1] * dt.itemsize)
+            y_dev = DeviceArray((N, self.sizes[-1]), dt, _address=ybuf.address, _owner=ybuf)
+        else:
+            y, y_dev = self._out(kind, x, (N, self.sizes[-1]), dt, "y")
+        self._bind(args, "y", y_dev, self.sizes[-1])
+        K.forward(self.shape, args)
+        if kind == "numpy":
+            y = np.empty((N, self.sizes[-1]), dt)
+            _copy_out(y, y_dev.address, stream())
+            _sync()
+        self.last = N
+        # backward reads x again (it recomputes the forward): keep it, a fresh
+        # device copy per training forward for NumPy input
+        if train and kind == "numpy":
+            self._scratch.pop("x_train")
+        self.saved = (N, dev_x) if train else None
+        return y
+
+    def state(self):
+        """What backward reads of the last training forward (for backward(state=))."""
+        return self.saved
+
+    def backward(self, dy, state=None):
+        """dy [N, K] -> dx [N, C] for the last training forward (or `state`)."""
+        view, kind = _device_view(dy, "dy")
+        saved = state or self.saved
+        K_ = self.sizes[-1]
+        shape = dy.shape if kind == "numpy" else view.shape
+        if saved is None or tuple(shape) != (saved[0], K_):
+            raise ValueError(f"dy: expected the training forward's output shape "
+                             f"{(saved[0], K_) if saved else '(call forward first)'}, "
+                             f"got {tuple(shape)}")
+        N, dev_x = saved
+        dev_dy = self._in(dy, kind, view, "dy")
+        dt = dev_dy.dtype
+        args = self._args(N)
+        self._bind(args, "x", dev_x, self.sizes[0])
+        self._bind(args, "dy", dev_dy, K_)
+        n_w = sum(a * b for a, b in zip(self.sizes[:-1], self.sizes[1:]))
+        n_b = sum(self.sizes[1:])
+        if kind == "numpy":
+            dxbuf = self._buffer("dx", N * self.sizes[0] * dt.itemsize)
+            dx_dev = DeviceArray((N, self.sizes[0]), dt, _address=dxbuf.address, _owner=dxbuf)
+            gbuf = self._buffer("grads", (n_w + n_b) * 4)
+            g_dev = DeviceArray((n_w + n_b,), np.float32, _address=gbuf.address, _owner=gbuf)
+        else:
+            dx, dx_dev = self._out(kind, dy, (N, self.sizes[0]), dt, "dx")
+            grads, g_dev = self._out(kind, dy, (n_w + n_b,), np.float32, "grads")
+        self._bind(args, "dx", dx_dev, self.sizes[0])
+        blocks = K.backward_blocks(self.shape, N)
+        part = self._buffer("partial", blocks * self.shape.partial_floats * 4)
+        args.partial, args.dw, args.db = part.address, g_dev.address, g_dev.address + n_w * 4
+        K.backward(self.shape, args, blocks)
+        if kind == "numpy":
+            dx = np.empty((N, self.sizes[0]), dt)
+            grads = np.empty(n_w + n_b, np.float32)
+            _copy_out(dx, dx_dev.address, stream())
+            _copy_out(grads, g_dev.address, stream())
+            _sync()
+        at, bat = 0, n_w
+        for layer in self.layers:
+            n = layer.K * layer.C
+            layer._fused_dw = _view(grads, kind, at, (layer.K, layer.C))
+            layer.db = _view(grads, kind, bat, (layer.K,))
+            at, bat = at + n, bat + layer.K
+        return dx
+
+
+def _view(flat, kind, offset, shape):
+    n = int(np.prod(shape))
+    if kind == "device":
+        return _sub(flat, offset, shape)
+    return flat[offset:offset + n].reshape(shape) if kind == "numpy" else \
+        flat[offset:offset + n].view(*shape)
+
+
+def _sync():
+    dev = device()
+    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")

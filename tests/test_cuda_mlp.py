@@ -1,0 +1,213 @@
+"""fc.MLP(fused=True, backend="cuda"): the fused CUDA kernels (kernels/cuda/mlp_fused.cu)
+against the float64 reference of test_mlp_fused (per-element bounds, with the
+bf16 roundings the kernel makes; act' of hidden layers from their bf16 output,
+as the kernel keeps them) and against PyTorch's CUDA autograd on the same bf16
+values. Random widths, depths, activations and row counts that are no multiple
+of any tile; NumPy arrays and PyTorch CUDA tensors; CUDA-graph capture; the
+shapes the kernels refuse fall back with a warning. Skipped without a GPU."""
+import warnings
+
+import numpy as np
+import pytest
+
+import brgemm
+from primitives import fc
+
+if "cuda" not in brgemm.backends():
+    pytest.skip("no CUDA device here", allow_module_level=True)
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("PyTorch has no CUDA here", allow_module_level=True)
+
+from primitives import mlp_cuda  # noqa: E402
+from test_mlp_fused import check, reference  # noqa: E402
+
+ACTS = ["relu", "sigmoid", "tanh", "none"]
+
+
+def new_seed():
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    print("seed", seed)
+    return seed
+
+
+def random_case(rng, big=False):
+    width = int(rng.choice([16, 32, 64, 128]))
+    hidden = int(rng.integers(0, 5))
+    sizes = [int(rng.integers(1, 129))] + [width] * hidden + [int(rng.integers(1, 129))]
+    N = int(rng.integers(60_000, 90_000)) if big else int(rng.integers(1, 700))
+    return sizes, N, str(rng.choice(ACTS)), str(rng.choice(ACTS))
+
+
+def check_all(net, x, dy, y, dx, seed, what):
+    ry, rdx, grads = reference(net, x, dy, True, grad_from_bf16=True)
+    check(f"y {what}", np.asarray(y, np.float64), ry, seed)
+    check(f"dx {what}", np.asarray(dx, np.float64), rdx, seed)
+    for i, (layer, (rdw, rdb)) in enumerate(zip(net.layers, grads)):
+        check(f"dW[{i}] {what}", layer.grad_weight, rdw, seed)
+        if layer.bias is not None:
+            check(f"db[{i}] {what}", layer.grad_bias, rdb, seed)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_numpy_arrays_match_float64(case):
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    sizes, N, act, last = random_case(rng, big=case == 0)
+    bias = bool(rng.random() < 0.8)
+    net = fc.MLP(sizes, activation=act, last_activation=last, bias=bias, dtype="bf16",
+                 backend="cuda", fused=True, rng=rng)
+    assert isinstance(net.fused, mlp_cuda.CudaFused)
+    x = rng.standard_normal((N, sizes[0])).astype(np.float32)
+    dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
+    y = net.forward(x)
+    dx = net.backward(dy)
+    assert y.dtype == np.float32 and dx.dtype == np.float32
+    what = f"{sizes} N={N} {act}/{last} bias={bias}"
+    print(what)
+    check_all(net, x, dy, y, dx, seed, what)
+    ry = reference(net, x, dy, True, grad_from_bf16=True)[0]
+    check(f"y (inference) {what}", net.forward(x, train=False), ry, seed)
+
+
+def torch_autograd(net, x, dy):
+    """y, dx, [(dW, db)] by PyTorch CUDA autograd in f32 on the bf16-rounded x and W."""
+    X = x.float().clone().requires_grad_(True)
+    h, params = X, []
+    for layer in net.layers:
+        W = torch.tensor(layer.weight, device="cuda").bfloat16().float().requires_grad_(True)
+        B = torch.tensor(layer.bias, device="cuda").requires_grad_(True)
+        params.append((W, B))
+        h = torch.nn.functional.linear(h, W, B)
+        if layer.activation not in (None, "none"):
+            h = getattr(torch, layer.activation)(h)
+    h.backward(dy.float())
+    return h.detach(), X.grad, [(W.grad, B.grad) for W, B in params]
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_torch_tensors_in_place(dtype):
+    """CUDA tensors in, CUDA tensors out (no copies): within the float64 bounds
+    (bf16 results one rounding more) and close to PyTorch's own autograd."""
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    sizes, N, act, last = random_case(rng)
+    net = fc.MLP(sizes, activation=act, last_activation=last, dtype="bf16", backend="cuda",
+                 fused=True, rng=rng)
+    x = torch.tensor(rng.standard_normal((N, sizes[0])), device="cuda").to(dtype)
+    dy = torch.tensor(rng.standard_normal((N, sizes[-1])), device="cuda").to(dtype)
+    y = net.forward(x)
+    dx = net.backward(dy)
+    assert isinstance(y, torch.Tensor) and y.device.type == "cuda" and y.dtype == dtype
+    assert isinstance(dx, torch.Tensor) and dx.dtype == dtype and dx.shape == (N, sizes[0])
+    dw = net.layers[0].grad_weight
+    assert isinstance(dw, torch.Tensor) and dw.dtype == torch.float32
+    what = f"{sizes} N={N} {act}/{last} {dtype}"
+    xn, dyn = x.float().cpu().numpy(), dy.float().cpu().numpy()
+    ry, rdx, grads = reference(net, xn, dyn, True, grad_from_bf16=True)
+    if dtype == torch.bfloat16:  # returned in bf16: half a step more
+        from tolerance import bf16_step
+        ry = (ry[0], ry[1] + bf16_step(np.abs(ry[0]) + ry[1]))
+        rdx = (rdx[0], rdx[1] + bf16_step(np.abs(rdx[0]) + rdx[1]))
+    check(f"y {what}", y.float().cpu().numpy(), ry, seed)
+    check(f"dx {what}", dx.float().cpu().numpy(), rdx, seed)
+    for i, (layer, (rdw, rdb)) in enumerate(zip(net.layers, grads)):
+        check(f"dW[{i}] {what}", layer.grad_weight.cpu().numpy(), rdw, seed)
+        check(f"db[{i}] {what}", layer.grad_bias.cpu().numpy(), rdb, seed)
+    # PyTorch in f32 on the same bf16 values: ours rounds activations and dz to bf16 on the
+    # way, so agreement is to a few bf16 steps in norm
+    ty, tdx, tgrads = torch_autograd(net, x, dy)
+    errs = [rel(y.float(), ty), rel(dx.float(), tdx)] + \
+        [rel(layer.grad_weight, tw) for layer, (tw, _) in zip(net.layers, tgrads)]
+    print(f"relative to torch f32 autograd: {['%.2e' % e for e in errs]}")
+    assert max(errs) < 3e-2, errs
+
+
+def test_deterministic_weight_gradients():
+    """The two-stage reduction adds the blocks' partial sums in a fixed order."""
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    net = fc.MLP([64] * 6, dtype="bf16", backend="cuda", fused=True, rng=rng)
+    x = torch.randn(100_003, 64, device="cuda").bfloat16()
+    dy = torch.randn(100_003, 64, device="cuda").bfloat16()
+    runs = []
+    for _ in range(2):
+        net.forward(x)
+        net.backward(dy)
+        runs.append(torch.cat([layer.grad_weight.flatten() for layer in net.layers]).clone())
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_cuda_graph_capture():
+    """A training step (forward + backward) captured once, replayed on new data."""
+    rng = np.random.default_rng(5)
+    net = fc.MLP([32, 64, 64, 16], activation="tanh", dtype="bf16", backend="cuda", fused=True,
+                 rng=rng)
+    x = torch.randn(5000, 32, device="cuda").bfloat16()
+    dy = torch.randn(5000, 16, device="cuda").bfloat16()
+    net.forward(x)
+    net.backward(dy)  # warm: weights uploaded and scratch allocated outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = net.forward(x)
+        dx = net.backward(dy)
+    x.copy_(torch.randn(5000, 32, device="cuda").bfloat16())
+    graph.replay()
+    torch.cuda.synchronize()
+    ty, tdx, _ = torch_autograd(net, x, dy)
+    assert rel(y.float(), ty) < 2e-2 and rel(dx.float(), tdx) < 2e-2
+
+
+def test_weights_follow_sgd_steps():
+    """step() changes the host weights: the next forward uploads them."""
+    rng = np.random.default_rng(7)
+    net = fc.MLP([20, 48, 10], dtype="bf16", backend="cuda", fused=True, rng=rng)
+    x = rng.standard_normal((333, 20)).astype(np.float32)
+    dy = rng.standard_normal((333, 10)).astype(np.float32)
+    net.forward(x)
+    net.backward(dy)
+    net.step(0.5)
+    y = net.forward(x)
+    dx = net.backward(dy)
+    check_all(net, x, dy, y, dx, 7, "after a step")
+
+
+def test_unsupported_shapes_fall_back_with_a_warning():
+    rng = np.random.default_rng(11)
+    for sizes, dtype, word in (([200, 64, 8], "bf16", "sizes"), ([16, 16, 4], "f32", "dtype")):
+        with pytest.warns(UserWarning, match=f"runs layer by layer on 'cuda': {word}:"):
+            net = fc.MLP(sizes, dtype=dtype, backend="cuda", fused=True, rng=rng)
+        assert net.fused is None
+        x = rng.standard_normal((50, sizes[0])).astype(np.float32)
+        y = net.forward(x)
+        assert y.shape == (50, sizes[-1]) and np.isfinite(y).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fc.MLP([64] * 6, dtype="bf16", backend="cuda", fused=True).fused is not None
+
+
+def test_bad_arguments_are_named():
+    net = fc.MLP([8, 16, 4], dtype="bf16", backend="cuda", fused=True)
+    with pytest.raises(ValueError, match="^x: expected shape"):
+        net.forward(np.zeros((5, 9), np.float32))
+    with pytest.raises(TypeError, match="^x: expected dtype"):
+        net.forward(np.zeros((5, 8), np.float64))
+    with pytest.raises(ValueError, match="^x: an empty batch"):
+        net.forward(np.zeros((0, 8), np.float32))
+    with pytest.raises(TypeError, match="^x: expected a numpy.ndarray"):
+        net.forward([[1.0] * 8])
+    with pytest.raises(ValueError, match="^x: is on DLPack device"):
+        net.forward(torch.zeros(5, 8))
+    net.forward(np.zeros((5, 8), np.float32), train=False)
+    with pytest.raises(ValueError, match="^dy: expected the training forward"):
+        net.backward(np.zeros((5, 4), np.float32))
+    net.forward(np.zeros((5, 8), np.float32))
+    with pytest.raises(ValueError, match="^dy: expected the training forward"):
+        net.backward(np.zeros((6, 4), np.float32))
