@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("PyTorch has no CUDA here", allow_module_level=True)
 
+from brgemm.backend import _cuda_mlp  # noqa: E402
 from primitives import mlp_cuda  # noqa: E402
 from test_mlp_fused import check, reference  # noqa: E402
 
@@ -33,9 +34,17 @@ def new_seed():
 
 
 def random_case(rng, big=False):
+    """Sizes the kernels take (training deep MLPs of width 128 needs more shared
+    memory than a block has: hidden layers are dropped until it fits)."""
     width = int(rng.choice([16, 32, 64, 128]))
     hidden = int(rng.integers(0, 5))
-    sizes = [int(rng.integers(1, 129))] + [width] * hidden + [int(rng.integers(1, 129))]
+    while True:
+        sizes = [int(rng.integers(1, 129))] + [width] * hidden + [int(rng.integers(1, 129))]
+        try:
+            _cuda_mlp.Shape(sizes)
+            break
+        except _cuda_mlp.Unsupported:
+            hidden = max(0, hidden - 1)
     N = int(rng.integers(60_000, 90_000)) if big else int(rng.integers(1, 700))
     return sizes, N, str(rng.choice(ACTS)), str(rng.choice(ACTS))
 
@@ -71,23 +80,23 @@ def test_numpy_arrays_match_float64(case):
     check(f"y (inference) {what}", net.forward(x, train=False), ry, seed)
 
 
-def torch_autograd(net, x, dy):
-    """y, dx, [(dW, db)] by PyTorch CUDA autograd in f32 on the bf16-rounded x and W."""
-    X = x.float().clone().requires_grad_(True)
+def torch_autograd(net, x, dy, dtype=torch.float32):
+    """y, dx, [(dW, db)] by PyTorch CUDA autograd in `dtype` on the bf16-rounded x and W."""
+    X = x.to(dtype).clone().requires_grad_(True)
     h, params = X, []
     for layer in net.layers:
-        W = torch.tensor(layer.weight, device="cuda").bfloat16().float().requires_grad_(True)
-        B = torch.tensor(layer.bias, device="cuda").requires_grad_(True)
+        W = torch.tensor(layer.weight, device="cuda").bfloat16().to(dtype).requires_grad_(True)
+        B = torch.tensor(layer.bias, device="cuda").to(dtype).requires_grad_(True)
         params.append((W, B))
         h = torch.nn.functional.linear(h, W, B)
         if layer.activation not in (None, "none"):
             h = getattr(torch, layer.activation)(h)
-    h.backward(dy.float())
+    h.backward(dy.to(dtype))
     return h.detach(), X.grad, [(W.grad, B.grad) for W, B in params]
 
 
 def rel(a, b):
-    a, b = a.double(), b.double()
+    a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
@@ -120,13 +129,18 @@ def test_torch_tensors_in_place(dtype):
     for i, (layer, (rdw, rdb)) in enumerate(zip(net.layers, grads)):
         check(f"dW[{i}] {what}", layer.grad_weight.cpu().numpy(), rdw, seed)
         check(f"db[{i}] {what}", layer.grad_bias.cpu().numpy(), rdb, seed)
-    # PyTorch in f32 on the same bf16 values: ours rounds activations and dz to bf16 on the
-    # way, so agreement is to a few bf16 steps in norm
+    # PyTorch autograd in f32 on the same bf16 values. Rounding activations to bf16 moves
+    # a few relu decisions (each one a whole element of a gradient), so the yardstick is
+    # how far PyTorch's own bf16 autograd lands from its f32 one
     ty, tdx, tgrads = torch_autograd(net, x, dy)
-    errs = [rel(y.float(), ty), rel(dx.float(), tdx)] + \
-        [rel(layer.grad_weight, tw) for layer, (tw, _) in zip(net.layers, tgrads)]
-    print(f"relative to torch f32 autograd: {['%.2e' % e for e in errs]}")
-    assert max(errs) < 3e-2, errs
+    by, bdx, bgrads = torch_autograd(net, x, dy, torch.bfloat16)
+    ours = [y, dx] + [layer.grad_weight for layer in net.layers]
+    f32 = [ty, tdx] + [tw for tw, _ in tgrads]
+    b16 = [by, bdx] + [bw for bw, _ in bgrads]
+    for name, o, t, b in zip(["y", "dx"] + [f"dW{i}" for i in range(len(net.layers))], ours,
+                             f32, b16):
+        print(f"{name}: ours {rel(o, t):.2e}, torch bf16 {rel(b, t):.2e} from torch f32")
+        assert rel(o, t) <= 3 * rel(b, t) + 1e-2, name
 
 
 def test_deterministic_weight_gradients():
