@@ -70,7 +70,8 @@ def reference(net, x, dy, bf16, grad_from_bf16=False):
     """(value, bound) of y, dx and every layer's dW, db (float64). grad_from_bf16:
     act' of a hidden layer from its bf16 output (what the GPU kernel keeps)."""
     Ws = [layer.weight.astype(np.float64) for layer in net.layers]
-    bs = [layer.bias.astype(np.float64) for layer in net.layers]
+    bs = [layer.bias.astype(np.float64) if layer.bias is not None else np.zeros(layer.K)
+          for layer in net.layers]
     acts = [None if layer.activation in (None, "none") else layer.activation
             for layer in net.layers]
     if bf16:
