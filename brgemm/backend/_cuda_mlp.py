@@ -6,18 +6,16 @@ Takes device addresses the caller (primitives/mlp_cuda.py) has checked; the
 launch argument is mlp_cuda_args of kernels/cuda/mlp_fused.h."""
 import os
 import pathlib
-import threading
 
 from brgemm.backend._cuda_driver import ATTR_SM_COUNT, ATTR_SMEM_OPTIN, FUNC_MAX_DYNAMIC_SMEM, \
     device, stream
+from brgemm.backend._device_replay import once
 
 FATBIN = pathlib.Path(os.environ.get("BRGEMM_MLP_FATBIN")
                       or pathlib.Path(__file__).resolve().parents[1] / "_mlp_cuda.fatbin")
 WIDTHS = (16, 32, 64, 128)       # the padded widths the module has kernels for
 BWD_WARPS = (8, 4, 2, 1)         # warps per backward block (16 rows each), most first
 REDUCE_THREADS = 256
-_lock = threading.Lock()
-_state = {}
 
 
 class Unsupported(ValueError):
@@ -74,14 +72,7 @@ class _Module:
         return self._occupancy[key]
 
 
-def module():
-    m = _state.get("module")
-    if m is None:
-        with _lock:
-            m = _state.get("module")
-            if m is None:
-                m = _state["module"] = _Module()
-    return m
+module = once(_Module)  # the loaded fatbin, made on first use
 
 
 # ---------------------------------------------------------------- shapes
