@@ -20,6 +20,9 @@ def _stamp(path):
         return (str(path), None, None)
 
 
+_defaults_files = {}  # primitive -> its defaults file's path, as a string
+
+
 def _sources(primitive, config):
     """Everything a primitive's settings depend on besides the shape: the
     override (config=, else BRGEMM_CONFIG) and the defaults file, by content stamp."""
@@ -29,7 +32,10 @@ def _sources(primitive, config):
         source = ("dict", json.dumps(override, sort_keys=True, default=str))
     else:
         source = _stamp(override) if override is not None else None
-    return source, config is None, _stamp(DEFAULTS / f"{primitive}.toml")
+    defaults = _defaults_files.get(primitive)
+    if defaults is None:  # built once: a pathlib join per call costs as much as the stat
+        defaults = _defaults_files[primitive] = str(DEFAULTS / f"{primitive}.toml")
+    return source, config is None, _stamp(defaults)
 
 
 def _remember(cache, key, make):

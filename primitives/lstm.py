@@ -219,11 +219,15 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None):
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
     wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
     wh = buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
-    for q in range(4):
-        to_blocks(w_ih[q * K:(q + 1) * K], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                  out=wx[q * Kb:(q + 1) * Kb])
-        to_blocks(w_hh[q * K:(q + 1) * K], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                  out=wh[q * Kb:(q + 1) * Kb])
+    # gates of whole hidden blocks (K % bk == 0) need no padding of their own:
+    # each matrix in one copy, else gate by gate
+    gates = [slice(0, 4 * K)] if K % g.bk == 0 else [slice(q * K, (q + 1) * K) for q in range(4)]
+    for rows in gates:
+        tiles = slice(rows.start // K * Kb, rows.stop // K * Kb)
+        to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wx[tiles])
+        to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wh[tiles])
     bp = buffer("bp", (4, g.Kp), np.float32)
     bp[:, K:] = 0
     bp[:, :K] = b.reshape(4, K)
