@@ -39,6 +39,7 @@
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TILE_FAULTS() 0
+#define PREFETCH(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
 #define IMPL brgemm_amx_hardware
 #define IMPL_NAME "hardware"
 #endif
@@ -47,7 +48,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 24 << 10 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 24 << 10, PF_DIST = 1 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -63,6 +64,7 @@ struct brgemm_amx_kernel {
   int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
   int b_vnni;  /* B blocks arrive as VNNI pairs in place (desc.b_vnni) */
   int64_t chunk;  /* blocks per pass over C's macro blocks */
+  int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
 };
 
 /* the config of a macro block of `rows` x `cols` (each in 1..32) */
@@ -113,6 +115,9 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   const int64_t l1 = budget ? atol(budget) : L1_BUDGET;
   const int64_t per_block = (d->m * kp + kp * d->n) * 2;
   kr->chunk = l1 > 0 && per_block < l1 ? l1 / per_block : l1 > 0 ? 1 : INT64_MAX;
+  const char* pf = getenv("BRGEMM_AMX_PF");
+  kr->pf = pf ? atol(pf) : PF_DIST;
+  if (kr->pf < 0) kr->pf = 0;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -216,10 +221,22 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
     if (two_rows) TILE_ZERO(2);
     if (two_rows && two_cols) TILE_ZERO(3);
   }
+  const int64_t pf = kr->pf;
   for (int64_t i = 0; i < count; ++i) {
     const char* ai = (const char*)a[i] + i0 * sa;
     const char* bi = (const char*)b[i] + j0 * 4;
+    /* the tiles stream A and B from L2 faster than the hardware prefetchers
+     * bring them: ask for a later block's lines of this macro block, one k
+     * chunk's share at each step */
+    const char* an = i + pf < count && pf ? (const char*)a[i + pf] + i0 * sa : NULL;
+    const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
     for (int64_t kk = 0; kk < kr->kp; kk += kr->kc) {
+      if (an) {
+        for (int r = 0; r < rows; ++r)
+          for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
+        for (int64_t p = 0; p < kr->kc / 2; ++p)
+          for (int64_t x = 0; x < cols * 4; x += 64) PREFETCH(bn + (kk / 2 + p) * sb + x);
+      }
       TILE_LOAD(4, ai + kk * 2, sa);
       TILE_LOAD(6, bi + kk / 2 * sb, sb);
       TILE_DP(0, 4, 6);
@@ -337,6 +354,41 @@ float brgemm_amx_peak_run(long iters) {
   MEMORY_BARRIER();
   return out[0];
 }
+
+/* What the kernel's inner step can reach at all: four accumulators (the
+ * 2x2 C tiles) fed from registers, and the same with its four tile loads per
+ * step from an L1-resident buffer. */
+static float probe_steps(long iters, int loads) {
+  uint16_t ab[4][16 * 32] __attribute__((aligned(64)));
+  float out[16 * 16] __attribute__((aligned(64)));
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 16 * 32; ++i) ab[t][i] = 0x3f80;
+  MEMORY_BARRIER();
+  tile_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, ab[0], 64); _tile_loadd(5, ab[1], 64);
+  _tile_loadd(6, ab[2], 64); _tile_loadd(7, ab[3], 64);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (long i = 0; i < iters; ++i) {
+    if (loads) { _tile_loadd(4, ab[0], 64); _tile_loadd(6, ab[2], 64); }
+    _tile_dpbf16ps(0, 4, 6);
+    if (loads) _tile_loadd(7, ab[3], 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if (loads) _tile_loadd(5, ab[1], 64);
+    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  tiles_loaded = 0;
+  MEMORY_BARRIER();
+  return out[0];
+}
+
+float brgemm_amx_probe_4acc(long iters) { return probe_steps(iters, 0); }
+float brgemm_amx_probe_2x2_l1(long iters) { return probe_steps(iters, 1); }
 #endif
 
 const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, takes_vnni_b, packed_b_elems, pack_b,
