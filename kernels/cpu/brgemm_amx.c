@@ -13,6 +13,12 @@
  * k has no even divisor of at least 16 below 32), so no k remainder exists;
  * A is copied zero-padded only when kp != k.
  *
+ * The tiles' loads stream A and B from L2 (an A tile and a B tile per two
+ * tdpbf16ps); what L1 can save is the panel two neighbouring macro blocks
+ * share. So the macro blocks go in a snake over C (the next one shares its A
+ * rows or its B columns with the last), and every other one walks the blocks
+ * backwards, starting on the lines its neighbour read last.
+ *
  * Built twice: as is (AMX, with AVX-512 packing) and with BRGEMM_AMX_MODEL,
  * where the tile instructions are plain C (brgemm_amx_model.h). */
 #ifndef BRGEMM_AMX_MODEL
@@ -48,7 +54,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 24 << 10, PF_DIST = 1 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -64,6 +70,7 @@ struct brgemm_amx_kernel {
   int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
   int b_vnni;  /* B blocks arrive as VNNI pairs in place (desc.b_vnni) */
   int64_t chunk;  /* blocks per pass over C's macro blocks */
+  int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
 };
 
@@ -110,7 +117,13 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   k_chunks(d->k, &kp, &kc);
   kr->kp = kp, kr->kc = kc;
   kr->b_vnni = d->b_vnni;
-  /* as many blocks per pass as keep A and B in L1 next to the C rows */
+  /* Blocks per pass over C's macro blocks. By default one pass: C stays in
+   * its tiles for the whole reduction while the tile loads stream A and B
+   * from L2, which the hardware prefetchers keep up with better than passes
+   * that store and reload C between chunks of blocks (BRGEMM_AMX_L1: bytes of
+   * A and B per pass) or software prefetches (BRGEMM_AMX_PF: blocks ahead)
+   * did where we measured (benchmarks/RESULTS.md). Both stay as tunables,
+   * as does BRGEMM_AMX_REVERSE=0 (every macro block walks forwards). */
   const char* budget = getenv("BRGEMM_AMX_L1");
   const int64_t l1 = budget ? atol(budget) : L1_BUDGET;
   const int64_t per_block = (d->m * kp + kp * d->n) * 2;
@@ -118,6 +131,8 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   const char* pf = getenv("BRGEMM_AMX_PF");
   kr->pf = pf ? atol(pf) : PF_DIST;
   if (kr->pf < 0) kr->pf = 0;
+  const char* rev = getenv("BRGEMM_AMX_REVERSE");
+  kr->reverse = rev ? atoi(rev) != 0 : 1;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -207,7 +222,8 @@ static int64_t faults(void) { return TILE_FAULTS(); }
  * stride sb bytes. */
 static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
                         const uint16_t* const* b, int64_t sb, int64_t count, float* acc,
-                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols) {
+                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols,
+                        int back) {
   const int two_rows = rows > TILE, two_cols = cols > TILE;
   char* cb = (char*)acc + i0 * sacc + j0 * 4;
   if (load) {
@@ -221,16 +237,19 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
     if (two_rows) TILE_ZERO(2);
     if (two_rows && two_cols) TILE_ZERO(3);
   }
-  const int64_t pf = kr->pf;
-  for (int64_t i = 0; i < count; ++i) {
+  /* back: blocks and k chunks in reverse, so that this macro block starts on
+   * the lines the last one read last, which L1 still holds */
+  const int64_t pf = back ? -kr->pf : kr->pf, nk = kr->kp / kr->kc;
+  for (int64_t ii = 0; ii < count; ++ii) {
+    const int64_t i = back ? count - 1 - ii : ii;
     const char* ai = (const char*)a[i] + i0 * sa;
     const char* bi = (const char*)b[i] + j0 * 4;
-    /* the tiles stream A and B from L2 faster than the hardware prefetchers
-     * bring them: ask for a later block's lines of this macro block, one k
-     * chunk's share at each step */
-    const char* an = i + pf < count && pf ? (const char*)a[i + pf] + i0 * sa : NULL;
+    /* software prefetches (off by default): a later block's lines of this
+     * macro block, one k chunk's share at each step */
+    const char* an = pf && i + pf >= 0 && i + pf < count ? (const char*)a[i + pf] + i0 * sa : NULL;
     const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
-    for (int64_t kk = 0; kk < kr->kp; kk += kr->kc) {
+    for (int64_t q = 0; q < nk; ++q) {
+      const int64_t kk = (back ? nk - 1 - q : q) * kr->kc;
       if (an) {
         for (int r = 0; r < rows; ++r)
           for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
@@ -314,12 +333,18 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
   for (int64_t b0 = 0; b0 < count; b0 += kr->chunk) {
     const int64_t nb = count - b0 < kr->chunk ? count - b0 : kr->chunk;
     const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
+    const int64_t col_blocks = (kr->n + NB - 1) / NB;
     for (int64_t i0 = 0; i0 < kr->m; i0 += MB) {
       const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
-      for (int64_t j0 = 0; j0 < kr->n; j0 += NB) {
+      /* a snake over C: the next macro block shares its A rows or its B
+       * columns with the last one, which are still in L1 */
+      const int back = (i0 / MB) & 1;
+      for (int64_t jb = 0; jb < col_blocks; ++jb) {
+        const int64_t j0 = (back ? col_blocks - 1 - jb : jb) * NB;
         const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
         use_config(&kr->cfg[rows < MB][cols < NB]);
-        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols);
+        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols,
+                    kr->reverse && (int)(((i0 / MB) * col_blocks + jb) & 1));
       }
     }
   }
