@@ -7,9 +7,10 @@
 2. The Python call path: a 2x2x2 block (all overhead), and on the 64x64x64
    x16 block the API call against the same call from C, packed B and B
    packed per call (the difference is the packing).
-3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF) and
-   blocks per pass over C (BRGEMM_AMX_L1), interleaved, median % of the peak
-   measured in the same repetition."""
+3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF),
+   bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
+   backwards (BRGEMM_AMX_REVERSE), interleaved, median % of the peak measured
+   in the same repetition."""
 import argparse
 import os
 import statistics
@@ -21,8 +22,10 @@ import brgemm
 from brgemm import machine
 from brgemm._brgemm_cpu import lib
 
-SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (28, 64, 64, 2), (7, 64, 64, 18)]
-VARIANTS = [(pf, l1) for l1 in ("0", "24576") for pf in ("0", "1", "2")]
+SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
+# (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
+VARIANTS = [("0", "0", "1"), ("0", "0", "0"), ("0", "65536", "1"), ("1", "0", "1")]
+TUNABLES = ("BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
 
 
 def _data(m, n, k, count, rng):
@@ -46,13 +49,14 @@ def _per_call(fn, seconds=0.05):
         calls *= 4
 
 
-def _kernel(m, n, k, pf, l1):
-    os.environ["BRGEMM_AMX_PF"], os.environ["BRGEMM_AMX_L1"] = pf, l1
+def _kernel(m, n, k, variant):
+    os.environ.update(zip(TUNABLES, variant))  # read when the native kernel is made
     try:
         kern = brgemm.Kernel(m, n, k, dtype="bf16")
         return kern, kern._kernel("strd", "f32", k, n, n, m * k, k * n)
     finally:
-        del os.environ["BRGEMM_AMX_PF"], os.environ["BRGEMM_AMX_L1"]
+        for name in TUNABLES:
+            del os.environ[name]
 
 
 def run(reps=5):
@@ -89,11 +93,12 @@ def run(reps=5):
         us = statistics.median(ts) * 1e6
         print(f"  {name:<14}{us:8.2f} us/call {flops / us * 1e-3:8.1f} GF/s {flops / us * 1e-1 / pk:6.1f}% of peak")
 
-    print("variants from C, B packed: % of the peak (median), PF = prefetch distance, L1 = bytes per pass")
-    print(f"{'block':<18}" + "".join(f"{'PF' + pf + ' L1 ' + l1:>15}" for pf, l1 in VARIANTS))
+    print("variants from C, B packed: % of the peak (median); PF prefetch distance, L1 bytes per "
+          "pass, R every other macro block backwards")
+    print(f"{'block':<18}" + "".join(f"{f'PF{pf} L1 {l1} R{r}':>19}" for pf, l1, r in VARIANTS))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
-        ks = [_kernel(m, n, k, pf, l1) for pf, l1 in VARIANTS]
+        ks = [_kernel(m, n, k, v) for v in VARIANTS]
         P = ks[0][0].pack_b(B)
         flops = 2.0 * m * n * k * count
         calls = max(50, int(0.03 * 1e12 / flops)) if peak else 1
@@ -103,11 +108,11 @@ def run(reps=5):
             for i, (_, nat) in enumerate(ks):
                 pct[i].append(100 * flops * calls / nat.time_strd(A, P.data, C, count, calls, b_packed=True)
                               * 1e-9 / pk)
-        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>14.1f}%" for p in pct),
+        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>18.1f}%" for p in pct),
               flush=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3)
     run(parser.parse_args().reps)
