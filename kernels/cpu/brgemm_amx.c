@@ -17,7 +17,8 @@
  * tdpbf16ps); what L1 can save is the panel two neighbouring macro blocks
  * share. So the macro blocks go in a snake over C (the next one shares its A
  * rows or its B columns with the last), and every other one walks the blocks
- * backwards, starting on the lines its neighbour read last.
+ * backwards, starting on the lines its neighbour read last (no gain was
+ * measurable on the shared host; cheap, so it stays: benchmarks/RESULTS.md).
  *
  * Built twice: as is (AMX, with AVX-512 packing) and with BRGEMM_AMX_MODEL,
  * where the tile instructions are plain C (brgemm_amx_model.h). */
