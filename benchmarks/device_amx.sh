@@ -4,7 +4,10 @@
 # benchmark (AMX peak, one core), then bf16 layers against oneDNN 3.2 with AMX
 # allowed, 2 threads (and 16 with AMX16=1). Arguments pick the layers
 # (default: fc conv lstm; "none" for none). TESTS=0 skips the tests,
-# PART_TIMEOUT caps each layer run (seconds), L1_BUDGETS adds kernel runs.
+# PART_TIMEOUT caps each layer run (seconds), L1_BUDGETS adds kernel runs,
+# TIMEOUT_<part> and TIMEOUT16_<part> cap one part at 2 and 16 threads,
+# KERNEL=0 skips the kernel benchmark, PROFILE=1 adds benchmarks.amx_profile
+# (where a call's time goes, kernel variants) on one core.
 # Expects .devcarry as device_cpu.sh and device_onednn.sh do; run from the
 # repository root.
 set -uo pipefail
@@ -17,8 +20,10 @@ $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx pea
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
   tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
 echo "tests exit $?"; tail -15 $out/tests.txt
+[ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
 # L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
 for l1 in default ${L1_BUDGETS:-}; do
+  [ "${KERNEL:-1}" = 1 ] || break
   [ $l1 = default ] && unset BRGEMM_AMX_L1 || export BRGEMM_AMX_L1=$l1
   echo "BRGEMM_AMX_L1=$l1"
   OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench_$l1.txt
@@ -27,8 +32,10 @@ unset BRGEMM_AMX_L1
 parts=${*:-fc conv lstm}
 for what in $parts; do
   [ "$what" = none ] && continue
-  taskset -c 2,3 timeout ${PART_TIMEOUT:-150} $py -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  t2=TIMEOUT_$what t16=TIMEOUT16_$what
+  t2=${!t2:-${PART_TIMEOUT:-150}}
+  taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
   if [ "${AMX16:-0}" = 1 ]; then
-    timeout ${PART_TIMEOUT:-150} $py -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+    timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
   fi
 done

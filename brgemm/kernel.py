@@ -196,6 +196,7 @@ class Kernel:
         self._native = LRU(KERNELS_PER_OBJECT)  # (form, strides, dtype of C) -> JIT kernel
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
+        self._strd_last = (None, None)  # the last geometry and its kernel
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -227,44 +228,43 @@ class Kernel:
     # -- stride form --
     def __call__(self, A, B, C):
         """Stride form: A [count, m, k], B [count, k, n] (or a PackedB), C [m, n]."""
-        if isinstance(A, np.ndarray) and isinstance(B, np.ndarray) and isinstance(C, np.ndarray):
-            # shapes, strides and dtypes decide everything the checks below decide,
-            # so calls on arrays of a geometry seen before skip straight to the kernel
-            key = (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
-                   C.shape, C.strides, C.dtype)
-            kern = self._strd_seen.get(key)
-            if kern is None:
-                kern = self._check_strd(A, B, C)
-                if kern is _BY_ADDRESS:
-                    return self.addr(list(A), list(B), C)
-                self._strd_seen.put(key, kern)
-            elif not C.flags.writeable:
-                raise ValueError("C: is read-only; the kernel writes C in place")
-            # C compares byte ranges for free; only when they meet is the exact
-            # (slower) element test needed, e.g. for interleaved views of one buffer
-            if not kern.strd(A, B, C, A.shape[0], check_overlap=True):
-                _no_overlap(C, A, "A")
-                _no_overlap(C, B, "B")
-                kern.strd(A, B, C, A.shape[0])
-            return C
-        if isinstance(B, PackedB) and isinstance(A, np.ndarray) and isinstance(C, np.ndarray) \
-                and isinstance(B.data, np.ndarray):
-            # as above: a geometry seen before (B's blocks included) skips the checks
-            key = ("packed", A.shape, A.strides, A.dtype, B.count, B.k, B.n, B.path,
-                   B.data.shape, B.data.strides, B.data.dtype, C.shape, C.strides, C.dtype)
-            kern = self._strd_seen.get(key)
-            if kern is None:
-                kern = self._check_strd(A, B, C)
-                if kern is _BY_ADDRESS:
-                    return self.addr(list(A), [B.data[i] for i in range(B.count)], C, packed=B)
-                self._strd_seen.put(key, kern)
-            elif not C.flags.writeable:
-                raise ValueError("C: is read-only; the kernel writes C in place")
-            if not kern.strd(A, B.data, C, A.shape[0], True, check_overlap=True):
-                _no_overlap(C, A, "A")
-                _no_overlap(C, B.data, "B")
-                kern.strd(A, B.data, C, A.shape[0], True)
-            return C
+        if isinstance(A, np.ndarray) and isinstance(C, np.ndarray):
+            # shapes, strides and dtypes decide everything the checks decide, so
+            # calls on arrays of a geometry seen before skip straight to the kernel
+            if isinstance(B, np.ndarray):
+                data, packed = B, False
+                key = (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
+                       C.shape, C.strides, C.dtype)
+            elif isinstance(B, PackedB) and isinstance(B.data, np.ndarray):
+                data, packed = B.data, True
+                key = ("packed", A.shape, A.strides, A.dtype, B.count, B.k, B.n, B.path,
+                       data.shape, data.strides, data.dtype, C.shape, C.strides, C.dtype)
+            else:
+                data = None
+            if data is not None:
+                # the last geometry first: a loop of calls on the same arrays pays
+                # one tuple comparison instead of the cache's hashing
+                last_key, kern = self._strd_last
+                if key != last_key:
+                    kern = self._strd_seen.get(key)
+                    if kern is None:
+                        kern = self._check_strd(A, B, C)
+                        if kern is _BY_ADDRESS:
+                            if packed:
+                                return self.addr(list(A), [data[i] for i in range(B.count)], C,
+                                                 packed=B)
+                            return self.addr(list(A), list(B), C)
+                        self._strd_seen.put(key, kern)
+                    self._strd_last = (key, kern)
+                elif not C.flags.writeable:
+                    raise ValueError("C: is read-only; the kernel writes C in place")
+                # C compares byte ranges for free; only when they meet is the exact
+                # (slower) element test needed, e.g. for interleaved views of one buffer
+                if not kern.strd(A, data, C, A.shape[0], packed, True):
+                    _no_overlap(C, A, "A")
+                    _no_overlap(C, data, "B")
+                    kern.strd(A, data, C, A.shape[0], packed)
+                return C
         self._check_strd(A, B, C)  # raises, naming the argument that is not an array
         raise AssertionError("unreachable: _check_strd accepted a non-array")
 

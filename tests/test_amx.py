@@ -40,6 +40,13 @@ def test_model_kernel_cases():
     assert _pytest(str(TESTS / "amx_cases.py"), env=dict(os.environ, BRGEMM_AMX="model")) == 0
 
 
+def test_model_kernel_tunables():
+    """The kernel's other schedules: passes over chunks of blocks (C stored and
+    reloaded between them, macro blocks in a snake) and software prefetches."""
+    env = dict(os.environ, BRGEMM_AMX="model", BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1")
+    assert _pytest(str(TESTS / "amx_cases.py"), "-k", "edges or random or depths", env=env) == 0
+
+
 def test_model_primitives_bf16():
     """FC, conv and LSTM bf16, layer and functional forms, on the model's tiles."""
     env = dict(os.environ, BRGEMM_AMX="model")

@@ -7,6 +7,7 @@ import numpy as np
 from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
+_run_strd, _OK, _EOVERLAP = lib.brgemm_cpu_run_strd, lib.BRGEMM_OK, lib.BRGEMM_EOVERLAP
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 
@@ -26,11 +27,16 @@ def check(rc, what):
     raise ValueError(f"{what}: the native layer rejected its arguments (code {rc})")
 
 
+_from_buffer = ffi.from_buffer
+
+
 def address(x):
-    """A pointer to x's first element; from_buffer is much cheaper than .ctypes when it applies."""
-    if x.flags.c_contiguous:
-        return ffi.from_buffer(x)
-    return ffi.cast("void *", x.ctypes.data)
+    """A pointer to x's first element; from_buffer is much cheaper than .ctypes
+    when it applies (C-contiguous arrays: NumPy refuses it the others)."""
+    try:
+        return _from_buffer(x)
+    except ValueError:
+        return ffi.cast("void *", x.ctypes.data)
 
 
 class CpuKernel:
@@ -53,12 +59,12 @@ class CpuKernel:
     def strd(self, A, B, C, count, b_packed=False, check_overlap=False):
         """Run the stride form; with check_overlap, return False instead when C's
         byte range meets A's or B's (the caller then decides exactly)."""
-        rc = lib.brgemm_cpu_run_strd(self._k, address(A), address(B), address(C), count,
-                                     b_packed, check_overlap)
-        if rc == lib.BRGEMM_EOVERLAP:
+        rc = _run_strd(self._k, address(A), address(B), address(C), count, b_packed, check_overlap)
+        if rc == _OK:
+            return True
+        if rc == _EOVERLAP:
             return False
         check(rc, "Kernel.__call__")
-        return True
 
     def addr(self, As, Bs, C, b_packed=False):
         a = ffi.new("void *[]", [address(x) for x in As])

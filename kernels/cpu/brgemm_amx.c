@@ -13,6 +13,13 @@
  * k has no even divisor of at least 16 below 32), so no k remainder exists;
  * A is copied zero-padded only when kp != k.
  *
+ * The tiles' loads stream A and B from L2 (an A tile and a B tile per two
+ * tdpbf16ps); what L1 can save is the panel two neighbouring macro blocks
+ * share. So the macro blocks go in a snake over C (the next one shares its A
+ * rows or its B columns with the last), and every other one walks the blocks
+ * backwards, starting on the lines its neighbour read last (no gain was
+ * measurable on the shared host; cheap, so it stays: benchmarks/RESULTS.md).
+ *
  * Built twice: as is (AMX, with AVX-512 packing) and with BRGEMM_AMX_MODEL,
  * where the tile instructions are plain C (brgemm_amx_model.h). */
 #ifndef BRGEMM_AMX_MODEL
@@ -39,6 +46,7 @@
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TILE_FAULTS() 0
+#define PREFETCH(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
 #define IMPL brgemm_amx_hardware
 #define IMPL_NAME "hardware"
 #endif
@@ -47,7 +55,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 24 << 10 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -63,6 +71,8 @@ struct brgemm_amx_kernel {
   int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
   int b_vnni;  /* B blocks arrive as VNNI pairs in place (desc.b_vnni) */
   int64_t chunk;  /* blocks per pass over C's macro blocks */
+  int reverse;  /* every other macro block walks the blocks backwards */
+  int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
 };
 
 /* the config of a macro block of `rows` x `cols` (each in 1..32) */
@@ -108,11 +118,22 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   k_chunks(d->k, &kp, &kc);
   kr->kp = kp, kr->kc = kc;
   kr->b_vnni = d->b_vnni;
-  /* as many blocks per pass as keep A and B in L1 next to the C rows */
+  /* Blocks per pass over C's macro blocks. By default one pass: C stays in
+   * its tiles for the whole reduction while the tile loads stream A and B
+   * from L2, which the hardware prefetchers keep up with better than passes
+   * that store and reload C between chunks of blocks (BRGEMM_AMX_L1: bytes of
+   * A and B per pass) or software prefetches (BRGEMM_AMX_PF: blocks ahead)
+   * did where we measured (benchmarks/RESULTS.md). Both stay as tunables,
+   * as does BRGEMM_AMX_REVERSE=0 (every macro block walks forwards). */
   const char* budget = getenv("BRGEMM_AMX_L1");
   const int64_t l1 = budget ? atol(budget) : L1_BUDGET;
   const int64_t per_block = (d->m * kp + kp * d->n) * 2;
   kr->chunk = l1 > 0 && per_block < l1 ? l1 / per_block : l1 > 0 ? 1 : INT64_MAX;
+  const char* pf = getenv("BRGEMM_AMX_PF");
+  kr->pf = pf ? atol(pf) : PF_DIST;
+  if (kr->pf < 0) kr->pf = 0;
+  const char* rev = getenv("BRGEMM_AMX_REVERSE");
+  kr->reverse = rev ? atoi(rev) != 0 : 1;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -202,7 +223,8 @@ static int64_t faults(void) { return TILE_FAULTS(); }
  * stride sb bytes. */
 static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
                         const uint16_t* const* b, int64_t sb, int64_t count, float* acc,
-                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols) {
+                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols,
+                        int back) {
   const int two_rows = rows > TILE, two_cols = cols > TILE;
   char* cb = (char*)acc + i0 * sacc + j0 * 4;
   if (load) {
@@ -216,10 +238,25 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
     if (two_rows) TILE_ZERO(2);
     if (two_rows && two_cols) TILE_ZERO(3);
   }
-  for (int64_t i = 0; i < count; ++i) {
+  /* back: blocks and k chunks in reverse, so that this macro block starts on
+   * the lines the last one read last, which L1 still holds */
+  const int64_t pf = back ? -kr->pf : kr->pf, nk = kr->kp / kr->kc;
+  for (int64_t ii = 0; ii < count; ++ii) {
+    const int64_t i = back ? count - 1 - ii : ii;
     const char* ai = (const char*)a[i] + i0 * sa;
     const char* bi = (const char*)b[i] + j0 * 4;
-    for (int64_t kk = 0; kk < kr->kp; kk += kr->kc) {
+    /* software prefetches (off by default): a later block's lines of this
+     * macro block, one k chunk's share at each step */
+    const char* an = pf && i + pf >= 0 && i + pf < count ? (const char*)a[i + pf] + i0 * sa : NULL;
+    const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
+    for (int64_t q = 0; q < nk; ++q) {
+      const int64_t kk = (back ? nk - 1 - q : q) * kr->kc;
+      if (an) {
+        for (int r = 0; r < rows; ++r)
+          for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
+        for (int64_t p = 0; p < kr->kc / 2; ++p)
+          for (int64_t x = 0; x < cols * 4; x += 64) PREFETCH(bn + (kk / 2 + p) * sb + x);
+      }
       TILE_LOAD(4, ai + kk * 2, sa);
       TILE_LOAD(6, bi + kk / 2 * sb, sb);
       TILE_DP(0, 4, 6);
@@ -297,12 +334,18 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
   for (int64_t b0 = 0; b0 < count; b0 += kr->chunk) {
     const int64_t nb = count - b0 < kr->chunk ? count - b0 : kr->chunk;
     const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
+    const int64_t col_blocks = (kr->n + NB - 1) / NB;
     for (int64_t i0 = 0; i0 < kr->m; i0 += MB) {
       const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
-      for (int64_t j0 = 0; j0 < kr->n; j0 += NB) {
+      /* a snake over C: the next macro block shares its A rows or its B
+       * columns with the last one, which are still in L1 */
+      const int back = (i0 / MB) & 1;
+      for (int64_t jb = 0; jb < col_blocks; ++jb) {
+        const int64_t j0 = (back ? col_blocks - 1 - jb : jb) * NB;
         const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
         use_config(&kr->cfg[rows < MB][cols < NB]);
-        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols);
+        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols,
+                    kr->reverse && (int)(((i0 / MB) * col_blocks + jb) & 1));
       }
     }
   }
@@ -337,6 +380,41 @@ float brgemm_amx_peak_run(long iters) {
   MEMORY_BARRIER();
   return out[0];
 }
+
+/* What the kernel's inner step can reach at all: four accumulators (the
+ * 2x2 C tiles) fed from registers, and the same with its four tile loads per
+ * step from an L1-resident buffer. */
+static float probe_steps(long iters, int loads) {
+  uint16_t ab[4][16 * 32] __attribute__((aligned(64)));
+  float out[16 * 16] __attribute__((aligned(64)));
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 16 * 32; ++i) ab[t][i] = 0x3f80;
+  MEMORY_BARRIER();
+  tile_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, ab[0], 64); _tile_loadd(5, ab[1], 64);
+  _tile_loadd(6, ab[2], 64); _tile_loadd(7, ab[3], 64);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (long i = 0; i < iters; ++i) {
+    if (loads) { _tile_loadd(4, ab[0], 64); _tile_loadd(6, ab[2], 64); }
+    _tile_dpbf16ps(0, 4, 6);
+    if (loads) _tile_loadd(7, ab[3], 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if (loads) _tile_loadd(5, ab[1], 64);
+    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  tiles_loaded = 0;
+  MEMORY_BARRIER();
+  return out[0];
+}
+
+float brgemm_amx_probe_4acc(long iters) { return probe_steps(iters, 0); }
+float brgemm_amx_probe_2x2_l1(long iters) { return probe_steps(iters, 1); }
 #endif
 
 const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, takes_vnni_b, packed_b_elems, pack_b,

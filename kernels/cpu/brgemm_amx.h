@@ -50,6 +50,11 @@ const char* brgemm_amx_reason(void);
  * each) on independent accumulators; only where brgemm_amx_selected() is
  * the hardware. Returns a value the caller keeps alive. */
 float brgemm_amx_peak_run(long iters);
+/* The same with four accumulators, the kernel's 2x2 C tiles: fed from
+ * registers (4acc), and with the kernel's four tile loads per step from an
+ * L1-resident buffer (2x2_l1). */
+float brgemm_amx_probe_4acc(long iters);
+float brgemm_amx_probe_2x2_l1(long iters);
 
 /* Release this thread's tiles if the selected implementation loaded any. */
 void brgemm_amx_release(void);

@@ -94,5 +94,6 @@ static void model_dp(int c, int a, int b) {
 #define TILE_LOAD(t, p, stride) model_load(t, p, stride)
 #define TILE_STORE(t, p, stride) model_store(t, p, stride)
 #define TILE_DP(c, a, b) model_dp(c, a, b)
+#define PREFETCH(p) ((void)(p))
 #define TILE_FAULTS() __atomic_load_n(&model_fault_count, __ATOMIC_RELAXED)
 #endif

@@ -278,6 +278,11 @@ double brgemm_cpu_bf16_peak(double seconds);
 /* Measured single-thread peak in GFLOP/s of AMX tdpbf16ps (16 x 16 x 32 bf16
  * pairs, two flops each), or 0 where bf16 kernels do not run on AMX tiles. */
 double brgemm_cpu_amx_peak(double seconds);
+/* The AMX kernel's inner step alone, GFLOP/s on one core (0 without AMX
+ * tiles): pattern 0, four accumulators fed from registers; 1, the same with
+ * four tile loads per step from L1. Against brgemm_cpu_amx_peak they say
+ * what the 2x2 C tiles and the loads cost before any data comes from L2. */
+double brgemm_cpu_amx_probe(int pattern, double seconds);
 
 #ifdef __cplusplus
 }

@@ -108,3 +108,9 @@ double brgemm_cpu_amx_peak(double seconds) {
   if (brgemm_amx_selected() != &brgemm_amx_hardware) return 0.0;
   return best_rate(brgemm_amx_peak_run, 6 * 16.0 * 16 * 32 * 2, seconds);
 }
+
+double brgemm_cpu_amx_probe(int pattern, double seconds) {
+  if (brgemm_amx_selected() != &brgemm_amx_hardware || pattern < 0 || pattern > 1) return 0.0;
+  return best_rate(pattern ? brgemm_amx_probe_2x2_l1 : brgemm_amx_probe_4acc, 4 * 16.0 * 16 * 32 * 2,
+                   seconds);
+}

@@ -1,0 +1,118 @@
+"""Where the time of a bf16 AMX kernel call goes, on one core (run on an AMX host).
+
+    python -m benchmarks.amx_profile [--reps N]
+
+1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
+   registers (four accumulators) and with its tile loads from L1.
+2. The Python call path: a 2x2x2 block (all overhead), and on the 64x64x64
+   x16 block the API call against the same call from C, packed B and B
+   packed per call (the difference is the packing).
+3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF),
+   bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
+   backwards (BRGEMM_AMX_REVERSE), interleaved, median % of the peak measured
+   in the same repetition."""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+import brgemm
+from brgemm import machine
+from brgemm._brgemm_cpu import lib
+
+SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
+# (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
+VARIANTS = [("0", "0", "1"), ("0", "0", "0"), ("0", "65536", "1"), ("1", "0", "1")]
+TUNABLES = ("BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
+
+
+def _data(m, n, k, count, rng):
+    A = brgemm.aligned_empty((count, m, k), brgemm.bfloat16)
+    B = brgemm.aligned_empty((count, k, n), brgemm.bfloat16)
+    A[...] = rng.standard_normal(A.shape)
+    B[...] = rng.standard_normal(B.shape)
+    return A, B, np.zeros((m, n), np.float32)
+
+
+def _per_call(fn, seconds=0.05):
+    """Seconds per call of fn, over at least `seconds`."""
+    calls, t = 16, 0.0
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t = time.perf_counter() - t0
+        if t > seconds:
+            return t / calls
+        calls *= 4
+
+
+def _kernel(m, n, k, variant):
+    os.environ.update(zip(TUNABLES, variant))  # read when the native kernel is made
+    try:
+        kern = brgemm.Kernel(m, n, k, dtype="bf16")
+        return kern, kern._kernel("strd", "f32", k, n, n, m * k, k * n)
+    finally:
+        for name in TUNABLES:
+            del os.environ[name]
+
+
+def run(reps=5):
+    rng = np.random.default_rng()
+    print(brgemm.info())
+    peak = machine.amx_peak(0.2)
+    print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {lib.brgemm_cpu_amx_probe(0, 0.2):.1f}, "
+          f"2x2 with tile loads from L1 {lib.brgemm_cpu_amx_probe(1, 0.2):.1f}")
+
+    A, B, C = _data(2, 2, 2, 1, rng)
+    kern = brgemm.Kernel(2, 2, 2, dtype="bf16")
+    P = kern.pack_b(B)
+    print(f"2x2x2 x1 block, Python API: {_per_call(lambda: kern(A, P, C)) * 1e6:.2f} us/call packed, "
+          f"{_per_call(lambda: kern(A, B, C)) * 1e6:.2f} us/call unpacked")
+
+    m, n, k, count = SHAPES[0]
+    A, B, C = _data(m, n, k, count, rng)
+    kern = brgemm.Kernel(m, n, k, dtype="bf16")
+    nat = kern._kernel("strd", "f32", k, n, n, m * k, k * n)
+    P = kern.pack_b(B)
+    flops = 2.0 * m * n * k * count
+    rows = {"API packed": lambda: kern(A, P, C), "API per call": lambda: kern(A, B, C)}
+    t = {name: [] for name in list(rows) + ["C packed", "C per call", "peak"]}
+    for _ in range(reps):
+        t["peak"].append(machine.amx_peak(0.05))
+        for name, fn in rows.items():
+            t[name].append(_per_call(fn))
+        calls = 2000 if peak else 1
+        t["C packed"].append(nat.time_strd(A, P.data, C, count, calls, b_packed=True) / calls)
+        t["C per call"].append(nat.time_strd(A, B, C, count, calls) / calls)
+    pk = statistics.median(t.pop("peak")) or float("nan")  # no peak on the software tiles
+    print(f"{m}x{n}x{k} x{count}: ideal {flops / pk * 1e3:.2f} us at the peak {pk:.0f} GF/s")
+    for name, ts in t.items():
+        us = statistics.median(ts) * 1e6
+        print(f"  {name:<14}{us:8.2f} us/call {flops / us * 1e-3:8.1f} GF/s {flops / us * 1e-1 / pk:6.1f}% of peak")
+
+    print("variants from C, B packed: % of the peak (median); PF prefetch distance, L1 bytes per "
+          "pass, R every other macro block backwards")
+    print(f"{'block':<18}" + "".join(f"{f'PF{pf} L1 {l1} R{r}':>19}" for pf, l1, r in VARIANTS))
+    for m, n, k, count in SHAPES:
+        A, B, C = _data(m, n, k, count, rng)
+        ks = [_kernel(m, n, k, v) for v in VARIANTS]
+        P = ks[0][0].pack_b(B)
+        flops = 2.0 * m * n * k * count
+        calls = max(50, int(0.03 * 1e12 / flops)) if peak else 1
+        pct = [[] for _ in VARIANTS]
+        for _ in range(reps):
+            pk = machine.amx_peak(0.03) or float("nan")
+            for i, (_, nat) in enumerate(ks):
+                pct[i].append(100 * flops * calls / nat.time_strd(A, P.data, C, count, calls, b_packed=True)
+                              * 1e-9 / pk)
+        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>18.1f}%" for p in pct),
+              flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=3)
+    run(parser.parse_args().reps)
