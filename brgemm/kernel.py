@@ -256,7 +256,7 @@ class Kernel:
                             return self.addr(list(A), list(B), C)
                         self._strd_seen.put(key, kern)
                     self._strd_last = (key, kern)
-                elif not C.flags.writeable:
+                if not C.flags.writeable:  # the one check the geometry does not decide
                     raise ValueError("C: is read-only; the kernel writes C in place")
                 # C compares byte ranges for free; only when they meet is the exact
                 # (slower) element test needed, e.g. for interleaved views of one buffer

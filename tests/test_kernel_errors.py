@@ -127,6 +127,22 @@ def test_packed_b_checked_after_the_first_call():
             kern(A, packed, over)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_read_only_c_of_a_geometry_seen_before_the_last(dtype):
+    """The stride form remembers its last geometry and a cache of older ones:
+    a read-only C is refused on either path."""
+    dt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    kern = brgemm.Kernel(2, 3, 4, dtype=dtype)
+    A, B = np.ones((1, 2, 4), dt), np.ones((1, 4, 3), dt)
+    C, other = np.zeros((2, 3), f32), np.zeros((2, 5), f32)[:, :3]  # two geometries of C
+    kern(A, B, C)
+    kern(A, B, other)  # now C's geometry is cached but not the last
+    C.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^C: is read-only"):
+        kern(A, B, C)
+    np.testing.assert_array_equal(C, 4.0)
+
+
 def test_address_form():
     A, B, C = ok()
     kern = brgemm.Kernel(4, 5, 3)
