@@ -56,20 +56,30 @@ __attribute__((target("avx2"))) static inline void brgemm_transpose8x8_avx2(cons
 }
 
 /* The same on 8 x 8 sub-blocks with AVX2 (compiled for it here, run only where
- * CPUID has it): eight 32-byte rows in and out per 64 elements instead of
- * sixteen 16-byte ones; the edges go to the SSE version. */
+ * CPUID has it; na, nb >= 8): eight 32-byte rows in and out per 64 elements
+ * instead of sixteen 16-byte ones. A ragged edge is one more block that
+ * overlaps the one before it (its elements written twice, with the same
+ * values): short rows (9 taps, 14 pixels) left most of their elements to
+ * scalar edges before. */
+__attribute__((target("avx2"))) static inline void brgemm_transpose8_avx2(
+    const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t a, int64_t b) {
+  __m256 o[8];
+  brgemm_transpose8x8_avx2((const float*)(src + b * lds + a), lds, o);
+  float* out = (float*)(dst + a * ldd + b);
+  for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + k * ldd, o[k]);
+}
+
 __attribute__((target("avx2"))) static inline void brgemm_transpose4_avx2(
     const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t na, int64_t nb) {
   const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
-  for (int64_t b0 = 0; b0 < nb8; b0 += 8)
-    for (int64_t a0 = 0; a0 < na8; a0 += 8) {
-      __m256 o[8];
-      brgemm_transpose8x8_avx2((const float*)(src + b0 * lds + a0), lds, o);
-      float* out = (float*)(dst + a0 * ldd + b0);
-      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + k * ldd, o[k]);
-    }
-  if (na8 < na) brgemm_transpose4_sse(src + na8, lds, dst + na8 * ldd, ldd, na - na8, nb);
-  if (nb8 < nb) brgemm_transpose4_sse(src + nb8 * lds, lds, dst + nb8, ldd, na8, nb - nb8);
+  for (int64_t b0 = 0; b0 < nb8; b0 += 8) {
+    for (int64_t a0 = 0; a0 < na8; a0 += 8) brgemm_transpose8_avx2(src, lds, dst, ldd, a0, b0);
+    if (na8 < na) brgemm_transpose8_avx2(src, lds, dst, ldd, na - 8, b0);
+  }
+  if (nb8 < nb) {
+    for (int64_t a0 = 0; a0 < na8; a0 += 8) brgemm_transpose8_avx2(src, lds, dst, ldd, a0, nb - 8);
+    if (na8 < na) brgemm_transpose8_avx2(src, lds, dst, ldd, na - 8, nb - 8);
+  }
 }
 
 static inline int brgemm_layout_avx2(void) {
