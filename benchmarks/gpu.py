@@ -220,6 +220,12 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 against f32, as ours computes
     torch.backends.cudnn.allow_tf32 = False
     print(f"{device_name('cuda')}, wgmma path: {cuda_has_tensor_cores()}, torch {torch.__version__}")
+    if cuda_has_tensor_cores():
+        from brgemm.backend.cuda import device
+        dev = device()
+        print("clusters the GPU holds at once, by size (tc, tc_small):",
+              {size: (dev.max_clusters("tc", size), dev.max_clusters("tc_small", size))
+               for size in range(1, 9)})
     for what in args.what.split(","):
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)
 
