@@ -127,8 +127,8 @@ def with_settings(fn, **kw):
 
 def run_fc(quick):
     print(f"\nFC layers (blocked layouts, config {FC_GPU}), best of blocks {FC_BLOCKS} "
-          "per shape and pass; bf16 also without splitting reductions over clusters (no split) "
-          "and without the two-blocks-per-SM entry point (1/SM)")
+          "per shape and pass; bf16 also without splitting reductions over clusters (no split), "
+          "and with 64-row tiles always on the two-blocks-per-SM entry point (2/SM) or never (1/SM)")
     print(HEAD)
     shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
     for dtype in ("bf16", "f32"):
@@ -154,12 +154,12 @@ def run_fc(quick):
                 extra = ""
                 if dtype == "bf16":
                     shape = launch_shapes(p)
-                    off = with_settings(lambda: graph_time(replay(p, tensors), 20)[0],
-                                        max_cluster=1)
-                    one = with_settings(lambda: graph_time(replay(p, tensors), 20)[0],
-                                        small_tiles=False)
-                    extra = (f"; launch {shape}; no split {off * 1e3:.1f} us, "
-                             f"1/SM {one * 1e3:.1f} us; tried {' '.join(tried)}")
+                    off, small, large = (
+                        with_settings(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
+                        for kw in ({"max_cluster": 1}, {"small_tiles": True},
+                                   {"small_tiles": False}))
+                    extra = (f"; launch {shape}; no split {off:.1f} us, 2/SM {small:.1f} us, "
+                             f"1/SM {large:.1f} us; tried {' '.join(tried)}")
                 row(f"{name} {pass_} {dtype}", 2 * N * C * K, t, theirs, spread,
                     f"{theirs_name[pass_]}; ours blocks {blocks}{extra}")
 

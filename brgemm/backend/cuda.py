@@ -124,7 +124,10 @@ class _Tables:
 
 # How phases launch; benchmarks/gpu.py varies these to show what each is worth.
 max_cluster = 8      # most blocks that share one task's reductions (1: never split)
-small_tiles = True   # phases of 64-row tensor-core tiles use the two-blocks-per-SM entry point
+# phases of 64-row tensor-core tiles use the two-blocks-per-SM entry point
+# (fewer stages each): None where they have more tasks than the GPU has SMs,
+# True always, False never
+small_tiles = None
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -174,15 +177,17 @@ def _launch_shape(phase, allow_tc):
     dev = device()
     if not (phase["tc"] and dev.has_tc and allow_tc):
         return "generic", 1
-    entry = "tc_small" if small_tiles and not phase["wide"] else "tc"
+    small = phase["tasks"] > dev.sm_count if small_tiles is None else small_tiles
+    entry = "tc_small" if small and not phase["wide"] else "tc"
     if not phase["all_tc"] or max_cluster <= 1:
         return entry, 1
     tasks, steps, tiles = phase["tasks"], phase["steps"], phase["tiles"]
-    best, best_cost = 1, max(tasks / dev.sm_count, 1) * (steps + tiles * _TILE_STEPS)
+    best, best_cost = 1, -(-tasks // dev.sm_count) * (steps + tiles * _TILE_STEPS)
     for size in range(2, max_cluster + 1):
         if tasks > dev.max_clusters(entry, size):
             continue
-        cost = max(tasks * size / dev.sm_count, 1) * (
+        # blocks beyond one per SM share SMs: each counts as another round
+        cost = -(-tasks * size // dev.sm_count) * (
             -(-steps // size) + tiles * (_TILE_STEPS + _SPLIT_STEPS))
         if cost < best_cost:
             best, best_cost = size, cost

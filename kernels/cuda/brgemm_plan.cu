@@ -94,7 +94,7 @@ __device__ __forceinline__ float op_value(const brgemm_plan_op* op, float v, int
                                           const uint64_t* t) {
   switch (op->code) {
     case BRGEMM_OP_BIAS: return v + f32_at(t, op, 0)[j];
-    case BRGEMM_OP_RELU: return v > 0.0f ? v : 0.0f;
+    case BRGEMM_OP_RELU: return v < 0.0f ? 0.0f : v;  /* NaN stays NaN (torch.relu) */
     case BRGEMM_OP_SIGMOID: return sigmoid(v);
     case BRGEMM_OP_TANH: return tanhf(v);
     case BRGEMM_OP_STORE_BF16: bf16_at(t, op, 0)[i * op->ld + j] = f32_to_bf16(v); return v;
@@ -220,9 +220,15 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
 
 #define TK 64             /* k per stage: one 128-byte swizzled row of bf16 */
 #ifndef STAGES
-#define STAGES 5          /* shared-memory stages: STAGES - 2 loads in flight, one */
-#endif                    /* stage being read, one still read by the previous wgmma */
-#define STAGES_SMALL 4    /* the 64-row entry point: two blocks fit one SM */
+#define STAGES 5          /* 128 x 128 tiles' shared-memory stages: STAGES - 2 loads in */
+#endif                    /* flight, one stage being read, one still read by the previous wgmma */
+#define MAX_STAGES 12
+/* the bytes of stages each entry point has: the 128 x 128 one (one block per
+ * SM) nearly all of an SM's shared memory, the 64-row one (two blocks per SM)
+ * four 64 x 128 stages. Smaller tiles take as many stages as fit: with few
+ * k-steps of little work each, loads must be issued far ahead to hide latency. */
+#define STAGE_BUDGET 229376
+#define STAGE_BUDGET_SMALL 98304
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -283,6 +289,14 @@ struct Stage {
                             BYTES = A_BYTES + (BN / 64) * B_REGION;
 };
 
+/* the stages a BM x BN tile takes out of `budget` bytes */
+template <int BM, int BN>
+__host__ __device__ constexpr int stages_for(int budget) {
+  return BM == 128 && BN == 128 ? STAGES
+         : (int)(budget / Stage<BM, BN>::BYTES) < MAX_STAGES ? (int)(budget / Stage<BM, BN>::BYTES)
+                                                              : MAX_STAGES;
+}
+
 /* What one thread copies of every k-step of a BM x BN tile: its A chunks
  * (row r, 16-byte chunk ch of the step's 64 k) and B chunks (k-row r, 8
  * columns from cc * 8), with the byte offsets that stay fixed over the steps. */
@@ -337,17 +351,18 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   if (k0 >= k) k0 = 0, ++b;
 }
 
-/* a BM x BN tile at (i0, j0), this block's share (rank of nranks) of its
- * k-steps. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
+/* a BM x BN tile at (i0, j0); SPLIT: this block's share (rank of nranks) of
+ * its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
  * 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w takes half of each
  * step's k and the halves are summed at the end (no warpgroup idles: a wgmma
  * under a branch would be serialized).
  * Step s: wait for its copies, barrier, start the copies of step s + LOOKAHEAD,
  * issue its wgmma group and wait for the previous group only, so the tensor
  * cores always have the next group queued while the copies run. */
-template <int BM, int BN, int NSTAGES>
-__device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* smem_ptr,
-                        uint32_t rank, uint32_t nranks) {
+template <int BM, int BN, int NSTAGES, bool SPLIT>
+__device__ __noinline__ void tc_tile(const Call& call, int64_t i0, int64_t j0,
+                                     unsigned char* smem_ptr, uint32_t rank, uint32_t nranks) {
+  const Call c = call;  /* in registers: the caller's copy is on the stack */
   constexpr int LOOKAHEAD = NSTAGES - 2;
   using S = Stage<BM, BN>;
   const uint32_t smem = smem_addr(smem_ptr);
@@ -356,10 +371,10 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
   constexpr bool SPLIT_K = BM == 64 && BN == 64;
   const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
   const int64_t ksteps = (c.kd->k + TK - 1) / TK, all_steps = c.count * ksteps;
-  const int64_t first = all_steps * rank / nranks;
-  const int64_t steps = all_steps * (rank + 1) / nranks - first;
+  const int64_t first = SPLIT ? all_steps * rank / nranks : 0;
+  const int64_t steps = SPLIT ? all_steps * (rank + 1) / nranks - first : all_steps;
   const Loader<BM, BN> ld(c.kd, i0, j0);
-  int64_t lb = first / ksteps, lk = first % ksteps * TK;  /* the next k-step to load */
+  int64_t lb = SPLIT ? first / ksteps : 0, lk = SPLIT ? first % ksteps * TK : 0;  /* next to load */
   float acc[WN / 2];
 #pragma unroll
   for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
@@ -426,7 +441,7 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
   /* this block finishes rows r0 .. r1 of the tile: all of it, or its share of
      the cluster's, summed over the ranks' partial tiles in rank order */
   int r0 = 0, r1 = BM;
-  if (nranks > 1) {
+  if constexpr (SPLIT) {
     r0 = BM * rank / nranks, r1 = BM * (rank + 1) / nranks;
     cluster_sync();  /* every rank's partial tile is in its shared memory */
     const uint32_t base = smem_addr(tile);
@@ -469,12 +484,15 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
   }
 }
 
-template <int BM, int BN, int NSTAGES>
+template <int BM, int BN, int BUDGET>
 __device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem, uint32_t rank,
                                         uint32_t nranks) {
+  constexpr int NS = stages_for<BM, BN>(BUDGET);
+  static_assert(NS >= 3 && NS * Stage<BM, BN>::BYTES <= BUDGET, "the stages fit the budget");
   for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
     for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN)
-      tc_tile<BM, BN, NSTAGES>(c, i0, j0, smem, rank, nranks);
+      if (nranks == 1) tc_tile<BM, BN, NS, false>(c, i0, j0, smem, 0, 1);
+      else tc_tile<BM, BN, NS, true>(c, i0, j0, smem, rank, nranks);
 }
 #endif
 
@@ -484,8 +502,8 @@ __device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem, uint
 #define SMEM_GENERIC (GK * (GT + 1) * 4 + GK * GT * 4 + 1024)
 extern "C" __device__ int brgemm_cuda_smem_generic = SMEM_GENERIC;
 #if BRGEMM_TC
-extern "C" __device__ int brgemm_cuda_smem = STAGES * Stage<128, 128>::BYTES + 1024;
-extern "C" __device__ int brgemm_cuda_smem_small = STAGES_SMALL * Stage<64, 128>::BYTES + 1024;
+extern "C" __device__ int brgemm_cuda_smem = STAGE_BUDGET + 1024;
+extern "C" __device__ int brgemm_cuda_smem_small = STAGE_BUDGET_SMALL + 1024;
 #else
 extern "C" __device__ int brgemm_cuda_smem = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem_small = SMEM_GENERIC;
@@ -533,14 +551,14 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
 #if BRGEMM_TC
     if (E != ENTRY_GENERIC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
       if (E == ENTRY_TC_SMALL) {
-        if (kd->n > 64) tc_call<64, 128, STAGES_SMALL>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGES_SMALL>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET_SMALL>(c, smem, rank, nranks);
       } else if (kd->m > 64) {
-        if (kd->n > 64) tc_call<128, 128, STAGES>(c, smem, rank, nranks);
-        else tc_call<128, 64, STAGES>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<128, 128, STAGE_BUDGET>(c, smem, rank, nranks);
+        else tc_call<128, 64, STAGE_BUDGET>(c, smem, rank, nranks);
       } else {
-        if (kd->n > 64) tc_call<64, 128, STAGES>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGES>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET>(c, smem, rank, nranks);
       }
       done = true;
     }
