@@ -224,7 +224,7 @@ def main(argv=None):
         from brgemm.backend.cuda import device
         dev = device()
         print("clusters the GPU holds at once, by size (tc, tc_small):",
-              {size: (dev.max_clusters("tc", size), dev.max_clusters("tc_small", size))
+              {size: (dev.max_clusters("tc_split", size), dev.max_clusters("tc_small", size))
                for size in range(1, 9)})
     for what in args.what.split(","):
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)

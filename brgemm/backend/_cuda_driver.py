@@ -126,11 +126,12 @@ class _Device:
         self._check_records()
         self.has_tc = bool(self._read_int_global(b"brgemm_cuda_has_tc"))
         # (function, dynamic shared memory) of the entry points: phases with
-        # tensor-core tiles up to 128 x 128, with 64-row tensor-core tiles only
-        # (two blocks per multiprocessor), and the rest (generic only)
+        # tensor-core tiles up to 128 x 128 (tc_split: in clusters), with
+        # 64-row tensor-core tiles only (two blocks per multiprocessor, alone or
+        # in clusters), and the rest (generic only)
         self.entry = {name: self._function(b"brgemm_cuda_phase_" + name.encode(),
                                            b"brgemm_cuda_smem" + suffix.encode())
-                      for name, suffix in (("tc", ""), ("tc_small", "_small"),
+                      for name, suffix in (("tc", ""), ("tc_split", ""), ("tc_small", "_small"),
                                            ("generic", "_generic"))}
         self._clusters = {}
         from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records

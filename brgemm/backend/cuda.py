@@ -124,10 +124,7 @@ class _Tables:
 
 # How phases launch; benchmarks/gpu.py varies these to show what each is worth.
 max_cluster = 8      # most blocks that share one task's reductions (1: never split)
-# phases of 64-row tensor-core tiles use the two-blocks-per-SM entry point
-# (fewer stages each): None where they have more tasks than the GPU has SMs,
-# True always, False never
-small_tiles = None
+small_tiles = True   # phases of 64-row tensor-core tiles use the two-blocks-per-SM entry point
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -170,21 +167,26 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
 
 
 def _launch_shape(phase, allow_tc):
-    """(entry point, cluster size) of one phase. A cluster shares each tile's
-    k-steps among its blocks: worth it when the phase's tasks leave SMs idle
-    and their reductions are long enough to pay for the sum, and only where
-    the whole grid fits the GPU at once."""
+    """(entry point, cluster size) of one phase."""
+    entry, size = _entry_and_cluster(phase, allow_tc)
+    return ("tc_split" if entry == "tc" and size > 1 else entry), size
+
+
+def _entry_and_cluster(phase, allow_tc):
+    """The entry point by the phase's paths and tiles, and the cluster size. A
+    cluster shares each tile's k-steps among its blocks: worth it when the
+    phase's tasks leave SMs idle and their reductions are long enough to pay
+    for the sum, and only where the whole grid fits the GPU at once."""
     dev = device()
     if not (phase["tc"] and dev.has_tc and allow_tc):
         return "generic", 1
-    small = phase["tasks"] > dev.sm_count if small_tiles is None else small_tiles
-    entry = "tc_small" if small and not phase["wide"] else "tc"
+    entry = "tc_small" if small_tiles and not phase["wide"] else "tc"
     if not phase["all_tc"] or max_cluster <= 1:
         return entry, 1
     tasks, steps, tiles = phase["tasks"], phase["steps"], phase["tiles"]
     best, best_cost = 1, -(-tasks // dev.sm_count) * (steps + tiles * _TILE_STEPS)
     for size in range(2, max_cluster + 1):
-        if tasks > dev.max_clusters(entry, size):
+        if tasks > dev.max_clusters("tc_split" if entry == "tc" else entry, size):
             continue
         # blocks beyond one per SM share SMs: each counts as another round
         cost = -(-tasks * size // dev.sm_count) * (

@@ -222,13 +222,13 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
 #ifndef STAGES
 #define STAGES 5          /* 128 x 128 tiles' shared-memory stages: STAGES - 2 loads in */
 #endif                    /* flight, one stage being read, one still read by the previous wgmma */
-#define MAX_STAGES 12
-/* the bytes of stages each entry point has: the 128 x 128 one (one block per
- * SM) nearly all of an SM's shared memory, the 64-row one (two blocks per SM)
- * four 64 x 128 stages. Smaller tiles take as many stages as fit: with few
- * k-steps of little work each, loads must be issued far ahead to hide latency. */
-#define STAGE_BUDGET 229376
-#define STAGE_BUDGET_SMALL 98304
+/* the bytes of stages each entry point has and the most stages a tile takes:
+ * the 128 x 128 one (one block per SM) STAGES 128 x 128 stages, and smaller
+ * tiles as many as fit (with little work per k-step, loads must be issued
+ * further ahead to hide their latency); the 64-row one (two blocks per SM)
+ * four (more stages spill registers there) */
+#define STAGE_BUDGET (STAGES * 32768)
+#define STAGE_BUDGET_SMALL (4 * 24576)
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -289,12 +289,10 @@ struct Stage {
                             BYTES = A_BYTES + (BN / 64) * B_REGION;
 };
 
-/* the stages a BM x BN tile takes out of `budget` bytes */
+/* the stages a BM x BN tile takes out of `budget` bytes, at most `most` */
 template <int BM, int BN>
-__host__ __device__ constexpr int stages_for(int budget) {
-  return BM == 128 && BN == 128 ? STAGES
-         : (int)(budget / Stage<BM, BN>::BYTES) < MAX_STAGES ? (int)(budget / Stage<BM, BN>::BYTES)
-                                                              : MAX_STAGES;
+__host__ __device__ constexpr int stages_for(int budget, int most) {
+  return (int)(budget / Stage<BM, BN>::BYTES) < most ? (int)(budget / Stage<BM, BN>::BYTES) : most;
 }
 
 /* What one thread copies of every k-step of a BM x BN tile: its A chunks
@@ -351,8 +349,8 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   if (k0 >= k) k0 = 0, ++b;
 }
 
-/* a BM x BN tile at (i0, j0); SPLIT: this block's share (rank of nranks) of
- * its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
+/* a BM x BN tile at (i0, j0); SPLIT (and a launch in clusters): this block's
+ * share (rank of nranks) of its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
  * 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w takes half of each
  * step's k and the halves are summed at the end (no warpgroup idles: a wgmma
  * under a branch would be serialized).
@@ -360,9 +358,8 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
  * issue its wgmma group and wait for the previous group only, so the tensor
  * cores always have the next group queued while the copies run. */
 template <int BM, int BN, int NSTAGES, bool SPLIT>
-__device__ __noinline__ void tc_tile(const Call& call, int64_t i0, int64_t j0,
-                                     unsigned char* smem_ptr, uint32_t rank, uint32_t nranks) {
-  const Call c = call;  /* in registers: the caller's copy is on the stack */
+__device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
+                                        unsigned char* smem_ptr, uint32_t rank, uint32_t nranks) {
   constexpr int LOOKAHEAD = NSTAGES - 2;
   using S = Stage<BM, BN>;
   const uint32_t smem = smem_addr(smem_ptr);
@@ -371,10 +368,11 @@ __device__ __noinline__ void tc_tile(const Call& call, int64_t i0, int64_t j0,
   constexpr bool SPLIT_K = BM == 64 && BN == 64;
   const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
   const int64_t ksteps = (c.kd->k + TK - 1) / TK, all_steps = c.count * ksteps;
-  const int64_t first = SPLIT ? all_steps * rank / nranks : 0;
-  const int64_t steps = SPLIT ? all_steps * (rank + 1) / nranks - first : all_steps;
+  const bool split = SPLIT && nranks > 1;
+  const int64_t first = split ? all_steps * rank / nranks : 0;
+  const int64_t steps = split ? all_steps * (rank + 1) / nranks - first : all_steps;
   const Loader<BM, BN> ld(c.kd, i0, j0);
-  int64_t lb = SPLIT ? first / ksteps : 0, lk = SPLIT ? first % ksteps * TK : 0;  /* next to load */
+  int64_t lb = split ? first / ksteps : 0, lk = split ? first % ksteps * TK : 0;  /* next to load */
   float acc[WN / 2];
 #pragma unroll
   for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
@@ -441,7 +439,7 @@ __device__ __noinline__ void tc_tile(const Call& call, int64_t i0, int64_t j0,
   /* this block finishes rows r0 .. r1 of the tile: all of it, or its share of
      the cluster's, summed over the ranks' partial tiles in rank order */
   int r0 = 0, r1 = BM;
-  if constexpr (SPLIT) {
+  if (split) {
     r0 = BM * rank / nranks, r1 = BM * (rank + 1) / nranks;
     cluster_sync();  /* every rank's partial tile is in its shared memory */
     const uint32_t base = smem_addr(tile);
@@ -484,15 +482,14 @@ __device__ __noinline__ void tc_tile(const Call& call, int64_t i0, int64_t j0,
   }
 }
 
-template <int BM, int BN, int BUDGET>
+template <int BM, int BN, int BUDGET, bool SPLIT>
 __device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem, uint32_t rank,
                                         uint32_t nranks) {
-  constexpr int NS = stages_for<BM, BN>(BUDGET);
+  constexpr int NS = stages_for<BM, BN>(BUDGET, BUDGET == STAGE_BUDGET_SMALL ? 4 : 12);
   static_assert(NS >= 3 && NS * Stage<BM, BN>::BYTES <= BUDGET, "the stages fit the budget");
   for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
     for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN)
-      if (nranks == 1) tc_tile<BM, BN, NS, false>(c, i0, j0, smem, 0, 1);
-      else tc_tile<BM, BN, NS, true>(c, i0, j0, smem, rank, nranks);
+      tc_tile<BM, BN, NS, SPLIT>(c, i0, j0, smem, rank, nranks);
 }
 #endif
 
@@ -509,21 +506,23 @@ extern "C" __device__ int brgemm_cuda_smem = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem_small = SMEM_GENERIC;
 #endif
 
-/* the three entry points: tensor-core tiles up to 128 x 128 (one block per
- * SM), tensor-core tiles of 64 rows (two blocks per SM: one's pipeline fill
- * and epilogue overlap the other's steps), generic only */
+/* the entry points: tensor-core tiles up to 128 x 128 (one block per SM),
+ * alone or in clusters that split the reductions (apart: the split code's
+ * registers would slow the rest); tensor-core tiles of 64 rows (two blocks
+ * per SM: one's pipeline fill and epilogue overlap the other's steps), alone
+ * or in clusters; generic only */
 enum Entry { ENTRY_TC, ENTRY_TC_SMALL, ENTRY_GENERIC };
 
 /* One task per cluster; tensor-core entries: calls the host marked
  * BRGEMM_CUDA_PATH_TC run on the tensor cores, the rest on the generic path. */
-template <Entry E>
+template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   extern __shared__ unsigned char smem_raw[];
   /* the swizzle atoms want 1024-byte alignment; the launch asks for 1024 extra */
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   uint32_t rank = 0, nranks = 1;
 #if BRGEMM_TC
-  if (E != ENTRY_GENERIC) rank = cluster_rank(), nranks = cluster_blocks();
+  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
 #endif
   const int64_t task = args.task0 + blockIdx.x / nranks;
   const int64_t* task_begin = (const int64_t*)args.task_begin;
@@ -551,14 +550,14 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
 #if BRGEMM_TC
     if (E != ENTRY_GENERIC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
       if (E == ENTRY_TC_SMALL) {
-        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGE_BUDGET_SMALL>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
       } else if (kd->m > 64) {
-        if (kd->n > 64) tc_call<128, 128, STAGE_BUDGET>(c, smem, rank, nranks);
-        else tc_call<128, 64, STAGE_BUDGET>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<128, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        else tc_call<128, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
       } else {
-        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGE_BUDGET>(c, smem, rank, nranks);
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
       }
       done = true;
     }
@@ -576,22 +575,27 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
       }
     }
 #if BRGEMM_TC
-    if (nranks > 1) cluster_sync();  /* ... on every rank of the cluster */
+    if (SPLIT && nranks > 1) cluster_sync();  /* ... on every rank of the cluster */
 #endif
   }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     brgemm_cuda_phase_tc(const __grid_constant__ brgemm_cuda_phase_args args) {
-  run_phase<ENTRY_TC>(args);
+  run_phase<ENTRY_TC, false>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    brgemm_cuda_phase_tc_split(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<ENTRY_TC, BRGEMM_TC>(args);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     brgemm_cuda_phase_tc_small(const __grid_constant__ brgemm_cuda_phase_args args) {
-  run_phase<ENTRY_TC_SMALL>(args);
+  run_phase<ENTRY_TC_SMALL, BRGEMM_TC>(args);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     brgemm_cuda_phase_generic(const __grid_constant__ brgemm_cuda_phase_args args) {
-  run_phase<ENTRY_GENERIC>(args);
+  run_phase<ENTRY_GENERIC, false>(args);
 }
