@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import brgemm
-from primitives import gemm
+from primitives import fc, gemm
 
 if "cuda" not in brgemm.backends():
     pytest.skip("no CUDA device here", allow_module_level=True)
