@@ -98,7 +98,7 @@ def test_split_reductions_over_clusters(rng, monkeypatch, cluster):
     chosen = cuda._entry_and_cluster  # the entry point as chosen, the cluster size forced
     monkeypatch.setattr(cuda, "_entry_and_cluster", lambda phase, allow_tc:
                         (chosen(phase, allow_tc)[0], cluster))
-    monkeypatch.setattr(cuda, "small_tiles", bool(rng.integers(2)))
+    monkeypatch.setattr(cuda, "small_tiles", [None, True, False][rng.integers(3)])
     bm = int(rng.choice([64, 128]))
     M = int(rng.integers(1, bm + 1)) + bm * int(rng.integers(0, 2))
     N = int(rng.integers(1, 17)) * 8

@@ -124,7 +124,10 @@ class _Tables:
 
 # How phases launch; benchmarks/gpu.py varies these to show what each is worth.
 max_cluster = 8      # most blocks that share one task's reductions (1: never split)
-small_tiles = True   # phases of 64-row tensor-core tiles use the two-blocks-per-SM entry point
+# phases of 64-row tensor-core tiles on the two-blocks-per-SM entry point
+# (fewer stages): None where that measured faster (split reductions, or more
+# tasks than SMs), True always, False never
+small_tiles = None
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -180,7 +183,17 @@ def _entry_and_cluster(phase, allow_tc):
     dev = device()
     if not (phase["tc"] and dev.has_tc and allow_tc):
         return "generic", 1
-    entry = "tc_small" if small_tiles and not phase["wide"] else "tc"
+    if phase["wide"] or small_tiles is False:
+        return _cluster("tc", phase)
+    entry, size = _cluster("tc_small", phase)
+    if small_tiles is None and size == 1 and phase["tasks"] <= dev.sm_count:
+        return "tc", 1  # one block per SM anyway: the deeper pipeline wins
+    return entry, size
+
+
+def _cluster(entry, phase):
+    """(entry, cluster size) by the split cost model."""
+    dev = device()
     if not phase["all_tc"] or max_cluster <= 1:
         return entry, 1
     tasks, steps, tiles = phase["tasks"], phase["steps"], phase["tiles"]
