@@ -34,10 +34,10 @@ if [ "${1:-}" = mlp ]; then
   exit 0
 fi
 t0=$(date +%s)
-timeout 150 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_device_backends.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
+timeout 90 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_device_backends.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
 echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt
 t0=$(date +%s)
-timeout 200 $py -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
+timeout 150 $py -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
 echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error" $OUT/suite_cuda.txt | tail -8
 timeout 300 $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
 for st in ${VARIANTS:-}; do

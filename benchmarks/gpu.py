@@ -93,15 +93,42 @@ def run_gemm(quick):
             reps = 20 if M <= 4096 else 5
             ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
             theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
-            row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread, "torch.matmul")
+            row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread,
+                f"torch.matmul; launch {launch_shapes(p)}")
 
 
-# the FC blocks that suit the GPU here: (bn, bc, bk), tried per shape, best kept
-FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128)]
+# the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
+FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128)]
+# one kernel call per C block: the GPU wants the whole reduction in one pipeline
+# (fc.toml's per-shape chunks were tuned on a CPU's caches)
+FC_GPU = {p: {"spec": spec, "chunk": 1 << 20}
+          for p, spec in (("fwd", "NKc"), ("bwd", "NCk"), ("upd", "KCn"))}
+
+
+def launch_shapes(p):
+    """(tasks, entry point, cluster size) of each phase of a plan run on "cuda"."""
+    tables = p._replays["cuda"].tables
+    return [(tables.phase_begin[i + 1] - tables.phase_begin[i], entry, cluster)
+            for i, (entry, cluster) in enumerate(tables.launches(True))]
+
+
+def with_settings(fn, **kw):
+    """fn() with brgemm.backend.cuda's launch settings changed for its duration."""
+    from brgemm.backend import cuda
+    old = {k: getattr(cuda, k) for k in kw}
+    for k, v in kw.items():
+        setattr(cuda, k, v)
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            setattr(cuda, k, v)
 
 
 def run_fc(quick):
-    print(f"\nFC layers (blocked layouts), best of blocks {FC_BLOCKS} per shape and pass")
+    print(f"\nFC layers (blocked layouts, config {FC_GPU}), best of blocks {FC_BLOCKS} "
+          "per shape and pass; bf16 also without splitting reductions over clusters (no split), "
+          "and with 64-row tiles always on the two-blocks-per-SM entry point (2/SM) or never (1/SM)")
     print(HEAD)
     shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
     for dtype in ("bf16", "f32"):
@@ -113,16 +140,28 @@ def run_fc(quick):
                          "upd": lambda: dy.t() @ x}
             theirs_name = {"fwd": "F.linear", "bwd": "dy @ w", "upd": "dy.t() @ x"}
             for pass_ in ("fwd", "bwd", "upd"):
-                best = None
-                for blocks in FC_BLOCKS:
-                    g = fc.geometry(N, C, K, blocks=blocks)
+                best, tried = None, []
+                for blocks in FC_BLOCKS[:3] if dtype == "f32" else FC_BLOCKS:
+                    g = fc.geometry(N, C, K, config=FC_GPU, blocks=blocks)
                     p = fc.plan(g, pass_, dtype)
-                    t, spread = graph_time(replay(p, plan_tensors(p)), 20)
+                    tensors = plan_tensors(p)
+                    t, spread = graph_time(replay(p, tensors), 20)
+                    tried.append(f"{blocks[0]},{blocks[1]},{blocks[2]}:{t * 1e3:.1f}")
                     if best is None or t < best[0]:
-                        best = (t, spread, blocks)
+                        best = (t, spread, blocks, p, tensors)
                 theirs, _ = graph_time(theirs_fn[pass_], 20)
-                row(f"{name} {pass_} {dtype}", 2 * N * C * K, best[0], theirs, best[1],
-                    f"{theirs_name[pass_]}; ours blocks {best[2]}")
+                t, spread, blocks, p, tensors = best
+                extra = ""
+                if dtype == "bf16":
+                    shape = launch_shapes(p)
+                    off, small, large = (
+                        with_settings(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
+                        for kw in ({"max_cluster": 1}, {"small_tiles": True},
+                                   {"small_tiles": False}))
+                    extra = (f"; launch {shape}; no split {off:.1f} us, 2/SM {small:.1f} us, "
+                             f"1/SM {large:.1f} us; tried {' '.join(tried)}")
+                row(f"{name} {pass_} {dtype}", 2 * N * C * K, t, theirs, spread,
+                    f"{theirs_name[pass_]}; ours blocks {blocks}{extra}")
 
 
 # forward for the GPU: every loop parallel (a task per output row block), one
@@ -181,6 +220,12 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 against f32, as ours computes
     torch.backends.cudnn.allow_tf32 = False
     print(f"{device_name('cuda')}, wgmma path: {cuda_has_tensor_cores()}, torch {torch.__version__}")
+    if cuda_has_tensor_cores():
+        from brgemm.backend.cuda import device
+        dev = device()
+        print("clusters the GPU holds at once, by size (tc, tc_small):",
+              {size: (dev.max_clusters("tc_split", size), dev.max_clusters("tc_small", size))
+               for size in range(1, 9)})
     for what in args.what.split(","):
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import brgemm
-from primitives import gemm
+from primitives import fc, gemm
 
 if "cuda" not in brgemm.backends():
     pytest.skip("no CUDA device here", allow_module_level=True)
@@ -79,6 +79,81 @@ def test_tensor_core_path_random_shapes(rng, trial):
     tol = 1e-5 * (np.abs(a64) @ np.abs(b64)) + 1e-30
     print(f"worst err/tol {np.max(err / tol):.3f}")
     assert np.all(err <= tol)
+
+
+def launch_shapes(p):
+    """(entry point, cluster size) of each phase of a plan that ran on "cuda"."""
+    return p._replays["cuda"].tables.launches(True)
+
+
+@pytest.mark.parametrize("cluster", [2, 3, 5, 8])
+def test_split_reductions_over_clusters(rng, monkeypatch, cluster):
+    """Few tasks with long reductions run as clusters that share each tile's
+    k-steps and sum their partial tiles in rank order: the same result as
+    float64 within f32 accumulation, bit for bit the same on every run, also
+    with ragged rows and columns, several calls per task (beta 1), on either
+    entry point for 64-row tiles."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    chosen = cuda._entry_and_cluster  # the entry point as chosen, the cluster size forced
+    monkeypatch.setattr(cuda, "_entry_and_cluster", lambda phase, allow_tc:
+                        (chosen(phase, allow_tc)[0], cluster))
+    monkeypatch.setattr(cuda, "small_tiles", [None, True, False][rng.integers(3)])
+    bm = int(rng.choice([64, 128]))
+    M = int(rng.integers(1, bm + 1)) + bm * int(rng.integers(0, 2))
+    N = int(rng.integers(1, 17)) * 8
+    bk = int(rng.choice([64, 128]))
+    K = bk * 2 * int(rng.integers(4, 12))
+    kc = K if rng.integers(2) else K // 2  # two accumulating calls per task
+    print(f"M={M} N={N} K={K} bm={bm} bk={bk} kc={kc} small_tiles={cuda.small_tiles}")
+    A = torch.randn(M, K, device="cuda").bfloat16()
+    B = torch.randn(K, N, device="cuda").bfloat16()
+    p = gemm.plan(M, N, K, "bf16", gemm_cfg(bm, 128, bk, kc))
+    p._replays.pop("cuda", None)  # launch choices are remembered per replay: start afresh
+    outs = []
+    for _ in range(2):
+        C = torch.full((M, N), float("nan"), device="cuda")
+        p.run(backend="cuda", A=A, B=B, C=C)
+        outs.append(C)
+    torch.cuda.synchronize()
+    print(launch_shapes(p))
+    assert all(c == cluster for _, c in launch_shapes(p))
+    a64, b64 = A.double().cpu().numpy(), B.double().cpu().numpy()
+    got = outs[0].cpu().numpy()
+    err = np.abs(got - a64 @ b64)
+    tol = 1e-5 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    print(f"worst err/tol {np.max(err / tol):.3f}")
+    assert np.all(err <= tol)
+    np.testing.assert_array_equal(outs[1].cpu().numpy(), got)
+
+
+def test_split_reductions_with_epilogue_ops(rng, monkeypatch):
+    """A split forward layer with bias and ReLU in its epilogue and a bf16 copy
+    of y: each rank finishes its rows with the ops, as one block would."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    monkeypatch.setattr(cuda, "max_cluster", int(rng.integers(2, 9)))
+    N, C, K = int(rng.integers(1, 65)), 64 * int(rng.integers(16, 40)), 64
+    print(f"N={N} C={C} K={K} max_cluster={cuda.max_cluster}")
+    g = fc.geometry(N, C, K, config={"fwd": {"spec": "NKc", "chunk": 1 << 20}},
+                    blocks=(64, 64, 64))
+    p = fc.plan(g, "fwd", "bf16", has_bias=True, activation="relu", bf16_out=True)
+    x = torch.randn(g.Nb, g.Cb, g.bn, g.bc, device="cuda").bfloat16()
+    w = torch.randn(g.Kb, g.Cb, g.bc, g.bk, device="cuda").bfloat16()
+    b = torch.randn(K, device="cuda")
+    y = torch.full((g.Nb, g.Kb, g.bn, g.bk), float("nan"), device="cuda")
+    y16 = torch.zeros(g.Nb, g.Kb, g.bn, g.bk, device="cuda").bfloat16()
+    p.run(backend="cuda", x=x, w=w, b=b, y=y, y16=y16)
+    torch.cuda.synchronize()
+    assert any(c > 1 for _, c in launch_shapes(p))
+    xs = x.double().permute(0, 2, 1, 3).reshape(g.Nb * g.bn, g.Cb * g.bc).cpu().numpy()
+    ws = w.double().reshape(g.Cb * g.bc, g.bk).cpu().numpy()  # Kb is 1
+    ref = np.maximum(xs @ ws + b.double().cpu().numpy(), 0)
+    tol = 1e-5 * (np.abs(xs) @ np.abs(ws)) + 1e-30 + 2.0 ** -23 * np.abs(ref)
+    got = y.reshape(g.Nb * g.bn, g.bk).cpu().numpy()
+    assert np.all(np.abs(got - ref) <= tol)
+    np.testing.assert_array_equal(y16.reshape(g.Nb * g.bn, g.bk).float().cpu().numpy(),
+                                  torch.from_numpy(got).bfloat16().float().numpy())
 
 
 def test_misaligned_tensors_take_the_generic_path(rng):

@@ -136,8 +136,8 @@ def run_case(rng, backend, dtype, form, context):
 
 # CI cases per backend (the SYCL CPU device is slow) and each test's share of a
 # BRGEMM_SWEEP=N run (per primitive: the shares of one backend add up to 1)
-CI = {"cpu": 60, "sycl": 6}
-SHARE = {"cpu": 0.25, "sycl": 0.02}
+CI = {"cpu": 60, "sycl": 6, "cuda": 8}
+SHARE = {"cpu": 0.25, "sycl": 0.02, "cuda": 0.05}
 
 
 @pytest.mark.parametrize("form", ["functional", "layer"])

@@ -201,9 +201,11 @@ def run_layers(rng, backend, dtype, context, stack):
 # CI cases per backend (the SYCL CPU device is slow) and each test's share of a
 # BRGEMM_SWEEP=N run (per primitive the cpu shares add up to 1; sycl a little extra)
 CI = {"cpu": {"functional": 40, "linear": 30, "mlp": 12},
-      "sycl": {"functional": 4, "linear": 4, "mlp": 2}}
+      "sycl": {"functional": 4, "linear": 4, "mlp": 2},
+      "cuda": {"functional": 8, "linear": 8, "mlp": 4}}
 SHARE = {"cpu": {"functional": 0.2, "linear": 0.2, "mlp": 0.1},
-         "sycl": {"functional": 0.01, "linear": 0.01, "mlp": 0.005}}
+         "sycl": {"functional": 0.01, "linear": 0.01, "mlp": 0.005},
+         "cuda": {"functional": 0.05, "linear": 0.05, "mlp": 0.02}}
 
 
 @pytest.mark.parametrize("form", ["functional", "linear", "mlp"])

@@ -170,8 +170,8 @@ def run_case(rng, backend, dtype, form, context):
         assert_close(name, got, want, rounded and (form == "functional" or i < 3), context)
 
 
-CI = {"cpu": 40, "sycl": 4}
-SHARE = {"cpu": 0.25, "sycl": 0.01}
+CI = {"cpu": 40, "sycl": 4, "cuda": 6}
+SHARE = {"cpu": 0.25, "sycl": 0.01, "cuda": 0.03}
 
 
 @pytest.mark.parametrize("form", ["functional", "layer"])

@@ -1,5 +1,5 @@
 """The CUDA driver API for brgemm.backend.cuda: libcuda.so.1 through cffi in
-ABI mode, the primary context, the loaded fatbin and its two entry points,
+ABI mode, the primary context, the loaded fatbin and its entry points,
 device memory and the stream work goes on. The cdef is the driver's few
 functions plus kernels/cpu/brgemm_cpu.h and kernels/cuda/brgemm_cuda.h, the
 same headers the device code includes."""
@@ -55,6 +55,17 @@ CUresult cuStreamSynchronize(CUstream s);
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz,
                         unsigned int shared_bytes, CUstream s, void **params, void **extra);
+typedef union { char pad[64]; unsigned int cluster_dim[3]; uint64_t align; } CUlaunchAttributeValue;
+typedef struct { int id; char pad[4]; CUlaunchAttributeValue value; } CUlaunchAttribute;
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction f, const CUlaunchConfig *config);
 """
 DLPACK_CDEF = """
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
@@ -63,6 +74,7 @@ typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
                  int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
 """
 ATTR_SM_COUNT, ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 16, 75, 76, 97
+LAUNCH_ATTR_CLUSTER_DIM = 4
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
 
@@ -99,6 +111,7 @@ class _Device:
         self.check(self.cu.cuDeviceGetName(name, 256, self.dev), "cuDeviceGetName")
         self.name = ffi.string(name).decode()
         self.cc = (self.attribute(ATTR_CC_MAJOR), self.attribute(ATTR_CC_MINOR))
+        self.sm_count = self.attribute(ATTR_SM_COUNT)
         ctx = ffi.new("CUcontext *")
         self.check(self.cu.cuDevicePrimaryCtxRetain(ctx, self.dev), "cuDevicePrimaryCtxRetain")
         self.ctx = ctx[0]
@@ -112,11 +125,15 @@ class _Device:
         self.module = module[0]
         self._check_records()
         self.has_tc = bool(self._read_int_global(b"brgemm_cuda_has_tc"))
-        # (function, dynamic shared memory) of the two entry points: phases with
-        # tensor-core calls, and the rest (more blocks per multiprocessor)
-        self.entry = {True: self._function(b"brgemm_cuda_phase_tc", b"brgemm_cuda_smem"),
-                      False: self._function(b"brgemm_cuda_phase_generic",
-                                            b"brgemm_cuda_smem_generic")}
+        # (function, dynamic shared memory) of the entry points: phases with
+        # tensor-core tiles up to 128 x 128 (tc_split: in clusters), with
+        # 64-row tensor-core tiles only (two blocks per multiprocessor, alone or
+        # in clusters), and the rest (generic only)
+        self.entry = {name: self._function(b"brgemm_cuda_phase_" + name.encode(),
+                                           b"brgemm_cuda_smem" + suffix.encode())
+                      for name, suffix in (("tc", ""), ("tc_split", ""), ("tc_small", "_small"),
+                                           ("generic", "_generic"))}
+        self._clusters = {}
         from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records
         for ctype, numpy_dtype in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):
             if ffi.sizeof(ctype) != numpy_dtype.itemsize:  # the plan's records must be the C structs
@@ -130,6 +147,44 @@ class _Device:
         self.check(self.cu.cuFuncSetAttribute(fn[0], FUNC_MAX_DYNAMIC_SMEM, smem),
                    "cuFuncSetAttribute")
         return fn[0], smem
+
+    def launch(self, entry, blocks, cluster, params, s):
+        """Launch `blocks` thread blocks of an entry point on stream s, in
+        clusters of `cluster` blocks (1: plain blocks)."""
+        fn, smem = self.entry[entry]
+        if cluster == 1:
+            threads = self.cu.BRGEMM_CUDA_THREADS
+            self.check(self.cu.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem,
+                                              self.ffi.cast("CUstream", s), params, self.ffi.NULL),
+                       "cuLaunchKernel")
+            return
+        config, _attr = self._cluster_config(entry, cluster, blocks, s)
+        self.check(self.cu.cuLaunchKernelEx(config, fn, params, self.ffi.NULL), "cuLaunchKernelEx")
+
+    def _cluster_config(self, entry, cluster, blocks, s):
+        """A launch config with a cluster dimension, and its attribute (keep
+        both alive until the driver has read them)."""
+        config = self.ffi.new("CUlaunchConfig *")
+        attr = self.ffi.new("CUlaunchAttribute *")
+        attr.id = LAUNCH_ATTR_CLUSTER_DIM
+        attr.value.cluster_dim = [cluster, 1, 1]
+        config.gridDimX, config.gridDimY, config.gridDimZ = blocks, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.cu.BRGEMM_CUDA_THREADS, 1, 1
+        config.sharedMemBytes = self.entry[entry][1]
+        config.hStream = self.ffi.cast("CUstream", s)
+        config.attrs, config.numAttrs = attr, 1
+        return config, attr
+
+    def max_clusters(self, entry, cluster):
+        """How many clusters of `cluster` blocks of an entry point the GPU
+        holds at once (0 where clusters cannot launch)."""
+        key = (entry, cluster)
+        if key not in self._clusters:
+            n = self.ffi.new("int *")
+            config, _attr = self._cluster_config(entry, cluster, cluster, 0)
+            rc = self.cu.cuOccupancyMaxActiveClusters(n, self.entry[entry][0], config)
+            self._clusters[key] = n[0] if rc == 0 else 0
+        return self._clusters[key]
 
     def attribute(self, attr):
         v = self.ffi.new("int *")

@@ -83,16 +83,20 @@ class _Tables:
             "call_path": _upload(_nonempty(paths, np.uint8)),
         }
         self.phase_begin = [int(p) for p in phase_begin]
-        # a phase with a tensor-core call launches the entry point that has that path
-        tc = (paths & dev.cu.BRGEMM_CUDA_PATH_TC) != 0
-        tc_before = np.concatenate([[0], np.cumsum(tc)])
-        first_call = np.asarray(task_begin, np.int64)[self.phase_begin]
-        self.phase_tc = [bool(tc_before[first_call[p + 1]] > tc_before[first_call[p]]
-                              and dev.has_tc) for p in range(len(self.phase_begin) - 1)]
+        self.phases = _phase_shapes(blocks, calls, paths, task_begin, self.phase_begin,
+                                    dev.cu.BRGEMM_CUDA_PATH_TC, dev.cu.BRGEMM_CUDA_PATH_MEM_OPS)
+        self._launches = {}  # (allow_tc, max_cluster, small_tiles) -> [(entry, cluster)] per phase
         self.args = ffi.new("brgemm_cuda_phase_args *")
         for name, buf in self._bufs.items():
             setattr(self.args, name, buf.address)
         self.params = ffi.new("void *[1]", [self.args])
+
+    def launches(self, allow_tc):
+        """(entry point, cluster size) of every phase, as the settings say now."""
+        key = (allow_tc, max_cluster, small_tiles)
+        if key not in self._launches:
+            self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
+        return self._launches[key]
 
     def run(self, addresses, s):
         """Launch every phase on tensors at these device addresses, in order, on stream s."""
@@ -104,18 +108,105 @@ class _Tables:
                              f"this one {len(addresses)}")
         for i, a in enumerate(addresses):
             self.args.tensors[i] = a
-        self.args.allow_tc = int(all(a % 16 == 0 for a in addresses))
-        threads = dev.cu.BRGEMM_CUDA_THREADS
-        cs = dev.ffi.cast("CUstream", s)
-        for p in range(len(self.phase_begin) - 1):
+        allow_tc = all(a % 16 == 0 for a in addresses)
+        self.args.allow_tc = int(allow_tc)
+        for p, (entry, cluster) in enumerate(self.launches(allow_tc)):
             n_tasks = self.phase_begin[p + 1] - self.phase_begin[p]
             if n_tasks == 0:
                 continue
             self.args.task0 = self.phase_begin[p]
-            fn, smem = dev.entry[self.phase_tc[p]]
-            dev.check(dev.cu.cuLaunchKernel(fn, n_tasks, 1, 1, threads, 1, 1, smem, cs,
-                                            self.params, dev.ffi.NULL), f"phase {p}: cuLaunchKernel")
+            try:
+                dev.launch(entry, n_tasks * cluster, cluster, self.params, s)
+            except Exception as e:
+                raise type(e)(f"phase {p}: {e}") from None
             launches += 1
+
+
+# How phases launch; benchmarks/gpu.py varies these to show what each is worth.
+max_cluster = 8      # most blocks that share one task's reductions (1: never split)
+# phases of 64-row tensor-core tiles on the two-blocks-per-SM entry point
+# (fewer stages): None where that measured faster (split reductions, or more
+# tasks than SMs), True always, False never
+small_tiles = None
+
+# The split cost model, in k-steps of one tile: a tile pays its pipeline fill
+# and epilogue once, and one more for the sum over the cluster when split.
+_TILE_STEPS, _SPLIT_STEPS = 3, 1
+
+
+def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit):
+    """What the launch choice needs of each phase: its task count, whether it
+    has tensor-core calls, whether all of them are (and none has memory ops),
+    whether their tiles are all 64 rows, and its heaviest task's k-steps and tiles."""
+    task_begin = np.asarray(task_begin, np.int64)
+    if len(calls):
+        m = np.array([b.m for b in blocks], np.int64)[calls["kernel"]]
+        n = np.array([b.n for b in blocks], np.int64)[calls["kernel"]]
+        k = np.array([b.k for b in blocks], np.int64)[calls["kernel"]]
+        rows = np.where(m > 64, 128, 64)
+        tiles = -(-m // rows) * -(-n // np.where(n > 64, 128, 64))
+        steps = tiles * calls["count"].astype(np.int64) * -(-k // 64)
+    else:
+        m = tiles = steps = np.zeros(0, np.int64)
+    tc = (paths & tc_bit) != 0
+    plain_tc = tc & ((paths & mem_bit) == 0)
+    sums = {name: np.concatenate([[0], np.cumsum(v)]) for name, v in
+            (("tc", tc), ("plain", plain_tc), ("wide", tc & (m > 64)), ("tiles", tiles),
+             ("steps", steps))}
+    out = []
+    for p in range(len(phase_begin) - 1):
+        t0, t1 = phase_begin[p], phase_begin[p + 1]
+        c0, c1 = task_begin[t0], task_begin[t1]
+
+        def per_task(name):
+            v = sums[name][task_begin[t0:t1 + 1]]
+            return int(np.max(np.diff(v))) if t1 > t0 else 0
+        n_calls = int(c1 - c0)
+        out.append(dict(tasks=int(t1 - t0), tc=bool(sums["tc"][c1] > sums["tc"][c0]),
+                        all_tc=bool(sums["plain"][c1] - sums["plain"][c0] == n_calls),
+                        wide=bool(sums["wide"][c1] > sums["wide"][c0]),
+                        steps=per_task("steps"), tiles=per_task("tiles")))
+    return out
+
+
+def _launch_shape(phase, allow_tc):
+    """(entry point, cluster size) of one phase."""
+    entry, size = _entry_and_cluster(phase, allow_tc)
+    return ("tc_split" if entry == "tc" and size > 1 else entry), size
+
+
+def _entry_and_cluster(phase, allow_tc):
+    """The entry point by the phase's paths and tiles, and the cluster size. A
+    cluster shares each tile's k-steps among its blocks: worth it when the
+    phase's tasks leave SMs idle and their reductions are long enough to pay
+    for the sum, and only where the whole grid fits the GPU at once."""
+    dev = device()
+    if not (phase["tc"] and dev.has_tc and allow_tc):
+        return "generic", 1
+    if phase["wide"] or small_tiles is False:
+        return _cluster("tc", phase)
+    entry, size = _cluster("tc_small", phase)
+    if small_tiles is None and size == 1 and phase["tasks"] <= dev.sm_count:
+        return "tc", 1  # one block per SM anyway: the deeper pipeline wins
+    return entry, size
+
+
+def _cluster(entry, phase):
+    """(entry, cluster size) by the split cost model."""
+    dev = device()
+    if not phase["all_tc"] or max_cluster <= 1:
+        return entry, 1
+    tasks, steps, tiles = phase["tasks"], phase["steps"], phase["tiles"]
+    best, best_cost = 1, -(-tasks // dev.sm_count) * (steps + tiles * _TILE_STEPS)
+    for size in range(2, max_cluster + 1):
+        if tasks > dev.max_clusters("tc_split" if entry == "tc" else entry, size):
+            continue
+        # blocks beyond one per SM share SMs: each counts as another round
+        cost = -(-tasks * size // dev.sm_count) * (
+            -(-steps // size) + tiles * (_TILE_STEPS + _SPLIT_STEPS))
+        if cost < best_cost:
+            best, best_cost = size, cost
+    return entry, best
 
 
 def _nonempty(x, dtype):

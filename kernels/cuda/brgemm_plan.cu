@@ -1,10 +1,16 @@
 /* One phase of a recorded plan on an NVIDIA GPU: a grouped batch-reduce GEMM.
  *
- * Thread block b runs task (task0 + b) of the phase: its kernel calls in
- * recorded order, each C block += alpha * sum_i A_i @ B_i (beta * C first),
- * each followed by its epilogue ops; exactly the CPU executor's contract
- * (kernels/cpu/plan.c). Tasks of one phase write disjoint elements, so blocks
- * never talk to each other; the calls of one task are ordered by barriers.
+ * Thread block cluster b runs task (task0 + b) of the phase: its kernel calls
+ * in recorded order, each C block += alpha * sum_i A_i @ B_i (beta * C
+ * first), each followed by its epilogue ops; exactly the CPU executor's
+ * contract (kernels/cpu/plan.c). Tasks of one phase write disjoint elements,
+ * so clusters never talk to each other; the calls of one task are ordered by
+ * barriers. A cluster is one block unless the host split the phase's
+ * reductions (few tasks, long reductions: SMs would idle): then each block of
+ * the cluster takes a contiguous share of every tensor-core tile's k-steps and
+ * the partial tiles are summed through distributed shared memory, always in
+ * rank order (deterministic), each rank finishing a share of the tile's rows.
+ * Work off the tensor-core path runs on rank 0 alone.
  *
  * A call's C block is cut into tiles. Two paths compute a tile:
  *  - tensor cores (sm_90a, bf16 calls the host marked BRGEMM_CUDA_PATH_TC):
@@ -88,7 +94,7 @@ __device__ __forceinline__ float op_value(const brgemm_plan_op* op, float v, int
                                           const uint64_t* t) {
   switch (op->code) {
     case BRGEMM_OP_BIAS: return v + f32_at(t, op, 0)[j];
-    case BRGEMM_OP_RELU: return v > 0.0f ? v : 0.0f;
+    case BRGEMM_OP_RELU: return v < 0.0f ? 0.0f : v;  /* NaN stays NaN (torch.relu) */
     case BRGEMM_OP_SIGMOID: return sigmoid(v);
     case BRGEMM_OP_TANH: return tanhf(v);
     case BRGEMM_OP_STORE_BF16: bf16_at(t, op, 0)[i * op->ld + j] = f32_to_bf16(v); return v;
@@ -214,11 +220,15 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
 
 #define TK 64             /* k per stage: one 128-byte swizzled row of bf16 */
 #ifndef STAGES
-#define STAGES 5          /* shared-memory stages: LOOKAHEAD loads in flight, one */
-#endif                    /* stage being read, one still read by the previous wgmma */
-#define LOOKAHEAD (STAGES - 2)
-#define STAGE_BYTES 32768 /* A 128 x 64 and B 64 x 128, bf16 */
-#define B_REGION 8192     /* B: 64 k-rows of 64 columns (128 bytes) each */
+#define STAGES 5          /* 128 x 128 tiles' shared-memory stages: STAGES - 2 loads in */
+#endif                    /* flight, one stage being read, one still read by the previous wgmma */
+/* the bytes of stages each entry point has and the most stages a tile takes:
+ * the 128 x 128 one (one block per SM) STAGES 128 x 128 stages, and smaller
+ * tiles as many as fit (with little work per k-step, loads must be issued
+ * further ahead to hide their latency); the 64-row one (two blocks per SM)
+ * four (more stages spill registers there) */
+#define STAGE_BUDGET (STAGES * 32768)
+#define STAGE_BUDGET_SMALL (4 * 24576)
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -239,6 +249,50 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
  * region whose start is 1024-byte aligned (the XOR wgmma applies on read) */
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+/* ---- clusters: the blocks that share one task's reductions */
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_blocks() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+/* every block of the cluster is here; its earlier writes (shared and global)
+ * are visible to every thread of the cluster after */
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+/* the shared::cluster address of the same shared-memory byte in block `rank` */
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t addr, uint32_t rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ float4 cluster_load4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+/* a stage of a BM x BN tile: A (BM rows of 64 k, 128 bytes each), then B (64
+ * k-rows of 64 columns, 128 bytes each, per 64 columns) */
+template <int BM, int BN>
+struct Stage {
+  static constexpr uint32_t A_BYTES = BM * 128, B_REGION = 64 * 128,
+                            BYTES = A_BYTES + (BN / 64) * B_REGION;
+};
+
+/* the stages a BM x BN tile takes out of `budget` bytes, at most `most` */
+template <int BM, int BN>
+__host__ __device__ constexpr int stages_for(int budget, int most) {
+  return (int)(budget / Stage<BM, BN>::BYTES) < most ? (int)(budget / Stage<BM, BN>::BYTES) : most;
 }
 
 /* What one thread copies of every k-step of a BM x BN tile: its A chunks
@@ -267,7 +321,7 @@ struct Loader {
       const int q = threadIdx.x + u * THREADS, r = q / CH, cc = q % CH;
       b_in[u] = j0 + cc * 8 < kd->n;
       b_off[u] = (r * kd->ldb + j0 + cc * 8) * 2;
-      b_dst[u] = 16384 + (cc >> 3) * B_REGION + swz(r, cc & 7);
+      b_dst[u] = Stage<BM, BN>::A_BYTES + (cc >> 3) * Stage<BM, BN>::B_REGION + swz(r, cc & 7);
       b_row[u] = r;
     }
   }
@@ -295,23 +349,30 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   if (k0 >= k) k0 = 0, ++b;
 }
 
-/* a BM x BN tile at (i0, j0). BM 128: warpgroup w takes rows 64 w, all BN
- * columns; BM 64, BN 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w
- * takes half of each step's k and the halves are summed at the end (no
- * warpgroup idles: a wgmma under a branch would be serialized).
+/* a BM x BN tile at (i0, j0); SPLIT (and a launch in clusters): this block's
+ * share (rank of nranks) of its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
+ * 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w takes half of each
+ * step's k and the halves are summed at the end (no warpgroup idles: a wgmma
+ * under a branch would be serialized).
  * Step s: wait for its copies, barrier, start the copies of step s + LOOKAHEAD,
  * issue its wgmma group and wait for the previous group only, so the tensor
  * cores always have the next group queued while the copies run. */
-template <int BM, int BN>
-__device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* smem_ptr) {
+template <int BM, int BN, int NSTAGES, bool SPLIT>
+__device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
+                                        unsigned char* smem_ptr, uint32_t rank, uint32_t nranks) {
+  constexpr int LOOKAHEAD = NSTAGES - 2;
+  using S = Stage<BM, BN>;
   const uint32_t smem = smem_addr(smem_ptr);
   constexpr int WN = BM == 128 ? BN : 64;
   const int tid = threadIdx.x, wg = tid / 128;
   constexpr bool SPLIT_K = BM == 64 && BN == 64;
   const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
-  const int64_t steps = c.count * ((c.kd->k + TK - 1) / TK);
+  const int64_t ksteps = (c.kd->k + TK - 1) / TK, all_steps = c.count * ksteps;
+  const bool split = SPLIT && nranks > 1;
+  const int64_t first = split ? all_steps * rank / nranks : 0;
+  const int64_t steps = split ? all_steps * (rank + 1) / nranks - first : all_steps;
   const Loader<BM, BN> ld(c.kd, i0, j0);
-  int64_t lb = 0, lk = 0;  /* the next k-step to load: block lb, columns from lk */
+  int64_t lb = split ? first / ksteps : 0, lk = split ? first % ksteps * TK : 0;  /* next to load */
   float acc[WN / 2];
 #pragma unroll
   for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
@@ -319,7 +380,7 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
   __syncthreads();  /* the previous tile's reads of shared memory are done */
 #pragma unroll
   for (int p = 0; p < LOOKAHEAD; ++p) {
-    if (p < steps) ld.load(c, lb, lk, smem + p * STAGE_BYTES);
+    if (p < steps) ld.load(c, lb, lk, smem + p * S::BYTES);
     cp_async_commit();
     next_step(lb, lk, c.kd->k);
   }
@@ -328,12 +389,12 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
     cp_async_wait<LOOKAHEAD - 1>();  /* this thread's copies of step s have landed */
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  /* visible to wgmma */
     __syncthreads();  /* everyone's have, and step s - 2's wgmma (stage `fill`) are done */
-    if (s + LOOKAHEAD < steps) ld.load(c, lb, lk, smem + fill * STAGE_BYTES);
+    if (s + LOOKAHEAD < steps) ld.load(c, lb, lk, smem + fill * S::BYTES);
     cp_async_commit();
     next_step(lb, lk, c.kd->k);
     {
-      const uint32_t st = smem + slot * STAGE_BYTES;
-      const uint32_t a0 = st + row0 * 128, b0 = st + 16384 + (col0 / 64) * B_REGION;
+      const uint32_t st = smem + slot * S::BYTES;
+      const uint32_t a0 = st + row0 * 128, b0 = st + S::A_BYTES + (col0 / 64) * S::B_REGION;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int kk = SPLIT_K ? 2 * wg : 0; kk < (SPLIT_K ? 2 * wg + 2 : TK / 16); ++kk) {
@@ -341,15 +402,15 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
            B: N-major, 64-column regions B_REGION apart, 8-row k groups 1024
            apart; k16 = 16 rows = 2048 bytes */
         const uint64_t da = smem_desc(a0 + kk * 32, 16, 1024);
-        const uint64_t db = smem_desc(b0 + kk * 2048, B_REGION, 1024);
+        const uint64_t db = smem_desc(b0 + kk * 2048, S::B_REGION, 1024);
         if constexpr (WN == 128) wgmma_m64n128k16(acc, da, db);
         else wgmma_m64n64k16(acc, da, db);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
-    slot = slot == STAGES - 1 ? 0 : slot + 1;
-    fill = fill == STAGES - 1 ? 0 : fill + 1;
+    slot = slot == NSTAGES - 1 ? 0 : slot + 1;
+    fill = fill == NSTAGES - 1 ? 0 : fill + 1;
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   cp_async_wait<0>();
@@ -359,6 +420,7 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
      tile in shared memory keeps the epilogue code small and the stores coalesced. */
   float* tile = (float*)smem_ptr;
   constexpr int LD = BN + 8;
+  static_assert(BM * LD * 4 <= NSTAGES * S::BYTES, "the C tile fits the stages");
   const int warp = (tid % 128) / 32, lane = tid % 32;
   for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
     if (!SPLIT_K || wg == pass) {
@@ -374,14 +436,33 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
     }
     __syncthreads();
   }
+  /* this block finishes rows r0 .. r1 of the tile: all of it, or its share of
+     the cluster's, summed over the ranks' partial tiles in rank order */
+  int r0 = 0, r1 = BM;
+  if (split) {
+    r0 = BM * rank / nranks, r1 = BM * (rank + 1) / nranks;
+    cluster_sync();  /* every rank's partial tile is in its shared memory */
+    const uint32_t base = smem_addr(tile);
+    for (int e = r0 * BN + tid * 4; e < r1 * BN; e += THREADS * 4) {
+      const int r = e / BN, col = e % BN;
+      const uint32_t at = base + (r * LD + col) * 4;
+      float4 v = cluster_load4(cluster_addr(at, 0));
+      for (uint32_t q = 1; q < nranks; ++q) {
+        const float4 w = cluster_load4(cluster_addr(at, q));
+        v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+      }
+      *(float4*)&tile[r * LD + col] = v;  /* rows only this rank reads */
+    }
+    cluster_sync();  /* no rank reads another's tile any more: its stages may refill */
+  }
   const brgemm_cuda_block* kd = c.kd;
-  const int64_t rows = min((int64_t)BM, kd->m - i0), cols = min((int64_t)BN, kd->n - j0);
+  const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
   const int64_t ldc = kd->ldc;
   if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols == BN && ldc % 4 == 0 &&
       ((uintptr_t)c.C & 15) == 0) {
     /* the common case, four columns a thread: alpha, beta and a 16-byte store */
     const float alpha = kd->alpha, beta = kd->beta;
-    for (int e = tid * 4; e < rows * BN; e += THREADS * 4) {
+    for (int e = r0 * BN + tid * 4; e < rows * BN; e += THREADS * 4) {
       const int r = e / BN, col = e % BN;
       float4 v = *(const float4*)&tile[r * LD + col];
       float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
@@ -395,38 +476,55 @@ __device__ void tc_tile(const Call& c, int64_t i0, int64_t j0, unsigned char* sm
     }
     return;
   }
-  for (int e = tid; e < rows * BN; e += THREADS) {
+  for (int e = r0 * BN + tid; e < rows * BN; e += THREADS) {
     const int r = e / BN, col = e % BN;
     if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
   }
 }
 
-template <int BM, int BN>
-__device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem) {
+template <int BM, int BN, int BUDGET, bool SPLIT>
+__device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem, uint32_t rank,
+                                        uint32_t nranks) {
+  constexpr int NS = stages_for<BM, BN>(BUDGET, BUDGET == STAGE_BUDGET_SMALL ? 4 : 12);
+  static_assert(NS >= 3 && NS * Stage<BM, BN>::BYTES <= BUDGET, "the stages fit the budget");
   for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
-    for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN) tc_tile<BM, BN>(c, i0, j0, smem);
+    for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN)
+      tc_tile<BM, BN, NS, SPLIT>(c, i0, j0, smem, rank, nranks);
 }
 #endif
 
 /* ------------------------------------------------------------ the launch */
 
 /* the dynamic shared memory each entry point needs; read by the host */
-extern "C" __device__ int brgemm_cuda_smem_generic = GK * (GT + 1) * 4 + GK * GT * 4 + 1024;
+#define SMEM_GENERIC (GK * (GT + 1) * 4 + GK * GT * 4 + 1024)
+extern "C" __device__ int brgemm_cuda_smem_generic = SMEM_GENERIC;
 #if BRGEMM_TC
-extern "C" __device__ int brgemm_cuda_smem = STAGES * STAGE_BYTES + 1024;
+extern "C" __device__ int brgemm_cuda_smem = STAGE_BUDGET + 1024;
+extern "C" __device__ int brgemm_cuda_smem_small = STAGE_BUDGET_SMALL + 1024;
 #else
-extern "C" __device__ int brgemm_cuda_smem = GK * (GT + 1) * 4 + GK * GT * 4 + 1024;
+extern "C" __device__ int brgemm_cuda_smem = SMEM_GENERIC;
+extern "C" __device__ int brgemm_cuda_smem_small = SMEM_GENERIC;
 #endif
 
-/* One task per block; TC: calls the host marked BRGEMM_CUDA_PATH_TC run on the
- * tensor cores (the phase_tc entry point), else all calls run generic (the
- * phase_generic one: fewer registers, more blocks per multiprocessor). */
-template <bool TC>
+/* the entry points: tensor-core tiles up to 128 x 128 (one block per SM),
+ * alone or in clusters that split the reductions (apart: the split code's
+ * registers would slow the rest); tensor-core tiles of 64 rows (two blocks
+ * per SM: one's pipeline fill and epilogue overlap the other's steps), alone
+ * or in clusters; generic only */
+enum Entry { ENTRY_TC, ENTRY_TC_SMALL, ENTRY_GENERIC };
+
+/* One task per cluster; tensor-core entries: calls the host marked
+ * BRGEMM_CUDA_PATH_TC run on the tensor cores, the rest on the generic path. */
+template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   extern __shared__ unsigned char smem_raw[];
   /* the swizzle atoms want 1024-byte alignment; the launch asks for 1024 extra */
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  const int64_t task = args.task0 + blockIdx.x;
+  uint32_t rank = 0, nranks = 1;
+#if BRGEMM_TC
+  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
+#endif
+  const int64_t task = args.task0 + blockIdx.x / nranks;
   const int64_t* task_begin = (const int64_t*)args.task_begin;
   const brgemm_plan_call* calls = (const brgemm_plan_call*)args.calls;
   const brgemm_cuda_block* blocks = (const brgemm_cuda_block*)args.blocks;
@@ -450,20 +548,25 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
     c.tensors = args.tensors;
     bool done = false;
 #if BRGEMM_TC
-    if (TC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
-      if (kd->m > 64) {
-        if (kd->n > 64) tc_call<128, 128>(c, smem); else tc_call<128, 64>(c, smem);
+    if (E != ENTRY_GENERIC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
+      if (E == ENTRY_TC_SMALL) {
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
+      } else if (kd->m > 64) {
+        if (kd->n > 64) tc_call<128, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        else tc_call<128, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
       } else {
-        if (kd->n > 64) tc_call<64, 128>(c, smem); else tc_call<64, 64>(c, smem);
+        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
       }
       done = true;
     }
 #endif
-    if (!done)
+    if (!done && rank == 0)  /* the other ranks of a cluster have no share here */
       for (int64_t i0 = 0; i0 < kd->m; i0 += GT)
         for (int64_t j0 = 0; j0 < kd->n; j0 += GT) generic_tile(c, i0, j0, smem);
     __syncthreads();  /* C is stored before its ops or the next call read it */
-    if (mem_ops) {
+    if (mem_ops && rank == 0) {
       float* c32 = (float*)c.C;
       for (int32_t o = 0; o < c.n_ops; ++o) {
         for (int64_t e = threadIdx.x; e < kd->m * kd->n; e += THREADS)
@@ -471,15 +574,28 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
         __syncthreads();
       }
     }
+#if BRGEMM_TC
+    if (SPLIT && nranks > 1) cluster_sync();  /* ... on every rank of the cluster */
+#endif
   }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     brgemm_cuda_phase_tc(const __grid_constant__ brgemm_cuda_phase_args args) {
-  run_phase<true>(args);
+  run_phase<ENTRY_TC, false>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    brgemm_cuda_phase_tc_split(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<ENTRY_TC, BRGEMM_TC>(args);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    brgemm_cuda_phase_tc_small(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<ENTRY_TC_SMALL, BRGEMM_TC>(args);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     brgemm_cuda_phase_generic(const __grid_constant__ brgemm_cuda_phase_args args) {
-  run_phase<false>(args);
+  run_phase<ENTRY_GENERIC, false>(args);
 }
