@@ -99,10 +99,6 @@ def run_gemm(quick):
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128)]
-# one kernel call per C block: the GPU wants the whole reduction in one pipeline
-# (fc.toml's per-shape chunks were tuned on a CPU's caches)
-FC_GPU = {p: {"spec": spec, "chunk": 1 << 20}
-          for p, spec in (("fwd", "NKc"), ("bwd", "NCk"), ("upd", "KCn"))}
 
 
 def launch_shapes(p):
@@ -126,7 +122,7 @@ def with_settings(fn, **kw):
 
 
 def run_fc(quick):
-    print(f"\nFC layers (blocked layouts, config {FC_GPU}), best of blocks {FC_BLOCKS} "
+    print(f"\nFC layers (blocked layouts, fc.toml's \"cuda\" tables), best of blocks {FC_BLOCKS} "
           "per shape and pass; bf16 also without splitting reductions over clusters (no split), "
           "and with 64-row tiles always on the two-blocks-per-SM entry point (2/SM) or never (1/SM)")
     print(HEAD)
@@ -142,7 +138,7 @@ def run_fc(quick):
             for pass_ in ("fwd", "bwd", "upd"):
                 best, tried = None, []
                 for blocks in FC_BLOCKS[:3] if dtype == "f32" else FC_BLOCKS:
-                    g = fc.geometry(N, C, K, config=FC_GPU, blocks=blocks)
+                    g = fc.geometry(N, C, K, blocks=blocks, path="cuda")
                     p = fc.plan(g, pass_, dtype)
                     tensors = plan_tensors(p)
                     t, spread = graph_time(replay(p, tensors), 20)

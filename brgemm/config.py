@@ -31,8 +31,9 @@ from typing import Any, Mapping
 from brgemm.lru import LRU
 
 PASSES = ("fwd", "bwd", "upd", "pipeline")  # pipeline: fused nests (mlp)
-# the CPU kernel's paths (Kernel.path), which may qualify a pass: ["bf16-amx".fwd]
-PATHS = ("f32", "bf16-amx", "bf16-vnni", "bf16-via-f32")
+# the kernel paths (Kernel.path on the CPU; "cuda" for NVIDIA GPUs), which may
+# qualify a pass: ["bf16-amx".fwd]
+PATHS = ("f32", "bf16-amx", "bf16-vnni", "bf16-via-f32", "cuda")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 

@@ -19,8 +19,11 @@ _paths = {}
 
 
 def kernel_path(dtype, backend="cpu"):
-    """The CPU kernel's path for `dtype` here ("f32", "bf16-amx", ...), which
-    selects the ["<path>".<pass>] tables of primitive configs; None elsewhere."""
+    """The kernel path for `dtype` here, which selects the ["<path>".<pass>]
+    tables of primitive configs: the CPU kernel's ("f32", "bf16-amx", ...),
+    "cuda" on NVIDIA GPUs (both dtypes), None elsewhere."""
+    if backend == "cuda":
+        return "cuda"
     if backend != "cpu":
         return None
     if dtype not in _paths:

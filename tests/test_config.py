@@ -234,3 +234,20 @@ def test_write_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="shape"):
         write_config(out, "fwd", {"N ": 1}, {"bm": 1})
     assert not out.exists()
+
+
+def test_cuda_takes_its_own_fc_tables():
+    """On backend "cuda" the fc layers read fc.toml's ["cuda".<pass>] tables:
+    one kernel call per output block over the whole reduction, whatever the
+    CPU's per-shape tables chunk; other backends keep the CPU's."""
+    from brgemm.info import kernel_path
+    from primitives import fc
+    for dtype in ("f32", "bf16"):
+        assert kernel_path(dtype, "cuda") == "cuda"
+    assert kernel_path("f32", "sycl") is None
+    gpu = fc.geometry(256, 3072, 768, path=kernel_path("bf16", "cuda"))
+    cpu = fc.geometry(256, 3072, 768, path=None)
+    assert all(c >= 3072 for c in gpu.chunk.values())
+    assert min(cpu.chunk.values()) < 3072 // 64  # the CPU's table splits this reduction
+    assert (gpu.bn, gpu.bc, gpu.bk) == (128, 64, 128)
+    assert fc.geometry(256, 768, 768, path="cuda").bn == 64  # a per-shape GPU table
