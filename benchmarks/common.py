@@ -207,14 +207,18 @@ def torch_threads(threads):
     return torch
 
 
-def functional_setup(threads, dtype, quick):
+def functional_setup(threads, dtype, quick, title):
     """PyTorch on our thread count, the NumPy and torch dtypes of `dtype`, and
-    the repetitions per timing."""
+    the repetitions per timing; prints the table's title (title(torch
+    version), completed with the machine and repetitions) and header."""
     import brgemm
     torch = torch_threads(threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     tdt = torch.float32 if dtype == "f32" else torch.bfloat16
-    return torch, npdt, tdt, 5 if quick else 7
+    reps = 5 if quick else 7
+    print(f"\n{title(torch.__version__)}; {machine()}; median of {reps}, interleaved")
+    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
+    return torch, npdt, tdt, reps
 
 
 def functional_row(name, pass_, func, torch_fn, layer, kept, reps, **fields):

@@ -17,7 +17,7 @@ import numpy as np
 
 import brgemm
 from brgemm.info import kernel_path
-from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+from benchmarks.common import (VsTable, check_close, compare, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
                                machine, quick_shapes, ratio_row, set_threads)
 from brgemm.machine import fma_peak
@@ -31,6 +31,24 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
     threads = set_threads(threads, onednn="onednn" in vs)
     return compare(vs, lambda: _vs_onednn(quick, dtype, threads, shape_set, passes),
                    lambda: _functional(quick, dtype, threads, shape_set))
+
+
+def _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt):
+    """Random x, w, dy of one layer, its geometry, the passes whose weights are
+    VNNI-packed (as Conv2d keeps them) and the blocked tensors the layer path
+    runs on."""
+    x = rng.standard_normal((N, C, H, W)).astype(npdt)
+    w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
+    g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
+    dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+    vnni = conv.vnni_passes(g, dtype, "cpu")
+    wb, wt = conv.layer_weights(w, g, dtype, vnni)
+    blocked = dict(x=conv.block_x(x, g, dtype), w=wb, wt=wt,
+                   dyp=conv.block_y(dy, g, dtype, bordered=True),
+                   y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
+                   dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
+                   dw=conv.update_output(g), upd=conv.update_inputs(x, dy, g, dtype))
+    return x, w, dy, g, vnni, blocked
 
 
 def _vs_onednn(quick, dtype, threads, shape_set, passes):
@@ -47,18 +65,8 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     table.head()
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
-        x = rng.standard_normal((N, C, H, W)).astype(npdt)
-        w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
-        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
-        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
-        upd = conv.update_inputs(x, dy, g, dtype)
-        vnni = conv.vnni_passes(g, dtype, "cpu")  # the weight packing Conv2d keeps
-        wb, wt = conv.layer_weights(w, g, dtype, vnni)
-        t = dict(x=conv.block_x(x, g, dtype), w=wb, wt=wt,
-                 dyp=conv.block_y(dy, g, dtype, bordered=True),
-                 y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
-                 dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
-                 dw=conv.update_output(g))
+        x, w, dy, g, vnni, t = _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
+        upd = t["upd"]
         flops = 2.0 * N * K * g.P * g.Q * C * R * S
         for p in passes:
             plan = conv.plan(g, p, dtype, p in vnni)
@@ -108,30 +116,18 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
 
 def _functional(quick, dtype, threads, shape_set):
     """conv.forward and conv.forward + conv.backward against PyTorch and the layer path."""
-    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
+    N = threads
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick, lambda version: (
+        f"conv functional {dtype}, N={N}, {threads} threads: conv.forward / conv.backward on "
+        f"NCHW arrays against PyTorch {version} (F.conv2d, autograd backward) and our layer path"))
     F = torch.nn.functional
     rng = np.random.default_rng()
-    N = threads
-    print(f"\nconv functional {dtype}, N={N}, {threads} threads, {machine()}: conv.forward / "
-          f"conv.backward on NCHW arrays against PyTorch {torch.__version__} (F.conv2d, autograd "
-          f"backward) and our layer path; median of {reps}, interleaved")
-    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     rows = []
     for (C, K, H, W, R, S, st, pd), name in quick_shapes(shape_set, quick, QUICK):
-        x = rng.standard_normal((N, C, H, W)).astype(npdt)
-        w = (rng.standard_normal((K, C, R, S)) / np.sqrt(C * R * S)).astype(npdt)
-        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path(dtype))
-        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+        x, w, dy, g, vnni, layer = _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
+        layer["dw_plain"] = np.empty((K, C, R, S), np.float32)
         tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
         gx, gw = tx.clone().requires_grad_(), tw.clone().requires_grad_()
-        vnni = conv.vnni_passes(g, dtype, "cpu")  # the weight packing Conv2d keeps
-        wb, wt = conv.layer_weights(w, g, dtype, vnni)
-        layer = dict(x=conv.block_x(x, g, dtype), w=wb, wt=wt,
-                     dyp=conv.block_y(dy, g, dtype, bordered=True),
-                     y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
-                     dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
-                     dw=conv.update_output(g), upd=conv.update_inputs(x, dy, g, dtype),
-                     dw_plain=np.empty((K, C, R, S), np.float32))
         plans = {p: conv.plan(g, p, dtype, p in vnni) for p in ("fwd", "bwd", "upd")}
 
         def layer_fwd():

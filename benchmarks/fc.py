@@ -15,7 +15,7 @@ threads and dtype, and against the layer path (fc.Linear's blocked passes)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+from benchmarks.common import (VsTable, check_close, compare, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
                                machine, ratio_row, read_shapes, set_threads)
 from brgemm.machine import fma_peak
@@ -86,13 +86,11 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
 
 def _functional(quick, dtype, threads, shape_set):
     """fc.forward and fc.forward + fc.backward against PyTorch and the layer path."""
-    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick, lambda version: (
+        f"fc functional {dtype}, {threads} threads: fc.forward / fc.backward (with bias) against "
+        f"PyTorch {version} (F.linear, autograd backward) and our layer path"))
     F = torch.nn.functional
     rng = np.random.default_rng()
-    print(f"\nfc functional {dtype}, {threads} threads, {machine()}: fc.forward / fc.backward "
-          f"(with bias) against PyTorch {torch.__version__} (F.linear, autograd backward) and "
-          f"our layer path; median of {reps}, interleaved")
-    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     rows = []
     for (N, C, K), name in read_shapes(shape_set)[:3] if quick else read_shapes(shape_set):
         lin = fc.Linear(C, K, dtype=dtype, rng=rng)

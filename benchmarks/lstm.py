@@ -14,7 +14,7 @@ autograd backward to x, h0, c0 and the weights) on the same arrays and
 weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
-from benchmarks.common import (FUNC_HEAD, VsTable, check_close, compare, finish_functional,
+from benchmarks.common import (VsTable, check_close, compare, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
                                machine, quick_shapes, ratio_row, set_threads)
 from brgemm.machine import fma_peak
@@ -90,12 +90,11 @@ def _vs_onednn(quick, dtype, threads, shape_set):
 
 def _functional(quick, dtype, threads, shape_set):
     """lstm.forward and lstm.forward + lstm.backward against torch.nn.LSTM and the layer."""
-    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick)
+    torch, npdt, tdt, reps = functional_setup(threads, dtype, quick, lambda version: (
+        f"lstm functional {dtype}, {threads} threads: lstm.forward / lstm.backward (one "
+        f"lstm.Saved) against torch.nn.LSTM {version} (forward, autograd backward) and our "
+        "layer path"))
     rng = np.random.default_rng()
-    print(f"\nlstm functional {dtype}, {threads} threads, {machine()}: lstm.forward / "
-          f"lstm.backward (one lstm.Saved) against torch.nn.LSTM {torch.__version__} (forward, "
-          f"autograd backward) and our layer path; median of {reps}, interleaved")
-    print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     rows = []
     for (T, N, C, K), name in quick_shapes(shape_set, quick, QUICK):
         r = lambda *s: rng.standard_normal(s).astype(npdt)  # noqa: E731

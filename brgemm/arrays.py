@@ -66,6 +66,33 @@ class Recycler:
         return pool[name]
 
 
+class Buffers:
+    """One owner's named buffers (a layer's workspace), reused call after call:
+    fresh pages cost a fault each on first write. A name keeps its memory
+    while the dtype stays and it is large enough (it grows, never shrinks;
+    clear() lets it all go). A buffer is only valid until its name is asked
+    for again, and each user must write what it reads: in check mode every
+    hand-out comes NaN-filled."""
+
+    def __init__(self):
+        self._bufs = {}
+
+    def get(self, name, shape, dtype=np.float32):
+        shape = tuple(int(d) for d in shape)
+        n, dtype = int(np.prod(shape)), np.dtype(dtype)
+        buf = self._bufs.get(name)
+        if buf is None or buf.dtype != dtype or buf.size < n:
+            buf = self._bufs[name] = aligned_empty((max(n, 1),), dtype)
+        return poison(buf[:n].reshape(shape))
+
+    def clear(self):
+        self._bufs.clear()
+
+    @property
+    def nbytes(self):
+        return sum(b.nbytes for b in self._bufs.values())
+
+
 def to_device(x, backend=None):
     """x as the backend keeps tensors: NumPy itself on the CPU, a USM-resident
     DeviceArray on SYCL. Plans take either; device arrays skip the copies."""

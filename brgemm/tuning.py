@@ -116,120 +116,147 @@ def _key(cfg):
     return tuple(sorted(cfg.items()))
 
 
+class _Timings:
+    """The timings of one search and its clock: measure() times a config and
+    keeps the wall time of the call; fits() says whether one more such call
+    (plus `extra` seconds) still ends within the budget."""
+
+    def __init__(self, search, threads, budget, start):
+        self.search, self.threads, self.budget, self.start = search, threads, budget, start
+        self.times: dict[tuple, list[float]] = {}   # config -> its timings (seconds per replay)
+        self.walls: list[float] = []                # wall seconds of each timer call (record + runs)
+
+    def measure(self, cfg, into=None):
+        into = self.times if into is None else into
+        t0 = time.perf_counter()
+        s = self.search.time(cfg, self.threads)
+        self.walls.append(time.perf_counter() - t0)
+        into.setdefault(_key(cfg), []).append(s)
+        return s
+
+    def next_wall(self):
+        # the next call probably costs what the recent ones did; the median guards
+        # against one cheap outlier, the recent mean against a trend to slower ones
+        return max(statistics.median(self.walls), statistics.fmean(self.walls[-3:]))
+
+    def fits(self, extra=0.0):
+        return time.perf_counter() - self.start + self.next_wall() + extra <= self.budget
+
+    def left(self):
+        return self.budget - (time.perf_counter() - self.start)
+
+
 def run_search(search: Search, budget: float, threads: int | None = None,
                progress: Callable[[str], None] | None = print_to_stderr,
                start: float | None = None) -> TuneResult:
     """Time `search`'s configs within `budget` wall seconds counted from `start`
-    (default: now) and return the fastest; see the module docstring.
-
-    Over 80 lines on purpose: the four numbered steps share the timings, the
-    wall-clock estimates and the budget, and read best top to bottom."""
+    (default: now) and return the fastest; the four steps are the module
+    docstring's."""
     start = time.perf_counter() if start is None else start
     say = progress or (lambda line: None)
-    primitive, pass_, shape = search.primitive, search.pass_, dict(search.shape)
     default = dict(search.default)
+    n_unique, queue = _rank(search, default)
+    say(f"tune {search.primitive}.{search.pass_} {shape_key(search.shape)}: {n_unique} "
+        f"candidates, timing up to {len(queue)} (default + best {len(queue) - 1} by cost "
+        f"model), budget {budget:g} s")
+    t = _Timings(search, threads, budget, start)
+    configs = {_key(c): c for c in queue}  # key -> the config, in its own key order
+    _survey(t, queue, say)
+    surveyed = list(t.times)
+    best_key, med = _confirm(t, configs, surveyed, _key(default), say)
+    best_key, best_time, default_time = _head_to_head(t, configs, best_key, med, default, say)
+    result = TuneResult(
+        primitive=search.primitive, pass_=search.pass_, shape=dict(search.shape),
+        best=configs[best_key], best_time=best_time, default=default,
+        default_time=default_time, timed=[(configs[k], med[k]) for k in surveyed],
+        n_candidates=n_unique, n_survivors=len(queue), threads=threads)
+    result.elapsed = time.perf_counter() - start
+    return result
 
-    # 1. rank by the model, prune; the default goes first whatever its rank
+
+def _rank(search, default):
+    """1. rank by the model, prune; the default goes first whatever its rank.
+    Returns the number of distinct candidates and the queue to time."""
     unique = {}
     for cfg in search.candidates:
         unique.setdefault(_key(cfg), dict(cfg))
     ranked = sorted(unique.values(), key=search.cost)      # stable: ties keep their order
     keep = ranked[:max(KEEP_MIN, math.ceil(KEEP_FRACTION * len(ranked)))]
-    queue = [default] + [c for c in keep if _key(c) != _key(default)]
-    say(f"tune {primitive}.{pass_} {shape_key(shape)}: {len(unique)} candidates, "
-        f"timing up to {len(queue)} (default + best {len(queue) - 1} by cost model), "
-        f"budget {budget:g} s")
+    return len(unique), [default] + [c for c in keep if _key(c) != _key(default)]
 
-    times: dict[tuple, list[float]] = {}    # config -> its timings (seconds per replay)
-    walls: list[float] = []                 # wall seconds of each timer call (record + runs)
 
-    configs = {_key(c): c for c in queue}  # key -> the config, in its own key order
-
-    def measure(cfg, into=times):
-        t0 = time.perf_counter()
-        s = search.time(cfg, threads)
-        walls.append(time.perf_counter() - t0)
-        into.setdefault(_key(cfg), []).append(s)
-        return s
-
-    def next_wall():
-        # the next call probably costs what the recent ones did; the median guards
-        # against one cheap outlier, the recent mean against a trend to slower ones
-        return max(statistics.median(walls), statistics.fmean(walls[-3:]))
-
-    def fits(extra=0.0):
-        return time.perf_counter() - start + next_wall() + extra <= budget
-
-    # 2. the survey, in cost order
+def _survey(t, queue, say):
+    """2. the survey, in cost order, leaving a reserve for steps 3 and 4."""
     best_s = math.inf
     for i, cfg in enumerate(queue):
-        reserve = min(((ROUNDS - 1) * (CONFIRM + 1) + 2 * ROUNDS) * statistics.median(walls),
-                      CONFIRM_SHARE * budget) if walls else 0.0
-        if i > 0 and not fits(reserve):
+        reserve = min(((ROUNDS - 1) * (CONFIRM + 1) + 2 * ROUNDS) * statistics.median(t.walls),
+                      CONFIRM_SHARE * t.budget) if t.walls else 0.0
+        if i > 0 and not t.fits(reserve):
             say(f"[{i + 1:>3}/{len(queue)}] budget: stopping before the next config "
-                f"({budget - (time.perf_counter() - start):.2f} s left, next would take "
-                f"~{next_wall():.2f} s + {reserve:.2f} s to confirm)")
+                f"({t.left():.2f} s left, next would take "
+                f"~{t.next_wall():.2f} s + {reserve:.2f} s to confirm)")
             break
-        s = measure(cfg)
+        s = t.measure(cfg)
         best_s = min(best_s, s)
         tag = " (default)" if i == 0 else ""
         say(f"[{i + 1:>3}/{len(queue)}] {fmt_config(cfg)}{tag}  {fmt_seconds(s)}  "
             f"best {fmt_seconds(best_s)}")
-    surveyed = list(times)
 
-    # 3. confirm: the fastest few and the default, interleaved, until ROUNDS timings each
+
+def _confirm(t, configs, surveyed, dkey, say):
+    """3. the fastest few and the default, interleaved, until ROUNDS timings
+    each; returns the best key (the default unless beaten by MARGIN) and the
+    medians."""
+    times = t.times
     finalists = sorted(surveyed, key=lambda k: times[k][0])[:CONFIRM]
-    if _key(default) not in finalists:
-        finalists.append(_key(default))
+    if dkey not in finalists:
+        finalists.append(dkey)
     stopped = False
     for _ in range(ROUNDS - 1):
         for k in finalists:
             if len(times[k]) >= ROUNDS:
                 continue
-            if not fits(6 * statistics.median(walls)):   # room for 3 head-to-head pairs
+            if not t.fits(6 * statistics.median(t.walls)):   # room for 3 head-to-head pairs
                 stopped = True
                 break
-            measure(configs[k])
+            t.measure(configs[k])
         if stopped:
             break
     med = {k: statistics.median(v) for k, v in times.items()}
     best_key = min(finalists, key=lambda k: med[k])
-    if med[best_key] > (1 - MARGIN) * med[_key(default)]:
-        best_key = _key(default)                # not faster beyond noise: keep the default
+    if med[best_key] > (1 - MARGIN) * med[dkey]:
+        best_key = dkey                         # not faster beyond noise: keep the default
     say(f"confirm: {len(finalists)} finalist{'s' * (len(finalists) > 1)} (the fastest and "
         "the default), re-timed interleaved"
         + (" (cut short by the budget)" if stopped else ""))
     for k in sorted(finalists, key=med.get):
-        tag = " (default)" if k == _key(default) else ""
+        tag = " (default)" if k == dkey else ""
         say(f"  {fmt_config(configs[k])}{tag}  {fmt_seconds(med[k])}, "
             f"median of {len(times[k])}" + ("  <- best" if k == best_key else ""))
+    return best_key, med
 
-    # 4. head-to-head, fresh timings: the reported times
+
+def _head_to_head(t, configs, best_key, med, default, say):
+    """4. the winner and the default afresh, interleaved: the reported times,
+    and the default again unless the winner still beats it by MARGIN."""
     dkey = _key(default)
     best_time, default_time = med[best_key], med[dkey]
-    if best_key != dkey:
-        fresh: dict[tuple, list[float]] = {}
-        for _ in range(ROUNDS):
-            if not fits(next_wall()):           # both of the pair, or neither
-                break
-            measure(configs[best_key], fresh)
-            measure(default, fresh)
-        if fresh:
-            best_time, default_time = (statistics.median(fresh[k]) for k in (best_key, dkey))
-            say(f"head-to-head, {len(fresh[dkey])} fresh timings each: best "
-                f"{fmt_seconds(best_time)}, default {fmt_seconds(default_time)}")
-            if best_time > (1 - MARGIN) * default_time:
-                say("  the default stays: the winner's lead was selection luck")
-                best_key, best_time = dkey, default_time
-
-    best = configs[best_key]
-    result = TuneResult(
-        primitive=primitive, pass_=pass_, shape=shape,
-        best=best, best_time=best_time, default=default, default_time=default_time,
-        timed=[(configs[k], med[k]) for k in surveyed], n_candidates=len(unique),
-        n_survivors=len(queue), threads=threads)
-    result.elapsed = time.perf_counter() - start
-    return result
+    if best_key == dkey:
+        return best_key, best_time, default_time
+    fresh: dict[tuple, list[float]] = {}
+    for _ in range(ROUNDS):
+        if not t.fits(t.next_wall()):           # both of the pair, or neither
+            break
+        t.measure(configs[best_key], fresh)
+        t.measure(default, fresh)
+    if fresh:
+        best_time, default_time = (statistics.median(fresh[k]) for k in (best_key, dkey))
+        say(f"head-to-head, {len(fresh[dkey])} fresh timings each: best "
+            f"{fmt_seconds(best_time)}, default {fmt_seconds(default_time)}")
+        if best_time > (1 - MARGIN) * default_time:
+            say("  the default stays: the winner's lead was selection luck")
+            best_key, best_time = dkey, default_time
+    return best_key, best_time, default_time
 
 
 def summary(r: TuneResult) -> str:

@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 
+from brgemm import dtypes
 from brgemm.machine import resolve_backend
 
 
@@ -10,6 +11,25 @@ def backend_name(backend):
     """The backend argument resolved (None: BRGEMM_BACKEND, else "cpu"); a
     ValueError naming it when unknown or not available here."""
     return resolve_backend(backend)
+
+
+def operands(dtype, *arrays, names, ndim=2, nonempty=False):
+    """The one check of a primitive's array arguments: NumPy arrays of a dtype
+    that dtype= takes (f32: float32; bf16: float32 or bfloat16), with `ndim`
+    dimensions (None: any), none of them empty with nonempty. Returns the
+    first array's dtype (what the primitive's results come back in)."""
+    dtypes.check_name(dtype)
+    allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+    for x, name in zip(arrays, names):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype not in allowed:
+            raise TypeError(f"{name}: expected dtype {' or '.join(map(str, allowed))} "
+                            f"for dtype={dtype!r}, got {x.dtype}")
+        if ndim is not None and (x.ndim != ndim or (nonempty and 0 in x.shape)):
+            raise ValueError(f"{name}: expected {ndim}{' non-empty' * nonempty} dimensions, "
+                             f"got shape {x.shape}")
+    return arrays[0].dtype
 
 
 def positive(v, name):

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import brgemm
 from brgemm.arrays import Recycler
 from brgemm.layouts import from_blocks, to_blocks
 
@@ -39,3 +40,23 @@ def test_from_blocks_into_out(rng):
     one = to_blocks(x[:4, :4], 4, 4)              # a single tile
     with pytest.raises(ValueError, match="^out: overlaps"):
         from_blocks(one, 4, 4, out=one[0, 0])
+
+
+def test_buffers_keep_memory_by_name_and_grow_only():
+    """A layer's named buffers: the same memory for the same name while it is
+    large enough and of the same dtype, 64-byte aligned, NaN on every hand-out
+    in check mode (the suite's mode), new memory when it must grow."""
+    bufs = brgemm.arrays.Buffers()
+    a = bufs.get("w", (4, 6), np.float32)
+    assert a.shape == (4, 6) and a.ctypes.data % 64 == 0 and np.isnan(a).all()
+    a[...] = 1.0
+    b = bufs.get("w", (3, 5), np.float32)   # smaller: the same memory, NaN again
+    assert b.ctypes.data == a.ctypes.data and b.shape == (3, 5) and np.isnan(b).all()
+    c = bufs.get("w", (5, 6), np.float32)   # larger: new memory
+    assert c.shape == (5, 6) and c.size == 30
+    d = bufs.get("w", (5, 6), brgemm.bfloat16)  # another dtype: new memory
+    assert d.dtype == brgemm.bfloat16
+    assert bufs.get("x", (0,), np.float32).shape == (0,)
+    assert bufs.nbytes >= 30 * 2
+    bufs.clear()
+    assert bufs.nbytes == 0
