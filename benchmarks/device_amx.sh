@@ -19,7 +19,8 @@ $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx pea
 [ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
   tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py \
   tests/test_fc.py tests/test_conv.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
-echo "tests exit $?"; tail -15 $out/tests.txt
+tests_rc=$?
+echo "tests exit $tests_rc"; tail -15 $out/tests.txt
 [ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
 # L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
 for l1 in default ${L1_BUDGETS:-}; do
@@ -39,3 +40,8 @@ for what in $parts; do
     timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
   fi
 done
+# the reply keeps only the end of the output (and 8 files): repeat what matters
+echo "== summary"
+[ "${TESTS:-1}" = 1 ] && echo "tests exit $tests_rc: $(tail -1 $out/tests.txt)"
+grep -h "64x64x64 x16" $out/kernel_bench_*.txt 2>/dev/null
+for f in $out/*_bf16_amx_t*.txt; do [ -e "$f" ] && echo "$(basename $f .txt): $(grep -h '^geomean ours' $f | tr '\n' ' ')"; done
