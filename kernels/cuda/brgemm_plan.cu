@@ -15,7 +15,7 @@
  * A call's C block is cut into tiles. Two paths compute a tile:
  *  - tensor cores (sm_90a, bf16 calls the host marked BRGEMM_CUDA_PATH_TC):
  *    two warpgroups issue wgmma on 64 x 64 x 16 steps from shared memory,
- *    which cp.async fills three stages ahead in the 128-byte swizzled layouts
+ *    which cp.async fills several stages ahead in the 128-byte swizzled layouts
  *    wgmma reads (A K-major, B N-major: B blocks are k x n row-major);
  *  - generic (f32, unaligned bf16, B in VNNI pairs, GPUs without wgmma): 64 x 64
  *    tiles of exact f32 FMA from shared memory, any shape, stride and offset.
