@@ -47,7 +47,7 @@ __device__ __forceinline__ float lo_f32(uint32_t v) { return __uint_as_float(v <
 __device__ __forceinline__ float hi_f32(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -76,21 +76,60 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * W + ((((c >> 3) ^ (r / RS)) & (G - 1)) | ((c >> 3) & ~(G - 1))) * 8 + (c & 7);
 }
 
-__device__ __forceinline__ float act_fn(int a, float v) {
-  switch (a) {
-    case MLP_CUDA_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case MLP_CUDA_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case MLP_CUDA_ACT_TANH: return tanhf(v);
-    default: return v;
-  }
+/* The activation (and its derivative) on every element of a warp's fragments.
+ * The switch sits outside the unrolled element loops: one switch per element
+ * would inline every activation's code at every element, a layer loop far
+ * larger than the instruction cache. */
+template <int A>
+__device__ __forceinline__ float act_of(float v) {
+  if (A == MLP_CUDA_ACT_RELU) return v > 0.0f ? v : 0.0f;
+  if (A == MLP_CUDA_ACT_SIGMOID) return 1.0f / (1.0f + expf(-v));
+  if (A == MLP_CUDA_ACT_TANH) return tanhf(v);
+  return v;
 }
 /* act'(z) from h = act(z) */
-__device__ __forceinline__ float act_grad(int a, float h) {
-  switch (a) {
-    case MLP_CUDA_ACT_RELU: return h > 0.0f ? 1.0f : 0.0f;
-    case MLP_CUDA_ACT_SIGMOID: return h * (1.0f - h);
-    case MLP_CUDA_ACT_TANH: return 1.0f - h * h;
-    default: return 1.0f;
+template <int A>
+__device__ __forceinline__ float grad_of(float h) {
+  if (A == MLP_CUDA_ACT_RELU) return h > 0.0f ? 1.0f : 0.0f;
+  if (A == MLP_CUDA_ACT_SIGMOID) return h * (1.0f - h);
+  if (A == MLP_CUDA_ACT_TANH) return 1.0f - h * h;
+  return 1.0f;
+}
+
+template <int A, int MT, int NJ>
+__device__ __forceinline__ void act_each(float (&acc)[MT][NJ][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[m][j][q] = act_of<A>(acc[m][j][q]);
+}
+template <int MT, int NJ>
+__device__ __forceinline__ void act_all(float (&acc)[MT][NJ][4], int act) {
+  switch (act) {
+    case MLP_CUDA_ACT_RELU: act_each<MLP_CUDA_ACT_RELU>(acc); break;
+    case MLP_CUDA_ACT_SIGMOID: act_each<MLP_CUDA_ACT_SIGMOID>(acc); break;
+    case MLP_CUDA_ACT_TANH: act_each<MLP_CUDA_ACT_TANH>(acc); break;
+    default: break;
+  }
+}
+
+/* g *= act'(h) where h is y itself (the f32 accumulators y) */
+template <int A, int NJ>
+__device__ __forceinline__ void times_grad_each(float (&g)[NJ][4], const float (&y)[NJ][4]) {
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) g[j][q] *= grad_of<A>(y[j][q]);
+}
+template <int NJ>
+__device__ __forceinline__ void times_grad(float (&g)[NJ][4], const float (&y)[NJ][4], int act) {
+  switch (act) {
+    case MLP_CUDA_ACT_RELU: times_grad_each<MLP_CUDA_ACT_RELU>(g, y); break;
+    case MLP_CUDA_ACT_SIGMOID: times_grad_each<MLP_CUDA_ACT_SIGMOID>(g, y); break;
+    case MLP_CUDA_ACT_TANH: times_grad_each<MLP_CUDA_ACT_TANH>(g, y); break;
+    default: break;
   }
 }
 
@@ -150,11 +189,30 @@ __device__ __forceinline__ void store_pair(uint64_t base, int64_t r, int c, int6
   }
 }
 
+/* a tile that needs no bounds checks and no conversion: every row in range, bf16,
+ * exactly W columns, pair-aligned (the common case: one load or store per pair) */
+template <int W>
+__device__ __forceinline__ bool dense_bf16(int64_t row_end, int64_t rows, int cols, bool f32,
+                                           bool vec) {
+  return row_end <= rows && cols == W && !f32 && vec;
+}
+
 /* the A fragments (m16k16, bf16) of rows row0 .. row0 + 16 MT - 1 of x */
 template <int W, int MT>
 __device__ __forceinline__ void load_x(uint32_t (&a)[MT][W / 16][4], const mlp_cuda_args& p,
                                        int64_t row0, int lane) {
   const int g = lane >> 2, t = lane & 3;
+  if (dense_bf16<W>(row0 + 16 * MT, p.rows, p.sizes[0], p.x_f32, p.x_vec)) {
+    const uint32_t* x = reinterpret_cast<const uint32_t*>(p.x) + (row0 + g) * (W / 2) + t;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          a[m][kk][q] = __ldg(x + (16 * m + 8 * (q & 1)) * (W / 2) + 8 * kk + 4 * (q >> 1));
+    return;
+  }
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -163,6 +221,34 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[MT][W / 16][4], const mlp_c
       for (int q = 0; q < 4; ++q)
         a[m][kk][q] = load_pair(p.x, row0 + 16 * m + g + 8 * (q & 1), 16 * kk + 2 * t + 8 * (q >> 1),
                                 p.rows, p.sizes[0], p.x_f32, p.x_vec);
+}
+
+/* rows [row0, row0 + 16 MT) of a [rows][cols] bf16 matrix (cols == W) held as accumulator
+ * fragments, stored (round to nearest even) */
+template <int W, int MT>
+__device__ __forceinline__ void store_rows(uint64_t base, int64_t row0, int64_t rows, int cols,
+                                           bool f32, bool vec, const float (&acc)[MT][W / 8][4],
+                                           int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  if (dense_bf16<W>(row0 + 16 * MT, rows, cols, f32, vec)) {
+    uint32_t* y = reinterpret_cast<uint32_t*>(base) + (row0 + g) * (W / 2) + t;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          y[(16 * m + 8 * h) * (W / 2) + 4 * j] = pack_bf16(acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+    return;
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        store_pair(base, row0 + 16 * m + g + 8 * h, 8 * j + 2 * t, rows, cols, f32, vec,
+                   acc[m][j][2 * h], acc[m][j][2 * h + 1]);
 }
 
 /* acc = bias + a @ W^T for one layer; w: [W][W] swizzled, out-major */
@@ -261,7 +347,7 @@ __device__ void forward(const mlp_cuda_args& p) {
   float* bs = reinterpret_cast<float*>(ws + p.layers * W * W);
   copy_weights<W>(ws, bs, p);
   __syncthreads();
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31;
   const int warps = blockDim.x >> 5;
   const int64_t tiles = (p.rows + 16 * MT - 1) / (16 * MT);
   const int L = p.layers, K = p.sizes[L];
@@ -274,26 +360,13 @@ __device__ void forward(const mlp_cuda_args& p) {
 #pragma unroll 1
     for (int l = 0; l < L; ++l) {
       layer_fwd<W, MT>(acc, a, ws + l * W * W, bs + l * W, lane);
-      const int act = p.act[l];
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[m][j][q] = act_fn(act, acc[m][j][q]);
+      act_all(acc, p.act[l]);
       if (l + 1 < L) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) to_a<W>(a[m], acc[m]);
       }
     }
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          store_pair(p.y, row0 + 16 * m + g + 8 * h, 8 * j + 2 * t, p.rows, K, p.y_f32, p.y_vec,
-                     acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+    store_rows<W, MT>(p.y, row0, p.rows, K, p.y_f32, p.y_vec, acc, lane);
   }
 }
 
@@ -371,27 +444,42 @@ __device__ void backward(const mlp_cuda_args& p) {
 #pragma unroll 1
     for (int l = 0; l < fwd_layers; ++l) {
       layer_fwd<W, MT>(acc, a, ws + l * W * W, bs + l * W, lane);
-      const int act = p.act[l];
-#pragma unroll
-      for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[0][j][q] = act_fn(act, acc[0][j][q]);
+      act_all(acc, p.act[l]);
       if (l + 1 < L) {
         to_a<W>(a[0], acc[0]);
         store_a<W>(hs + (l + 1) * T * W, r0, a[0], lane);
       }
     }
-    // dz of the last layer
+    // dz of the last layer: dy * act'(y), y (f32) in acc
+    {
+      float dz[W / 8][4];
+      if (dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec)) {
+        const uint32_t* dy = reinterpret_cast<const uint32_t*>(p.dy) + (row0 + g) * (W / 2) + t;
 #pragma unroll
-    for (int j = 0; j < W / 8; ++j)
+        for (int j = 0; j < W / 8; ++j)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float2 d = load_pair_f32(p.dy, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, K, p.dy_f32,
-                                       p.dy_vec);
-        const bool act_y = last != MLP_CUDA_ACT_NONE;
-        acc[0][j][2 * hh] = d.x * (act_y ? act_grad(last, acc[0][j][2 * hh]) : 1.0f);
-        acc[0][j][2 * hh + 1] = d.y * (act_y ? act_grad(last, acc[0][j][2 * hh + 1]) : 1.0f);
+          for (int hh = 0; hh < 2; ++hh) {
+            const uint32_t d = __ldg(dy + 8 * hh * (W / 2) + 4 * j);
+            dz[j][2 * hh] = lo_f32(d);
+            dz[j][2 * hh + 1] = hi_f32(d);
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float2 d = load_pair_f32(p.dy, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, K,
+                                           p.dy_f32, p.dy_vec);
+            dz[j][2 * hh] = d.x;
+            dz[j][2 * hh + 1] = d.y;
+          }
       }
+      times_grad(dz, acc[0], last);
+#pragma unroll
+      for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[0][j][q] = dz[j][q];
+    }
 #pragma unroll 1
     for (int l = L - 1; l >= 0; --l) {
       to_a<W>(a[0], acc[0]);              // dz_l in bf16
@@ -399,24 +487,23 @@ __device__ void backward(const mlp_cuda_args& p) {
       if (l > 0 || p.dx) {
         layer_bwd<W>(acc[0], a[0], ws + l * W * W, lane);
         if (l > 0) {                      // dz_{l-1} = dh_l * act'(h_l), h_l as this thread stored it
-          const uint16_t* h = hs + l * T * W;
           const int act = p.act[l - 1];
+          if (act != MLP_CUDA_ACT_NONE) {
+            const uint16_t* h = hs + l * T * W;
+            float hf[W / 8][4];
 #pragma unroll
-          for (int j = 0; j < W / 8; ++j)
+            for (int j = 0; j < W / 8; ++j)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const uint32_t hv = *reinterpret_cast<const uint32_t*>(
-                  h + swz<W>(r0 + g + 8 * hh, 8 * j + 2 * t));
-              acc[0][j][2 * hh] *= act_grad(act, lo_f32(hv));
-              acc[0][j][2 * hh + 1] *= act_grad(act, hi_f32(hv));
-            }
+              for (int hh = 0; hh < 2; ++hh) {
+                const uint32_t hv = *reinterpret_cast<const uint32_t*>(
+                    h + swz<W>(r0 + g + 8 * hh, 8 * j + 2 * t));
+                hf[j][2 * hh] = lo_f32(hv);
+                hf[j][2 * hh + 1] = hi_f32(hv);
+              }
+            times_grad(acc[0], hf, act);
+          }
         } else {
-#pragma unroll
-          for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-              store_pair(p.dx, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, C, p.dx_f32, p.dx_vec,
-                         acc[0][j][2 * hh], acc[0][j][2 * hh + 1]);
+          store_rows<W, MT>(p.dx, row0, p.rows, C, p.dx_f32, p.dx_vec, acc, lane);
         }
       }
       __syncthreads();                    // every warp's dz_l is in shared memory
