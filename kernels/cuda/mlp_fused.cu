@@ -189,6 +189,17 @@ __device__ __forceinline__ void store_pair(uint64_t base, int64_t r, int c, int6
   }
 }
 
+/* rows [r0, r1) of a [rows][cols] matrix of `item`-byte elements towards L1, one
+ * 128-byte line per thread (i of n): the next tile's loads then wait on L1, not
+ * memory, while this tile computes (a hint: nothing waits on it, nothing faults) */
+__device__ __forceinline__ void prefetch_rows(uint64_t base, int64_t r0, int64_t r1, int64_t rows,
+                                              int cols, int item, int i, int n) {
+  if (r1 > rows) r1 = rows;
+  const int64_t end = r1 * cols * item;
+  for (int64_t b = ((r0 * cols * item) & ~(int64_t)127) + 128 * (int64_t)i; b < end; b += 128 * n)
+    asm volatile("prefetch.global.L1 [%0];" : : "l"(base + b));
+}
+
 /* a tile that needs no bounds checks and no conversion: every row in range, bf16,
  * exactly W columns, pair-aligned (the common case: one load or store per pair) */
 template <int W>
@@ -357,6 +368,8 @@ __device__ void forward(const mlp_cuda_args& p) {
     uint32_t a[MT][W / 16][4];
     float acc[MT][W / 8][4];
     load_x<W, MT>(a, p, row0, lane);
+    const int64_t next = row0 + (int64_t)gridDim.x * warps * 16 * MT;  // this warp's next tile
+    prefetch_rows(p.x, next, next + 16 * MT, p.rows, p.sizes[0], p.x_f32 ? 4 : 2, lane, 32);
 #pragma unroll 1
     for (int l = 0; l < L; ++l) {
       layer_fwd<W, MT>(acc, a, ws + l * W * W, bs + l * W, lane);
@@ -437,6 +450,14 @@ __device__ void backward(const mlp_cuda_args& p) {
     const int64_t row0 = tile * T + r0;
     uint32_t a[MT][W / 16][4];
     float acc[MT][W / 8][4];
+    {  // the block's next tile: x by the first half of the threads, dy by the second
+      const int64_t next = (tile + gridDim.x) * T;
+      const int half = blockDim.x / 2, i = threadIdx.x % half;
+      if ((int)threadIdx.x < half)
+        prefetch_rows(p.x, next, next + T, p.rows, C, p.x_f32 ? 4 : 2, i, half);
+      else
+        prefetch_rows(p.dy, next, next + T, p.rows, K, p.dy_f32 ? 4 : 2, i, half);
+    }
     // the forward again, keeping every layer's input
     load_x<W, MT>(a, p, row0, lane);
     store_a<W>(hs, r0, a[0], lane);
