@@ -120,6 +120,19 @@ def machine():
     return f"{model}, {os.cpu_count()} cores"
 
 
+def pyplot():
+    """matplotlib.pyplot drawing to files (Agg), or None with a note when the
+    bench extra is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (the bench extra): no PNG")
+        return None
+    return plt
+
+
 def save_report(name, rows, key, label):
     """JSON of the rows and a PNG of rows[key] per shape and pass under benchmarks/results/."""
     import datetime
@@ -129,11 +142,8 @@ def save_report(name, rows, key, label):
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     meta = dict(machine=machine(), date=stamp, name=name)
     (out / f"{name}-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"{r['shape']} {r.get('pass_', '')}".strip() for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4))

@@ -17,7 +17,7 @@ import pathlib
 
 import numpy as np
 
-from benchmarks.common import interleaved, machine
+from benchmarks.common import interleaved, machine, pyplot
 from brgemm import dtypes
 from primitives import fc, mlp
 
@@ -154,12 +154,8 @@ def knob_table(dtype, quick, reps):
 
 
 def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing (the bench extra): no PNG")
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, mode in zip(axes, ("infer", "train")):

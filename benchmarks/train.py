@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks.common import machine
+from benchmarks.common import machine, pyplot
 
 TASKS = ("digits", "chars")
 
@@ -243,12 +243,8 @@ def report(name, result):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing (the bench extra): no PNG")
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4))
     for ax, (name, result) in zip(np.atleast_1d(axes), results.items()):
