@@ -24,34 +24,9 @@ import numpy as np
 import torch
 
 import brgemm
+from benchmarks.gpu import graph_time
 from brgemm.machine import device_name, unavailable_reason
 from primitives import fc
-
-
-def graph_time(fn, reps):
-    """Milliseconds per call of fn replayed from a CUDA graph (median of 5 batches)
-    and the spread of the batches (max - min over median)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    med = statistics.median(times)
-    return med, (max(times) - min(times)) / med
 
 
 def plain_time(fn, reps):

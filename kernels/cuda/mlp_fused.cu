@@ -540,12 +540,12 @@ __device__ void backward(const mlp_cuda_args& p) {
 
 /* ---------------------------------------------------------------- entry points */
 
-#define MLP_ENTRIES(W)                                                                              \
-  extern "C" __global__ void __launch_bounds__(MLP_CUDA_FWD_WARPS * 32, FWD_MIN_BLOCKS)                            \
-      mlp_forward_w##W(const __grid_constant__ mlp_cuda_args p) {                                        \
-    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16>(p);                 \
-  }              \
-  extern "C" __global__ void __launch_bounds__(BWD_MAX_WARPS * 32, 1)                               \
+#define MLP_ENTRIES(W)                                                                  \
+  extern "C" __global__ void __launch_bounds__(MLP_CUDA_FWD_WARPS * 32, FWD_MIN_BLOCKS) \
+      mlp_forward_w##W(const __grid_constant__ mlp_cuda_args p) {                       \
+    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16>(p);        \
+  }                                                                                     \
+  extern "C" __global__ void __launch_bounds__(BWD_MAX_WARPS * 32, 1)                   \
       mlp_backward_w##W(const __grid_constant__ mlp_cuda_args p) { backward<W>(p); }
 
 MLP_ENTRIES(16)
