@@ -33,7 +33,7 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block,
+from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, pick_block, to_blocks,
                             taps_from_blocks, taps_to_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b, vnni_tiles
@@ -42,7 +42,7 @@ from primitives._args import backend_name, fits, positive
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
-from primitives.conv_forward import forward_nest
+from primitives.conv_forward import forward_nest, pointwise_nest
 from primitives.conv_update import narrow, update_narrow_nest, update_nest
 
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
@@ -158,6 +158,31 @@ def plan(g, pass_, dtype="f32", vnni=False):
         nest(rec, _loops(g, pass_), g, dtype)
         return rec.finish()
     return _plans.get((g, pass_, dtype, vnni), record)
+
+
+def pointwise(g, dtype, backend):
+    """The pixel block of the functional forward's pointwise plan, or None where
+    it does not apply. A 1x1 layer with stride 1 and no padding is a GEMM per
+    image on NCHW arrays as they are (pointwise_nest): it reads w in place and
+    writes y in place, where the blocked plan needs both copied. f32 on the
+    CPU backend, C a multiple of bc (x's tiles hold whole images), and images
+    of at least 512 pixels: on 14 x 14 and 7 x 7 images the kernel's short,
+    ragged pixel rows cost about what the copies save."""
+    HW = g.H * g.W
+    if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
+            or dtype != "f32" or backend != "cpu" or HW < 512):
+        return None
+    return pick_block(HW, 128, 16)
+
+
+def pointwise_plan(g, dtype, bp):
+    def record():
+        loops = parse_spec("NKP", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
+                                   Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
+        rec = bplan.Recorder({"w": dtype, "xt": dtype, "y": "f32"}, spec="NKP")
+        pointwise_nest(rec, loops, g, dtype, bp)
+        return rec.finish()
+    return _plans.get((g, "pointwise", dtype, bp), record)
 
 
 def update_inputs(x, dy, g, dtype, buffer=None):
@@ -311,6 +336,14 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
     ab = dtypes.NUMPY[dtype]
+    bp = pointwise(g, dtype, backend)
+    if bp and x.dtype == np.float32 and w.dtype == np.float32:
+        HW = g.H * g.W
+        xt = to_blocks(x.reshape(g.N * g.C, HW), g.bc, bp, swap_grid=True,
+                       out=_scratch.get("xt", (nblocks(HW, bp), g.N * g.Cb, g.bc, bp), ab))
+        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
+        pointwise_plan(g, dtype, bp).run(backend=backend, w=np.ascontiguousarray(w), xt=xt, y=y)
+        return y
     y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     plan(g, "fwd", dtype, vnni).run(

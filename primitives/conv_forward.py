@@ -20,3 +20,23 @@ def forward_nest(ex, loops, g, dtype, vnni=False):
                     "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk
                           for c, r, s in taps[i:i + per_call]],
                     "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
+
+
+def pointwise_nest(ex, loops, g, dtype, bp):
+    """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
+    image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
+    broadcast operand) @ x[n] (C x HW), x as tiles xt [HWb][N*Cb][bc][bp]
+    (pixels innermost). No weight copy and no copy of y."""
+    HW, Cb = g.H * g.W, g.Cb
+    per_call = blocks_per_call(g.call_kb[0], (g.bk + bp) * g.bc, dtype)
+    for phase, task, at in loops.walk():
+        n, k, p = at["n"], at["k"], at["p"]
+        m, width = min(g.bk, g.K - k * g.bk), min(bp, HW - p * bp)
+        ex.at(phase, task)
+        for c0 in range(0, Cb, per_call):
+            cs = range(c0, min(c0 + per_call, Cb))
+            ex.gemm(bplan.Block(m, width, g.bc, lda=g.C, ldb=bp, ldc=HW, dtype=dtype,
+                                beta=0.0 if c0 == 0 else 1.0),
+                    "w", [k * g.bk * g.C + c * g.bc for c in cs],
+                    "xt", [((p * g.N + n) * Cb + c) * g.bc * bp for c in cs],
+                    "y", (n * g.K + k * g.bk) * HW + p * bp)

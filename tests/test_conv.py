@@ -40,6 +40,27 @@ def magnitude(x, w, dy, stride, padding):
     return [t.numpy() for t in (Y, dX, dW)]
 
 
+def test_pointwise_forward(rng):
+    """1x1, stride 1, no padding on images of 512 pixels or more: the forward
+    reads w and x's pixels without the blocked layouts (conv.pointwise). Random
+    sizes, K ragged against its block, a ragged last pixel block."""
+    for _ in range(3):
+        N, H, W = int(rng.integers(1, 4)), int(rng.integers(23, 41)), int(rng.integers(23, 41))
+        C, K = 16 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
+        print(f"N={N} C={C} K={K} H={H} W={W}")
+        cfg = {"fwd": {"bc": 16, "bk": 32}}
+        g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
+        assert conv.pointwise(g, "f32", "cpu")  # the path under test
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
+        y = conv.forward(x, w, config=cfg)
+        dy = np.zeros(y.shape)
+        want = reference(x, w, dy, 1, 0)[0]
+        mag = magnitude(x, w, dy, 1, 0)[0]
+        assert y.dtype == np.float32 and y.shape == want.shape
+        assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_forward_backward(rng, backend, case, dtype):
