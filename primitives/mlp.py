@@ -484,6 +484,11 @@ class Fused:
         if N == 0:
             raise ValueError("x: an empty batch is not supported")
         ab = dtypes.NUMPY[self.dtype]
+        if train:
+            # a new training forward replaces the kept state: let go of it first, so
+            # its activation buffers go back to the recycler unless the caller took
+            # them through state() (fresh ones cost a page fault per page)
+            self.g = self.saved = None
         g = geometry(N, self.sizes, self.acts, self.has_bias, self.dtype, train, self.config)
         pl = Places(g, train)
         t = {"x": x if x.dtype == ab and x.flags.c_contiguous else convert(x, ab),

@@ -213,6 +213,36 @@ def test_fused_equals_unfused(dtype):
             np.testing.assert_array_equal(layer.weight, w - np.float32(0.1) * dw)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_training_state_recycled_unless_held(dtype):
+    """A new training forward reuses the last one's activation buffers when nobody
+    holds them (fresh pages cost a fault each), and never touches a state the
+    caller took through state(): backward from it matches a fresh run."""
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    sizes = [int(rng.integers(4, 40)), 32, 32, int(rng.integers(1, 20))]
+    N = int(rng.integers(20, 300))
+    net = fc.MLP(sizes, activation="tanh", dtype=dtype, fused=True, rng=rng)
+    x1, x2 = (rng.standard_normal((N, sizes[0])).astype(np.float32) for _ in range(2))
+    dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
+    net.forward(x1)
+    at = net.fused.saved["h"].ctypes.data
+    net.forward(x2)
+    assert net.fused.saved["h"].ctypes.data == at, "an unheld state's buffer was not reused"
+    net.forward(x1)
+    held = net.fused.state()
+    net.forward(x2)
+    assert net.fused.saved["h"].ctypes.data != held[1]["h"].ctypes.data
+    dx_held = net.fused.backward(dy, state=held).copy()
+    dw_held = [layer.grad_weight.copy() for layer in net.layers]
+    del held
+    net.forward(x1)
+    np.testing.assert_array_equal(net.backward(dy), dx_held)
+    for layer, dw in zip(net.layers, dw_held):
+        np.testing.assert_array_equal(layer.grad_weight, dw)
+
+
 def test_bf16_input_arrays():
     rng = np.random.default_rng(0)
     net = fc.MLP([24, 32, 32, 8], dtype="bf16", fused=True, rng=rng)
