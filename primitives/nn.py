@@ -30,63 +30,15 @@ Backward passes are not differentiable again (create_graph=True raises).
 import warnings
 import weakref
 
-import numpy as np
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from brgemm import dtypes
-from primitives import conv, fc, lstm, reuse
+from primitives import conv, fc
+from primitives.nn_tensors import _DTYPES, _array, _cast, _dtype, _kept, _tensor
+from primitives.nn_lstm import LSTM, _lstm_unsupported
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
-
-_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
-
-
-# ---------------------------------------------------------------- tensors <-> arrays
-
-def _dtype(name, t, *others):
-    """"f32" or "bf16" for a CPU tensor t; the other tensors (None allowed) must match."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise TypeError(f"{name}: expected a CPU tensor, got one on {t.device}")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"{name}: expected dtype torch.float32 or torch.bfloat16, got {t.dtype}")
-    for other_name, o in others:
-        if o is not None and (o.dtype != t.dtype or o.device != t.device):
-            raise TypeError(f"{other_name}: expected {t.dtype} on {t.device} like {name}, "
-                            f"got {o.dtype} on {o.device}")
-    return _DTYPES[t.dtype]
-
-
-def _array(t):
-    """The NumPy view of a tensor's memory (a contiguous copy first if it is strided)."""
-    t = t.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
-    return t.numpy()
-
-
-def _tensor(a):
-    """A tensor over array a's memory (no copy)."""
-    if a.dtype == dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def _kept(weight):
-    """reuse= for a weight tensor: kept while its version counter stands still.
-    Inference tensors (made under torch.inference_mode) have no counter, so
-    nothing proves them unchanged: re-blocked on every call."""
-    return None if weight.is_inference() else reuse.tensors(weight)
-
-
-def _cast(a, like):
-    """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
-    return _tensor(a).to(like.dtype)
 
 
 # ---------------------------------------------------------------- Linear
@@ -287,138 +239,6 @@ class Conv2d(nn.Conv2d):
         y = _Conv2dFunction.apply(x, self.weight, self.bias, tuple(self.stride),
                                   _conv_padding(self))
         return y.squeeze(0) if unbatched else y
-
-
-# ---------------------------------------------------------------- LSTM
-
-def _lstm_unsupported(m):
-    """Why lstm cannot run nn.LSTM module m (None if it can)."""
-    if m.num_layers != 1:
-        return f"num_layers: only a single layer is supported, got {m.num_layers}"
-    if m.bidirectional:
-        return "bidirectional: only one direction is supported"
-    if m.proj_size:
-        return f"proj_size: projections are not supported, got {m.proj_size}"
-    return None
-
-
-class _LayerCache:
-    """One lstm.LSTM layer per module, its blocked weights tagged with the
-    parameters' (storage, version) they were built from."""
-
-    def __init__(self):
-        self.layer, self.key, self.held, self.owner = None, None, None, None
-
-    def layer_for(self, dtype, C, K, params, T, N):
-        if self.layer is None or self.layer.dtype != dtype:
-            self.layer, self.key = lstm.LSTM(C, K, dtype=dtype, init=False), None
-        layer = self.layer
-        params_ = [p for p in params if p is not None]
-        # inference tensors have no version counter: a key equal to nothing
-        key = (object(),) if any(p.is_inference() for p in params_) else \
-            tuple((p.data_ptr(), p._version) for p in params_)
-        if key != self.key:
-            _set_weights(layer, *params)
-            self.held = [p.detach() for p in params if p is not None]  # pins the storages
-        before = layer.g
-        layer.prepare(T, N)                  # re-blocks only for a new geometry
-        if key != self.key and layer.g is before:
-            layer.load_weights()
-        self.key = key
-        return layer
-
-
-def _set_weights(layer, w_ih, w_hh, b_ih, b_hh):
-    """The layer's f32 weights from the parameters (views for f32 tensors)."""
-    f32 = [None if p is None else _array(p.to(torch.float32)) for p in (w_ih, w_hh, b_ih, b_hh)]
-    layer.w_ih, layer.w_hh = f32[0], f32[1]
-    layer.b = (np.zeros(w_ih.shape[0], np.float32) if b_ih is None
-               else (f32[2] + f32[3]).astype(np.float32))
-
-
-_caches = weakref.WeakKeyDictionary()  # module -> _LayerCache (kept off the module: it pickles)
-
-
-class _LSTMFunction(torch.autograd.Function):
-    """One LSTM layer over x [T, N, C]: lstm.LSTM's forward and backward."""
-
-    @staticmethod
-    def forward(ctx, cache, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
-        dtype = _dtype("input", x, ("h_0", h0), ("c_0", c0), ("weight_ih_l0", w_ih),
-                       ("weight_hh_l0", w_hh), ("bias_ih_l0", b_ih), ("bias_hh_l0", b_hh))
-        (T, N, C), K = x.shape, w_hh.shape[1]
-        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
-        ctx.dtype, ctx.cache = dtype, cache
-        if T == 0 or N == 0:
-            raise ValueError(f"input: empty sequence or batch, shape {tuple(x.shape)}")
-        layer = cache.layer_for(dtype, C, K, (w_ih, w_hh, b_ih, b_hh), T, N)
-        y, (hT, cT) = layer.forward(_array(x), _array(h0), _array(c0))
-        ctx.owner = cache.owner = object()  # this forward's state is in the layer until then
-        return _tensor(y), _tensor(hT), _tensor(cT)
-
-    @staticmethod
-    @once_differentiable  # our backward is not itself differentiable: say so
-    def backward(ctx, dy, dhT, dcT):
-        x, h0, c0, w_ih, w_hh, b_ih, b_hh = ctx.saved_tensors
-        cache = ctx.cache
-        if cache.owner is ctx.owner:
-            layer = cache.layer
-            cache.owner = None               # a second backward (retain_graph) recomputes
-        else:                                # another forward overwrote the state: redo ours
-            layer = lstm.LSTM(x.shape[2], w_hh.shape[1], dtype=ctx.dtype, init=False)
-            _set_weights(layer, w_ih, w_hh, b_ih, b_hh)
-            layer.forward(_array(x), _array(h0), _array(c0))
-        need = ctx.needs_input_grad
-        dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)),
-                                      plain_grads=need[4] or need[5])
-        db = _cast(layer.grad_b, w_ih) if b_ih is not None and (need[6] or need[7]) else None
-        return (None, _tensor(dx) if need[1] else None, _tensor(dh0) if need[2] else None,
-                _tensor(dc0) if need[3] else None,
-                _cast(layer.grad_w_ih, w_ih) if need[4] else None,
-                _cast(layer.grad_w_hh, w_hh) if need[5] else None,
-                db if need[6] else None, db if need[7] else None)
-
-
-class LSTM(nn.LSTM):
-    """torch.nn.LSTM (same arguments and parameters) computed by lstm: one layer,
-    one direction, no projection (else ValueError); batch_first, bias, unbatched
-    input and (h_0, c_0) as torch's. PackedSequence input is not supported."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        reason = _lstm_unsupported(self)
-        if reason:
-            raise ValueError(reason)
-
-    def reload_weights(self):
-        """Rebuild the blocked weights on the next call (after writes that bypass
-        torch's version counter: `.data`, NumPy views)."""
-        _caches.pop(self, None)
-
-    def forward(self, input, hx=None):
-        if isinstance(input, nn.utils.rnn.PackedSequence):
-            raise TypeError("input: PackedSequence is not supported by primitives.nn.LSTM")
-        if input.dim() not in (2, 3):
-            raise ValueError(f"input: expected 2 or 3 dimensions, got shape {tuple(input.shape)}")
-        unbatched = input.dim() == 2
-        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first
-                                                   else input)
-        T, N, K = x.shape[0], x.shape[1], self.hidden_size
-        if hx is None:
-            h0 = c0 = x.new_zeros(N, K)
-        else:
-            want = (1, K) if unbatched else (1, N, K)
-            for name, s in zip(("h_0", "c_0"), hx):
-                if tuple(s.shape) != want:
-                    raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
-            h0, c0 = (s.reshape(N, K) for s in hx)
-        cache = _caches.setdefault(self, _LayerCache())
-        y, hT, cT = _LSTMFunction.apply(cache, x.contiguous(), h0, c0, self.weight_ih_l0,
-                                        self.weight_hh_l0, getattr(self, "bias_ih_l0", None),
-                                        getattr(self, "bias_hh_l0", None))
-        if unbatched:
-            return y.squeeze(1), (hT, cT)
-        return (y.transpose(0, 1) if self.batch_first else y), (hT.unsqueeze(0), cT.unsqueeze(0))
 
 
 # ---------------------------------------------------------------- convert

@@ -140,13 +140,13 @@ def test_eager_reads_vnni_blocks_as_the_plan_does(rng):
     """The eager executor unpacks b_vnni blocks: it and the replay agree."""
     from brgemm import plan as P
     from brgemm.vnni import vnni_tiles
-    from primitives import fc
+    from primitives import fc, fc_plans
     g = fc.geometry(40, 64, 32, blocks=(20, 32, 32))
     w = vnni_tiles(bf16(rng, (g.Kb, g.Cb, g.bc, g.bk)))
     x = bf16(rng, (g.Nb, g.Cb, g.bn, g.bc))
     y_plan, y_eager = (np.zeros((g.Nb, g.Kb, g.bn, g.bk), np.float32) for _ in range(2))
     fc.plan(g, "fwd", "bf16", vnni=True).run(x=x, w=w, y=y_plan)
-    fc.forward_nest(P.Eager(x=x, w=w, y=y_eager), fc._loops(g, "fwd"), g, "bf16",
+    fc.forward_nest(P.Eager(x=x, w=w, y=y_eager), fc_plans._loops(g, "fwd"), g, "bf16",
                     lambda n, k: (), vnni=True)
     np.testing.assert_allclose(y_eager, y_plan, rtol=1e-5, atol=1e-5)
     plain = np.zeros_like(y_plan)  # and both differ from reading the same bytes as plain tiles

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import brgemm
-from primitives import conv
+from primitives import conv, conv_plans
 
 CASES = [  # N, C, K, H, W, R, S, stride, padding
     (2, 3, 64, 32, 32, 7, 7, 2, 3),           # conv1 at reduced size
@@ -89,7 +89,7 @@ def test_default_config_and_eager_match(rng):
     g = conv.geometry(2, 64, 32, 12, 12, 3, 3, (1, 1), (1, 1))
     ye = np.zeros((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
     conv.forward_nest(brgemm.plan.Eager(x=conv.block_x(x, g, "f32"), w=conv.block_w(w, g, "f32"),
-                                        y=ye), conv._loops(g, "fwd"), g, "f32")
+                                        y=ye), conv_plans._loops(g, "fwd"), g, "f32")
     np.testing.assert_array_equal(conv.unblock_y(ye, g, np.float32), y)
 
 

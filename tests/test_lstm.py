@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import brgemm
+from brgemm.loopspec import Loop, parse_spec
 from primitives import lstm
 
 SHAPES = [(1, 1, 1, 1), (3, 4, 5, 6), (5, 70, 33, 40), (2, 64, 64, 64), (4, 9, 130, 20)]
@@ -170,8 +171,8 @@ def test_fused_recurrence_eager_matches_replay(rng, dtype):
         if run == "replay":
             lstm.backward_plan(g, dtype).run(**t)
         else:
-            loops = lstm.parse_spec(g.spec, [lstm.Loop("t", 0, g.T, 1), lstm.Loop("n", 0, g.Nb, 1),
-                                             lstm.Loop("k", 0, g.Kb, 1)])
+            loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
+                                             Loop("k", 0, g.Kb, 1)])
             lstm.backward_nest(brgemm.plan.Eager(**t), loops, g, dtype)
         outs.append((t["dG"], t["dc"], t.get("dG16")))
     (dG, dc, _), (dG_ref, dc_ref, _) = outs

@@ -1,0 +1,198 @@
+"""Convolution's geometry (blocking, padding and strides of one shape) and
+plans: which nest (conv_forward, conv_backward, conv_update) each pass
+records, cached per shape, dtype and config, and the update's input and
+output buffers. Layouts and formulas: primitives/conv.py."""
+import dataclasses
+import functools
+
+import numpy as np
+
+from brgemm import dtypes
+from brgemm import plan as bplan
+from brgemm.arrays import aligned_empty
+from brgemm.layouts import nblocks, pick_block
+from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b
+from primitives._args import fits, operands
+from primitives._config import geometry as cached_geometry
+from primitives._config import settings
+from primitives.conv_backward import backward_nest
+from primitives.conv_forward import forward_nest
+from primitives.conv_update import narrow, update_narrow_nest, update_nest
+from primitives.conv_layouts import block_x, block_xs, block_y
+
+
+SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
+
+SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
+          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
+
+_plans = bplan.PlanCache(maxsize=64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    N: int
+    C: int
+    K: int
+    H: int
+    W: int
+    R: int
+    S: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    bc: int
+    bk: int
+    bq: int
+    specs: tuple
+    splits: int  # shares of the weight update's reduction (see update_nest)
+    call_kb: tuple  # per pass: at most this many KiB of A and B blocks per kernel call
+
+    P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
+    Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
+    Hp = property(lambda g: g.H + 2 * g.ph)
+    Wp = property(lambda g: g.W + 2 * g.pw)
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    # dy's zero border for backward-data: output rows/pixels a tap can reach from outside
+    bp = property(lambda g: -(-(g.R - 1) // g.sh))
+    bw = property(lambda g: -(-(g.S - 1) // g.sw))
+    Pp = property(lambda g: g.P + 2 * g.bp)
+    # a residue class of padded input pixels reaches dy pixels up to (Wp - 1) / sw
+    Qp = property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
+
+
+def geometry(N, C, K, H, W, R, S, stride, padding, config=None, path=None):
+    """path: the kernel path (brgemm.info.kernel_path), whose config tables apply."""
+    # a stride past the last tap position leaves one output row (column) whatever
+    # its size: the smallest such stride computes the same, and the backward
+    # nests and layouts that step through residue classes of the stride stay small
+    stride = (min(stride[0], H + 2 * padding[0] - R + 1), min(stride[1], W + 2 * padding[1] - S + 1))
+    padding = tuple(padding)
+    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding, path), config,
+                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path))
+
+
+def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
+    shape = dict(N=N, C=C, K=K, H=H, W=W, R=R, S=S, sh=stride[0], sw=stride[1], ph=padding[0],
+                 pw=padding[1])
+    cfg = {p: settings("conv", p, shape, SCHEMA[p], config, path) for p in SCHEMA}
+    f = cfg["fwd"]
+    Q = (W + 2 * padding[1] - S) // stride[1] + 1
+    P_ = (H + 2 * padding[0] - R) // stride[0] + 1
+    bc, bk = pick_block(C, f["bc"], 16), pick_block(K, f["bk"], 16)
+    # enough weight-update tasks: split its reduction until there are `tiles` of them
+    tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
+    splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
+    # rows per share rounded up can leave the last shares with no rows, and an
+    # empty share would leave its slice of the reduction buffer unwritten:
+    # keep only as many shares as the rounded-up share size needs
+    splits = -(-N * P_ // -(-N * P_ // splits))
+    return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
+                    tuple(cfg[p]["spec"] for p in SCHEMA), splits,
+                    tuple(cfg[p]["call_kb"] for p in SCHEMA))
+
+
+# ---------------------------------------------------------------- the loop nests
+
+def _loops(g, pass_):
+    if pass_ == "fwd":
+        loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, g.P, 1),
+                 Loop("q", 0, g.Q, g.bq)]
+    elif pass_ == "bwd":
+        per_residue = nblocks(nblocks(g.W, g.sw), g.bq)  # pixel blocks of one residue class
+        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.H, 1),
+                 Loop("u", 0, g.sw * per_residue, 1)]
+    else:
+        loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
+                 Loop("s", 0, g.S, 1), Loop("j", 0, g.splits, 1)]
+    return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops, where="config: ")
+
+
+_NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
+
+_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "x", "dw")}
+
+
+def vnni_passes(g, dtype, backend):
+    """The passes whose weight tiles are kept in VNNI pairs here (AMX): the
+    forward's w (depth bc) and the backward's wt (bk)."""
+    return frozenset(p for p, k in (("fwd", g.bc), ("bwd", g.bk)) if takes_vnni_b(k, dtype, backend))
+
+
+def plan(g, pass_, dtype="f32", vnni=False):
+    """vnni: the forward's or backward's weight tiles in VNNI pairs (vnni_passes)."""
+    if vnni and pass_ == "upd":
+        raise ValueError("vnni: the weight update streams images, not weight tiles")
+
+    def record():
+        nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
+        if pass_ == "upd" and narrow(g):
+            nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
+        rec = bplan.Recorder({a: dtype, b: dtype, c: "f32"},
+                             spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
+        if vnni:
+            nest = functools.partial(nest, vnni=True)
+        nest(rec, _loops(g, pass_), g, dtype)
+        return rec.finish()
+    return _plans.get((g, pass_, dtype, vnni), record)
+
+
+def update_inputs(x, dy, g, dtype, buffer=None):
+    """The weight update's inputs from NCHW x and dy: {"dyt", "x"} or, for
+    narrow layers, {"xs", "dyb"}; into buffer(name, shape, dtype) when given."""
+    ab = dtypes.NUMPY[dtype]
+    get = (lambda name, shape: buffer(name, shape, ab)) if buffer else (lambda name, shape: None)
+    Cb, Kb = g.Cb, g.Kb
+    if narrow(g):
+        Ws = nblocks(g.Wp, g.sw)
+        return dict(xs=block_xs(x, g, dtype, out=get("xs", (g.N, Cb, g.Hp, g.sw, g.bc, Ws))),
+                    dyb=block_y(dy, g, dtype, out=get("dyb", (g.N, Kb, g.P, g.Q, g.bk))))
+    return dict(dyt=block_y(dy, g, dtype, pixels_last=True,
+                            out=get("dyt", (g.N, Kb, g.P, g.bk, g.Q))),
+                x=block_x(x, g, dtype, out=get("x", (g.N, Cb, g.Hp, g.Wp, g.bc))))
+
+
+def update_output(g, buffer=None):
+    """The buffer the weight update writes: shares x weight tiles. Every tile
+    of every share is written (_geometry gives each share rows, and a tile's
+    first call has beta 0), so it needs no zeroing."""
+    tile = (g.bc, g.bk) if narrow(g) else (g.bk, g.bc)
+    shape = (g.splits, g.Kb, g.Cb, g.R, g.S) + tile
+    return buffer("dw", shape, np.float32) if buffer else aligned_empty(shape, np.float32)
+
+
+# ---------------------------------------------------------------- layouts
+# One parallel pass each in C (brgemm.layouts): padding, channel blocking,
+# transposition and the f32 -> bf16 rounding fused. `out`: a buffer to fill.
+
+
+# ---------------------------------------------------------------- functional API
+
+def _pair(v, name, minimum):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        v = (int(v), int(v))
+    if (not isinstance(v, (tuple, list)) or len(v) != 2
+            or not all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in v)):
+        raise TypeError(f"{name}: expected an int or a pair of ints, got {v!r}")
+    if min(v) < minimum:
+        raise ValueError(f"{name}: expected values >= {minimum}, got {tuple(v)}")
+    return int(v[0]), int(v[1])
+
+
+def _check(x, w, dtype, stride, padding):
+    operands(dtype, x, w, names=("x", "w"), ndim=4, nonempty=True)
+    stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+    (N, C, H, W), (K, C2, R, S) = x.shape, w.shape
+    if C2 != C:
+        raise ValueError(f"w: has {C2} input channels, x has {C}")
+    if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+        raise ValueError(f"x: the padded input {H + 2 * padding[0]}x{W + 2 * padding[1]} is "
+                         f"smaller than w's {R}x{S} kernel")
+    # the blocked copies hold the padded input (and dx) whole: refuse before allocating
+    padded = N * max(C, 16) * (H + 2 * padding[0]) * (W + 2 * padding[1]) * 4
+    fits(padded, "padding" if max(padding) else "x", f"the padded input {N}x{C}x"
+         f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
+    return (N, C, K, H, W, R, S), stride, padding

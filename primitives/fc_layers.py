@@ -1,0 +1,226 @@
+"""fc.Linear and fc.MLP: layers that keep weights, activations and plans in
+their blocked layouts between calls (for training loops and benchmarks).
+Layouts and formulas: primitives/fc.py."""
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.arrays import aligned_empty
+from brgemm.info import kernel_path
+from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
+from brgemm.vnni import vnni_tiles
+from primitives._args import backend_name, block_sizes, operands, positive
+from primitives.fc_plans import ACTIVATIONS, geometry, plan, vnni_passes
+
+
+_ACT_GRAD = {  # dL/dz from dL/dy and y = act(z)
+    "relu": lambda dy, y: dy * (y > 0),
+    "sigmoid": lambda dy, y: dy * y * (1 - y),
+    "tanh": lambda dy, y: dy * (1 - y * y),
+}
+
+
+class Linear:
+    """y = act(x W^T + b) that keeps weights, activations and plans blocked.
+
+    forward/backward take and return plain [N, *] arrays; the *_blocked methods
+    work on the blocked layouts directly (what an MLP chains and what the
+    benchmarks time). Weights are kept in f32 (`weight` [K, C], `bias` [K]);
+    with dtype "bf16" their blocked copies and the activations are bf16."""
+
+    def __init__(self, C, K, bias=True, activation=None, dtype="f32", backend=None,
+                 config=None, blocks=None, rng=None):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation: expected one of relu, sigmoid, tanh, none, "
+                             f"got {activation!r}")
+        self.backend = backend_name(backend)
+        self.C, self.K = positive(C, "C"), positive(K, "K")
+        self.dtype, self.activation = dtypes.check_name(dtype), activation
+        self.config, self.blocks = config, block_sizes(blocks)
+        rng = rng or np.random.default_rng()
+        bound = 1 / np.sqrt(C)  # torch.nn.Linear's initialisation
+        self.weight = rng.uniform(-bound, bound, (K, C)).astype(np.float32)
+        self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if bias else None
+        self.g = None
+
+    # -- set-up per minibatch size --
+    def prepare(self, N):
+        """Geometry, plans and blocked buffers for minibatch N (done once per N)."""
+        if self.g is not None and self.g.N == N:
+            return self.g
+        g = self.g = geometry(N, self.C, self.K, self.config, self.blocks,
+                              kernel_path(self.dtype, self.backend))
+        bf16 = self.dtype == "bf16"
+        ab = dtypes.NUMPY[self.dtype]
+        vnni = self.vnni = vnni_passes(g, self.dtype, self.backend)
+        self.plans = {"fwd": plan(g, "fwd", self.dtype, self.bias is not None,
+                                  None if self.activation == "none" else self.activation, bf16,
+                                  vnni="fwd" in vnni),
+                      "bwd": plan(g, "bwd", self.dtype, bf16_out=bf16, vnni="bwd" in vnni),
+                      "upd": plan(g, "upd", self.dtype, vnni="upd" in vnni)}
+        self.dy_vnni = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), ab) if "upd" in vnni else None
+        self.y = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        self.y16 = aligned_empty(self.y.shape, ab) if bf16 else None
+        self.dx = aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
+        self.dx16 = aligned_empty(self.dx.shape, ab) if bf16 else None
+        self.dw = aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32)
+        self.xt = aligned_empty((g.Cb, g.Nb, g.bc, g.bn), ab)
+        self.load_weights()
+        return g
+
+    def load_weights(self):
+        """Re-block weight and bias after they changed (done by step())."""
+        g, ab = self.g, dtypes.NUMPY[self.dtype]
+        if g is None:
+            return
+        weight = self.weight.astype(ab, copy=False)
+        self.w = to_blocks(weight, g.bc, g.bk, transpose=True, swap_grid=True)
+        self.wt = to_blocks(weight, g.bk, g.bc, swap_grid=True)
+        if "fwd" in self.vnni:  # AMX reads B tiles as VNNI pairs: repacked once per change
+            self.w = vnni_tiles(self.w)
+        if "bwd" in self.vnni:
+            self.wt = vnni_tiles(self.wt)
+        self.b = np.zeros(g.Kb * g.bk, np.float32)
+        if self.bias is not None:
+            self.b[:self.K] = self.bias
+
+    # -- blocked passes --
+    def forward_blocked(self, x):
+        """x [Nb][Cb][bn][bc] of dtype -> y [Nb][Kb][bn][bk] (f32; bf16 too for bf16)."""
+        t = dict(x=x, w=self.w, y=self.y)
+        if self.bias is not None:
+            t["b"] = self.b
+        if self.y16 is not None:
+            t["y16"] = self.y16
+        self.plans["fwd"].run(backend=self.backend, **t)
+        self.x = x
+        return self.y16 if self.y16 is not None else self.y
+
+    def backward_data_blocked(self, dz):
+        """dz (gradient at the pre-activation, blocked like y) -> dx [Nb][Cb][bn][bc]."""
+        t = dict(dy=dz, wt=self.wt, dx=self.dx)
+        if self.dx16 is not None:
+            t["dx16"] = self.dx16
+        self.plans["bwd"].run(backend=self.backend, **t)
+        return self.dx16 if self.dx16 is not None else self.dx
+
+    def update_blocked(self, dz):
+        """dW^T tiles into self.dw and db from dz; needs the forward's x."""
+        transpose_blocks(self.x, out=self.xt)  # [Cb][Nb][bc][bn]: x^T tiles
+        dy = dz if self.dy_vnni is None else vnni_tiles(np.ascontiguousarray(dz), out=self.dy_vnni)
+        self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dy, dw=self.dw)
+        if self.bias is not None:
+            self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
+
+    def backward_blocked(self, dy):
+        """dy blocked like y -> dx blocked like x; fills the weight gradients."""
+        dz = dy
+        if self.activation in _ACT_GRAD:
+            dz = _ACT_GRAD[self.activation](dy.astype(np.float32), self.y)
+            dz = dz.astype(dtypes.NUMPY[self.dtype])
+        dx = self.backward_data_blocked(dz)
+        self.update_blocked(dz)
+        return dx
+
+    # -- plain arrays --
+    def forward(self, x):
+        """x [N, C] -> y [N, K] in x's dtype."""
+        operands(self.dtype, x, names=("x",))
+        if x.shape[1] != self.C or x.shape[0] == 0:
+            raise ValueError(f"x: expected shape (N, {self.C}) with N >= 1, got {x.shape}")
+        g = self.prepare(x.shape[0])
+        xb = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bc)
+        return from_blocks(self.forward_blocked(xb), g.N, self.K, dtype=x.dtype)
+
+    def backward(self, dy):
+        """dy [N, K] -> dx [N, C]; grad_weight and grad_bias hold dW, db."""
+        operands(self.dtype, dy, names=("dy",))
+        if self.g is None or dy.shape != (self.g.N, self.K):
+            raise ValueError(f"dy: expected the forward's output shape "
+                             f"{(self.g.N, self.K) if self.g else '(call forward first)'}, "
+                             f"got {dy.shape}")
+        g = self.g
+        dyb = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bk)
+        return from_blocks(self.backward_blocked(dyb), g.N, self.C, dtype=dy.dtype)
+
+    @property
+    def grad_weight(self):
+        if getattr(self, "_fused_dw", None) is not None:  # left by a fused MLP's backward
+            return self._fused_dw
+        return from_blocks(self.dw, self.C, self.K, transpose=True, swap_grid=True)
+
+    @property
+    def grad_bias(self):
+        return self.db if self.bias is not None else None
+
+    def step(self, lr):
+        """Plain SGD on the f32 weights, then re-block them."""
+        self.weight -= np.float32(lr) * self.grad_weight
+        if self.bias is not None:
+            self.bias -= np.float32(lr) * self.db
+        self.load_weights()
+
+
+class MLP:
+    """A stack of Linear layers that hands blocked activations from one to the
+    next (one feature block size for all, so layer i's y is layer i+1's x).
+    fused=True runs all layers per batch tile instead (primitives/mlp.py; its
+    pipeline config replaces `blocks`): same weights, results and methods."""
+
+    def __init__(self, sizes, activation="relu", last_activation=None, bias=True,
+                 dtype="f32", backend=None, config=None, blocks=(64, 64, 64), rng=None,
+                 fused=False):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+            raise TypeError(f"sizes: expected a list of layer sizes, got {type(sizes).__name__}")
+        if len(sizes) < 2:
+            raise ValueError(f"sizes: need at least an input and an output size, got {sizes!r}")
+        sizes = [positive(s, "sizes") for s in sizes]
+        blocks = block_sizes(blocks)
+        if blocks is None:
+            raise TypeError("blocks: the MLP needs block sizes (bn, bc, bk)")
+        if blocks[1] != blocks[2]:
+            raise ValueError(f"blocks: input and output feature blocks must match, got {blocks}")
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused: expected True or False, got {fused!r}")
+        rng = rng or np.random.default_rng()
+        self.layers = [Linear(c, k, bias, activation if i < len(sizes) - 2 else last_activation,
+                              dtype, backend, config, blocks, rng)
+                       for i, (c, k) in enumerate(zip(sizes[:-1], sizes[1:]))]
+        self.dtype = dtype
+        self.fused = None
+        if fused:
+            from primitives import mlp
+            self.fused = mlp.fused(self.layers, dtype, self.layers[0].backend, config)
+
+    def forward(self, x, train=True):
+        """x [N, C] -> y [N, K]; train=False lets the fused MLP skip keeping the
+        activations backward reads (the unfused one always keeps them)."""
+        if self.fused is not None:
+            return self.fused.forward(x, train)
+        first, last = self.layers[0], self.layers[-1]
+        operands(self.dtype, x, names=("x",))
+        if x.shape[1] != first.C or x.shape[0] == 0:
+            raise ValueError(f"x: expected shape (N, {first.C}) with N >= 1, got {x.shape}")
+        N = x.shape[0]
+        for layer in self.layers:
+            layer.prepare(N)
+        h = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), first.g.bn, first.g.bc)
+        for layer in self.layers:
+            h = layer.forward_blocked(h)
+        return from_blocks(h, N, last.K, dtype=x.dtype)
+
+    def backward(self, dy):
+        if self.fused is not None:
+            return self.fused.backward(dy)
+        last = self.layers[-1]
+        operands(self.dtype, dy, names=("dy",))
+        if last.g is None or dy.shape != (last.g.N, last.K):
+            raise ValueError(f"dy: expected the forward's output shape, got {dy.shape}")
+        d = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), last.g.bn, last.g.bk)
+        for layer in reversed(self.layers):
+            d = layer.backward_blocked(d)
+        first = self.layers[0]
+        return from_blocks(d, first.g.N, first.C, dtype=dy.dtype)
+
+    def step(self, lr):
+        for layer in self.layers:
+            layer.step(lr)

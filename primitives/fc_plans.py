@@ -1,0 +1,159 @@
+"""FC's geometry (blocking of one shape) and plans: which nest (fc_forward,
+fc_backward, fc_update; blocked or on plain matrices) each pass records, with
+which epilogue, cached per shape, dtype and config. Layouts and formulas:
+primitives/fc.py."""
+import dataclasses
+import functools
+
+from brgemm import plan as bplan
+from brgemm.layouts import nblocks, pick_block
+from brgemm.loopspec import Loop, parse_spec
+from brgemm.vnni import takes_vnni_b
+from primitives._args import block_sizes
+from primitives._config import geometry as cached_geometry
+from primitives._config import settings
+from primitives.fc_backward import backward_nest, backward_plain_nest
+from primitives.fc_forward import forward_nest, forward_plain_nest
+from primitives.fc_update import update_nest, update_plain_nest
+
+
+SHAPE = ("N", "C", "K")  # the dimensions of a shape key
+
+SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
+          "bwd": {"spec": str, "chunk": int, "group": int},
+          "upd": {"spec": str, "chunk": int, "group": int}}
+
+ACTIVATIONS = {None: (), "none": (), "relu": (bplan.relu(),), "sigmoid": (bplan.sigmoid(),),
+               "tanh": (bplan.tanh(),)}
+
+_plans = bplan.PlanCache(maxsize=128)
+
+
+# ---------------------------------------------------------------- the loop nests
+# one file per pass (fc_forward, fc_backward, fc_update), each with the nest on
+# blocked tensors and the functional forms' nest on plain matrices.
+
+# The functional forms read and write the caller's plain matrices where the
+# kernel takes them at full speed: as its broadcast operand A (x, dy) and its
+# output (y, dx, dW), row windows C or K apart. The operand it streams as B
+# comes in tiles (w, wt, x in the update): read in place, rows C apart, the
+# streamed operand misses the cache and both passes slowed down markedly
+# (benchmarks/RESULTS.md). dy^T for the update is tiles too. Ragged edges get
+# kernels of their own sizes, and a plain ragged last reduction block a call of
+# its own (primitives._calls.reduction_calls):
+#   forward   y[n rows, k cols]  = sum_c x[n][c] @ w[k][c]
+#   backward  dx[n rows, c cols] = sum_k dy[n][k] @ wt[c][k]
+#   update    dW[k rows, c cols] = sum_n dyt[k][n] @ x[n][c]
+
+# ---------------------------------------------------------------- geometry and plans
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """Sizes, block sizes and block counts of one layer at one minibatch size."""
+    N: int
+    C: int
+    K: int
+    bn: int
+    bc: int
+    bk: int
+    specs: tuple    # (fwd, bwd, upd) spec strings
+    chunks: tuple   # (fwd, bwd, upd) reduction chunks, in blocks
+    groups: tuple   # (fwd, bwd, upd) outer block of the loop a spec names twice, or None
+
+    Nb = property(lambda g: nblocks(g.N, g.bn))
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    chunk = property(lambda g: dict(zip(("fwd", "bwd", "upd"), g.chunks)))
+
+
+def geometry(N, C, K, config=None, blocks=None, path=None):
+    """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets);
+    path: the kernel path (brgemm.info.kernel_path), whose tables apply."""
+    blocks = block_sizes(blocks)
+    return cached_geometry("fc", (N, C, K, blocks, path), config,
+                           lambda: _geometry(N, C, K, config, blocks, path))
+
+
+def _geometry(N, C, K, config, blocks, path=None):
+    shape = {"N": N, "C": C, "K": K}
+    cfg = {p: settings("fc", p, shape, SCHEMA[p], config, path) for p in ("fwd", "bwd", "upd")}
+    bn, bc, bk = blocks or (cfg["fwd"]["bn"], cfg["fwd"]["bc"], cfg["fwd"]["bk"])
+    # feature blocks are the kernel's vector dimension in some pass: multiples of 16
+    return Geometry(N, C, K, pick_block(N, bn), pick_block(C, bc, 16), pick_block(K, bk, 16),
+                    tuple(cfg[p]["spec"] for p in ("fwd", "bwd", "upd")),
+                    tuple(cfg[p]["chunk"] for p in ("fwd", "bwd", "upd")),
+                    tuple(cfg[p].get("group") for p in ("fwd", "bwd", "upd")))
+
+
+def _loops(g, pass_):
+    i = ("fwd", "bwd", "upd").index(pass_)
+    spec, group = g.specs[i], g.groups[i]
+    dims = {"n": g.Nb, "c": g.Cb, "k": g.Kb}
+    order = {"fwd": "nkc", "bwd": "nck", "upd": "kcn"}[pass_]  # the reduction last
+    loops = []
+    for name in order:
+        step = g.chunks[i] if name == order[-1] else 1
+        repeated = spec.lower().count(name) > 1
+        if repeated and group is None:
+            raise ValueError(f"group: spec {spec!r} names loop {name!r} twice, which needs "
+                             f"the group (its outer block, in blocks) in the [{pass_}] config")
+        loops.append(Loop(name, 0, dims[name], step, blocks=(group,) if repeated else ()))
+    return parse_spec(spec, loops, where="config: ")
+
+
+def _epilogue(g, pass_, has_bias, activation, bf16_out):
+    """The ops on a finished output block, as data: bias, activation, bf16 copy."""
+    out, (rows, cols) = {"fwd": ("y", (g.bn, g.bk)), "bwd": ("dx", (g.bn, g.bc)),
+                         "upd": ("dw", (g.bc, g.bk))}[pass_]
+    outer = {"fwd": g.Kb, "bwd": g.Cb, "upd": g.Cb}[pass_]
+
+    def ops(i, j):
+        extra = ()
+        if pass_ == "fwd":
+            extra = ((bplan.bias("b", j * g.bk),) if has_bias else ()) + ACTIVATIONS[activation]
+        if bf16_out:
+            extra += (bplan.store_bf16(out + "16", (i * outer + j) * rows * cols, cols),)
+        return extra
+    return ops
+
+
+_NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
+
+_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("xt", "dy", "dw")}
+
+_PLAIN_NESTS = {"fwd": forward_plain_nest, "bwd": backward_plain_nest, "upd": update_plain_nest}
+
+_PLAIN_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("dyt", "x", "dw")}
+
+
+def vnni_passes(g, dtype, backend, plain=False):
+    """The passes whose B tiles are kept in VNNI pairs here (AMX): the forward's
+    w (depth bc), the backward's wt (bk), the update's dy (bn; x in the plain
+    plans). The plain plans' ragged last reduction block must fit too."""
+    depth = {"fwd": (g.bc, g.C % g.bc), "bwd": (g.bk, g.K % g.bk), "upd": (g.bn, 0)}
+    return frozenset(p for p, (k, rest) in depth.items() if takes_vnni_b(k, dtype, backend)
+                     and (not plain or rest == 0 or takes_vnni_b(rest, dtype, backend)))
+
+
+def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
+         vnni=False):
+    """The recorded plan of one pass (cached by geometry and options); plain: the
+    functional form's plan, on plain matrices as the plain nests above say;
+    vnni: the plan's B tiles (w, wt, and dy or x in the update) in VNNI pairs
+    (see vnni_passes)."""
+    if plain and bf16_out:
+        raise ValueError("bf16_out: the plain (functional) plans write f32 only")
+    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
+
+    def record():
+        a, b, c = (_PLAIN_TENSORS if plain else _TENSORS)[pass_]
+        tensors = {a: dtype, b: dtype, c: "f32"}
+        if pass_ == "fwd" and has_bias:
+            tensors["b"] = "f32"
+        if bf16_out:
+            tensors[c + "16"] = "bf16"
+        rec = bplan.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
+        nest = functools.partial((_PLAIN_NESTS if plain else _NESTS)[pass_], vnni=vnni)
+        nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
+        return rec.finish()
+    return _plans.get(key, record)

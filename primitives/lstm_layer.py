@@ -1,0 +1,352 @@
+"""lstm.LSTM, the layer: weights blocked once (gate by gate, VNNI-packed where
+the kernel path wants it), buffers and plans kept from step to step, and the
+passes (forward, backward through time, weight update) over primitives.lstm_plans
+and fc's hoisted plans. Layouts and formulas: primitives/lstm.py."""
+import numpy as np
+
+from brgemm import dtypes
+from brgemm.arrays import Buffers, Recycler, aligned_empty
+from brgemm.info import kernel_path
+from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpose_blocks
+from brgemm.vnni import takes_vnni_b, vnni_tiles
+from primitives import reuse as _reuse
+from primitives._args import backend_name, operands, positive
+from primitives import fc
+from primitives.lstm_plans import backward_plan, geometry, recurrent_plan
+
+
+def vnni_operands(g, dtype, backend):
+    """What this layer keeps in VNNI pairs here (AMX): "x" the W_ih tiles the
+    input projection reads (depth bc), "h" every W_hh tile and W_ih^T (depth
+    bk), "upd" dG for the weight updates (depth bn, repacked once per call)."""
+    depth = {"x": g.bc, "h": g.bk, "upd": g.bn}
+    return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
+
+
+def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None):
+    """The layer's blocked weights for the forward: wx (W_ih^T tiles,
+    [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
+    gate padded to Kp). Each gate straight from its rows of the plain weights,
+    rounded to bf16 on the way for dtype bf16, one parallel pass per copy. The
+    backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are made
+    from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
+    alone never pays for them. The operands
+    in `vnni` are packed in VNNI pairs (AMX), the transposes then made here.
+    buffer(name, shape, dtype): where each copy goes (default: new arrays)."""
+    ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
+    buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
+    wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
+    wh = buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
+    # gates of whole hidden blocks (K % bk == 0) need no padding of their own:
+    # each matrix in one copy, else gate by gate
+    gates = [slice(0, 4 * K)] if K % g.bk == 0 else [slice(q * K, (q + 1) * K) for q in range(4)]
+    for rows in gates:
+        tiles = slice(rows.start // K * Kb, rows.stop // K * Kb)
+        to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wx[tiles])
+        to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                  out=wh[tiles])
+    bp = buffer("bp", (4, g.Kp), np.float32)
+    bp[:, K:] = 0
+    bp[:, :K] = b.reshape(4, K)
+    out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
+    if vnni:  # the transposes read the plain tiles: made now, before packing
+        out.update(w_ih_tiles=transpose_tiles(wx, "w_ih_tiles", buffer),
+                   w_hh_tiles=transpose_tiles(wh, "w_hh_tiles", buffer))
+    for name, operand in (("wx", "x"), ("w_ih_tiles", "h"), ("wh", "h"), ("w_hh_tiles", "h")):
+        if operand in vnni:
+            out[name] = vnni_tiles(out[name], out=buffer(name + "_vnni", out[name].shape,
+                                                          out[name].dtype))
+    return out
+
+
+def transpose_tiles(t, name, buffer=None):
+    """transpose_blocks(t) into buffer(name, ...) (block_weights' buffer), or new."""
+    Rb, Sb, br, bs = t.shape
+    return transpose_blocks(t, out=buffer(name, (Sb, Rb, bs, br), t.dtype) if buffer else None)
+
+
+class LSTM:
+    """One LSTM layer that keeps its weights blocked and saves what backward needs.
+
+    Weights are f32 (`w_ih` [4K, C], `w_hh` [4K, K], `b` [4K]); with dtype
+    "bf16" the GEMM operands are bf16 and accumulation and the cell are f32."""
+
+    def __init__(self, C, K, dtype="f32", backend=None, config=None, rng=None, init=True):
+        self.backend = backend_name(backend)
+        self.C, self.K = positive(C, "C"), positive(K, "K")
+        self.dtype, self.config = dtypes.check_name(dtype), config
+        self.w_ih = self.w_hh = self.b = None  # init=False: set_weights() gives them
+        if init:
+            rng = rng or np.random.default_rng()
+            bound = 1 / np.sqrt(K)  # torch.nn.LSTM's initialisation
+            self.w_ih = rng.uniform(-bound, bound, (4 * K, C)).astype(np.float32)
+            self.w_hh = rng.uniform(-bound, bound, (4 * K, K)).astype(np.float32)
+            self.b = rng.uniform(-bound, bound, 4 * K).astype(np.float32)
+        self.g = None
+        self._grad_tiles, self._grads = None, {}
+        self._results = Recycler()
+        self._wbufs, self._own = Buffers(), False
+
+    def prepare(self, T, N):
+        if self.g is not None and (self.g.T, self.g.N) == (T, N):
+            return self.g
+        g = self.g = geometry(T, N, self.C, self.K, self.config,
+                              kernel_path(self.dtype, self.backend))
+        d, ab = self.dtype, dtypes.NUMPY[self.dtype]
+        self.gx, self.gh1 = g.fc_input(), g.fc_hidden(1)
+        self.gh = g.fc_hidden(T, g.hpair * g.bk)
+        v = self.vnni = vnni_operands(g, d, self.backend)
+        self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True, vnni="x" in v),
+                          rec=recurrent_plan(g, d, "h" in v),
+                          dx=fc.plan(self.gx, "bwd", d, vnni="h" in v),
+                          dwx=fc.plan(self.gx, "upd", d, vnni="upd" in v),
+                          dh=fc.plan(self.gh1, "bwd", d, vnni="h" in v),
+                          dwh=fc.plan(self.gh, "upd", d, vnni="upd" in v))
+        tile = (g.bn, g.bk)
+        self.G = aligned_empty((T * g.Nb, 4 * g.Kb) + tile, np.float32)
+        self.h = aligned_empty((T + 1, g.Nb, g.Kb) + tile, np.float32)
+        self.c = aligned_empty(self.h.shape, np.float32)
+        self.h16 = aligned_empty(self.h.shape, ab) if d == "bf16" else None
+        self._bufs = Buffers()
+        self.load_weights()
+        return g
+
+    def load_weights(self, token=None):
+        """Re-block w_ih, w_hh and b (after they changed); with a token
+        (primitives.reuse), a copy kept from an earlier call when provably unchanged.
+        Without one the copies go into this layer's own buffers, rewritten on
+        each load: fresh pages would cost a fault each, several times the copy."""
+        g = self.g
+        if g is None or self.w_ih is None:
+            return
+        self._own = token is None  # the copies sit in self._weight_buffer's buffers
+        buffer = self._weight_buffer if self._own else None
+        self._blocked = _reuse.blocked(
+            token, ("lstm", g, self.dtype, self.vnni), (self.w_ih, self.w_hh, self.b),
+            lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni,
+                                  buffer))
+        self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
+
+    def _weight_buffer(self, name, shape, dtype):
+        """A buffer for one blocked weight copy (block_weights' buffer), kept
+        across loads; unlike _buffer's, prepare() keeps them (same shapes)."""
+        return self._wbufs.get(name, shape, dtype)
+
+    def _transposed(self, name, of):
+        """Tiles of the untransposed weights (`name`: the transpose of the tiles
+        `of`), made once per set of weights (block_weights already made them where
+        the tiles are packed in VNNI pairs)."""
+        blocked = self._blocked
+        if name not in blocked:
+            blocked[name] = transpose_tiles(blocked[of], name,
+                                            self._weight_buffer if self._own else None)
+        return blocked[name]
+
+    w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
+                          doc="W_ih tiles [Cb][4Kb][bk][bc]")
+    w_hh_tiles = property(lambda self: self._transposed("w_hh_tiles", "wh"),
+                          doc="W_hh tiles [Kb][4Kb][bk][bk]")
+
+    def set_weights(self, w_ih, w_hh, b, token=None):
+        """Use these arrays as the weights (not copied), blocked as load_weights()."""
+        self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
+        self.load_weights(token)
+
+    def _buffer(self, name, shape, dtype=np.float32):
+        """A buffer this layer reuses across steps (kept per name; prepare()
+        drops them): fresh pages would cost a fault each on first write.
+        Each use writes the whole buffer (the plans' outputs are full tiles);
+        in check mode every hand-out is NaN-filled to prove it."""
+        return self._bufs.get(name, shape, dtype)
+
+    # -- forward --
+    def forward(self, x, h0=None, c0=None):
+        """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype."""
+        T, N = _check_x(x, self.C, self.dtype)
+        g = self.prepare(T, N)
+        ab = dtypes.NUMPY[self.dtype]
+        h0 = _state(h0, N, self.K, "h0", x.dtype)
+        c0 = _state(c0, N, self.K, "c0", x.dtype)
+        self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)
+        to_blocks(h0.astype(np.float32), g.bn, g.bk, out=self.h[0])
+        to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
+        if self.h16 is not None:
+            self.h16[0] = self.h[0].astype(ab)
+        self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G, b=self.bp)
+        t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
+        if self.h16 is not None:
+            t["h16"] = self.h16
+        self.plans["rec"].run(backend=self.backend, **t)
+        y = self._steps_from_blocks(self.h[1:], self.K, "y")
+        return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
+                                    from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
+
+    def _steps_to_blocks(self, a, bs, S, name, dtype=None):
+        """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its
+        own, of `dtype` (default a's; bf16 from f32 rounds on the way)."""
+        g = self.g
+        dtype = a.dtype if dtype is None else np.dtype(dtype)
+        out = self._buffer(name, (g.T * g.Nb, nblocks(S, bs), g.bn, bs), dtype)
+        if g.N % g.bn == 0 and a.flags.c_contiguous:  # no padding between steps: one copy
+            return to_blocks(a.reshape(g.T * g.N, S), g.bn, bs, out=out, dtype=dtype)
+        for t in range(g.T):
+            to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb], dtype=dtype)
+        return out
+
+    def _steps_from_blocks(self, tiles, S, name):
+        """[T*Nb][Sb][bn][bs] -> [T, N, S], a result array (see Recycler)."""
+        g = self.g
+        tiles = tiles.reshape((g.T * g.Nb,) + tiles.shape[-3:])
+        rows = g.T * g.Nb * g.bn
+        plain = from_blocks(tiles, rows, S, out=self._results.empty(name, (rows, S), tiles.dtype))
+        plain = plain.reshape(g.T, g.Nb * g.bn, S)
+        return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
+
+    # -- backward --
+    def backward(self, dy, dhT=None, dcT=None, plain_grads=False):
+        """Gradients after forward(): returns dx, dh0, dc0 and sets grad_w_ih,
+        grad_w_hh, grad_b (all f32 for the weights, the input's dtype else).
+        plain_grads: the weight gradients will be read (the functional form
+        returns them): written as plain arrays by the update plans where they
+        can be, instead of tiles converted when read."""
+        g = self.g
+        if g is None:
+            raise ValueError("dy: call forward first")
+        if not isinstance(dy, np.ndarray) or dy.shape != (g.T, g.N, self.K):
+            raise ValueError(f"dy: expected shape {(g.T, g.N, self.K)}, got "
+                             f"{getattr(dy, 'shape', type(dy).__name__)}")
+        ab, out_dtype = dtypes.NUMPY[self.dtype], dy.dtype
+        dyb = self._steps_to_blocks(dy.astype(np.float32, copy=False), g.bk, self.K, "dy")
+        dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
+        dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
+        dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
+        # the whole recurrence as one plan, the cell's derivatives fused; with
+        # bf16, dG16 holds dG rounded for the GEMMs that read it
+        dG = self._buffer("dG", self.G.shape)
+        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.w_hh_tiles)
+        if self.dtype == "bf16":
+            t["dG16"] = self._buffer("dG16", self.G.shape, ab)
+        backward_plan(g, self.dtype, "h" in self.vnni).run(backend=self.backend, **t)
+        dG_in = t.get("dG16", dG)
+        dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
+        if plain_grads and self._plain_updates():
+            self._weight_grads_plain(dG_in, g, dG)
+        else:
+            self._weight_grads(dG_in, g, dG)
+        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
+                                                                             copy=False)
+        return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
+                from_blocks(dc, g.N, self.K, dtype=out_dtype))
+
+    def _dx(self, dG, g):
+        dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
+        self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
+        return dxb
+
+    def _plain_updates(self):
+        """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays
+        (fc's plain update), where they apply: every gate's rows whole blocks
+        (K a multiple of bk, so the padded gates are the plain rows) and no
+        VNNI packing of the streamed tiles. None where they do not."""
+        g = self.g
+        if g.K % g.bk or "upd" in self.vnni:
+            return None
+        plans = self.__dict__.setdefault("_plain_plans", {})
+        if g not in plans:
+            plans.clear()
+            plans[g] = (fc.plan(self.gx, "upd", self.dtype, plain=True),
+                        fc.plan(g.fc_hidden(g.T), "upd", self.dtype, plain=True))
+        return plans[g]
+
+    def _weight_grads_plain(self, dG, g, dG32):
+        """dW_ih = dG^T x and dW_hh = dG^T h_prev straight into plain arrays
+        (see _plain_updates); db as _weight_grads leaves it."""
+        upd_x, upd_h = self._plain_updates()
+        rows = g.T * g.Nb
+        dGt = transpose_blocks(dG, out=self._buffer("dGt", (4 * g.Kb, rows, g.bk, g.bn),
+                                                     dG.dtype))
+        dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
+        upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
+        hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
+        dw_hh = self._results.empty("grad_w_hh", (4 * self.K, self.K), np.float32)
+        upd_h.run(backend=self.backend, dyt=dGt, x=hprev.reshape((rows, g.Kb, g.bn, g.bk)),
+                  dw=dw_hh)
+        self._grad_tiles = dict(b=dG32)
+        f32 = np.dtype(np.float32)
+        self._grads = {("w_ih", f32): dw_ih, ("w_hh", f32): dw_hh}
+
+    def _weight_grads(self, dG, g, dG32):
+        dwx = self._buffer("dwx", (4 * g.Kb, g.Cb, g.bc, g.bk))
+        xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, g.T * g.Nb, g.bc, g.bn),
+                                                         self.xb.dtype))
+        if "upd" in self.vnni:  # both updates stream dG as B: VNNI pairs, once per call
+            dG = vnni_tiles(dG, out=self._buffer("dG_vnni", dG.shape, dG.dtype))
+        self.plans["dwx"].run(backend=self.backend, xt=xt, dy=dG, dw=dwx)
+        hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
+        hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
+        hb, pair, rows = g.Kb // g.hpair, g.hpair, g.T * g.Nb
+        ht = transpose_blocks(hprev, out=self._buffer("ht", (g.Kb, rows, g.bk, g.bn),
+                                                       hprev.dtype))
+        if pair > 1:  # [Kb][rows][bk][bn] -> [Kb/2][rows][2 * bk][bn]: tile pairs stacked
+            paired = self._buffer("ht2", (hb, rows, pair * g.bk, g.bn), hprev.dtype)
+            np.copyto(paired.reshape(hb, rows, pair, g.bk, g.bn),
+                      ht.reshape(hb, pair, rows, g.bk, g.bn).transpose(0, 2, 1, 3, 4))
+            ht = paired
+        dwh = self._buffer("dwh", (4 * g.Kb, hb, pair * g.bk, g.bk))
+        self.plans["dwh"].run(backend=self.backend, xt=ht, dy=dG, dw=dwh)
+        self._grad_tiles = dict(w_ih=dwx, w_hh=dwh, b=dG32)
+        self._grads = {}
+
+    # The weight gradients stay in the update plans' tiles until read (as
+    # fc.Linear's grad_weight): a training step that applies them blocked
+    # never pays the conversion (two full passes over the weights).
+    grad_w_ih = property(lambda self: self._grad("w_ih"), doc="dL/dw_ih [4K, C], f32")
+    grad_w_hh = property(lambda self: self._grad("w_hh"), doc="dL/dw_hh [4K, K], f32")
+    grad_b = property(lambda self: self._grad("b"), doc="dL/db [4K], f32")
+
+    def _grad(self, name, dtype=np.float32):
+        """One gradient of the last backward() as a plain array (None before
+        one), in f32 or rounded to bf16 (dtype) on the way."""
+        dtype = np.dtype(dtype)
+        if (name, dtype) not in self._grads:
+            if self._grad_tiles is None:
+                return None
+            self._grads[(name, dtype)] = self._plain_grad(name, np.dtype(dtype))
+        return self._grads[(name, dtype)]
+
+    def _plain_grad(self, name, dtype):
+        if name not in self._grad_tiles:  # written plain in f32 (_weight_grads_plain)
+            return self._grads[(name, np.dtype(np.float32))].astype(dtype)
+        g, tiles, K = self.g, self._grad_tiles[name], self.K
+        if name == "b":  # rows of tiles summed first, in parallel: [4Kb][bn][bk]
+            per_tile = column_sums(tiles.reshape(tiles.shape[0], -1))
+            sums = per_tile.reshape(4, g.Kb, g.bn, g.bk).sum(axis=2).reshape(4, g.Kp)[:, :K]
+            return np.ascontiguousarray(sums.reshape(-1)).astype(dtype)
+        cols = self.C if name == "w_ih" else K
+        # no fresh pages; each gate's rows written below
+        out = self._results.empty("grad_" + name, (4 * K, cols), dtype)
+        for q in range(4):  # each gate's tiles (W^T per gate) straight into its rows
+            from_blocks(tiles[q * g.Kb:(q + 1) * g.Kb], cols, K, transpose=True, swap_grid=True,
+                        dtype=dtype, out=out[q * K:(q + 1) * K])
+        return out
+
+
+# ---------------------------------------------------------------- the layer's argument checks
+
+def _check_x(x, C, dtype):
+    operands(dtype, x, names=("x",), ndim=None)
+    if x.ndim != 3 or x.shape[2] != C or 0 in x.shape:
+        raise ValueError(f"x: expected shape (T, N, {C}) with T, N >= 1, got {x.shape}")
+    return x.shape[:2]
+
+
+def _state(s, N, K, name, dtype):
+    if s is None:
+        return np.zeros((N, K), dtype)
+    if not isinstance(s, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(s).__name__}")
+    if s.shape != (N, K):
+        raise ValueError(f"{name}: expected shape ({N}, {K}), got {s.shape}")
+    return s

@@ -1,0 +1,165 @@
+"""The LSTM's geometry, its recurrent nests (forward and backward through
+time) and their plans; the layer (primitives.lstm_layer) drives them and
+primitives.lstm is the public face. Layouts and formulas: primitives/lstm.py."""
+import dataclasses
+
+from brgemm import plan as bplan
+from brgemm.layouts import nblocks, pick_block
+from brgemm.loopspec import Loop, parse_spec
+from primitives._calls import blocks_per_call
+from primitives import fc
+from primitives._config import settings
+
+
+SCHEMA = {"spec": str, "bn": int, "bc": int, "bk": int, "call_kb": int,
+          "proj_spec": str, "proj_chunk": int, "proj_group": int, "dx_spec": str,
+          "dx_chunk": int, "dx_group": int, "dw_spec": str, "dw_chunk": int, "dw_group": int}
+
+_plans = bplan.PlanCache(maxsize=32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    T: int
+    N: int
+    C: int
+    K: int
+    bn: int
+    bc: int
+    bk: int
+    spec: str
+    call_kb: int  # the recurrent and BPTT nests read at most this many KiB per call
+    # loop orders, reduction chunks and loop groups of the hoisted FC plans
+    # (fc's fwd, bwd, upd nests): input projection, backward-data (dx, dh0),
+    # weight updates; from lstm.toml's proj_*, dx_*, dw_*
+    fc_specs: tuple
+    fc_chunks: tuple
+    fc_groups: tuple
+
+    Nb = property(lambda g: nblocks(g.N, g.bn))
+    Cb = property(lambda g: nblocks(g.C, g.bc))
+    Kb = property(lambda g: nblocks(g.K, g.bk))
+    Kp = property(lambda g: g.Kb * g.bk)
+
+    def fc_input(self):
+        """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
+        return fc.Geometry(self.T * self.Nb * self.bn, self.C, 4 * self.Kp, self.bn, self.bc,
+                           self.bk, self.fc_specs, self.fc_chunks, self.fc_groups)
+
+    def fc_hidden(self, steps=1, bc=None):
+        """W_hh as an FC layer over `steps` steps' hidden states (inputs in
+        blocks of bc, default bk)."""
+        return fc.Geometry(steps * self.Nb * self.bn, self.Kp, 4 * self.Kp, self.bn,
+                           bc or self.bk, self.bk, self.fc_specs, self.fc_chunks,
+                           self.fc_groups)
+
+    # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
+    # on square 32 x 32 tiles its update was measurably slower than dW_ih's
+    # (benchmarks/RESULTS.md)
+    hpair = property(lambda g: 2 if g.Kb % 2 == 0 else 1)
+
+
+def geometry(T, N, C, K, config=None, path=None):
+    """path: the kernel path (brgemm.info.kernel_path), whose config tables apply."""
+    cfg = settings("lstm", "fwd", {"T": T, "N": N, "C": C, "K": K}, SCHEMA, config, path)
+    return Geometry(T, N, C, K, pick_block(N, cfg["bn"]), pick_block(C, cfg["bc"], 16),
+                    pick_block(K, cfg["bk"], 16), cfg["spec"], cfg["call_kb"],
+                    (cfg["proj_spec"], cfg["dx_spec"], cfg["dw_spec"]),
+                    (cfg["proj_chunk"], cfg["dx_chunk"], cfg["dw_chunk"]),
+                    tuple(cfg.get(p + "_group") for p in ("proj", "dx", "dw")))
+
+
+# ---------------------------------------------------------------- the recurrent nest
+
+def recurrent_nest(ex, loops, g, dtype, vnni=False):
+    """Per step t: G[t][n][q][k] += sum_j h[t][n][j] @ wh[q][k][j] for q = i, f, g, o;
+    the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
+    blk = bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
+                      b_vnni=vnni)
+    tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
+    per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
+    for phase, task, at in loops.walk():
+        t, n, k = at["t"], at["n"], at["k"]
+        ex.at(phase, task)
+        state = ((t * g.Nb + n) * g.Kb + k) * tile            # h[t], c[t] block (n, k)
+        nxt = state + g.Nb * g.Kb * tile                       # h[t+1], c[t+1]
+        hs = [((t * g.Nb + n) * g.Kb + j) * tile for j in range(g.Kb)]
+        for q in range(4):
+            gate = ((t * g.Nb + n) * 4 * g.Kb + q * g.Kb + k) * tile
+            ops = ()
+            if q == 3:
+                extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
+                ops = (bplan.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
+                                       "h", nxt, g.bk, **extra),)
+            for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
+                ex.gemm(blk, h_in, hs[i:i + per_call],
+                        "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
+                               for j in range(i, min(i + per_call, g.Kb))],
+                        "G", gate, ops=ops if i + per_call >= g.Kb else ())
+
+
+def _step_loops(g):
+    """The recurrent and BPTT nests' loops t, n, k ordered by the spec. Every
+    hidden block of step t reads all of step t-1's: t must be outside k, or the
+    nest itself reads states not yet computed (no barrier can fix that; the
+    plan's race check catches the other wrong specs)."""
+    loops = parse_spec(g.spec, [Loop("t", 0, g.T, 1), Loop("n", 0, g.Nb, 1),
+                                Loop("k", 0, g.Kb, 1)], where="config: ")
+    order = [lv.loop for lv in loops.levels]
+    if order.index("t") > order.index("k"):
+        raise ValueError(f"config: spec {g.spec!r}: the time loop t must come before the hidden "
+                         "loop k (each step reads all hidden blocks of the step before)")
+    return loops
+
+
+def recurrent_plan(g, dtype, vnni=False):
+    def record():
+        tensors = {"G": "f32", "c": "f32", "h": "f32", "wh": dtype}
+        if dtype == "bf16":
+            tensors["h16"] = "bf16"
+        rec = bplan.Recorder(tensors, spec=g.spec)
+        recurrent_nest(rec, _step_loops(g), g, dtype, vnni)
+        return rec.finish()
+    return _plans.get(("rec", g, dtype, vnni), record)
+
+
+def backward_nest(ex, loops, g, dtype="f32", vnni=False):
+    """Steps t = T-1 .. 0, a phase each: dh[n][k] = sum_{q, j} dG[t+1][n][q][j] @
+    wht[k][q][j] (the dh flowing back from the next step; at the last step dhr
+    already holds dhT), then the cell's derivatives on that block as an
+    epilogue: dG[t] for the four gates, and dc for the step before. bf16: the
+    epilogue also rounds dG into dG16, the bf16 operand of the next step's GEMM
+    (and of the weight-gradient plans); the cell itself is f32."""
+    tile = g.bn * g.bk
+    step = g.Nb * g.Kb * tile                       # one step of h, c, dy
+    per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
+    dg_in = "dG16" if dtype == "bf16" else "dG"
+    for phase, task, at in loops.walk():
+        t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
+        ex.at(phase, task)
+        st = (n * g.Kb + k) * tile
+        gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
+        op = bplan.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
+                                 t * step + st, "dc", st, "dG", gates, g.bk,
+                                 dgates16="dG16" if dtype == "bf16" else None)
+        qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
+        starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
+        for i in starts:
+            part = qj[i:i + per_call]
+            ex.gemm(bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
+                                beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
+                    dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
+                    "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
+                    "dhr", st, ops=(op,) if i == starts[-1] else ())
+
+
+def backward_plan(g, dtype="f32", vnni=False):
+    def record():
+        tensors = dict.fromkeys(("dy", "G", "c", "dc", "dG", "dhr"), "f32")
+        tensors["wht"] = dtype
+        if dtype == "bf16":
+            tensors["dG16"] = "bf16"
+        rec = bplan.Recorder(tensors, spec=g.spec)
+        backward_nest(rec, _step_loops(g), g, dtype, vnni)
+        return rec.finish()
+    return _plans.get(("bptt", g, dtype, vnni), record)

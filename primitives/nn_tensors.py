@@ -1,0 +1,57 @@
+"""Torch tensors as the primitives' NumPy arrays and back, without copies where
+the memory allows (float32 through Tensor.numpy(), bfloat16 through an int16
+view read as ml_dtypes.bfloat16): what every module of primitives.nn calls."""
+import numpy as np
+import torch
+
+from brgemm import dtypes
+from primitives import reuse
+
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+# ---------------------------------------------------------------- tensors <-> arrays
+
+def _dtype(name, t, *others):
+    """"f32" or "bf16" for a CPU tensor t; the other tensors (None allowed) must match."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise TypeError(f"{name}: expected a CPU tensor, got one on {t.device}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}: expected dtype torch.float32 or torch.bfloat16, got {t.dtype}")
+    for other_name, o in others:
+        if o is not None and (o.dtype != t.dtype or o.device != t.device):
+            raise TypeError(f"{other_name}: expected {t.dtype} on {t.device} like {name}, "
+                            f"got {o.dtype} on {o.device}")
+    return _DTYPES[t.dtype]
+
+
+def _array(t):
+    """The NumPy view of a tensor's memory (a contiguous copy first if it is strided)."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tensor(a):
+    """A tensor over array a's memory (no copy)."""
+    if a.dtype == dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _kept(weight):
+    """reuse= for a weight tensor: kept while its version counter stands still.
+    Inference tensors (made under torch.inference_mode) have no counter, so
+    nothing proves them unchanged: re-blocked on every call."""
+    return None if weight.is_inference() else reuse.tensors(weight)
+
+
+def _cast(a, like):
+    """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
+    return _tensor(a).to(like.dtype)
