@@ -1,5 +1,5 @@
 """fc.MLP(fused=True) on backend="cuda": every layer of a tile of rows in one
-kernel launch (kernels/cuda/mlp_fused.cu, launched by brgemm.backend._cuda_mlp).
+kernel launch (kernels/cuda/mlp_fused.cu, launched through brgemm.cuda_mlp).
 
     x [N, C] -> y [N, K];   h_{l+1} = act_l(h_l @ W_l^T + b_l),  W_l [out_l, in_l]
 
@@ -20,9 +20,8 @@ uploaded when they changed.
 import numpy as np
 
 from brgemm import dtypes
-from brgemm.backend import _cuda_mlp as K
-from brgemm.backend.cuda import DeviceArray, from_dlpack
-from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
+from brgemm import cuda_mlp as K
+from brgemm.cuda_mlp import DeviceArray, from_dlpack
 
 Unsupported = K.Unsupported
 
@@ -115,7 +114,7 @@ class CudaFused:
             return view
         x = np.ascontiguousarray(x)
         buf = self._buffer(name, x.nbytes)
-        _copy_in(buf.address, x, stream())
+        K.copy_in(buf.address, x)
         return DeviceArray(x.shape, x.dtype, _address=buf.address, _owner=buf)
 
     def _args(self, rows):
@@ -162,7 +161,7 @@ class CudaFused:
         K.forward(self.shape, args)
         if kind == "numpy":
             y = np.empty((N, self.sizes[-1]), dt)
-            _copy_out(y, y_dev.address, stream())
+            K.copy_out(y, y_dev.address)
             _sync()
         self.last = N
         # backward reads x again (it recomputes the forward): keep it, a fresh
@@ -210,8 +209,8 @@ class CudaFused:
         if kind == "numpy":
             dx = np.empty((N, self.sizes[0]), dt)
             grads = np.empty(n_w + n_b, np.float32)
-            _copy_out(dx, dx_dev.address, stream())
-            _copy_out(grads, g_dev.address, stream())
+            K.copy_out(dx, dx_dev.address)
+            K.copy_out(grads, g_dev.address)
             _sync()
         at, bat = 0, n_w
         for layer in self.layers:
@@ -231,5 +230,4 @@ def _view(flat, kind, offset, shape):
 
 
 def _sync():
-    dev = device()
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")
+    K.synchronize()

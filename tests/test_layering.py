@@ -10,8 +10,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Known exceptions, each with the reason it is not fixed yet (new ones fail)
 KNOWN = {
-    ("primitives/mlp_cuda.py", "brgemm.backend"): "the CUDA fused MLP's kernel has no public "
-                                                  "brgemm entry point yet",
     ("benchmarks/gpu.py", "brgemm.backend"): "it times the CUDA backend's launch settings",
 }
 

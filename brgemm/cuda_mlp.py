@@ -1,0 +1,34 @@
+"""The fused-MLP kernels on CUDA (kernels/cuda/mlp_fused.cu) as brgemm offers
+them to primitives: the one public door to what brgemm.backend._cuda_mlp
+launches and to the device arrays and copies it works on, so primitives never
+reach into brgemm.backend (data flows primitives -> brgemm -> kernels).
+
+    Shape(sizes)                   the padded widths and what the kernels can take
+                                   (raises Unsupported, a ValueError, otherwise)
+    new_args(), act_code(name)     the launch argument record and an activation's code
+    forward(shape, args)           one launch: every layer, on the current stream
+    backward_blocks(shape, rows), backward(shape, args, blocks)
+    DeviceArray, from_dlpack       device memory and torch/CuPy tensors viewed in place
+    copy_in(address, x), copy_out(x, address), synchronize()
+                                   host <-> device on the backend's stream
+"""
+from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
+from brgemm.backend._cuda_mlp import (Shape, Unsupported, act_code, backward,  # noqa: F401
+                                      backward_blocks, forward, new_args)
+from brgemm.backend.cuda import DeviceArray, from_dlpack  # noqa: F401
+
+
+def copy_in(address, x):
+    """NumPy array x -> device memory at `address`, on the backend's stream."""
+    _copy_in(address, x, stream())
+
+
+def copy_out(x, address):
+    """Device memory at `address` -> NumPy array x, on the backend's stream."""
+    _copy_out(x, address, stream())
+
+
+def synchronize():
+    """Wait for everything queued on the backend's stream."""
+    dev = device()
+    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")
