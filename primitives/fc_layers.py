@@ -9,14 +9,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
 from primitives._args import backend_name, block_sizes, operands, positive
-from primitives.fc_plans import ACTIVATIONS, geometry, plan, vnni_passes
-
-
-_ACT_GRAD = {  # dL/dz from dL/dy and y = act(z)
-    "relu": lambda dy, y: dy * (y > 0),
-    "sigmoid": lambda dy, y: dy * y * (1 - y),
-    "tanh": lambda dy, y: dy * (1 - y * y),
-}
+from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
 
 
 class Linear:
@@ -114,8 +107,8 @@ class Linear:
     def backward_blocked(self, dy):
         """dy blocked like y -> dx blocked like x; fills the weight gradients."""
         dz = dy
-        if self.activation in _ACT_GRAD:
-            dz = _ACT_GRAD[self.activation](dy.astype(np.float32), self.y)
+        if self.activation in ACT_GRAD:
+            dz = ACT_GRAD[self.activation](dy.astype(np.float32), self.y)
             dz = dz.astype(dtypes.NUMPY[self.dtype])
         dx = self.backward_data_blocked(dz)
         self.update_blocked(dz)

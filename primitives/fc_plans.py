@@ -25,6 +25,11 @@ SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "g
 
 ACTIVATIONS = {None: (), "none": (), "relu": (bplan.relu(),), "sigmoid": (bplan.sigmoid(),),
                "tanh": (bplan.tanh(),)}
+ACT_GRAD = {  # dL/dz from dL/dy and y = act(z), for the activations above that have one
+    "relu": lambda dy, y: dy * (y > 0),
+    "sigmoid": lambda dy, y: dy * y * (1 - y),
+    "tanh": lambda dy, y: dy * (1 - y * y),
+}
 
 _plans = bplan.PlanCache(maxsize=128)
 

@@ -39,6 +39,7 @@ from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives._args import operands
 from primitives._config import settings
+from primitives.fc_plans import ACT_GRAD
 from primitives.mlp_cost import candidates, cost, default_pipeline
 from primitives.mlp_cost import (  # noqa: F401  (public names)
     BYTES_PER_S, CALL_ROWS, FLOPS_PER_CORE, L1_BYTES, L2_BYTES, L2_BYTES_PER_S)
@@ -115,10 +116,6 @@ def plan(g, pass_, train=False):
 
 
 # ---------------------------------------------------------------- the layer stack
-
-_ACT_GRAD = {"relu": lambda dy, y: dy * (y > 0), "sigmoid": lambda dy, y: dy * y * (1 - y),
-             "tanh": lambda dy, y: dy * (1 - y * y)}
-
 
 def fused(layers, dtype, backend, config):
     """What runs fc.MLP(fused=True)'s layers: Fused (recorded plans) on the CPU,
@@ -224,7 +221,7 @@ class Fused:
         pl = Places(g, True)
         dz = dy
         if self.acts[-1] is not None:
-            dz = _ACT_GRAD[self.acts[-1]](dy.astype(np.float32, copy=False), saved["y"])
+            dz = ACT_GRAD[self.acts[-1]](dy.astype(np.float32, copy=False), saved["y"])
         dz = convert(dz, ab)  # dz itself when it already is C-contiguous in the GEMMs' dtype
         K = self.sizes[-1]
         dzt = self._buffer("dzt", pl.totals["dzt"], ab)
