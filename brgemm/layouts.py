@@ -162,14 +162,19 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
             or (phases > 1 and not pixels_last):
         raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
                          f"(bc {bc}, phases {phases})")
-    if any(s < 0 or s % x.itemsize for s in x.strides):
+    # a dimension of one element has no stride that matters (NumPy keeps any, even
+    # negative, and calls the array contiguous): give it the contiguous one
+    steps = [s if n > 1 else x.itemsize * int(np.prod(x.shape[i + 1:]))
+             for i, (n, s) in enumerate(zip(x.shape, x.strides))]
+    if any(s < 0 or s % x.itemsize for s in steps):
         x = np.ascontiguousarray(x)
+        steps = list(x.strides)
     Cb = nblocks(C, bc)
     shape = ((N, Cb, Hp, phases, bc, Wp // phases) if pixels_last else (N, Cb, Hp, Wp, bc))
     out = _check_out(out, shape, dt)
     if np.may_share_memory(out, x):
         raise ValueError("out: overlaps x")
-    strides = cpu.ffi.new("int64_t[4]", [s // x.itemsize for s in x.strides])
+    strides = cpu.ffi.new("int64_t[4]", [s // x.itemsize for s in steps])
     cpu.check(cpu.lib.brgemm_cpu_image_to_blocks(
         cpu.address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left, phases,
         pixels_last, cpu.address(out), out.itemsize, threads or 0), "image_to_blocks")

@@ -184,3 +184,16 @@ def test_short_rows_in_a_border(rng, dtypes):
     np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
     back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, top, left, threads=3)
     np.testing.assert_array_equal(back.astype(np.float32), x.astype(np.float32).astype(dst).astype(np.float32))
+
+
+def test_image_with_reversed_single_element_axes(rng):
+    """NumPy keeps any stride, even a negative one, on an axis of one element and
+    still calls the array contiguous (x[::-1] of a one-image batch): that stride
+    is meaningless, and the copy must not refuse or misread it (the API fuzz
+    found conv.forward failing on one, seed 3477240310 call 990)."""
+    C, H, W = int(rng.integers(1, 20)), int(rng.integers(1, 9)), int(rng.integers(1, 20))
+    base = rng.standard_normal((1, C, H, W)).astype(np.float32)
+    for x in (base[::-1], base[:, :1][:, ::-1]):
+        assert min(x.strides) < 0 and x.flags.c_contiguous
+        t = L.image_to_blocks(x, 8, H + 2, W + 1, 1, 0)
+        np.testing.assert_array_equal(t, ref_image(np.ascontiguousarray(x), 8, H + 2, W + 1, 1, 0))
