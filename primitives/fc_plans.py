@@ -100,7 +100,7 @@ def _loops(g, pass_):
         step = g.chunks[i] if name == order[-1] else 1
         repeated = spec.lower().count(name) > 1
         if repeated and group is None:
-            raise ValueError(f"group: spec {spec!r} names loop {name!r} twice, which needs "
+            raise ValueError(f"config: spec {spec!r} names loop {name!r} twice, which needs "
                              f"the group (its outer block, in blocks) in the [{pass_}] config")
         loops.append(Loop(name, 0, dims[name], step, blocks=(group,) if repeated else ()))
     return parse_spec(spec, loops, where="config: ")

@@ -100,6 +100,8 @@ class TestBadInput:
     def test_shapes(self):
         with pytest.raises(ValueError, match="^w: has 2 input channels, x has 3"):
             conv.forward(self.x, np.ones((4, 2, 3, 3), np.float32))
+        with pytest.raises(ValueError, match="^x: has 3 channels, the layer takes 2"):
+            conv.Conv2d(2, 4, 3, padding=1).forward(self.x)  # the layer owns w: x is at fault
         with pytest.raises(ValueError, match="^x: the padded input 8x8 is smaller than w's 9x9 kernel"):
             conv.forward(self.x, np.ones((4, 3, 9, 9), np.float32))
         with pytest.raises(ValueError, match="^x: expected 4 non-empty dimensions"):

@@ -187,7 +187,7 @@ class TestBadInput:
             fc.forward(self.x, self.w, config={"fwd": {"bq": 3}})
         with pytest.raises(SpecError, match="position 2"):
             fc.forward(self.x, self.w, config={"fwd": {"spec": "NKz"}})
-        with pytest.raises(ValueError, match="^group: spec 'n|KCn' names loop 'n' twice"):
+        with pytest.raises(ValueError, match="^config: spec 'n|KCn' names loop 'n' twice"):
             fc.backward(np.ones((4, 5), np.float32), self.x, self.w,
                         config={"upd": {"spec": "n|KCn"}})
         with pytest.raises(ValueError, match="two parallel tasks"):  # the layer's chunked nest
