@@ -72,11 +72,8 @@ class Conv2d:
 
     def forward(self, x):
         """x [N, C, H, W] -> y [N, K, P, Q] in x's dtype."""
-        if getattr(x, "ndim", 0) == 4 and x.shape[1] != self.weight.shape[1]:
-            # the layer owns w: a mismatch is x's fault, and the message says so
-            raise ValueError(f"x: has {x.shape[1]} channels, the layer takes "
-                             f"{self.weight.shape[1]}")
-        _check(x, self.weight, self.dtype, self.stride, self.padding)  # f32 weights fit either dtype
+        # f32 weights fit either dtype
+        _check(x, self.weight, self.dtype, self.stride, self.padding, layer_owns_w=True)
         g = self.prepare(x.shape[0], x.shape[2], x.shape[3])
         self.x_nchw = x  # the update re-blocks it (narrow layers need another layout)
         return unblock_y(self.forward_blocked(block_x(x, g, self.dtype)), g, x.dtype)

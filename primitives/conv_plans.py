@@ -182,12 +182,13 @@ def _pair(v, name, minimum):
     return int(v[0]), int(v[1])
 
 
-def _check(x, w, dtype, stride, padding):
+def _check(x, w, dtype, stride, padding, layer_owns_w=False):
     operands(dtype, x, w, names=("x", "w"), ndim=4, nonempty=True)
     stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
     (N, C, H, W), (K, C2, R, S) = x.shape, w.shape
-    if C2 != C:
-        raise ValueError(f"w: has {C2} input channels, x has {C}")
+    if C2 != C:  # the argument at fault: w, unless a layer owns it
+        raise ValueError(f"x: has {C} channels, the layer takes {C2}" if layer_owns_w else
+                         f"w: has {C2} input channels, x has {C}")
     if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
         raise ValueError(f"x: the padded input {H + 2 * padding[0]}x{W + 2 * padding[1]} is "
                          f"smaller than w's {R}x{S} kernel")
