@@ -47,7 +47,8 @@ def _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt):
                    dyp=conv.block_y(dy, g, dtype, bordered=True),
                    y=brgemm.aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32),
                    dx=brgemm.aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32),
-                   dw=conv.update_output(g), upd=conv.update_inputs(x, dy, g, dtype))
+                   dw=conv.update_output(g), dw_sum=np.empty(conv.update_output(g)[0].size, np.float32),
+                   upd=conv.update_inputs(x, dy, g, dtype, vnni="upd" in vnni))
     return x, w, dy, g, vnni, blocked
 
 
@@ -74,10 +75,13 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
                     "bwd": dict(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
                     "upd": dict(dw=t["dw"], **upd)}[p]
 
-            def ours():  # the update's shares are summed as part of it
+            shares = t["dw"].reshape(g.splits, -1)
+
+            def ours():  # the update's shares are summed as part of it (in C, threaded)
                 plan.run(**args)
                 if p == "upd" and g.splits > 1:
-                    t["dw"][0] = t["dw"].sum(axis=0)
+                    brgemm.layouts.column_sums(shares, out=t["dw_sum"])
+                    shares[0] = t["dw_sum"]
 
             try:
                 job = Job.conv(p, N, C, K, H, W, R, S, (st, st), (pd, pd), x=x if p != "bwd" else None,
@@ -94,7 +98,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             # functional forms on NCHW arrays, conversions included; conv.backward does
             # backward-data and the update, so it is compared with both layer passes
-            upd_plan = conv.plan(g, "upd", dtype)
+            upd_plan = conv.plan(g, "upd", dtype, "upd" in vnni)
             extra = {"fwd": [lambda: conv.forward(x, w, st, pd, dtype=dtype)],
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
                              lambda: upd_plan.run(dw=t["dw"], **upd)],

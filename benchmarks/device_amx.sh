@@ -7,7 +7,10 @@
 # PART_TIMEOUT caps each layer run (seconds), L1_BUDGETS adds kernel runs,
 # TIMEOUT_<part> and TIMEOUT16_<part> cap one part at 2 and 16 threads,
 # KERNEL=0 skips the kernel benchmark, PROFILE=1 adds benchmarks.amx_profile
-# (where a call's time goes, kernel variants) on one core.
+# (where a call's time goes, kernel variants) on one core. PASSES (e.g. "upd")
+# limits the layer runs to those passes; UPD_VARIANTS names BRGEMM_CONFIG files
+# (benchmarks/amx_upd/*.toml), each one more conv weight-update run at 2
+# threads (and 16 with AMX16=1), logged together in upd_variants.txt.
 # Expects .devcarry as device_cpu.sh and device_onednn.sh do; run from the
 # repository root.
 set -uo pipefail
@@ -31,17 +34,27 @@ for l1 in default ${L1_BUDGETS:-}; do
 done
 unset BRGEMM_AMX_L1
 parts=${*:-fc conv lstm}
+pass_args=""
+for p in ${PASSES:-}; do pass_args="$pass_args --pass $p"; done
 for what in $parts; do
   [ "$what" = none ] && continue
   t2=TIMEOUT_$what t16=TIMEOUT16_$what
   t2=${!t2:-${PART_TIMEOUT:-150}}
-  taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 $pass_args 2>&1 | tee $out/${what}_bf16_amx_t2.txt
   if [ "${AMX16:-0}" = 1 ]; then
-    timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+    timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 $pass_args 2>&1 | tee $out/${what}_bf16_amx_t16.txt
   fi
+done
+for v in ${UPD_VARIANTS:-}; do
+  echo "== BRGEMM_CONFIG=$v: $(tr '\n' ' ' < $v)" | tee -a $out/upd_variants.txt
+  BRGEMM_CONFIG=$v taskset -c 2,3 timeout ${TIMEOUT_upd:-40} $py -m benchmarks conv --dtype bf16 --quick \
+    --threads 2 --pass upd 2>&1 | tee -a $out/upd_variants.txt
+  [ "${AMX16:-0}" = 1 ] && BRGEMM_CONFIG=$v timeout ${TIMEOUT16_upd:-40} $py -m benchmarks conv \
+    --dtype bf16 --quick --threads 16 --pass upd 2>&1 | tee -a $out/upd_variants.txt
 done
 # the reply keeps only the end of the output (and 8 files): repeat what matters
 echo "== summary"
 [ "${TESTS:-1}" = 1 ] && echo "tests exit $tests_rc: $(tail -1 $out/tests.txt)"
 grep -h "64x64x64 x16" $out/kernel_bench_*.txt 2>/dev/null
 for f in $out/*_bf16_amx_t*.txt; do [ -e "$f" ] && echo "$(basename $f .txt): $(grep -h '^geomean ours' $f | tr '\n' ' ')"; done
+[ -e $out/upd_variants.txt ] && grep -E '^== |^conv bf16|^geomean' $out/upd_variants.txt

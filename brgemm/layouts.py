@@ -162,6 +162,20 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
             or (phases > 1 and not pixels_last):
         raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
                          f"(bc {bc}, phases {phases})")
+    x, strides = _image_strides(x)
+    Cb = nblocks(C, bc)
+    shape = ((N, Cb, Hp, phases, bc, Wp // phases) if pixels_last else (N, Cb, Hp, Wp, bc))
+    out = _check_out(out, shape, dt)
+    if np.may_share_memory(out, x):
+        raise ValueError("out: overlaps x")
+    cpu.check(cpu.lib.brgemm_cpu_image_to_blocks(
+        cpu.address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left, phases,
+        pixels_last, cpu.address(out), out.itemsize, threads or 0), "image_to_blocks")
+    return out
+
+
+def _image_strides(x):
+    """x (read in place where its strides allow) and its element strides for C."""
     # a dimension of one element has no stride that matters (NumPy keeps any, even
     # negative, and calls the array contiguous): give it the contiguous one
     steps = [s if n > 1 else x.itemsize * int(np.prod(x.shape[i + 1:]))
@@ -169,15 +183,31 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
     if any(s < 0 or s % x.itemsize for s in steps):
         x = np.ascontiguousarray(x)
         steps = list(x.strides)
-    Cb = nblocks(C, bc)
-    shape = ((N, Cb, Hp, phases, bc, Wp // phases) if pixels_last else (N, Cb, Hp, Wp, bc))
-    out = _check_out(out, shape, dt)
+    return x, cpu.ffi.new("int64_t[4]", [s // x.itemsize for s in steps])
+
+
+def image_to_planes(x, bc, stride, Hs, Ws, L, top=0, left=0, dtype=None, out=None, threads=None):
+    """x [N, C, H, W] (any non-negative strides: read in place) -> planes
+    [N][Cb][sh][sw][bc][L]: per channel and phase (a, b) of stride (sh, sw), the
+    padded image's pixels (i * sh + a, j * sw + b) at i * Ws + j, x at (top,
+    left) in a zero border, zeros from Hs * Ws to L and in padded channels."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4 or 0 in x.shape:
+        raise ValueError(f"x: expected a non-empty [N, C, H, W] array, got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    dt = _out_dtype(x, dtype)
+    N, C, H, W = x.shape
+    sh, sw = stride
+    if min(bc, sh, sw) < 1 or min(top, left) < 0 or Hs * sh < top + H or Ws * sw < left + W \
+            or L < Hs * Ws:
+        raise ValueError(f"Hs, Ws: a {H}x{W} image at ({top}, {left}) does not fit {Hs}x{Ws} "
+                         f"phase planes of stride {stride} and length {L} (bc {bc})")
+    x, strides = _image_strides(x)
+    out = _check_out(out, (N, nblocks(C, bc), sh, sw, bc, L), dt)
     if np.may_share_memory(out, x):
         raise ValueError("out: overlaps x")
-    strides = cpu.ffi.new("int64_t[4]", [s // x.itemsize for s in steps])
-    cpu.check(cpu.lib.brgemm_cpu_image_to_blocks(
-        cpu.address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left, phases,
-        pixels_last, cpu.address(out), out.itemsize, threads or 0), "image_to_blocks")
+    cpu.check(cpu.lib.brgemm_cpu_image_to_planes(
+        cpu.address(x), N, C, H, W, strides, x.itemsize, bc, top, left, sh, sw, Hs, Ws, L,
+        cpu.address(out), out.itemsize, threads or 0), "image_to_planes")
     return out
 
 

@@ -54,7 +54,10 @@ class Recorder:
                 raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
                                  f"wants {want}")
         self._touch(a, a_offs, blk.m, blk.k, blk.lda, "a")
-        self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
+        if blk.b_vnni:  # (k + 1) / 2 rows of n pairs, 2 ldb apart
+            self._touch(b, b_offs, (blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb, "b")
+        else:
+            self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
         self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
         self.written.add(c)
         for op in ops:

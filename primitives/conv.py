@@ -8,6 +8,8 @@ Blocked layouts (channels in blocks of bc / bk, innermost; zero-padded):
     y      [N][Kb][P][Q][bk]     w [Kb][Cb][R][S][bc][bk]    wt [Cb][Kb][R][S][bk][bc]
     dyp    [N][Kb][Pp][Qp][bk]   dy with a zero border for the backward-data pass
     dyt    [N][Kb][P][bk][Q]     dy with pixels innermost, for the weight update
+    xf     [N][Cb][sh][sw][bc][L]   the flat update's x: phase planes of the stride
+    dyf    [N][Kb][Pt][Ws][bk]   the flat update's dy: rows Ws wide (VNNI pairs on AMX)
     dw     [J][Kb][Cb][R][S][bk][bc]  J shares of the weight gradient, summed after
 Forward (the seed paper's nest): a row segment of bq output pixels of one
 output-channel block = sum over input-channel blocks, r and s of a bq x bc
@@ -15,7 +17,9 @@ strip of x (rows sw*bc apart: the stride is a row stride) times a bc x bk tap.
 Backward-data: a transposed convolution, written per residue class of the
 padded input pixels modulo the stride, so each call reads contiguous dy
 pixels and only the taps that reach them. Weight update: a tap's bk x bc tile
-= sum over images, rows and pixel blocks of dy^T (bk x bq) times x (bq x bc).
+= sum over images, rows and pixel blocks of dy^T (bk x bq) times x (bq x bc);
+or (config flat, the default on AMX) its transpose over runs of pixels that
+span rows (conv_update.update_flat_nest).
 
 Each pass's loop nest has a file of its own (conv_forward.py, conv_backward.py,
 conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
@@ -38,9 +42,9 @@ from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
 from primitives.conv_forward import pointwise_nest
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import (  # noqa: F401  (public names)
-    narrow, update_narrow_nest, update_nest)
+    narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
-from primitives.conv_layouts import block_xs, layer_weights  # noqa: F401  (public names)
+from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
 from primitives.conv_plans import (SCHEMA, _check, _plans, geometry, plan, update_inputs,
                                    update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
@@ -143,14 +147,14 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     # the plan writes dx's interior (every residue class, a call even where no
     # tap reaches); the border stays unwritten and unblock_x never reads it
     dx = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-    vnni = "bwd" in vnni_passes(g, dtype, backend)
-    plan(g, "bwd", dtype, vnni).run(
-        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token, vnni),
+    vnni = vnni_passes(g, dtype, backend)
+    plan(g, "bwd", dtype, "bwd" in vnni).run(
+        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
         dyp=block_y(dy, g, dtype, bordered=True,
                     out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
     dw = update_output(g, _scratch.get)
-    plan(g, "upd", dtype).run(backend=backend, dw=dw,
-                              **update_inputs(x, dy, g, dtype, _scratch.get))
+    plan(g, "upd", dtype, "upd" in vnni).run(
+        backend=backend, dw=dw, **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return (unblock_x(dx, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)),
             unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype)))
 

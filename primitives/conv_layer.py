@@ -86,7 +86,8 @@ class Conv2d:
                              f"{(g.N, g.K, g.P, g.Q) if g else '(call forward first)'}, got "
                              f"{getattr(dy, 'shape', type(dy).__name__)}")
         dx = self.backward_blocked(block_y(dy, g, self.dtype, bordered=True),
-                                   update_inputs(self.x_nchw, dy, g, self.dtype))
+                                   update_inputs(self.x_nchw, dy, g, self.dtype,
+                                                 vnni="upd" in self.vnni))
         return unblock_x(dx, g, dy.dtype)
 
     def step(self, lr):

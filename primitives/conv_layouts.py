@@ -5,8 +5,9 @@ rounding fused. `out`: a buffer to fill."""
 from brgemm import dtypes
 from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, taps_from_blocks,
                             taps_to_blocks)
+from brgemm.layouts import image_to_planes
 from brgemm.vnni import vnni_tiles
-from primitives.conv_update import narrow
+from primitives.conv_update import c_rows, flat_layout
 
 
 def block_x(x, g, dtype, out=None):
@@ -55,7 +56,7 @@ def unblock_dw(t, g, dtype, out=None):
     """The update's output (shares summed) [J][Kb][Cb][R][S][bk][bc], or
     [..][bc][bk] for narrow layers, -> [K, C, R, S]."""
     t = t.reshape(t.shape[:3] + (g.R * g.S,) + t.shape[5:])
-    return taps_from_blocks(t, g.K, g.C, (g.R, g.S), c_rows=narrow(g), dtype=dtype, out=out)
+    return taps_from_blocks(t, g.K, g.C, (g.R, g.S), c_rows=c_rows(g), dtype=dtype, out=out)
 
 
 def block_xs(x, g, dtype, out=None):
@@ -64,3 +65,19 @@ def block_xs(x, g, dtype, out=None):
     Ws = nblocks(g.Wp, g.sw)
     return image_to_blocks(x, g.bc, g.Hp, Ws * g.sw, g.ph, g.pw, pixels_last=True, phases=g.sw,
                            dtype=dtypes.NUMPY[dtype], out=out)
+
+
+def block_xf(x, g, dtype, out=None):
+    """[N, C, H, W] -> xf [N][Cb][sh][sw][bc][L]: the padded x's phase planes of
+    the stride, pixels innermost (update_flat_nest reads it)."""
+    f = flat_layout(g)
+    return image_to_planes(x, g.bc, (g.sh, g.sw), f.Hs, f.Ws, f.L, g.ph, g.pw,
+                           dtype=dtypes.NUMPY[dtype], out=out)
+
+
+def block_dyf(dy, g, dtype, out=None):
+    """[N, K, P, Q] -> dyf [N][Kb][Pt][Ws][bk]: dy's rows Ws wide, zeros in
+    the columns from Q and the rows from P (update_flat_nest reads it, in VNNI
+    pairs on AMX)."""
+    f = flat_layout(g)
+    return image_to_blocks(dy, g.bk, f.Pt, f.Ws, dtype=dtypes.NUMPY[dtype], out=out)

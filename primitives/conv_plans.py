@@ -12,20 +12,21 @@ from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
-from brgemm.vnni import takes_vnni_b
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives._args import fits, operands
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest
-from primitives.conv_update import narrow, update_narrow_nest, update_nest
-from primitives.conv_layouts import block_x, block_xs, block_y
+from primitives.conv_update import (FLAT_TILE, c_rows, flat_chunks, flat_layout, flat_parts, update_flat_nest,
+                                    update_form, update_narrow_nest, update_nest)
+from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, block_y
 
 
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
-          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int}}
+          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool}}
 
 _plans = bplan.PlanCache(maxsize=64)
 
@@ -49,6 +50,8 @@ class Geometry:
     specs: tuple
     splits: int  # shares of the weight update's reduction (see update_nest)
     call_kb: tuple  # per pass: at most this many KiB of A and B blocks per kernel call
+    flat: bool = False  # the weight update reduces over runs of pixels across rows (update_flat_nest)
+    parts: bool = False  # the flat update computes its tiles in C blocks of 32 x 32 (flat_parts)
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -83,16 +86,23 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     Q = (W + 2 * padding[1] - S) // stride[1] + 1
     P_ = (H + 2 * padding[0] - R) // stride[0] + 1
     bc, bk = pick_block(C, f["bc"], 16), pick_block(K, f["bk"], 16)
+    flat = cfg["upd"]["flat"]
     # enough weight-update tasks: split its reduction until there are `tiles` of them
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
-    splits = max(1, min(N * P_, -(-cfg["upd"]["tiles"] // tiles)))
-    # rows per share rounded up can leave the last shares with no rows, and an
+    units = N * P_  # what the shares split: output rows, or the flat nest's chunks
+    # too few tiles for `tiles` tasks: the flat nest first splits them into C blocks
+    parts = flat and tiles < cfg["upd"]["tiles"]
+    if flat:
+        tiles *= nblocks(bc, FLAT_TILE) * nblocks(bk, FLAT_TILE) if parts else 1
+        units = N * flat_chunks(P_, nblocks(W + 2 * padding[1], stride[1]))[0]
+    splits = max(1, min(units, -(-cfg["upd"]["tiles"] // tiles)))
+    # units per share rounded up can leave the last shares with none, and an
     # empty share would leave its slice of the reduction buffer unwritten:
     # keep only as many shares as the rounded-up share size needs
-    splits = -(-N * P_ // -(-N * P_ // splits))
+    splits = -(-units // -(-units // splits))
     return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
                     tuple(cfg[p]["spec"] for p in SCHEMA), splits,
-                    tuple(cfg[p]["call_kb"] for p in SCHEMA))
+                    tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts)
 
 
 # ---------------------------------------------------------------- the loop nests
@@ -105,9 +115,10 @@ def _loops(g, pass_):
         per_residue = nblocks(nblocks(g.W, g.sw), g.bq)  # pixel blocks of one residue class
         loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.H, 1),
                  Loop("u", 0, g.sw * per_residue, 1)]
-    else:
-        loops = [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1), Loop("r", 0, g.R, 1),
-                 Loop("s", 0, g.S, 1), Loop("j", 0, g.splits, 1)]
+    else:  # the flat nest's k and c count C blocks of its tiles (flat_parts)
+        parts_c, parts_k = flat_parts(g) if g.flat else (1, 1)
+        loops = [Loop("k", 0, g.Kb * parts_k, 1), Loop("c", 0, g.Cb * parts_c, 1),
+                 Loop("r", 0, g.R, 1), Loop("s", 0, g.S, 1), Loop("j", 0, g.splits, 1)]
     return parse_spec(g.specs[("fwd", "bwd", "upd").index(pass_)], loops, where="config: ")
 
 
@@ -117,20 +128,25 @@ _TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dyp", "wt", "dx"), "upd": ("dyt", "
 
 
 def vnni_passes(g, dtype, backend):
-    """The passes whose weight tiles are kept in VNNI pairs here (AMX): the
-    forward's w (depth bc) and the backward's wt (bk)."""
-    return frozenset(p for p, k in (("fwd", g.bc), ("bwd", g.bk)) if takes_vnni_b(k, dtype, backend))
+    """The passes whose B operands are kept in VNNI pairs here (AMX): the
+    forward's w (depth bc), the backward's wt (bk) and the flat update's dyf
+    (its chunks)."""
+    depths = (("fwd", g.bc), ("bwd", g.bk)) + ((("upd", flat_layout(g).Tc),) if g.flat else ())
+    return frozenset(p for p, k in depths if takes_vnni_b(k, dtype, backend))
 
 
 def plan(g, pass_, dtype="f32", vnni=False):
-    """vnni: the forward's or backward's weight tiles in VNNI pairs (vnni_passes)."""
-    if vnni and pass_ == "upd":
-        raise ValueError("vnni: the weight update streams images, not weight tiles")
+    """vnni: the pass's B operand in VNNI pairs (vnni_passes)."""
+    form = update_form(g) if pass_ == "upd" else None
+    if vnni and form in ("rows", "narrow"):
+        raise ValueError("vnni: this weight update streams image rows, not VNNI pairs")
 
     def record():
         nest, (a, b, c) = _NESTS[pass_], _TENSORS[pass_]
-        if pass_ == "upd" and narrow(g):
+        if form == "narrow":
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
+        elif form == "flat":
+            nest, (a, b, c) = update_flat_nest, ("xf", "dyf", "dw")
         rec = bplan.Recorder({a: dtype, b: dtype, c: "f32"},
                              spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         if vnni:
@@ -140,13 +156,23 @@ def plan(g, pass_, dtype="f32", vnni=False):
     return _plans.get((g, pass_, dtype, vnni), record)
 
 
-def update_inputs(x, dy, g, dtype, buffer=None):
-    """The weight update's inputs from NCHW x and dy: {"dyt", "x"} or, for
-    narrow layers, {"xs", "dyb"}; into buffer(name, shape, dtype) when given."""
+def update_inputs(x, dy, g, dtype, buffer=None, vnni=False):
+    """The weight update's inputs from NCHW x and dy: {"dyt", "x"}, for narrow
+    layers {"xs", "dyb"}, for the flat nest {"xf", "dyf"} (dyf in VNNI pairs
+    with vnni: vnni_passes); into buffer(name, shape, dtype) when given."""
     ab = dtypes.NUMPY[dtype]
     get = (lambda name, shape: buffer(name, shape, ab)) if buffer else (lambda name, shape: None)
     Cb, Kb = g.Cb, g.Kb
-    if narrow(g):
+    form = update_form(g)
+    if form == "flat":
+        f = flat_layout(g)
+        dyf = block_dyf(dy, g, dtype, out=get("dyf_rows" if vnni else "dyf", (g.N, Kb, f.Pt, f.Ws, g.bk)))
+        if vnni:
+            dyf = vnni_tiles(dyf.reshape(g.N * Kb, f.Lt, g.bk),
+                             out=get("dyf", (g.N * Kb, f.Lt, g.bk)))
+        return dict(xf=block_xf(x, g, dtype, out=get("xf", (g.N, Cb, g.sh, g.sw, g.bc, f.L))),
+                    dyf=dyf)
+    if form == "narrow":
         Ws = nblocks(g.Wp, g.sw)
         return dict(xs=block_xs(x, g, dtype, out=get("xs", (g.N, Cb, g.Hp, g.sw, g.bc, Ws))),
                     dyb=block_y(dy, g, dtype, out=get("dyb", (g.N, Kb, g.P, g.Q, g.bk))))
@@ -159,7 +185,7 @@ def update_output(g, buffer=None):
     """The buffer the weight update writes: shares x weight tiles. Every tile
     of every share is written (_geometry gives each share rows, and a tile's
     first call has beta 0), so it needs no zeroing."""
-    tile = (g.bc, g.bk) if narrow(g) else (g.bk, g.bc)
+    tile = (g.bc, g.bk) if c_rows(g) else (g.bk, g.bc)
     shape = (g.splits, g.Kb, g.Cb, g.R, g.S) + tile
     return buffer("dw", shape, np.float32) if buffer else aligned_empty(shape, np.float32)
 

@@ -1,10 +1,15 @@
 """2-D convolution, weight update: the loop nests (see primitives/conv.py for
 the layouts, the geometry and the plans that record these nests)."""
+import dataclasses
+import functools
+
 from brgemm import plan as bplan
 from brgemm.layouts import nblocks
 from primitives._calls import blocks_per_call
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
+SPAN = 256  # the flat update's reduction comes in chunks of about this many pixels
+FLAT_TILE = 32  # the flat update's C blocks: at most this many rows and columns of a tile
 
 
 def update_nest(ex, loops, g, dtype):
@@ -72,3 +77,100 @@ def _update_calls(g, rows, dtype):
 def narrow(g):
     """Few input channels: the weight update takes update_narrow_nest."""
     return g.bc < 16
+
+
+# ---------------------------------------------------------------- the flat update
+#
+# Output rows of 7 or 14 pixels give the row nests blocks of depth 7 or 14:
+# an AMX tile product takes 32. The flat nest reduces over runs of pixels that
+# span rows instead. With x split into phase planes of the stride (xf
+# [N][Cb][sh][sw][bc][L], pixel (i, j) of phase (a, b) at i * Ws + j) and dy
+# flattened to the same row width Ws (dyf [N][Kb][Lt][bk], zero in columns
+# Q..Ws-1 and after the last row), output pixel t = p * Ws + q meets tap (r, s)
+# at xf's plane (r % sh, s % sw), element t + (r // sh) * Ws + s // sw: one
+# offset per tap, so any run of t is one block, its x rows contiguous. The
+# columns past Q cost Ws / Q more products (9 / 7 on 7 x 7 layers with a 3 x 3
+# kernel) against k slots otherwise 7 / 32 full.
+#
+# dw^T tiles (bc x bk, as the narrow nest's) are tasks; where they are too few
+# for the config's `tiles`, C blocks of at most FLAT_TILE x FLAT_TILE are: the
+# AMX kernel walks macro blocks of that size over all of a call's blocks
+# anyway, so separate tasks stream no more and give the threads 4 times the
+# tasks without more shares to sum.
+
+
+def flat_chunks(P, Ws):
+    """(chunks per image, pixels per chunk: a multiple of 32) for P rows of Ws."""
+    T = P * Ws
+    chunks = -(-T // SPAN)
+    return chunks, -(-(-(-T // chunks)) // 32) * 32
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatLayout:
+    Hs: int  # rows and columns of a phase plane
+    Ws: int
+    chunks: int  # of each image's flattened output pixels
+    Tc: int  # pixels per chunk
+    L: int  # elements per plane of xf: the planes, and every tap's furthest read
+    Pt: int  # rows of Ws pixels per (image, channel block) of dyf: P, zeros after
+
+    Lt = property(lambda f: f.Pt * f.Ws)  # pixels per (image, channel block) of dyf: even
+
+
+@functools.lru_cache(maxsize=64)
+def flat_layout(g):
+    Hs, Ws = nblocks(g.Hp, g.sh), nblocks(g.Wp, g.sw)
+    chunks, Tc = flat_chunks(g.P, Ws)
+    reach = ((g.R - 1) // g.sh) * Ws + (g.S - 1) // g.sw + chunks * Tc
+    L = -(-max(Hs * Ws, reach) // 32) * 32
+    Pt = nblocks(chunks * Tc, Ws)
+    return FlatLayout(Hs, Ws, chunks, Tc, L, Pt + Pt * Ws % 2)  # VNNI pairs: an even Lt
+
+
+def flat_parts(g):
+    """C blocks per tile along bc and bk in the flat nest (its c and k loops
+    count them): of FLAT_TILE where the geometry has too few tiles for its
+    threads (g.parts), else one."""
+    return (nblocks(g.bc, FLAT_TILE), nblocks(g.bk, FLAT_TILE)) if g.parts else (1, 1)
+
+
+def update_flat_nest(ex, loops, g, dtype, vnni=False):
+    """dw^T[j][k][c][r][s] (bc x bk, by C blocks) = sum over the j-th share of
+    the (image, chunk) units of xf's tap run (bc x Tc) @ dyf's (Tc x bk), in
+    VNNI pairs with vnni. See the section comment above."""
+    f = flat_layout(g)
+    units = [(n, u) for n in range(g.N) for u in range(f.chunks)]
+    share = -(-len(units) // g.splits)
+    parts_c, parts_k = flat_parts(g)
+    pair = 2 if vnni else 1  # a column of dyf is a pair of elements in VNNI pairs
+    for phase, task, at in loops.walk():
+        (k, k0), (c, c0) = divmod(at["k"], parts_k), divmod(at["c"], parts_c)
+        r, s, j = at["r"], at["s"], at["j"]
+        size = FLAT_TILE if g.parts else max(g.bc, g.bk)
+        k0, c0 = k0 * size, c0 * size
+        m, n_ = min(size, g.bc - c0), min(size, g.bk - k0)
+        mine = units[j * share:(j + 1) * share]
+        tap = (r // g.sh) * f.Ws + s // g.sw
+        ex.at(phase, task)
+        per_call = blocks_per_call(g.call_kb[2], (m + n_) * f.Tc, dtype)
+        for i in range(0, len(mine), per_call):
+            part = mine[i:i + per_call]
+            ex.gemm(bplan.Block(m, n_, f.Tc, lda=f.L, ldb=g.bk, ldc=g.bk, dtype=dtype,
+                                beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
+                    "xf", [(((((n * g.Cb + c) * g.sh + r % g.sh) * g.sw + s % g.sw) * g.bc + c0)
+                            * f.L + tap + u * f.Tc) for n, u in part],
+                    "dyf", [((n * g.Kb + k) * f.Lt + u * f.Tc) * g.bk + pair * k0 for n, u in part],
+                    "dw", ((((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bc + c0) * g.bk
+                           + k0))
+
+
+def update_form(g):
+    """Which nest the weight update records: "flat" (update_flat_nest, where
+    the config asks), "narrow" (update_narrow_nest) or "rows" (update_nest)."""
+    return "flat" if g.flat else "narrow" if narrow(g) else "rows"
+
+
+def c_rows(g):
+    """Whether the update's tiles are dw^T (bc x bk) rather than dw (bk x bc)."""
+    return update_form(g) != "rows"

@@ -82,6 +82,47 @@ def test_forward_backward(rng, backend, case, dtype):
         assert np.all(err <= rel * (mag + 1e-3)), name
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_flat_update_random_shapes(rng, backend, dtype):
+    """The flat weight update (config flat: runs of pixels across rows, C blocks
+    of 32, shares of image chunks) on random shapes, strides, paddings and
+    blockings, layer and functional forms; on AMX (or its model) with dy in
+    VNNI pairs. The recorded plan and the eager nest agree."""
+    from primitives import conv_update
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    for _ in range(4):
+        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 90)), int(rng.integers(1, 90))
+        R, S = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        stride, padding = tuple(int(v) for v in rng.integers(1, 4, 2)), tuple(int(v) for v in rng.integers(0, 3, 2))
+        H, W = R + int(rng.integers(0, 20)), S + int(rng.integers(0, 20))
+        cfg = {"fwd": {"bc": int(rng.choice([16, 32, 48, 64])), "bk": int(rng.choice([16, 32, 48, 64]))},
+               "upd": {"flat": True, "tiles": int(rng.integers(1, 200))}}
+        print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride={stride} padding={padding} {cfg}")
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
+        assert conv.update_form(g) == "flat"
+        x = rng.standard_normal((N, C, H, W)).astype(npdt)
+        w = rng.standard_normal((K, C, R, S)).astype(npdt)
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(npdt)
+        _, _, want = reference(x, w, dy, stride, padding)
+        mag = magnitude(x, w, dy, stride, padding)[2]
+        _, dw = conv.backward(dy, x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
+        assert np.all(np.abs(dw.astype(np.float64) - want) <= rel * (mag + 1e-3))
+        layer = conv.Conv2d(C, K, (R, S), stride, padding, dtype=dtype, config=cfg, backend=backend,
+                            rng=rng)
+        layer.weight[...] = w.astype(np.float32)
+        layer.forward(x)
+        layer.backward(dy)
+        assert np.all(np.abs(layer.grad_weight - want) <= rel * (mag + 1e-3))
+        vnni = "upd" in conv.vnni_passes(g, dtype, backend)
+        inputs = conv.update_inputs(x, dy, g, dtype, vnni=vnni)
+        planned, eager = conv.update_output(g), conv.update_output(g)
+        conv.plan(g, "upd", dtype, vnni).run(backend=backend, dw=planned, **inputs)
+        conv_update.update_flat_nest(brgemm.plan.Eager(dw=eager, **inputs),
+                                     conv_plans._loops(g, "upd"), g, dtype, vnni)
+        np.testing.assert_allclose(planned, eager, rtol=1e-5, atol=1e-5 * float(np.abs(eager).max()))
+
+
 def test_default_config_and_eager_match(rng):
     x = rng.standard_normal((2, 64, 12, 12)).astype(np.float32)
     w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)

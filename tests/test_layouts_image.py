@@ -147,6 +147,12 @@ def test_native_layer_rejects_bad_arguments():
     assert lib.brgemm_cpu_image_to_blocks(p, 1, 4, 4, 4, strides, 2, 4, 4, 4, 0, 0, 1, 0,
                                           p, 4, 1) == EINVAL  # bf16 -> f32
     assert lib.brgemm_cpu_blocks_to_image(p, 1, 4, 4, 4, 4, 4, 4, 1, 0, 4, p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_image_to_planes(p, 1, 4, 4, 4, strides, 4, 4, 0, 0, 1, 1, 4, 4, 15,
+                                          p, 4, 1) == EINVAL  # L < Hs * Ws
+    assert lib.brgemm_cpu_image_to_planes(p, 1, 4, 4, 4, strides, 4, 4, 0, 1, 1, 1, 4, 4, 16,
+                                          p, 4, 1) == EINVAL  # Ws * sw < left + W
+    assert lib.brgemm_cpu_image_to_planes(p, 1, 4, 4, 4, bad_strides, 4, 4, 0, 0, 1, 1, 4, 4, 16,
+                                          p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_conv_weights_from_blocks(ffi.cast("float *", p), 0, 4, 4, 1, 4, 4, 0,
                                                    p, 4, 1) == EINVAL
@@ -197,3 +203,33 @@ def test_image_with_reversed_single_element_axes(rng):
         assert min(x.strides) < 0 and x.flags.c_contiguous
         t = L.image_to_blocks(x, 8, H + 2, W + 1, 1, 0)
         np.testing.assert_array_equal(t, ref_image(np.ascontiguousarray(x), 8, H + 2, W + 1, 1, 0))
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_image_to_planes(rng, dtypes, threads):
+    """The flat weight update's x: phase planes of the stride, pixels
+    innermost, zeros after each plane's pixels; views read in place."""
+    src, dst = dtypes
+    N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 12),
+                                   rng.integers(1, 30)))
+    bc, top, left = int(rng.integers(1, 20)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
+    sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    Hs = -(-(top + H + int(rng.integers(0, 3))) // sh)
+    Ws = -(-(left + W + int(rng.integers(0, 3))) // sw)
+    Lp = Hs * Ws + int(rng.integers(0, 40))
+    print(f"N={N} C={C} H={H} W={W} bc={bc} top={top} left={left} stride={sh, sw} L={Lp}")
+    big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
+    x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
+    t = L.image_to_planes(x, bc, (sh, sw), Hs, Ws, Lp, top, left, dtype=dst, threads=threads)
+    Cb = -(-C // bc)
+    full = np.zeros((N, Cb * bc, Hs * sh, Ws * sw), dst)
+    full[:, :C, top:top + H, left:left + W] = x.astype(np.float32).astype(dst)
+    ref = np.zeros((N, Cb, sh, sw, bc, Lp), dst)
+    for a in range(sh):
+        for b in range(sw):
+            ref[:, :, a, b, :, :Hs * Ws] = full[:, :, a::sh, b::sw].reshape(N, Cb, bc, Hs * Ws)
+    view = np.uint16 if dst == BF16 else np.uint32
+    np.testing.assert_array_equal(t.view(view), ref.view(view))
+    with pytest.raises(ValueError, match="^Hs, Ws"):
+        L.image_to_planes(x, bc, (sh, sw), Hs, Ws, Hs * Ws - 1, top, left)

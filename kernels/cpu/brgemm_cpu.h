@@ -248,6 +248,14 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
 int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
                                int64_t bc, int64_t Hp, int64_t Wp, int64_t top, int64_t left,
                                int src_itemsize, void* dst, int dst_itemsize, int threads);
+/* image_to_planes: src as above -> dst [N][Cb][sh][sw][bc][L], one plane per
+ * channel and phase (a, b) of the strides: element i * Ws + j (i < Hs, j < Ws)
+ * is the padded image's pixel (i * sh + a, j * sw + b), the image at (top,
+ * left) with zeros around it; zeros from Hs * Ws to L and in padded channels. */
+int brgemm_cpu_image_to_planes(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               const int64_t* strides, int src_itemsize, int64_t bc, int64_t top,
+                               int64_t left, int64_t sh, int64_t sw, int64_t Hs, int64_t Ws,
+                               int64_t L, void* dst, int dst_itemsize, int threads);
 /* Conv weights src [K][C][RS] (contiguous) -> [Kb][Cb][RS][bc][bk] tiles, or
  * with transposed [Cb][Kb][RS][bk][bc], zero-padded. */
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,

@@ -167,6 +167,49 @@ int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H,
   return BRGEMM_OK;
 }
 
+int brgemm_cpu_image_to_planes(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                               const int64_t* strides, int src_itemsize, int64_t bc, int64_t top,
+                               int64_t left, int64_t sh, int64_t sw, int64_t Hs, int64_t Ws,
+                               int64_t L, void* dst, int dst_itemsize, int threads) {
+  const int si = src_itemsize, di = dst_itemsize;
+  if (!src || !dst || !strides || N < 1 || C < 1 || H < 1 || W < 1 || bc < 1 || top < 0 ||
+      left < 0 || sh < 1 || sw < 1 || Hs < 1 || Ws < 1 || Hs * sh < top + H ||
+      Ws * sw < left + W || L < Hs * Ws || !brgemm_sizes_ok(si, di))
+    return BRGEMM_EINVAL;
+  for (int i = 0; i < 4; ++i)
+    if (strides[i] < 0) return BRGEMM_EINVAL;
+  const int64_t sn = strides[0], sc = strides[1], srow = strides[2], scol = strides[3];
+  const int64_t Cb = (C + bc - 1) / bc, planes = N * Cb * sh * sw * bc;
+#pragma omp parallel for schedule(static) num_threads(brgemm_cpu_plan_threads(threads))
+  for (int64_t t = 0; t < planes; ++t) { /* one channel's plane of one phase */
+    const int64_t c = t % bc, b = t / bc % sw, a = t / (bc * sw) % sh, cb = t / (bc * sw * sh) % Cb;
+    const int64_t n = t / (bc * sw * sh * Cb), ch = cb * bc + c;
+    char* out = (char*)dst + t * L * di;
+    if (ch >= C) {
+      brgemm_zero(out, L, di);
+      continue;
+    }
+    /* columns j whose padded column j * sw + b lies in the image */
+    const int64_t j0 = left > b ? (left - b + sw - 1) / sw : 0;
+    const int64_t j1 = left + W - 1 - b < 0 ? j0 : brgemm_min64(Ws, (left + W - 1 - b) / sw + 1);
+    const int64_t nj = j1 > j0 ? j1 - j0 : 0;
+    for (int64_t i = 0; i < Hs; ++i) {
+      char* row = out + i * Ws * di;
+      const int64_t h = i * sh + a - top;
+      if (h < 0 || h >= H || !nj) {
+        brgemm_zero(row, Ws, di);
+        continue;
+      }
+      brgemm_zero(row, j0, di);
+      brgemm_window((const char*)src + (n * sn + ch * sc + h * srow + (j0 * sw + b - left) * scol) * si,
+                    0, sw * scol, si, row + j0 * di, Ws, di, 1, nj);
+      brgemm_zero(row + j1 * di, Ws - j1, di);
+    }
+    brgemm_zero(out + Hs * Ws * di, L - Hs * Ws, di);
+  }
+  return BRGEMM_OK;
+}
+
 /* zero a rows x width tile's columns from cols on, and its rows from rows on */
 static void zero_tile_edges(char* tile, int64_t height, int64_t width, int64_t rows, int64_t cols,
                             int di) {
