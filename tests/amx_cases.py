@@ -156,8 +156,9 @@ def test_eager_reads_vnni_blocks_as_the_plan_does(rng):
 
 @pytest.mark.parametrize("layer", [True, False])
 def test_conv_reads_vnni_weight_tiles(rng, layer):
-    """conv forward and backward on AMX read w and wt as VNNI pairs (layer and
-    functional forms) and still match float64 NumPy."""
+    """conv forward and backward on AMX read w and wt, and the flat weight
+    update dy, as VNNI pairs (layer and functional forms) and still match
+    float64 NumPy."""
     from primitives import conv
     N, C, K, H, W = 2, 32, 48, 6, 7
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
@@ -168,8 +169,9 @@ def test_conv_reads_vnni_weight_tiles(rng, layer):
         c.weight[...] = w
         c.prepare(N, H, W)
         c.load_weights()
-        assert c.vnni == {"fwd", "bwd"}, c.vnni
-        y, (dx, dw) = c.forward(x), (c.backward(dy), None)
+        assert c.vnni == {"fwd", "bwd", "upd"}, c.vnni
+        y = c.forward(x)
+        dx, dw = c.backward(dy), c.grad_weight
     else:
         assert conv.vnni_passes(conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1)), "bf16", "cpu")
         y = conv.forward(x, w, padding=1, dtype="bf16")
@@ -187,10 +189,9 @@ def test_conv_reads_vnni_weight_tiles(rng, layer):
     want_dx = np.einsum("nktpq,kct->ncpq", dcols, wf.reshape(K, C, 9))
     mag_dx = np.einsum("nktpq,kct->ncpq", np.abs(dcols), np.abs(wf.reshape(K, C, 9)))
     assert np.all(np.abs(np.asarray(dx, np.float64) - want_dx) <= 1e-2 * mag_dx + 1e-6)
-    if dw is not None:
-        want_dw = np.einsum("nctpq,nkpq->kct", cols, q(dy)).reshape(w.shape)
-        mag_dw = np.einsum("nctpq,nkpq->kct", np.abs(cols), np.abs(q(dy))).reshape(w.shape)
-        assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= 1e-2 * mag_dw + 1e-6)
+    want_dw = np.einsum("nctpq,nkpq->kct", cols, q(dy)).reshape(w.shape)
+    mag_dw = np.einsum("nctpq,nkpq->kct", np.abs(cols), np.abs(q(dy))).reshape(w.shape)
+    assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= 1e-2 * mag_dw + 1e-6)
 
 
 @pytest.mark.parametrize("N,C,K", [(64, 96, 80), (30, 70, 50), (33, 64, 48)])
