@@ -26,7 +26,8 @@ from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, bloc
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
-          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool}}
+          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool,
+                                            "share_kb": int}}
 
 _plans = bplan.PlanCache(maxsize=64)
 
@@ -92,10 +93,15 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     units = N * P_  # what the shares split: output rows, or the flat nest's chunks
     # too few tiles for `tiles` tasks: the flat nest first splits them into C blocks
     parts = flat and tiles < cfg["upd"]["tiles"]
+    splits = 1
     if flat:
         tiles *= nblocks(bc, FLAT_TILE) * nblocks(bk, FLAT_TILE) if parts else 1
-        units = N * flat_chunks(P_, nblocks(W + 2 * padding[1], stride[1]))[0]
-    splits = max(1, min(units, -(-cfg["upd"]["tiles"] // tiles)))
+        chunks, Tc = flat_chunks(P_, nblocks(W + 2 * padding[1], stride[1]))
+        units = N * chunks
+        # and shares small enough that a tile's x and dy of one share (counted
+        # in bf16) stay in a core's cache while its taps and C blocks pass over them
+        splits = -(-units * Tc * (bc + bk) * 2 // (cfg["upd"]["share_kb"] << 10))
+    splits = max(1, min(units, max(splits, -(-cfg["upd"]["tiles"] // tiles))))
     # units per share rounded up can leave the last shares with none, and an
     # empty share would leave its slice of the reduction buffer unwritten:
     # keep only as many shares as the rounded-up share size needs
