@@ -4,8 +4,8 @@
 
 1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
    registers (four accumulators) and with its tile loads from L1.
-2. The Python call path: a 2x2x2 block (all overhead), and on the 64x64x64
-   x16 block the API call against the same call from C, packed B and B
+2. The Python call path: a 2x2x2 block (all overhead; and its binding's
+   share, and the C call's alone), and on the 64x64x64 x16 block the API call against the same call from C, packed B and B
    packed per call (the difference is the packing).
 3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF),
    bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
@@ -21,6 +21,7 @@ import numpy as np
 import brgemm
 from brgemm import machine
 from brgemm._brgemm_cpu import lib
+from brgemm.backend import cpu
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
 # (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
@@ -71,6 +72,12 @@ def run(reps=5):
     P = kern.pack_b(B)
     print(f"2x2x2 x1 block, Python API: {_per_call(lambda: kern(A, P, C)) * 1e6:.2f} us/call packed, "
           f"{_per_call(lambda: kern(A, B, C)) * 1e6:.2f} us/call unpacked")
+    # the packed call's layers: the binding's call (three pointers from NumPy,
+    # then C), and the C function alone on pointers made beforehand
+    nat = kern._strd_last[1]
+    ptrs = [cpu.address(a) for a in (A, P.data, C)]
+    print(f"  of which the binding (pointers + C) {_per_call(lambda: nat.strd(A, P.data, C, 1, True, True)) * 1e6:.2f}"
+          f" us, the C call alone {_per_call(lambda: cpu._run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us")
 
     m, n, k, count = SHAPES[0]
     A, B, C = _data(m, n, k, count, rng)
