@@ -95,7 +95,7 @@ def run(reps=5):
         t["C packed"].append(nat.time_strd(A, P.data, C, count, calls, b_packed=True) / calls)
         t["C per call"].append(nat.time_strd(A, B, C, count, calls) / calls)
     pk = statistics.median(t.pop("peak")) or float("nan")  # no peak on the software tiles
-    print(f"{m}x{n}x{k} x{count}: ideal {flops / pk * 1e3:.2f} us at the peak {pk:.0f} GF/s")
+    print(f"{m}x{n}x{k} x{count}: ideal {flops / pk * 1e-3:.2f} us at the peak {pk:.0f} GF/s")
     for name, ts in t.items():
         us = statistics.median(ts) * 1e6
         print(f"  {name:<14}{us:8.2f} us/call {flops / us * 1e-3:8.1f} GF/s {flops / us * 1e-1 / pk:6.1f}% of peak")
