@@ -20,8 +20,7 @@ import numpy as np
 
 import brgemm
 from brgemm import machine
-from brgemm._brgemm_cpu import lib
-from brgemm.backend import cpu
+from brgemm._brgemm_cpu import ffi, lib
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
 # (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
@@ -75,9 +74,9 @@ def run(reps=5):
     # the packed call's layers: the binding's call (three pointers from NumPy,
     # then C), and the C function alone on pointers made beforehand
     nat = kern._strd_last[1]
-    ptrs = [cpu.address(a) for a in (A, P.data, C)]
+    ptrs = [ffi.from_buffer(a) for a in (A, P.data, C)]
     print(f"  of which the binding (pointers + C) {_per_call(lambda: nat.strd(A, P.data, C, 1, True, True)) * 1e6:.2f}"
-          f" us, the C call alone {_per_call(lambda: cpu._run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us")
+          f" us, the C call alone {_per_call(lambda: lib.brgemm_cpu_run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us")
 
     m, n, k, count = SHAPES[0]
     A, B, C = _data(m, n, k, count, rng)
