@@ -5,7 +5,8 @@
 1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
    registers (four accumulators) and with its tile loads from L1.
 2. The Python call path: a 2x2x2 block (all overhead; and its binding's
-   share, and the C call's alone), and on the 64x64x64 x16 block the API call against the same call from C, packed B and B
+   share, the C call's alone, and the tile config load and release that
+   every API call pays), and on the 64x64x64 x16 block the API call against the same call from C, packed B and B
    packed per call (the difference is the packing).
 3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF),
    bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
@@ -76,7 +77,9 @@ def run(reps=5):
     nat = kern._strd_last[1]
     ptrs = [ffi.from_buffer(a) for a in (A, P.data, C)]
     print(f"  of which the binding (pointers + C) {_per_call(lambda: nat.strd(A, P.data, C, 1, True, True)) * 1e6:.2f}"
-          f" us, the C call alone {_per_call(lambda: lib.brgemm_cpu_run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us")
+          f" us, the C call alone {_per_call(lambda: lib.brgemm_cpu_run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us;"
+          f" a tile config load {lib.brgemm_cpu_amx_config_ns(0, 0.05) * 1e-3:.3f} us, with a release after"
+          f" it {lib.brgemm_cpu_amx_config_ns(1, 0.05) * 1e-3:.3f} us")
 
     m, n, k, count = SHAPES[0]
     A, B, C = _data(m, n, k, count, rng)

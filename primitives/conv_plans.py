@@ -10,6 +10,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
+from brgemm.kernel import SPAN
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b, vnni_tiles
@@ -18,8 +19,8 @@ from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest
-from primitives.conv_update import (FLAT_TILE, c_rows, flat_chunks, flat_layout, flat_parts, update_flat_nest,
-                                    update_form, update_narrow_nest, update_nest)
+from primitives.conv_update import (FLAT_TILE, c_rows, flat_layout, flat_parts, flat_sizes,
+                                    update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, block_y
 
 
@@ -87,7 +88,10 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     Q = (W + 2 * padding[1] - S) // stride[1] + 1
     P_ = (H + 2 * padding[0] - R) // stride[0] + 1
     bc, bk = pick_block(C, f["bc"], 16), pick_block(K, f["bk"], 16)
-    flat = cfg["upd"]["flat"]
+    fl = flat_sizes(P_, H + 2 * padding[0], W + 2 * padding[1], R, S, *stride)
+    # the flat nest's blocks span bc planes of x: past the kernel's reach per
+    # block (huge images), the row nests do the update
+    flat = cfg["upd"]["flat"] and bc * fl.L * 4 <= SPAN
     # enough weight-update tasks: split its reduction until there are `tiles` of them
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
     units = N * P_  # what the shares split: output rows, or the flat nest's chunks
@@ -96,11 +100,10 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     splits = 1
     if flat:
         tiles *= nblocks(bc, FLAT_TILE) * nblocks(bk, FLAT_TILE) if parts else 1
-        chunks, Tc = flat_chunks(P_, nblocks(W + 2 * padding[1], stride[1]))
-        units = N * chunks
+        units = N * fl.chunks
         # and shares small enough that a tile's x and dy of one share (counted
         # in bf16) stay in a core's cache while its taps and C blocks pass over them
-        splits = -(-units * Tc * (bc + bk) * 2 // (cfg["upd"]["share_kb"] << 10))
+        splits = -(-units * fl.Tc * (bc + bk) * 2 // (cfg["upd"]["share_kb"] << 10))
     splits = max(1, min(units, max(splits, -(-cfg["upd"]["tiles"] // tiles))))
     # units per share rounded up can leave the last shares with none, and an
     # empty share would leave its slice of the reduction buffer unwritten:

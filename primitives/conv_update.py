@@ -118,14 +118,20 @@ class FlatLayout:
     Lt = property(lambda f: f.Pt * f.Ws)  # pixels per (image, channel block) of dyf: even
 
 
-@functools.lru_cache(maxsize=64)
-def flat_layout(g):
-    Hs, Ws = nblocks(g.Hp, g.sh), nblocks(g.Wp, g.sw)
-    chunks, Tc = flat_chunks(g.P, Ws)
-    reach = ((g.R - 1) // g.sh) * Ws + (g.S - 1) // g.sw + chunks * Tc
+def flat_sizes(P, Hp, Wp, R, S, sh, sw):
+    """The FlatLayout of output rows P, a padded input Hp x Wp, an R x S kernel
+    and strides sh, sw."""
+    Hs, Ws = nblocks(Hp, sh), nblocks(Wp, sw)
+    chunks, Tc = flat_chunks(P, Ws)
+    reach = ((R - 1) // sh) * Ws + (S - 1) // sw + chunks * Tc
     L = -(-max(Hs * Ws, reach) // 32) * 32
     Pt = nblocks(chunks * Tc, Ws)
     return FlatLayout(Hs, Ws, chunks, Tc, L, Pt + Pt * Ws % 2)  # VNNI pairs: an even Lt
+
+
+@functools.lru_cache(maxsize=64)
+def flat_layout(g):
+    return flat_sizes(g.P, g.Hp, g.Wp, g.R, g.S, g.sh, g.sw)
 
 
 def flat_parts(g):

@@ -123,6 +123,15 @@ def test_flat_update_random_shapes(rng, backend, dtype):
         np.testing.assert_allclose(planned, eager, rtol=1e-5, atol=1e-5 * float(np.abs(eager).max()))
 
 
+def test_flat_update_leaves_huge_images_to_the_row_nests():
+    """A block of the flat update spans bc planes of the whole image: where
+    that passes the kernel's 2**31 bytes per block, the row nest takes over."""
+    cfg = {"upd": {"flat": True}}
+    assert conv.geometry(1, 64, 64, 64, 64, 3, 3, (1, 1), (1, 1), config=cfg).flat
+    g = conv.geometry(1, 64, 64, 4096, 4096, 3, 3, (1, 1), (1, 1), config=cfg)
+    assert not g.flat and conv.update_form(g) == "rows"
+
+
 def test_default_config_and_eager_match(rng):
     x = rng.standard_normal((2, 64, 12, 12)).astype(np.float32)
     w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)

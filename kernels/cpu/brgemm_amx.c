@@ -415,6 +415,30 @@ static float probe_steps(long iters, int loads) {
 
 float brgemm_amx_probe_4acc(long iters) { return probe_steps(iters, 0); }
 float brgemm_amx_probe_2x2_l1(long iters) { return probe_steps(iters, 1); }
+
+/* What every call through the API pays around its tile work: a config load
+ * (the last call released the tiles) and, with `release`, the release after
+ * it; one tile zeroed and stored in between so that the tiles are in use. */
+static float probe_config(long iters, int release) {
+  float out[16 * 16] __attribute__((aligned(64)));
+  tile_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  for (long i = 0; i < iters; ++i) {
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_stored(0, out, 64);
+    if (release) _tile_release();
+  }
+  _tile_release();
+  tiles_loaded = 0;
+  MEMORY_BARRIER();
+  return out[0];
+}
+
+float brgemm_amx_probe_config(long iters) { return probe_config(iters, 0); }
+float brgemm_amx_probe_config_release(long iters) { return probe_config(iters, 1); }
 #endif
 
 const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, takes_vnni_b, packed_b_elems, pack_b,

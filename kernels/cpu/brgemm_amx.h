@@ -55,6 +55,10 @@ float brgemm_amx_peak_run(long iters);
  * L1-resident buffer (2x2_l1). */
 float brgemm_amx_probe_4acc(long iters);
 float brgemm_amx_probe_2x2_l1(long iters);
+/* `iters` tile config loads, each with a tile zeroed and stored, and with
+ * (config_release) or without a tile release after each. */
+float brgemm_amx_probe_config(long iters);
+float brgemm_amx_probe_config_release(long iters);
 
 /* Release this thread's tiles if the selected implementation loaded any. */
 void brgemm_amx_release(void);

@@ -291,6 +291,10 @@ double brgemm_cpu_amx_peak(double seconds);
  * four tile loads per step from L1. Against brgemm_cpu_amx_peak they say
  * what the 2x2 C tiles and the loads cost before any data comes from L2. */
 double brgemm_cpu_amx_probe(int pattern, double seconds);
+/* Nanoseconds per tile config load (with a tile zeroed and stored) and, with
+ * release, a tile release after each: what a kernel call through the API pays
+ * around its tile work (0 without AMX tiles). */
+double brgemm_cpu_amx_config_ns(int release, double seconds);
 
 #ifdef __cplusplus
 }

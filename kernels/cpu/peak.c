@@ -109,6 +109,13 @@ double brgemm_cpu_amx_peak(double seconds) {
   return best_rate(brgemm_amx_peak_run, 6 * 16.0 * 16 * 32 * 2, seconds);
 }
 
+double brgemm_cpu_amx_config_ns(int release, double seconds) {
+  if (brgemm_amx_selected() != &brgemm_amx_hardware) return 0.0;
+  /* best_rate counts one "flop" per round: billions of rounds per second */
+  return 1.0 / best_rate(release ? brgemm_amx_probe_config_release : brgemm_amx_probe_config, 1.0,
+                         seconds);
+}
+
 double brgemm_cpu_amx_probe(int pattern, double seconds) {
   if (brgemm_amx_selected() != &brgemm_amx_hardware || pattern < 0 || pattern > 1) return 0.0;
   return best_rate(pattern ? brgemm_amx_probe_2x2_l1 : brgemm_amx_probe_4acc, 4 * 16.0 * 16 * 32 * 2,
