@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 import brgemm
 from benchmarks.common import read_shapes
-from brgemm.machine import cuda_has_tensor_cores, device_name, unavailable_reason
+from brgemm.machine import (cuda_has_tensor_cores, cuda_launch_settings, cuda_launches,
+                            cuda_max_clusters, device_name, unavailable_reason)
 from primitives import conv, fc, gemm, lstm
 
 
@@ -94,31 +95,17 @@ def run_gemm(quick):
             ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
             theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
             row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread,
-                f"torch.matmul; launch {launch_shapes(p)}")
+                f"torch.matmul; launch {cuda_launches(p)}")
 
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128)]
 
 
-def launch_shapes(p):
-    """(tasks, entry point, cluster size) of each phase of a plan run on "cuda"."""
-    tables = p._replays["cuda"].tables
-    return [(tables.phase_begin[i + 1] - tables.phase_begin[i], entry, cluster)
-            for i, (entry, cluster) in enumerate(tables.launches(True))]
-
-
-def with_settings(fn, **kw):
-    """fn() with brgemm.backend.cuda's launch settings changed for its duration."""
-    from brgemm.backend import cuda
-    old = {k: getattr(cuda, k) for k in kw}
-    for k, v in kw.items():
-        setattr(cuda, k, v)
-    try:
+def timed_with(fn, **settings):
+    """fn() with the CUDA backend's launch settings changed for its duration."""
+    with cuda_launch_settings(**settings):
         return fn()
-    finally:
-        for k, v in old.items():
-            setattr(cuda, k, v)
 
 
 def run_fc(quick):
@@ -149,9 +136,9 @@ def run_fc(quick):
                 t, spread, blocks, p, tensors = best
                 extra = ""
                 if dtype == "bf16":
-                    shape = launch_shapes(p)
+                    shape = cuda_launches(p)
                     off, small, large = (
-                        with_settings(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
+                        timed_with(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
                         for kw in ({"max_cluster": 1}, {"small_tiles": True},
                                    {"small_tiles": False}))
                     extra = (f"; launch {shape}; no split {off:.1f} us, 2/SM {small:.1f} us, "
@@ -217,10 +204,8 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = False
     print(f"{device_name('cuda')}, wgmma path: {cuda_has_tensor_cores()}, torch {torch.__version__}")
     if cuda_has_tensor_cores():
-        from brgemm.backend.cuda import device
-        dev = device()
         print("clusters the GPU holds at once, by size (tc, tc_small):",
-              {size: (dev.max_clusters("tc_split", size), dev.max_clusters("tc_small", size))
+              {size: (cuda_max_clusters("tc_split", size), cuda_max_clusters("tc_small", size))
                for size in range(1, 9)})
     for what in args.what.split(","):
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)

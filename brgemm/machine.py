@@ -1,7 +1,11 @@
 """Facts about this machine and its backends that benchmarks and tools need:
 peak probes, the CPU runtime's thread count, device names, why a backend is
-missing. Public, so that nothing outside brgemm reaches into brgemm.backend."""
+missing, how the CUDA backend launches a plan. Public, so that nothing
+outside brgemm reaches into brgemm.backend."""
+import contextlib
+
 from brgemm.backend import _module, get, resolve
+from brgemm.plan import Plan
 
 
 def resolve_backend(backend=None) -> str:
@@ -58,6 +62,59 @@ def device_name(backend: str) -> str:
 def cuda_has_tensor_cores() -> bool:
     """True where the CUDA backend's bf16 tensor-core (wgmma) path runs."""
     return get("cuda").has_tensor_cores()
+
+
+_KEEP = object()  # a launch setting left as it is
+
+
+@contextlib.contextmanager
+def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP):
+    """Within the block, plans run on "cuda" launch their phases with these
+    settings, and the old ones come back after it (process-wide, not per
+    thread). max_cluster: the most blocks of a thread-block cluster that share
+    one task's reductions (1: never split; the backend's default is 8).
+    small_tiles: phases of 64-row tiles on the entry point that fits two blocks
+    per SM always (True), never (False) or where the backend's choice says
+    (None, the default). A BackendUnavailable where CUDA does not run here."""
+    if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
+                                     or not isinstance(max_cluster, int) or max_cluster < 1):
+        raise ValueError(f"max_cluster: expected a positive int, got {max_cluster!r}")
+    if small_tiles is not _KEEP and small_tiles is not None and not isinstance(small_tiles, bool):
+        raise ValueError(f"small_tiles: expected True, False or None, got {small_tiles!r}")
+    cuda = get("cuda")
+    new = {k: v for k, v in (("max_cluster", max_cluster), ("small_tiles", small_tiles))
+           if v is not _KEEP}
+    old = {k: getattr(cuda, k) for k in new}
+    for k, v in new.items():
+        setattr(cuda, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(cuda, k, v)
+
+
+def cuda_launches(plan):
+    """(tasks, entry point, cluster size) of each phase of `plan` as the CUDA
+    backend launches it now (tensors 16-byte aligned, as device tensors are;
+    the settings of cuda_launch_settings). Uploads the plan's tables on its
+    first use on "cuda", as a run does."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected a brgemm.plan.Plan, got {type(plan).__name__}")
+    tables = plan.replay("cuda").tables
+    return [(tables.phase_begin[i + 1] - tables.phase_begin[i], entry, cluster)
+            for i, (entry, cluster) in enumerate(tables.launches(True))]
+
+
+def cuda_max_clusters(entry: str, size: int) -> int:
+    """How many clusters of `size` blocks of the CUDA entry point `entry`
+    ("tc_split", "tc_small", ...) the GPU holds at once (0: they cannot launch)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size: expected a positive int, got {size!r}")
+    dev = get("cuda").device()
+    if entry not in dev.entry:
+        raise ValueError(f"entry: expected one of {', '.join(sorted(dev.entry))}, got {entry!r}")
+    return dev.max_clusters(entry, size)
 
 
 def point_opencl_loader():

@@ -9,9 +9,7 @@ import subprocess
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Known exceptions, each with the reason it is not fixed yet (new ones fail)
-KNOWN = {
-    ("benchmarks/gpu.py", "brgemm.backend"): "it times the CUDA backend's launch settings",
-}
+KNOWN = {}
 
 
 def imports(path):
