@@ -38,7 +38,9 @@ class Eager:
                                                lda=blk.lda, ldb=blk.ldb)
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
         if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
-            B = np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs])
+            # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
+            B = np.ascontiguousarray(
+                np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs]))
             kern = self._kernels.get((blk, "plain b"))
             if kern is None:
                 kern = self._kernels[blk, "plain b"] = Kernel(

@@ -1,4 +1,4 @@
-"""B operands in VNNI pairs: the layout the AMX kernel reads without packing.
+"""B operands in VNNI pairs: the layout bf16 kernels read without packing.
 
 A bf16 tile [rows][cols] becomes [rows/2][cols][2]: rows 2p and 2p+1 of a
 column side by side. Blocks recorded with `Block(..., b_vnni=True)` read their
@@ -12,8 +12,9 @@ from brgemm.backend import cpu
 
 
 def takes_vnni_b(k, dtype, backend="cpu"):
-    """Whether blocks of depth k read B as VNNI pairs here: bf16 kernels on AMX
-    tiles (the CPU backend) whose k splits into whole tile chunks."""
+    """Whether blocks of depth k read B as VNNI pairs here: bf16 kernels of the
+    CPU backend, on AMX tiles for a k that splits into whole tile chunks, else
+    for any even k (AVX512-BF16 dot products read the pairs as they are)."""
     return dtype == "bf16" and backend == "cpu" and cpu.takes_vnni_b(k)
 
 

@@ -184,8 +184,9 @@ def amx():
 
 
 def takes_vnni_b(k):
-    """Whether bf16 kernels of depth k run on AMX with B as VNNI pairs in place."""
-    return bool(lib.brgemm_cpu_takes_vnni_b(k))
+    """Whether bf16 kernels of depth k take B as VNNI pairs in place here (on
+    AMX: k in whole tile chunks; elsewhere any even k)."""
+    return bool(lib.brgemm_cpu_reads_vnni_b(k))
 
 
 def amx_model_faults():

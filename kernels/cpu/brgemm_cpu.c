@@ -21,7 +21,9 @@ struct brgemm_cpu_kernel {
   brgemm_cpu_desc d;
   int path;
   int via_scratch;  /* kernel writes a scratch tile that is then combined into C */
-  void* fn;         /* libxsmm function: native form for f32, address form for bf16 */
+  void* fn;         /* libxsmm function: native form for f32, address form for bf16
+                       (offset form for bf16-vnni kernels of VNNI B in place: offs_direct) */
+  int offs_direct;  /* bf16-vnni, b_vnni, offset form: plan calls go to fn with no lists */
   brgemm_jit_code code;  /* the mapping fn lives in (jit.c), released with the kernel */
   const brgemm_amx_impl* amx;  /* PATH_BF16_AMX: our tile kernel instead of libxsmm */
   brgemm_amx_kernel* amx_kernel;
@@ -76,6 +78,14 @@ static void widen_block(const uint16_t* src, int64_t rows, int64_t cols, int64_t
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = brgemm_bf16_to_f32(src[r * ld + c]);
 }
 
+/* k x n bf16 block in VNNI pairs (element (r, j) at (r/2) * 2*ld + 2*j + r%2, k even)
+ * -> contiguous f32 k x n */
+static void widen_vnni_block(const uint16_t* src, int64_t k, int64_t n, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      dst[r * n + c] = brgemm_bf16_to_f32(src[(r / 2) * 2 * ld + 2 * c + r % 2]);
+}
+
 /* k x n bf16 block (row stride ld) -> VNNI pairs [k/2][n][2] (k even) */
 static void vnni_block(const uint16_t* src, int64_t k, int64_t n, int64_t ld, uint16_t* dst) {
   for (int64_t p = 0; p < k / 2; ++p)
@@ -102,13 +112,22 @@ static int desc_valid(const brgemm_cpu_desc* d) {
   const int64_t ec = d->dtype_c == BRGEMM_F32 ? 4 : 2;
   if (d->m * d->lda * ea > span || d->k * d->ldb * ea > span || d->m * d->ldc * ec > span) return 0;
   if (d->stride_a * ea > span || d->stride_b * ea > span) return 0;
-  if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_takes_vnni_b(d->k))) return 0;
+  if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_reads_vnni_b(d->k))) return 0;
   return 1;
 }
 
 static int bf16_dot_available(void) {
   /* libxsmm 1.17 JITs bf16 dot products for AVX512-BF16 (cpx) and later */
   return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512_CPX;
+}
+
+/* AMX kernels take the k that split into whole tile chunks; the others any even
+ * k: libxsmm's bf16 dot products read B (its A) in exactly these pairs, and the
+ * widening path reads them too. */
+int brgemm_cpu_reads_vnni_b(int64_t k) {
+  libxsmm_init();
+  if (brgemm_amx_selected()) return brgemm_cpu_takes_vnni_b(k);
+  return k >= 2 && k % 2 == 0;
 }
 
 int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
@@ -147,11 +166,20 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     kr->via_scratch = !direct_ab;
     int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
     if (kr->via_scratch || d->beta == 0.0f) flags |= LIBXSMM_GEMM_FLAG_BETA_0;
-    libxsmm_blasint lda = M, ldb = (libxsmm_blasint)d->lda;
+    /* B in VNNI pairs in place: libxsmm's A with pair rows 2 ldb apart, so its lda
+     * is ldb; packed per call otherwise, [k/2][n][2] (lda n) */
+    libxsmm_blasint lda = d->b_vnni ? (libxsmm_blasint)d->ldb : M, ldb = (libxsmm_blasint)d->lda;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
-    jit = brgemm_jit_gemm(!kr->via_scratch && d->dtype_c == BRGEMM_BF16 ? BRGEMM_JIT_BF16_BF16
-                                                                         : BRGEMM_JIT_BF16_F32,
-                          BRGEMM_JIT_ADDR, M, N, K, lda, ldb, ldc, flags, 0, 0, &kr->code);
+    const int types = !kr->via_scratch && d->dtype_c == BRGEMM_BF16 ? BRGEMM_JIT_BF16_BF16
+                                                                     : BRGEMM_JIT_BF16_F32;
+    /* with nothing to pack, plans' byte offsets go straight to an offset-form kernel */
+    kr->offs_direct = d->b_vnni && d->form == BRGEMM_OFFS;
+    jit = brgemm_jit_gemm(types, kr->offs_direct ? BRGEMM_JIT_OFFS : BRGEMM_JIT_ADDR, M, N, K,
+                          lda, ldb, ldc, flags, 0, 0, &kr->code);
+    if (jit == -1 && kr->offs_direct) {  /* no offset form from the generator: lists then */
+      kr->offs_direct = 0;
+      jit = brgemm_jit_gemm(types, BRGEMM_JIT_ADDR, M, N, K, lda, ldb, ldc, flags, 0, 0, &kr->code);
+    }
   } else {
     /* no bf16 dot products here (or odd k or lda): widen blocks to f32, which is
      * exact, and accumulate in f32 as the bf16 contract says */
@@ -230,6 +258,7 @@ static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const voi
   if (kr->path == PATH_BF16_AMX) return kr->amx->run(kr->amx_kernel, a, b, c, count, b_packed);
   const brgemm_cpu_desc* d = &kr->d;
   const int widen = kr->path == PATH_BF16_VIA_F32;
+  if (d->b_vnni && !widen) b_packed = 1;  /* the pairs the kernel reads, in place */
   const size_t bsz = (size_t)d->k * d->n * (widen ? 4 : 2);
   const size_t asz = widen ? (size_t)d->m * d->k * 4 : 0;
   const size_t ptrs = round64((size_t)count * sizeof(void*));
@@ -251,6 +280,9 @@ static int run_bf16(const brgemm_cpu_kernel* kr, const void* const* a, const voi
     }
     if (b_packed) {
       bp[i] = b[i];
+    } else if (d->b_vnni) {
+      widen_vnni_block((const uint16_t*)b[i], d->k, d->n, d->ldb, (float*)(mine + a_blk));
+      bp[i] = mine + a_blk;
     } else {
       brgemm_cpu_pack_b(kr, b[i], d->ldb, mine + a_blk);
       bp[i] = mine + a_blk;
@@ -369,6 +401,20 @@ int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kr, const void* a, const 
     if (kr->via_scratch) combine(&kr->d, dst, c);
     return BRGEMM_OK;
   }
+  if (kr->offs_direct) {
+    float* dst = f32_dst(kr, c);
+    if (!dst) return BRGEMM_ENOMEM;
+    unsigned long long cnt = (unsigned long long)count;
+    if (!kr->via_scratch && kr->d.dtype_c == BRGEMM_BF16)
+      ((libxsmm_bmmfunction_reducebatch_offs)kr->fn)(
+          (const libxsmm_bfloat16*)b, (const libxsmm_bfloat16*)a, (libxsmm_bfloat16*)c, &cnt,
+          b_offs, a_offs);
+    else
+      ((libxsmm_bsmmfunction_reducebatch_offs)kr->fn)(
+          (const libxsmm_bfloat16*)b, (const libxsmm_bfloat16*)a, dst, &cnt, b_offs, a_offs);
+    if (kr->via_scratch) combine(&kr->d, dst, c);
+    return BRGEMM_OK;
+  }
   const void** ap = (const void**)scratch_get(SLOT_LISTS, (size_t)count * 2 * sizeof(void*));
   if (!ap) return BRGEMM_ENOMEM;
   const void** bp = ap + count;
@@ -399,7 +445,7 @@ static int run_offs_(const brgemm_cpu_kernel* kr, const void* a, const void* b,
     bo[i] = (unsigned long long)b_offs[i] * eb;
   }
   /* the byte-offset runner reuses SLOT_LISTS for bf16 address lists: copy out first */
-  if (kr->path != PATH_F32) {
+  if (kr->path != PATH_F32 && !kr->offs_direct) {
     const void** ap = (const void**)ao;  /* same size per entry: convert in place */
     const void** bp = (const void**)bo;
     for (int64_t i = 0; i < count; ++i) {

@@ -76,8 +76,8 @@ typedef struct {
   int64_t stride_b;      /* BRGEMM_STRD only: elements between B_i and B_{i+1} */
   float alpha, beta;
   int b_vnni;            /* B blocks are VNNI pairs in place: element (r, j) of a block
-                            at (r/2) * 2*ldb + 2*j + r%2; bf16-amx kernels of a k that
-                            brgemm_cpu_takes_vnni_b accepts, else BRGEMM_EINVAL */
+                            at (r/2) * 2*ldb + 2*j + r%2; bf16 kernels of a k that
+                            brgemm_cpu_reads_vnni_b accepts, else BRGEMM_EINVAL */
 } brgemm_cpu_desc;
 
 typedef struct brgemm_cpu_kernel brgemm_cpu_kernel;
@@ -102,6 +102,11 @@ const char* brgemm_cpu_amx_impl(void);
 /* Non-zero when bf16 kernels of depth k run on AMX and take B as VNNI pairs in
  * place (desc.b_vnni): k even and split into whole tile chunks. */
 int brgemm_cpu_takes_vnni_b(int64_t k);
+/* Non-zero when bf16 kernels of depth k here take B as VNNI pairs in place
+ * (desc.b_vnni): on AMX, brgemm_cpu_takes_vnni_b; elsewhere any even k (the
+ * AVX512-BF16 dot products read those pairs with nothing to pack, and the
+ * widening path reads them too). */
+int brgemm_cpu_reads_vnni_b(int64_t k);
 /* The model's count of tile instructions the hardware would have faulted on. */
 int64_t brgemm_cpu_amx_model_faults(void);
 
