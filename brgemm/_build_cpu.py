@@ -46,9 +46,11 @@ ffibuilder.set_source(
     # relative paths: setuptools refuses absolute ones
     # brgemm_amx.c holds AMX and AVX-512 code behind its own target pragma (run
     # only after CPUID says so); brgemm_amx_model.c is the same source over the
-    # software tiles the tests use
+    # software tiles the tests use; epilogue_avx2.c and epilogue_avx512.c likewise
+    # hold code for CPUs that epilogue.c checks for before calling it
     sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "brgemm_amx", "brgemm_amx_model",
-                                                  "epilogue", "epilogue_avx2", "plan", "layout", "jit",
+                                                  "epilogue", "epilogue_avx2", "epilogue_avx512",
+                                                  "plan", "layout", "jit",
                                                   "layout_image", "layout_vnni", "peak",
                                                   "timing")],
     include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),

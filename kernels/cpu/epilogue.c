@@ -6,17 +6,101 @@
 #include "epilogue.h"
 
 #define EPILOGUE_FN apply_op_base
+#define EPILOGUE_FUSED_FN forward_ops_base
 #include "epilogue_body.h"
 
 int apply_op_avx2(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
                   void* const* tensors);
+void forward_ops_avx2(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, int act,
+                      uint16_t* dst, int64_t ld);
+void forward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, int relu,
+                        uint16_t* dst, int64_t ld);
 
-int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
-                        void* const* tensors) {
+static int has_avx2(void) {
   static int avx2 = -1;  /* a benign race: every thread computes the same value */
   if (avx2 < 0) {
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }
-  return avx2 ? apply_op_avx2(op, c, m, n, ldc, tensors) : apply_op_base(op, c, m, n, ldc, tensors);
+  return avx2;
+}
+
+static int has_avx512_bf16(void) {
+  static int yes = -1;
+  if (yes < 0) {
+    __builtin_cpu_init();
+    yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }
+  return yes;
+}
+
+int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
+                        void* const* tensors) {
+  return has_avx2() ? apply_op_avx2(op, c, m, n, ldc, tensors) : apply_op_base(op, c, m, n, ldc, tensors);
+}
+
+/* The op with its operands moved down r rows of C (which the caller moves). */
+static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc) {
+  brgemm_plan_op o = *op;
+  switch (op->code) {
+    case BRGEMM_OP_STORE_T:
+    case BRGEMM_OP_STORE_T_BF16:
+      o.offset[0] += r;  /* C's row i is the destination's column i */
+      break;
+    case BRGEMM_OP_LSTM_CELL:  /* the gates are C-shaped (ldc), the states ld apart */
+      o.offset[0] += r * ldc;
+      for (int q = 1; q < BRGEMM_OP_OPERANDS; ++q) o.offset[q] += r * op->ld;
+      break;
+    case BRGEMM_OP_BIAS:
+      break;
+    default:  /* row-shaped operands, ld apart (unused slots move harmlessly) */
+      for (int q = 0; q < BRGEMM_OP_OPERANDS; ++q) o.offset[q] += r * op->ld;
+  }
+  return o;
+}
+
+/* Is ops[0..count) [bias] [relu | sigmoid | tanh] store_bf16 (two or three
+ * ops)? Then the bias (or NULL), the activation's code (or 0) and the store. */
+static const brgemm_plan_op* forward_chain(const brgemm_plan_op* ops, int32_t count,
+                                           const brgemm_plan_op** bias, int* act) {
+  if (count < 2 || count > 3 || ops[count - 1].code != BRGEMM_OP_STORE_BF16) return NULL;
+  int i = 0;
+  *bias = ops[0].code == BRGEMM_OP_BIAS ? &ops[i++] : NULL;
+  *act = 0;
+  if (i < count - 1) {
+    const int code = ops[i].code;
+    if (code != BRGEMM_OP_RELU && code != BRGEMM_OP_SIGMOID && code != BRGEMM_OP_TANH) return NULL;
+    *act = code;
+    ++i;
+  }
+  return i == count - 1 ? &ops[i] : NULL;
+}
+
+int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int64_t m, int64_t n,
+                         int64_t ldc, void* const* tensors) {
+  if (count == 1) return brgemm_cpu_apply_op(ops, c, m, n, ldc, tensors);
+  const brgemm_plan_op *bias, *store;
+  int act;
+  if ((store = forward_chain(ops, count, &bias, &act)) != NULL) {
+    /* a forward layer's epilogue: one pass over C instead of one per op */
+    const float* b = bias ? (const float*)tensors[bias->tensor[0]] + bias->offset[0] : NULL;
+    uint16_t* dst = (uint16_t*)tensors[store->tensor[0]] + store->offset[0];
+    if ((act == 0 || act == BRGEMM_OP_RELU) && has_avx512_bf16())
+      forward_ops_avx512(c, m, n, ldc, b, act == BRGEMM_OP_RELU, dst, store->ld);
+    else
+      (has_avx2() ? forward_ops_avx2 : forward_ops_base)(c, m, n, ldc, b, act, dst, store->ld);
+    return BRGEMM_OK;
+  }
+  /* a few KiB of C at a time: every op passes over a chunk while it is in L1 */
+  const int64_t step = n >= 2048 ? 1 : 2048 / n;
+  for (int64_t r = 0; r < m; r += step) {
+    const int64_t rows = m - r < step ? m - r : step;
+    for (int32_t j = 0; j < count; ++j) {
+      const brgemm_plan_op o = rows_down(&ops[j], r, ldc);
+      const int rc = brgemm_cpu_apply_op(&o, c + r * ldc, rows, n, ldc, tensors);
+      if (rc != BRGEMM_OK) return rc;
+    }
+  }
+  return BRGEMM_OK;
 }

@@ -6,4 +6,10 @@
 /* Apply one op to the f32 block c (m x n, row stride ldc). */
 int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
                         void* const* tensors);
+/* All `count` ops of one call on its block, in order, a chunk of rows at a time
+ * (each chunk through every op while it is in L1): the same results as
+ * applying the ops one after another to the whole block, since each op reads
+ * and writes only the rows of the chunk. */
+int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int64_t m, int64_t n,
+                         int64_t ldc, void* const* tensors);
 #endif

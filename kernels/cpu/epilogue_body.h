@@ -30,8 +30,57 @@ static inline float exp_approx(float x) {
 static inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 static inline float tanh_approx(float x) { return 2.0f * sigmoid(2.0f * x) - 1.0f; }
 
+/* A forward layer's epilogue in one pass: C = act(C + bias) (bias may be NULL,
+ * act BRGEMM_OP_RELU/SIGMOID/TANH or 0 for none), and its bf16 copy to dst (row
+ * stride ld): what the ops bias, act, store_bf16 give one after another. One
+ * loop per case, branch-free inside, so each vectorises. */
+#define FORWARD_ROWS(BIAS, ACT)                                 \
+  for (int64_t i = 0; i < m; ++i) {                             \
+    float* restrict row = c + i * ldc;                          \
+    uint16_t* restrict out = dst + i * ld;                      \
+    _Pragma("GCC ivdep") for (int64_t j = 0; j < n; ++j) {      \
+      float v = row[j];                                         \
+      BIAS;                                                     \
+      v = ACT;                                                  \
+      row[j] = v;                                               \
+      out[j] = brgemm_f32_to_bf16(v);                           \
+    }                                                           \
+  }
+#define FORWARD_ACTS(BIAS)                                                      \
+  switch (act) {                                                                \
+    case BRGEMM_OP_RELU: FORWARD_ROWS(BIAS, v < 0.0f ? 0.0f : v) break;         \
+    case BRGEMM_OP_SIGMOID: FORWARD_ROWS(BIAS, sigmoid(v)) break;               \
+    case BRGEMM_OP_TANH: FORWARD_ROWS(BIAS, tanh_approx(v)) break;              \
+    default: FORWARD_ROWS(BIAS, v) break;                                       \
+  }
+
+static void EPILOGUE_FUSED_FN(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias,
+                              int act, uint16_t* dst, int64_t ld) {
+  if (ldc == n && ld == n && !bias) {  /* rows end to end: one long row */
+    n *= m;
+    m = 1;
+  }
+  if (bias) {
+    FORWARD_ACTS(v += bias[j])
+  } else {
+    FORWARD_ACTS((void)0)
+  }
+}
+#undef FORWARD_ACTS
+#undef FORWARD_ROWS
+
 static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n, int64_t ldc,
                         void* const* tensors) {
+  /* element-wise ops on rows laid end to end (C's and the operand's): one long
+   * row, so narrow blocks (16 to 64 columns) run no per-row loop overhead */
+  const int elementwise = op->code == BRGEMM_OP_RELU || op->code == BRGEMM_OP_SIGMOID ||
+                          op->code == BRGEMM_OP_TANH;
+  const int with_operand = op->code == BRGEMM_OP_STORE_BF16 || op->code == BRGEMM_OP_RELU_BWD ||
+                           op->code == BRGEMM_OP_SIGMOID_BWD || op->code == BRGEMM_OP_TANH_BWD;
+  if (m > 1 && ldc == n && (elementwise || (with_operand && op->ld == n))) {
+    n *= m;
+    m = 1;
+  }
   switch (op->code) {
     case BRGEMM_OP_BIAS: {
       const float* bias = (const float*)tensors[op->tensor[0]] + op->offset[0];

@@ -63,9 +63,10 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b],
                                      (const unsigned long long*)(p->a_offs + c->offs),
                                      (const unsigned long long*)(p->b_offs + c->offs), cb, c->count, 0);
-  for (int32_t j = 0; with_ops && rc == BRGEMM_OK && j < c->op_count; ++j)
-    rc = brgemm_cpu_apply_op(&p->ops[c->op_begin + j], (float*)cb, brgemm_cpu_dim(kr, 'm'),
-                             brgemm_cpu_dim(kr, 'n'), brgemm_cpu_dim(kr, 'c'), tensors);
+  if (with_ops && rc == BRGEMM_OK && c->op_count)
+    rc = brgemm_cpu_apply_ops(&p->ops[c->op_begin], c->op_count, (float*)cb,
+                              brgemm_cpu_dim(kr, 'm'), brgemm_cpu_dim(kr, 'n'),
+                              brgemm_cpu_dim(kr, 'c'), tensors);
   return rc;
 }
 
