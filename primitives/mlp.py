@@ -102,17 +102,18 @@ def geometry(N, sizes, acts, has_bias, dtype, train, config=None):
 # ---------------------------------------------------------------- the loop nests
 
 
-def plan(g, pass_, train=False):
+def plan(g, pass_, train=False, out16=False):
     """The recorded plan of the forward (pass_ "fwd", train: keep what backward
-    reads) or the backward ("bwd": backward-data and weight gradients)."""
+    reads) or the backward ("bwd": backward-data and weight gradients); out16:
+    its result (y, dx) in bf16 (Places)."""
     def record():
-        rec = P.Recorder(tensors(g, pass_, train))
+        rec = P.Recorder(tensors(g, pass_, train, out16))
         if pass_ == "fwd":
-            forward_nest(rec, _loops(g), g, train)
+            forward_nest(rec, _loops(g), g, train, out16)
         else:
-            backward_nest(rec, _loops(g), g)
+            backward_nest(rec, _loops(g), g, out16)
         return rec.finish()
-    return _plans.get((g, pass_, train), record)
+    return _plans.get((g, pass_, train, out16), record)
 
 
 # ---------------------------------------------------------------- the layer stack
@@ -185,25 +186,28 @@ class Fused:
             # them through state() (fresh ones cost a page fault per page)
             self.g = self.saved = None
         g = geometry(N, self.sizes, self.acts, self.has_bias, self.dtype, train, self.config)
-        pl = Places(g, train)
+        out16 = x.dtype == dtypes.bfloat16  # a bf16 caller gets y in bf16, from the plan
+        pl = Places(g, train, out16)
         t = {"x": x if x.dtype == ab and x.flags.c_contiguous else convert(x, ab),
-             "w": self._weights(pl, False),
-             "y": _results.empty("y", (N, self.sizes[-1]), np.float32)}
+             "w": self._weights(pl, False)}
+        if pl.y32:
+            t["y"] = _results.empty("y", (N, self.sizes[-1]), np.float32)
+        if out16:
+            t["y16"] = _results.empty("y16", (N, self.sizes[-1]), dtypes.bfloat16)
         if g.has_bias:
             t["b"] = self._buffer("b", pl.totals["b"], np.float32)
             for l, layer in enumerate(self.layers):
                 t["b"][pl.b_off[l]:pl.b_off[l] + layer.K] = layer.bias
-        names = tensors(g, "fwd", train)
+        names = tensors(g, "fwd", train, out16)
         for name in ("h", "h16", "s", "s16"):
             if name in names:
                 size, dt = pl.totals["s" if name[0] == "s" else "h"], dtypes.NUMPY[names[name]]
                 t[name] = self._kept.empty(name, (size,), dt) if train and name[0] == "h" else \
                     self._buffer(name, size, dt)
-        plan(g, "fwd", train).run(**t)
+        plan(g, "fwd", train, out16).run(**t)
         self.last = g
         self.g, self.saved = (g, t) if train else (None, None)
-        # a bf16 caller gets bf16 back, through the parallel copy (NumPy's is serial)
-        return t["y"] if x.dtype == np.float32 else convert(t["y"], x.dtype)
+        return t["y16"] if out16 else t["y"]
 
     def state(self):
         """What backward reads of the last training forward (for backward(state=))."""
@@ -218,7 +222,8 @@ class Fused:
                              f"{(g.N, self.sizes[-1]) if g else '(call forward first)'}, "
                              f"got {dy.shape}")
         ab = dtypes.NUMPY[self.dtype]
-        pl = Places(g, True)
+        out16 = dy.dtype == dtypes.bfloat16  # dx in bf16, from the plan
+        pl = Places(g, True, out16)
         dz = dy
         if self.acts[-1] is not None:
             dz = ACT_GRAD[self.acts[-1]](dy.astype(np.float32, copy=False), saved["y"])
@@ -227,10 +232,13 @@ class Fused:
         dzt = self._buffer("dzt", pl.totals["dzt"], ab)
         last = dzt[pl.dzt_off[g.L - 1]:pl.dzt_off[g.L - 1] + g.Nb * K * g.tile]
         to_blocks(dz, K, g.tile, transpose=True, out=last.reshape(1, g.Nb, K, g.tile))
-        names = tensors(g, "bwd", True)
+        names = tensors(g, "bwd", True, out16)
         t = {"x": saved["x"], "wt": self._weights(pl, True), "dz": dz, "dzt": dzt,
-             "dwp": self._buffer("dwp", g.tasks * pl.totals["w"], np.float32),
-             "dx": _results.empty("dx", (g.N, self.sizes[0]), np.float32)}
+             "dwp": self._buffer("dwp", g.tasks * pl.totals["w"], np.float32)}
+        if out16:
+            t["dx16"] = _results.empty("dx16", (g.N, self.sizes[0]), dtypes.bfloat16)
+        else:
+            t["dx"] = _results.empty("dx", (g.N, self.sizes[0]), np.float32)
         if g.has_bias:
             t["ones"] = np.ones(g.tile, ab)
             t["dbp"] = self._buffer("dbp", g.tasks * pl.totals["b"], np.float32)
@@ -241,15 +249,14 @@ class Fused:
             if name in names:
                 t[name] = self._buffer(name, pl.totals["d" if name[0] == "d" else "g"],
                                        dtypes.NUMPY[names[name]])
-        plan(g, "bwd").run(**t)
+        plan(g, "bwd", out16=out16).run(**t)
         dw = t["dwp"].reshape(g.tasks, -1).sum(axis=0)
         db = t["dbp"].reshape(g.tasks, -1).sum(axis=0) if g.has_bias else None
         for l, layer in enumerate(self.layers):
             layer._fused_dw = dw[pl.w_off[l]:pl.w_off[l] + layer.K * layer.C].reshape(layer.K,
                                                                                     layer.C)
             layer.db = db[pl.b_off[l]:pl.b_off[l] + layer.K] if g.has_bias else None
-        dx = t["dx"]
-        return dx if dy.dtype == np.float32 else convert(dx, dy.dtype)
+        return t["dx16"] if out16 else t["dx"]
 
 
 # ---------------------------------------------------------------- tuning

@@ -16,8 +16,13 @@ class Places:
     """Offsets of every tensor region the nests name: a layer's output (or its
     gradient), by tile, in a persistent buffer or the task's scratch slot."""
 
-    def __init__(self, g, train):
+    def __init__(self, g, train, out16=False):
         self.g, self.train = g, train
+        # out16: the pass's result (y forward, dx backward) goes out in bf16, written
+        # by the last call's epilogue from an f32 C in the scratch slot (no f32 copy
+        # in memory), except a y that backward reads for the last activation's act'
+        self.out16 = out16
+        self.y32 = not out16 or (train and g.acts[-1] is not None)
         L, sizes, Nb, T = g.L, g.sizes, g.Nb, g.tasks
         self.bf16 = g.dtype == "bf16"
         self.stored = [l for l in range(L - 1) if train or g.boundary(l)]
@@ -60,7 +65,10 @@ class Places:
         g = self.g
         width = g.sizes[l + 1]
         if l == g.L - 1:
-            return ("y", n * g.tile * width, width), None
+            y16 = ("y16", n * g.tile * width, width) if self.out16 else None
+            if self.y32:
+                return ("y", n * g.tile * width, width), y16
+            return ("s", slot * self.slot + (l % 2) * g.tile * g.width, width), y16
         if l in self.h_off:
             at = self.h_off[l] + n * g.tile * width
             if not self.bf16:
@@ -96,20 +104,34 @@ class Places:
                 ("d16", at, width)
         return ("d", at, width), copy
 
+    def dx(self, n, slot):
+        """(C place (f32), bf16 copy place or None) of dx's tile n (layer 0's
+        backward-data GEMM): dx itself, or with out16 the scratch slot (where
+        dz_0, its A, is not) and dx16."""
+        g = self.g
+        width = g.sizes[0]
+        if not self.out16:
+            return ("dx", n * g.tile * width, width), None
+        return ("d", slot * self.dslot + g.tile * g.fan, width), ("dx16", n * g.tile * width, width)
+
     def dzt(self, l, n):
         """dz_l^T of tile n: [out_l][tile], row stride tile."""
         return self.dzt_off[l] + n * self.g.sizes[l + 1] * self.g.tile
 
 
-def tensors(g, pass_, train):
+def tensors(g, pass_, train, out16=False):
     """name -> dtype of the buffers the pass's plan reads and writes."""
     ab = g.dtype
-    pl = Places(g, train)
+    pl = Places(g, train, out16)
     if pass_ == "fwd":
-        t = {"x": ab, "w": ab, "y": "f32"}
+        t = {"x": ab, "w": ab}
+        if pl.y32:
+            t["y"] = "f32"
+        if out16:
+            t["y16"] = "bf16"
         if g.has_bias:
             t["b"] = "f32"
-        scratch = len(pl.stored) < g.L - 1
+        scratch = len(pl.stored) < g.L - 1 or not pl.y32
         if pl.stored:
             if train or not pl.bf16:
                 t["h"] = "f32"
@@ -120,7 +142,8 @@ def tensors(g, pass_, train):
         if scratch and pl.bf16:
             t["s16"] = "bf16"
         return t
-    t = {"x": ab, "wt": ab, "dz": ab, "dzt": ab, "dwp": "f32", "dx": "f32"}
+    t = {"x": ab, "wt": ab, "dz": ab, "dzt": ab, "dwp": "f32"}
+    t.update(dx16="bf16", d="f32") if out16 else t.update(dx="f32")
     if g.has_bias:
         t.update(ones=ab, dbp="f32")
     if g.L > 1:
@@ -150,9 +173,9 @@ class _Blocks(dict):
         return self[key]
 
 
-def forward_nest(ex, loops, g, train):
+def forward_nest(ex, loops, g, train, out16=False):
     """h_{l+1}[n] = act(h_l[n] @ W_l^T + b_l), all layers of a segment per tile."""
-    pl, blk = Places(g, train), _Blocks()
+    pl, blk = Places(g, train, out16), _Blocks()
     for phase, task, at in loops.walk():
         n, l = at["n"], at["s"] * g.depth + at["l"]
         if l >= g.L:
@@ -171,11 +194,11 @@ def forward_nest(ex, loops, g, train):
                 a, [a_off], "w", [pl.w_off[l]], c, c_off, ops=ops)
 
 
-def backward_nest(ex, loops, g):
+def backward_nest(ex, loops, g, out16=False):
     """Per tile, layers descending: dz_{l-1} = (dz_l @ W_l) * act'(h_l) (with its
     transpose stored for the weight gradients), dx at layer 0; after every
     `group` tiles of a task, dW_l and db_l of those tiles as batch-reduce calls."""
-    pl, blk = Places(g, True), _Blocks()
+    pl, blk = Places(g, True, out16), _Blocks()
     bf16 = g.dtype == "bf16"
     segments = -(-g.L // g.depth)
     for phase, task, at in loops.walk():
@@ -189,9 +212,11 @@ def backward_nest(ex, loops, g):
         a, a_off, lda = pl.dz(l, n, slot)
         out, inp = g.sizes[l + 1], g.sizes[l]
         if l == 0:
-            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=inp, dtype=g.dtype, beta=0.0,
+            (c, c_off, ldc), copy = pl.dx(n, slot)
+            ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=ldc, dtype=g.dtype, beta=0.0,
                         b_vnni=l in pl.vnni_bwd),
-                    a, [a_off], "wt", [pl.w_off[l]], "dx", n * g.tile * inp)
+                    a, [a_off], "wt", [pl.w_off[l]], c, c_off,
+                    ops=(P.store_bf16(*copy),) if copy else ())
         else:
             (c, c_off, ldc), copy = pl.dz_c(l - 1, n, slot)
             h_at = pl.h_off[l - 1] + n * g.tile * inp
