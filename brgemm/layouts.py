@@ -8,7 +8,11 @@ Every copy takes the element type it writes (`dtype`): the source's own, or
 bfloat16 from float32, rounded to nearest even in the same pass. Images
 (`image_to_blocks`, `blocks_to_image`) are [N, C, H, W] arrays with channels
 blocked innermost and a zero border; `taps_to_blocks` tiles a [K, C, *taps]
-array (a convolution's weights) tap by tap."""
+array (a convolution's weights) tap by tap.
+
+`Layout` names a tensor's dimensions and gives element offsets and leading
+dimensions, so that a loop nest reads like its formula (x.at(n, c, h, w)
+for x[n][c][h][w]); `matrix_tiles` is a plain or blocked matrix as tiles."""
 import math
 
 import numpy as np
@@ -289,3 +293,95 @@ def column_sums(x, out=None, threads=None):
                                              x.itemsize, cpu.ffi.cast("float *", cpu.address(out)),
                                              threads or 0), "column_sums")
     return out
+
+
+# ---------------------------------------------------------------- a layout by name
+
+class Layout:
+    """A tensor's dimensions by name, outermost first, and where its elements
+    are: what a loop nest names instead of spelling out flattened offsets.
+    Layout(N=2, Cb=3, Hp=10, Wp=10, bc=16) is a C-contiguous [N][Cb][Hp][Wp][bc]
+    array; at(n, c, h, w) the element offset of [n][c][h][w][0] (indices left
+    out are 0); ld(name) the elements between neighbours along a dimension:
+    the leading dimension of a block whose rows step along it. matrix_tiles
+    views a matrix, plain or blocked, as a grid of tiles.
+
+    Nests record plans in Python loops, so a Layout is made once per plan and
+    at() is plain int arithmetic on precomputed strides. It checks no index
+    against its dimension (the Recorder checks the offsets it is given)."""
+
+    __slots__ = ("names", "shape", "strides", "at")
+
+    def __init__(self, strides=None, **dims):
+        """dims: name=extent, outermost first; strides: the elements between
+        neighbours of each dimension, when not C-contiguous."""
+        if not dims:
+            raise ValueError("dims: expected at least one dimension")
+        for name, n in dims.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name}: expected a positive int extent, got {n!r}")
+        self.names, self.shape = tuple(dims), tuple(dims.values())
+        if strides is None:
+            strides = [1] * len(dims)
+            for i in range(len(dims) - 2, -1, -1):
+                strides[i] = strides[i + 1] * self.shape[i + 1]
+        elif len(strides) != len(dims) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides):
+            raise ValueError(f"strides: expected {len(dims)} non-negative ints, got {strides!r}")
+        self.strides = tuple(strides)
+        self.at = _offset_function(self.strides)
+
+    def ld(self, name):
+        """The elements between neighbours along dimension `name`."""
+        try:
+            return self.strides[self.names.index(name)]
+        except ValueError:
+            raise ValueError(f"name: no dimension {name!r} in {self}") from None
+
+    def transpose(self, *names):
+        """The same elements with the dimensions in this order (all of them, once)."""
+        if sorted(names) != sorted(self.names):
+            raise ValueError(f"names: expected an order of {', '.join(self.names)}, got {names}")
+        order = [self.names.index(n) for n in names]
+        return Layout([self.strides[i] for i in order], **{n: self.shape[i] for n, i in zip(names, order)})
+
+    def __repr__(self):
+        return "Layout " + "".join(f"[{n}={e}]" for n, e in zip(self.names, self.shape)) + \
+            f" strides {self.strides}"
+
+
+def matrix_tiles(rows, cols, br, bc, names, plain=False):
+    """A rows x cols matrix in tiles of br x bc as the grid [Rb][Cb][br][bc],
+    its dimensions named (r, c, "b" + r, "b" + c) for names (r, c): blocked
+    (to_blocks' layout), or plain (row-major, tile (i, j) at row i * br and
+    column j * bc, rows `cols` apart)."""
+    r, c = names
+    dims = {r: nblocks(rows, br), c: nblocks(cols, bc), "b" + r: br, "b" + c: bc}
+    return Layout((br * cols, bc, cols, 1), **dims) if plain else Layout(**dims)
+
+
+# at(*index) for given strides, one function per rank: a generic loop over
+# zip(index, strides) costs twice as much, and nests call at() per offset
+_RANKED = (
+    lambda s0: lambda a=0: a * s0,
+    lambda s0, s1: lambda a=0, b=0: a * s0 + b * s1,
+    lambda s0, s1, s2: lambda a=0, b=0, c=0: a * s0 + b * s1 + c * s2,
+    lambda s0, s1, s2, s3: lambda a=0, b=0, c=0, d=0: a * s0 + b * s1 + c * s2 + d * s3,
+    lambda s0, s1, s2, s3, s4: lambda a=0, b=0, c=0, d=0, e=0:
+        a * s0 + b * s1 + c * s2 + d * s3 + e * s4,
+    lambda s0, s1, s2, s3, s4, s5: lambda a=0, b=0, c=0, d=0, e=0, f=0:
+        a * s0 + b * s1 + c * s2 + d * s3 + e * s4 + f * s5,
+    lambda s0, s1, s2, s3, s4, s5, s6: lambda a=0, b=0, c=0, d=0, e=0, f=0, g=0:
+        a * s0 + b * s1 + c * s2 + d * s3 + e * s4 + f * s5 + g * s6,
+)
+
+
+def _offset_function(strides):
+    if len(strides) <= len(_RANKED):
+        return _RANKED[len(strides) - 1](*strides)
+
+    def at(*index):
+        if len(index) > len(strides):
+            raise TypeError(f"at() takes at most {len(strides)} indices ({len(index)} given)")
+        return sum(i * s for i, s in zip(index, strides))
+    return at
