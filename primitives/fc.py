@@ -36,8 +36,8 @@ from primitives.fc_layers import MLP  # noqa: F401  (public names)
 
 
 # ---------------------------------------------------------------- the loop nests
-# one file per pass (fc_forward, fc_backward, fc_update), each with the nest on
-# blocked tensors and the functional forms' nest on plain matrices.
+# one file per pass (fc_forward, fc_backward, fc_update), each the pass as a
+# tiled product (fc_nest) on blocked tensors or on plain matrices.
 
 # The functional forms read and write the caller's plain matrices where the
 # kernel takes them at full speed: as its broadcast operand A (x, dy) and its

@@ -1,37 +1,19 @@
-"""Fully connected layers, backward-data: the blocked nest and the plain one (see
-primitives/fc.py for the layouts, the geometry and the plans that record them)."""
-import dataclasses
-
-from brgemm import plan as bplan
-from primitives._calls import reduction_calls
+"""Fully connected layers, backward-data, as a tiled product (primitives/fc_nest.py;
+primitives/fc.py has the layouts, the geometry and the plans that record it)."""
+from primitives.fc_nest import data_product, product_nest
 
 
-def backward_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]"""
-    first = bplan.Block(g.bn, g.bc, g.bk, lda=g.bk, ldb=g.bc, ldc=g.bc, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        n, c, k0 = at["n"], at["c"], at["k"]
-        ks = range(k0, min(k0 + g.chunk["bwd"], g.Kb))
-        ex.at(phase, task)
-        ex.gemm(first if k0 == 0 else rest,
-                "dy", [(n * g.Kb + k) * g.bn * g.bk for k in ks],
-                "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                "dx", (n * g.Cb + c) * g.bn * g.bc,
-                ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
+def backward(g, plain=False):
+    """dx[n][c] = sum_k dy[n][k] @ wt[c][k]: dy and dx blocked, or plain
+    matrices (the functional form); wt tiles [Cb][Kb][bk][bc] either way."""
+    return data_product(g, plain, ("dy", "wt", "dx"), out="c", over="k")
+
+
+def backward_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):
+    """The backward-data's calls; epilogue(n, c) runs on the last k chunk."""
+    product_nest(ex, loops, backward(g, plain), dtype, epilogue, g.chunk["bwd"], vnni)
 
 
 def backward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dx (N x C) = dy (N x K) @ W from wt tiles."""
-    for phase, task, at in loops.walk():
-        n, c, k0 = at["n"], at["c"], at["k"]
-        m, width = min(g.bn, g.N - n * g.bn), min(g.bc, g.C - c * g.bc)
-        ex.at(phase, task)
-        for ks, depth in reduction_calls(range(k0, min(k0 + g.chunk["bwd"], g.Kb)), g.Kb, g.K, g.bk):
-            ex.gemm(bplan.Block(m, width, depth, lda=g.K, ldb=g.bc, ldc=g.C, dtype=dtype,
-                                beta=0.0 if ks[0] == 0 else 1.0, b_vnni=vnni),
-                    "dy", [n * g.bn * g.K + k * g.bk for k in ks],
-                    "wt", [(c * g.Kb + k) * g.bk * g.bc for k in ks],
-                    "dx", n * g.bn * g.C + c * g.bc,
-                    ops=epilogue(n, c) if ks[-1] == g.Kb - 1 else ())
+    """backward_nest on plain dy and dx (N x K, N x C) and wt tiles."""
+    backward_nest(ex, loops, g, dtype, epilogue, vnni, plain=True)

@@ -1,37 +1,19 @@
-"""Fully connected layers, forward: the blocked nest and the plain one (see
-primitives/fc.py for the layouts, the geometry and the plans that record them)."""
-import dataclasses
-
-from brgemm import plan as bplan
-from primitives._calls import reduction_calls
+"""Fully connected layers, forward, as a tiled product (primitives/fc_nest.py;
+primitives/fc.py has the layouts, the geometry and the plans that record it)."""
+from primitives.fc_nest import data_product, product_nest
 
 
-def forward_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """y[n][k] = sum_c x[n][c] @ w[k][c]; epilogue(n, k) runs on the last c chunk."""
-    first = bplan.Block(g.bn, g.bk, g.bc, lda=g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        n, k, c0 = at["n"], at["k"], at["c"]
-        cs = range(c0, min(c0 + g.chunk["fwd"], g.Cb))
-        ex.at(phase, task)
-        ex.gemm(first if c0 == 0 else rest,
-                "x", [(n * g.Cb + c) * g.bn * g.bc for c in cs],
-                "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                "y", (n * g.Kb + k) * g.bn * g.bk,
-                ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
+def forward(g, plain=False):
+    """y[n][k] = sum_c x[n][c] @ w[k][c]: x and y blocked, or plain matrices
+    (the functional form); w tiles [Kb][Cb][bc][bk] either way."""
+    return data_product(g, plain, ("x", "w", "y"), out="k", over="c")
+
+
+def forward_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):
+    """The forward's calls; epilogue(n, k) runs on the last c chunk."""
+    product_nest(ex, loops, forward(g, plain), dtype, epilogue, g.chunk["fwd"], vnni)
 
 
 def forward_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """y (N x K) = x (N x C) @ W^T from w tiles; epilogue(n, k) on the last c."""
-    for phase, task, at in loops.walk():
-        n, k, c0 = at["n"], at["k"], at["c"]
-        m, width = min(g.bn, g.N - n * g.bn), min(g.bk, g.K - k * g.bk)
-        ex.at(phase, task)
-        for cs, depth in reduction_calls(range(c0, min(c0 + g.chunk["fwd"], g.Cb)), g.Cb, g.C, g.bc):
-            ex.gemm(bplan.Block(m, width, depth, lda=g.C, ldb=g.bk, ldc=g.K, dtype=dtype,
-                                beta=0.0 if cs[0] == 0 else 1.0, b_vnni=vnni),
-                    "x", [n * g.bn * g.C + c * g.bc for c in cs],
-                    "w", [(k * g.Cb + c) * g.bc * g.bk for c in cs],
-                    "y", n * g.bn * g.K + k * g.bk,
-                    ops=epilogue(n, k) if cs[-1] == g.Cb - 1 else ())
+    """forward_nest on plain x and y (N x C, N x K) and w tiles."""
+    forward_nest(ex, loops, g, dtype, epilogue, vnni, plain=True)

@@ -3,7 +3,6 @@ fc_backward, fc_update; blocked or on plain matrices) each pass records, with
 which epilogue, cached per shape, dtype and config. Layouts and formulas:
 primitives/fc.py."""
 import dataclasses
-import functools
 
 from brgemm import plan as bplan
 from brgemm.layouts import nblocks, pick_block
@@ -12,9 +11,10 @@ from brgemm.vnni import takes_vnni_b
 from primitives._args import block_sizes
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
-from primitives.fc_backward import backward_nest, backward_plain_nest
-from primitives.fc_forward import forward_nest, forward_plain_nest
-from primitives.fc_update import update_nest, update_plain_nest
+from primitives.fc_backward import backward
+from primitives.fc_forward import forward
+from primitives.fc_nest import product_nest
+from primitives.fc_update import update
 
 
 SHAPE = ("N", "C", "K")  # the dimensions of a shape key
@@ -35,8 +35,8 @@ _plans = bplan.PlanCache(maxsize=128)
 
 
 # ---------------------------------------------------------------- the loop nests
-# one file per pass (fc_forward, fc_backward, fc_update), each with the nest on
-# blocked tensors and the functional forms' nest on plain matrices.
+# one file per pass (fc_forward, fc_backward, fc_update), each the pass as a
+# tiled product (fc_nest) on blocked tensors or on plain matrices.
 
 # The functional forms read and write the caller's plain matrices where the
 # kernel takes them at full speed: as its broadcast operand A (x, dy) and its
@@ -122,13 +122,7 @@ def _epilogue(g, pass_, has_bias, activation, bf16_out):
     return ops
 
 
-_NESTS = {"fwd": forward_nest, "bwd": backward_nest, "upd": update_nest}
-
-_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("xt", "dy", "dw")}
-
-_PLAIN_NESTS = {"fwd": forward_plain_nest, "bwd": backward_plain_nest, "upd": update_plain_nest}
-
-_PLAIN_TENSORS = {"fwd": ("x", "w", "y"), "bwd": ("dy", "wt", "dx"), "upd": ("dyt", "x", "dw")}
+_PRODUCTS = {"fwd": forward, "bwd": backward, "upd": update}
 
 
 def vnni_passes(g, dtype, backend, plain=False):
@@ -151,14 +145,15 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
-        a, b, c = (_PLAIN_TENSORS if plain else _TENSORS)[pass_]
+        product = _PRODUCTS[pass_](g, plain)
+        a, b, c = product.a[0], product.b[0], product.c[0]
         tensors = {a: dtype, b: dtype, c: "f32"}
         if pass_ == "fwd" and has_bias:
             tensors["b"] = "f32"
         if bf16_out:
             tensors[c + "16"] = "bf16"
         rec = bplan.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
-        nest = functools.partial((_PLAIN_NESTS if plain else _NESTS)[pass_], vnni=vnni)
-        nest(rec, _loops(g, pass_), g, dtype, _epilogue(g, pass_, has_bias, activation, bf16_out))
+        product_nest(rec, _loops(g, pass_), product, dtype,
+                     _epilogue(g, pass_, has_bias, activation, bf16_out), g.chunk[pass_], vnni)
         return rec.finish()
     return _plans.get(key, record)

@@ -1,37 +1,34 @@
-"""Fully connected layers, weight update: the blocked nest and the plain one (see
-primitives/fc.py for the layouts, the geometry and the plans that record them)."""
-import dataclasses
+"""Fully connected layers, weight update, as a tiled product (primitives/fc_nest.py;
+primitives/fc.py has the layouts, the geometry and the plans that record it)."""
+from brgemm.layouts import Layout, matrix_tiles
+from primitives.fc_nest import Product, extents, product_nest
 
-from brgemm import plan as bplan
+
+def update(g, plain=False):
+    """The minibatch is the reduction. Blocked: dw tiles (bc x bk, w's
+    layout) dw[k][c] = sum_n xt[c][n] @ dy[n][k]. Plain (the functional form):
+    dW (K x C) = sum_n dyt[k][n] @ x[n][c] from the tiles of dy^T and x, both
+    zero-padded, so only dW's edges are ragged."""
+    if plain:
+        return Product(
+            "k", "c", "n",
+            a=("dyt", Layout(k=g.Kb, n=g.Nb, bk=g.bk, bn=g.bn)),
+            b=("x", Layout(n=g.Nb, c=g.Cb, bn=g.bn, bc=g.bc)),
+            c=("dw", matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=True)),
+            sizes=extents(g, plain, padded="n"), epilogue=("k", "c"))
+    return Product(
+        "c", "k", "n",
+        a=("xt", Layout(c=g.Cb, n=g.Nb, bc=g.bc, bn=g.bn)),
+        b=("dy", Layout(n=g.Nb, k=g.Kb, bn=g.bn, bk=g.bk)),
+        c=("dw", Layout(k=g.Kb, c=g.Cb, bc=g.bc, bk=g.bk).transpose("c", "k", "bc", "bk")),
+        sizes=extents(g, plain), epilogue=("k", "c"))
 
 
-def update_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dw[k][c] = sum_n xt[c][n] @ dy[n][k]: the minibatch is the reduction."""
-    first = bplan.Block(g.bc, g.bk, g.bn, lda=g.bn, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=0.0,
-                        b_vnni=vnni)
-    rest = dataclasses.replace(first, beta=1.0)
-    for phase, task, at in loops.walk():
-        k, c, n0 = at["k"], at["c"], at["n"]
-        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
-        ex.at(phase, task)
-        ex.gemm(first if n0 == 0 else rest,
-                "xt", [(c * g.Nb + n) * g.bc * g.bn for n in ns],
-                "dy", [(n * g.Kb + k) * g.bn * g.bk for n in ns],
-                "dw", (k * g.Cb + c) * g.bc * g.bk,
-                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
+def update_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):
+    """The weight update's calls; epilogue(k, c) runs on the last n chunk."""
+    product_nest(ex, loops, update(g, plain), dtype, epilogue, g.chunk["upd"], vnni)
 
 
 def update_plain_nest(ex, loops, g, dtype, epilogue, vnni=False):
-    """dW (K x C) = dy^T (tiles) @ x (tiles): both zero-padded, so the reduction
-    needs no ragged call; only dW's edges are."""
-    for phase, task, at in loops.walk():
-        k, c, n0 = at["k"], at["c"], at["n"]
-        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
-        ns = range(n0, min(n0 + g.chunk["upd"], g.Nb))
-        ex.at(phase, task)
-        ex.gemm(bplan.Block(m, width, g.bn, lda=g.bn, ldb=g.bc, ldc=g.C, dtype=dtype,
-                            beta=0.0 if n0 == 0 else 1.0, b_vnni=vnni),
-                "dyt", [(k * g.Nb + n) * g.bk * g.bn for n in ns],
-                "x", [(n * g.Cb + c) * g.bn * g.bc for n in ns],
-                "dw", k * g.bk * g.C + c * g.bc,
-                ops=epilogue(k, c) if ns[-1] == g.Nb - 1 else ())
+    """update_nest on plain dW (K x C) from dy^T and x tiles."""
+    update_nest(ex, loops, g, dtype, epilogue, vnni, plain=True)
