@@ -1,11 +1,15 @@
 """2-D convolution, forward: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
 from brgemm import plan as bplan
+from brgemm.layouts import Layout, matrix_tiles, nblocks
 from primitives._calls import blocks_per_call
 
 
 def forward_nest(ex, loops, g, dtype, vnni=False):
     """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s]."""
+    x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
+    w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
+    y = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
     for phase, task, at in loops.walk():
         n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
         m = min(g.bq, g.Q - q0)
@@ -13,13 +17,13 @@ def forward_nest(ex, loops, g, dtype, vnni=False):
         taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
         for i in range(0, len(taps), per_call):
-            ex.gemm(bplan.Block(m, g.bk, g.bc, lda=g.sw * g.bc, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                                beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
-                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
+            ex.gemm(bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
+                                ldc=y.ld("Q"), dtype=dtype, beta=0.0 if i == 0 else 1.0,
+                                b_vnni=vnni),  # A's rows: pixels sw apart
+                    "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s)
                           for c, r, s in taps[i:i + per_call]],
-                    "w", [(((k * g.Cb + c) * g.R + r) * g.S + s) * g.bc * g.bk
-                          for c, r, s in taps[i:i + per_call]],
-                    "y", (((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk)
+                    "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
+                    "y", y.at(n, k, p, q0))
 
 
 def pointwise_nest(ex, loops, g, dtype, bp):
@@ -28,6 +32,9 @@ def pointwise_nest(ex, loops, g, dtype, bp):
     broadcast operand) @ x[n] (C x HW), x as tiles xt [HWb][N*Cb][bc][bp]
     (pixels innermost). No weight copy and no copy of y."""
     HW, Cb = g.H * g.W, g.Cb
+    w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=True)
+    xt = Layout(HWb=nblocks(HW, bp), NCb=g.N * Cb, bc=g.bc, bp=bp)
+    y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.call_kb[0], (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():
         n, k, p = at["n"], at["k"], at["p"]
@@ -35,8 +42,8 @@ def pointwise_nest(ex, loops, g, dtype, bp):
         ex.at(phase, task)
         for c0 in range(0, Cb, per_call):
             cs = range(c0, min(c0 + per_call, Cb))
-            ex.gemm(bplan.Block(m, width, g.bc, lda=g.C, ldb=bp, ldc=HW, dtype=dtype,
-                                beta=0.0 if c0 == 0 else 1.0),
-                    "w", [k * g.bk * g.C + c * g.bc for c in cs],
-                    "xt", [((p * g.N + n) * Cb + c) * g.bc * bp for c in cs],
-                    "y", (n * g.K + k * g.bk) * HW + p * bp)
+            ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=xt.ld("bc"), ldc=y.ld("K"),
+                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0),
+                    "w", [w.at(k, c) for c in cs],
+                    "xt", [xt.at(p, n * Cb + c) for c in cs],
+                    "y", y.at(n, k * g.bk, p * bp))

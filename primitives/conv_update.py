@@ -4,7 +4,7 @@ import dataclasses
 import functools
 
 from brgemm import plan as bplan
-from brgemm.layouts import nblocks
+from brgemm.layouts import Layout, nblocks
 from primitives._calls import blocks_per_call
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
@@ -17,19 +17,17 @@ def update_nest(ex, loops, g, dtype):
     the q-blocks of dyt[n][k][p][:, q0:] @ the tap's x rows. Splitting the
     reduction into shares j (summed afterwards) gives the threads work when
     there are few weight tiles (1x1 layers with 64 channels have one)."""
-    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
-    share = -(-len(rows) // g.splits)
-    for phase, task, at in loops.walk():
-        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
-        mine = rows[j * share:(j + 1) * share]
+    dyt = Layout(N=g.N, Kb=g.Kb, P=g.P, bk=g.bk, Q=g.Q)       # dy, pixels innermost
+    x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
+    dw = Layout(J=g.splits, Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
+    for phase, task, (k, c, r, s, j), calls in _row_tasks(loops, g, dtype):
         ex.at(phase, task)
-        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(bplan.Block(g.bk, g.bc, m, lda=g.Q, ldb=g.sw * g.bc, ldc=g.bc, dtype=dtype,
-                                beta=0.0 if i == 0 else 1.0),
-                    "dyt", [(((n * g.Kb + k) * g.P + p) * g.bk) * g.Q + q0 for n, p, q0 in pairs],
-                    "x", [(((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.Wp + q0 * g.sw + s) * g.bc
-                          for n, p, q0 in pairs],
-                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+        for i, (m, pairs) in enumerate(calls):  # B's rows: pixels sw apart
+            ex.gemm(bplan.Block(g.bk, g.bc, m, lda=dyt.ld("bk"), ldb=g.sw * x.ld("Wp"), ldc=g.bc,
+                                dtype=dtype, beta=0.0 if i == 0 else 1.0),
+                    "dyt", [dyt.at(n, k, p, 0, q0) for n, p, q0 in pairs],
+                    "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s) for n, p, q0 in pairs],
+                    "dw", dw.at(j, k, c, r, s))
 
 
 def update_narrow_nest(ex, loops, g, dtype):
@@ -39,20 +37,30 @@ def update_narrow_nest(ex, loops, g, dtype):
     x^T (bc x pixels) @ dy (pixels x bk), with x read from xs, a copy whose
     pixels are innermost and split by phase modulo the stride (so a tap's
     strided pixels are contiguous), and dy from its plain blocked layout."""
+    xs = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, sw=g.sw, bc=g.bc, Ws=nblocks(g.Wp, g.sw))
+    dyb = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
+    dw = Layout(J=g.splits, Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
+    for phase, task, (k, c, r, s, j), calls in _row_tasks(loops, g, dtype):
+        ex.at(phase, task)
+        for i, (m, pairs) in enumerate(calls):
+            ex.gemm(bplan.Block(g.bc, g.bk, m, lda=xs.ld("bc"), ldb=dyb.ld("Q"), ldc=g.bk,
+                                dtype=dtype, beta=0.0 if i == 0 else 1.0),
+                    "xs", [xs.at(n, c, p * g.sh + r, s % g.sw, 0, q0 + s // g.sw)
+                           for n, p, q0 in pairs],
+                    "dyb", [dyb.at(n, k, p, q0) for n, p, q0 in pairs],
+                    "dw", dw.at(j, k, c, r, s))
+
+
+def _row_tasks(loops, g, dtype):
+    """The walk update_nest and update_narrow_nest share: per task, (phase,
+    task, its weight tile (k, c, r, s, j), the tile's calls over its share
+    of the (n, p) output rows as _update_calls makes them)."""
     rows = [(n, p) for n in range(g.N) for p in range(g.P)]
     share = -(-len(rows) // g.splits)
-    Ws = nblocks(g.Wp, g.sw)
     for phase, task, at in loops.walk():
-        k, c, r, s, j = at["k"], at["c"], at["r"], at["s"], at["j"]
-        mine = rows[j * share:(j + 1) * share]
-        ex.at(phase, task)
-        for i, (m, pairs) in enumerate(_update_calls(g, mine, dtype)):
-            ex.gemm(bplan.Block(g.bc, g.bk, m, lda=Ws, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                                beta=0.0 if i == 0 else 1.0),
-                    "xs", [((((n * g.Cb + c) * g.Hp + p * g.sh + r) * g.sw + s % g.sw) * g.bc) * Ws
-                           + q0 + s // g.sw for n, p, q0 in pairs],
-                    "dyb", [(((n * g.Kb + k) * g.P + p) * g.Q + q0) * g.bk for n, p, q0 in pairs],
-                    "dw", ((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bk * g.bc)
+        j = at["j"]
+        yield (phase, task, (at["k"], at["c"], at["r"], at["s"], j),
+               _update_calls(g, rows[j * share:(j + 1) * share], dtype))
 
 
 def _update_calls(g, rows, dtype):
@@ -149,7 +157,12 @@ def update_flat_nest(ex, loops, g, dtype, vnni=False):
     units = [(n, u) for n in range(g.N) for u in range(f.chunks)]
     share = -(-len(units) // g.splits)
     parts_c, parts_k = flat_parts(g)
-    pair = 2 if vnni else 1  # a column of dyf is a pair of elements in VNNI pairs
+    xf = Layout(N=g.N, Cb=g.Cb, sh=g.sh, sw=g.sw, bc=g.bc, L=f.L)
+    # dyf's rows, in VNNI pairs of rows with vnni (f.Lt and f.Tc are even)
+    dyf = (Layout(N=g.N, Kb=g.Kb, Lt2=f.Lt // 2, bk=g.bk, pair=2) if vnni else
+           Layout(N=g.N, Kb=g.Kb, Lt=f.Lt, bk=g.bk))
+    chunk_rows = f.Tc // 2 if vnni else f.Tc
+    dw = Layout(J=g.splits, Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
     for phase, task, at in loops.walk():
         (k, k0), (c, c0) = divmod(at["k"], parts_k), divmod(at["c"], parts_c)
         r, s, j = at["r"], at["s"], at["j"]
@@ -162,13 +175,11 @@ def update_flat_nest(ex, loops, g, dtype, vnni=False):
         per_call = blocks_per_call(g.call_kb[2], (m + n_) * f.Tc, dtype)
         for i in range(0, len(mine), per_call):
             part = mine[i:i + per_call]
-            ex.gemm(bplan.Block(m, n_, f.Tc, lda=f.L, ldb=g.bk, ldc=g.bk, dtype=dtype,
-                                beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
-                    "xf", [(((((n * g.Cb + c) * g.sh + r % g.sh) * g.sw + s % g.sw) * g.bc + c0)
-                            * f.L + tap + u * f.Tc) for n, u in part],
-                    "dyf", [((n * g.Kb + k) * f.Lt + u * f.Tc) * g.bk + pair * k0 for n, u in part],
-                    "dw", ((((((j * g.Kb + k) * g.Cb + c) * g.R + r) * g.S + s) * g.bc + c0) * g.bk
-                           + k0))
+            ex.gemm(bplan.Block(m, n_, f.Tc, lda=xf.ld("bc"), ldb=g.bk, ldc=dw.ld("bc"),
+                                dtype=dtype, beta=0.0 if i == 0 else 1.0, b_vnni=vnni),
+                    "xf", [xf.at(n, c, r % g.sh, s % g.sw, c0, tap + u * f.Tc) for n, u in part],
+                    "dyf", [dyf.at(n, k, u * chunk_rows, k0) for n, u in part],
+                    "dw", dw.at(j, k, c, r, s, c0, k0))
 
 
 def update_form(g):

@@ -4,7 +4,7 @@ primitives.lstm is the public face. Layouts and formulas: primitives/lstm.py."""
 import dataclasses
 
 from brgemm import plan as bplan
-from brgemm.layouts import nblocks, pick_block
+from brgemm.layouts import Layout, nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from primitives._calls import blocks_per_call
 from primitives import fc
@@ -58,6 +58,15 @@ class Geometry:
     # (benchmarks/RESULTS.md)
     hpair = property(lambda g: 2 if g.Kb % 2 == 0 else 1)
 
+    def layouts(self):
+        """The recurrent nests' tensors: the states h, c (and dy) of steps 0..T,
+        the gates G (and dG) of steps 0..T-1, four per hidden block, and wh
+        (wht: its transpose's tiles)."""
+        Nb, Kb, bn, bk = self.Nb, self.Kb, self.bn, self.bk
+        return (Layout(t=self.T + 1, n=Nb, k=Kb, bn=bn, bk=bk),
+                Layout(t=self.T, n=Nb, q=4, k=Kb, bn=bn, bk=bk),
+                Layout(q=4, k=Kb, j=Kb, bk=bk, bk2=bk))
+
 
 def geometry(T, N, C, K, config=None, path=None):
     """path: the kernel path (brgemm.info.kernel_path), whose config tables apply."""
@@ -76,26 +85,24 @@ def recurrent_nest(ex, loops, g, dtype, vnni=False):
     the call of the last gate carries the cell (c[t+1], h[t+1] from c[t] and G[t])."""
     blk = bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype, beta=1.0,
                       b_vnni=vnni)
-    tile, h_in = g.bn * g.bk, "h16" if dtype == "bf16" else "h"
+    h_in = "h16" if dtype == "bf16" else "h"
+    state, G, wh = g.layouts()
     per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     for phase, task, at in loops.walk():
         t, n, k = at["t"], at["n"], at["k"]
         ex.at(phase, task)
-        state = ((t * g.Nb + n) * g.Kb + k) * tile            # h[t], c[t] block (n, k)
-        nxt = state + g.Nb * g.Kb * tile                       # h[t+1], c[t+1]
-        hs = [((t * g.Nb + n) * g.Kb + j) * tile for j in range(g.Kb)]
+        now, nxt = state.at(t, n, k), state.at(t + 1, n, k)   # h, c block (n, k) of t, t+1
+        hs = [state.at(t, n, j) for j in range(g.Kb)]
         for q in range(4):
-            gate = ((t * g.Nb + n) * 4 * g.Kb + q * g.Kb + k) * tile
             ops = ()
             if q == 3:
                 extra = dict(h16="h16", h16_offset=nxt) if dtype == "bf16" else {}
-                ops = (bplan.lstm_cell("G", gate - 3 * g.Kb * tile, g.Kb * tile, "c", state, "c", nxt,
+                ops = (bplan.lstm_cell("G", G.at(t, n, 0, k), G.ld("q"), "c", now, "c", nxt,
                                        "h", nxt, g.bk, **extra),)
             for i in range(0, g.Kb, per_call):  # G already holds the input projection: beta 1
                 ex.gemm(blk, h_in, hs[i:i + per_call],
-                        "wh", [((q * g.Kb + k) * g.Kb + j) * g.bk * g.bk
-                               for j in range(i, min(i + per_call, g.Kb))],
-                        "G", gate, ops=ops if i + per_call >= g.Kb else ())
+                        "wh", [wh.at(q, k, j) for j in range(i, min(i + per_call, g.Kb))],
+                        "G", G.at(t, n, q, k), ops=ops if i + per_call >= g.Kb else ())
 
 
 def _step_loops(g):
@@ -130,26 +137,26 @@ def backward_nest(ex, loops, g, dtype="f32", vnni=False):
     epilogue: dG[t] for the four gates, and dc for the step before. bf16: the
     epilogue also rounds dG into dG16, the bf16 operand of the next step's GEMM
     (and of the weight-gradient plans); the cell itself is f32."""
-    tile = g.bn * g.bk
-    step = g.Nb * g.Kb * tile                       # one step of h, c, dy
+    state, G, _ = g.layouts()                       # dy, c: as h; dG: as G
+    wht = Layout(k=g.Kb, q=4, j=g.Kb, bk=g.bk, bk2=g.bk)
     per_call = blocks_per_call(g.call_kb, (g.bn + g.bk) * g.bk, dtype)
     dg_in = "dG16" if dtype == "bf16" else "dG"
     for phase, task, at in loops.walk():
         t, n, k = g.T - 1 - at["t"], at["n"], at["k"]
         ex.at(phase, task)
-        st = (n * g.Kb + k) * tile
-        gates = ((t * g.Nb + n) * 4 * g.Kb + k) * tile  # gate i of block (n, k) at step t
-        op = bplan.lstm_cell_bwd("dy", t * step + st, "G", gates, g.Kb * tile, "c", (t + 1) * step + st,
-                                 t * step + st, "dc", st, "dG", gates, g.bk,
-                                 dgates16="dG16" if dtype == "bf16" else None)
+        st = state.at(0, n, k)                         # dc and dhr hold one step
+        gates = G.at(t, n, 0, k)                       # gate i of block (n, k) at step t
+        op = bplan.lstm_cell_bwd("dy", state.at(t, n, k), "G", gates, G.ld("q"), "c",
+                                 state.at(t + 1, n, k), state.at(t, n, k), "dc", st, "dG", gates,
+                                 g.bk, dgates16="dG16" if dtype == "bf16" else None)
         qj = [(q, j) for q in range(4) for j in range(g.Kb)] if t < g.T - 1 else []
         starts = list(range(0, len(qj), per_call)) or [0]  # the last step: dhr holds dhT
         for i in starts:
             part = qj[i:i + per_call]
             ex.gemm(bplan.Block(g.bn, g.bk, g.bk, lda=g.bk, ldb=g.bk, ldc=g.bk, dtype=dtype,
                                 beta=0.0 if qj and i == 0 else 1.0, b_vnni=vnni),
-                    dg_in, [(((t + 1) * g.Nb + n) * 4 * g.Kb + q * g.Kb + j) * tile for q, j in part],
-                    "wht", [(k * 4 * g.Kb + q * g.Kb + j) * g.bk * g.bk for q, j in part],
+                    dg_in, [G.at(t + 1, n, q, j) for q, j in part],
+                    "wht", [wht.at(k, q, j) for q, j in part],
                     "dhr", st, ops=(op,) if i == starts[-1] else ())
 
 
