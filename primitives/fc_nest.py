@@ -29,6 +29,13 @@ class Product:
     sizes: dict
     epilogue: tuple
 
+    def __post_init__(self):
+        for (name, lay), grid in ((self.a, (self.i, self.r)), (self.b, (self.r, self.j)),
+                                  (self.c, (self.i, self.j))):
+            if lay.names[:2] != grid:
+                raise ValueError(f"{name}: its tile grid is {lay.names[:2]}, the product "
+                                 f"walks it as {grid}")
+
 
 def _dims(g):
     """Loop name -> (the layer's size, blocks, block) of the dimension it walks."""
