@@ -1,6 +1,6 @@
 """The CUDA backend against PyTorch (cuBLAS, cuDNN) in the same run, on the same GPU.
 
-    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv,lstm]
+    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv,lstm] [--dtypes bf16,f32]
 
 Ours: a recorded plan replayed on PyTorch device tensors (DLPack, no copies),
 every tensor of the plan's size filled with random data. Both sides are
@@ -73,33 +73,35 @@ HEAD = (f"{'shape':<26}{'ours TF':>9}{'torch TF':>9}{'ratio':>9}{'ours us':>10}{
         f"{'spread':>8}  torch side")
 
 
-def run_gemm(quick):
-    """GEMM-shaped plans: C = A @ B as 128 x 128 blocks, the whole K in one call."""
+def run_gemm(quick, dtypes):
+    """GEMM-shaped plans: C = A @ B as 128 x 128 blocks (bf16 also 128 x 256),
+    the whole K in one call."""
     print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype)")
     print(HEAD)
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] if not quick else [(4096, 4096, 4096)]
-    for dtype in ("bf16", "f32"):
-        for M, N, K in shapes:
-            if dtype == "f32" and M > 4096:
-                continue
-            cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": 128, "bk": 64, "kc": K}}
-            p = gemm.plan(M, N, K, dtype, cfg)
-            tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
-            A, B = torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N, device="cuda").to(tdt)
-            C = torch.empty(M, N, device="cuda")
-            p.run(backend="cuda", A=A, B=B, C=C)
-            ref = torch.matmul(A.float(), B.float())
-            err = ((C - ref).abs().max() / ref.abs().max()).item()
-            assert err < 1e-4, f"gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}"
-            reps = 20 if M <= 4096 else 5
-            ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
-            theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
-            row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread,
-                f"torch.matmul; launch {cuda_launches(p)}")
+    for dtype, (M, N, K), bn in [(d, s, bn) for d in dtypes for s in shapes
+                                 for bn in ((128, 256) if d == "bf16" else (128,))]:
+        if dtype == "f32" and M > 4096:
+            continue
+        cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": bn, "bk": 64, "kc": K}}
+        p = gemm.plan(M, N, K, dtype, cfg)
+        tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
+        A, B = torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N, device="cuda").to(tdt)
+        C = torch.empty(M, N, device="cuda")
+        p.run(backend="cuda", A=A, B=B, C=C)
+        ref = torch.matmul(A.float(), B.float())
+        err = ((C - ref).abs().max() / ref.abs().max()).item()
+        assert err < 1e-4, f"gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}"
+        reps = 20 if M <= 4096 else 5
+        ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
+        theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
+        row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread,
+            f"torch.matmul; ours blocks 128 x {bn}; launch {cuda_launches(p)}")
 
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
-FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128)]
+FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
+             (128, 128, 256)]
 
 
 def timed_with(fn, **settings):
@@ -108,13 +110,14 @@ def timed_with(fn, **settings):
         return fn()
 
 
-def run_fc(quick):
+def run_fc(quick, dtypes):
     print(f"\nFC layers (blocked layouts, fc.toml's \"cuda\" tables), best of blocks {FC_BLOCKS} "
-          "per shape and pass; bf16 also without splitting reductions over clusters (no split), "
-          "and with 64-row tiles always on the two-blocks-per-SM entry point (2/SM) or never (1/SM)")
+          "per shape and pass; bf16 also without 128 x 256 tiles (no wide), without "
+          "splitting reductions over clusters (no split), and with 64-row tiles always on the "
+          "two-blocks-per-SM entry point (2/SM) or never (1/SM)")
     print(HEAD)
     shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
-    for dtype in ("bf16", "f32"):
+    for dtype in dtypes:
         tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
         for (N, C, K), name in shapes:
             x, w = torch.randn(N, C, device="cuda").to(tdt), torch.randn(K, C, device="cuda").to(tdt)
@@ -137,12 +140,13 @@ def run_fc(quick):
                 extra = ""
                 if dtype == "bf16":
                     shape = cuda_launches(p)
-                    off, small, large = (
+                    narrow, off, small, large = (
                         timed_with(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
-                        for kw in ({"max_cluster": 1}, {"small_tiles": True},
-                                   {"small_tiles": False}))
-                    extra = (f"; launch {shape}; no split {off:.1f} us, 2/SM {small:.1f} us, "
-                             f"1/SM {large:.1f} us; tried {' '.join(tried)}")
+                        for kw in ({"wide_tiles": False}, {"max_cluster": 1},
+                                   {"small_tiles": True}, {"small_tiles": False}))
+                    extra = (f"; launch {shape}; no wide {narrow:.1f} us, no split {off:.1f} "
+                             f"us, 2/SM {small:.1f} us, 1/SM {large:.1f} us; "
+                             f"tried {' '.join(tried)}")
                 row(f"{name} {pass_} {dtype}", 2 * N * C * K, t, theirs, spread,
                     f"{theirs_name[pass_]}; ours blocks {blocks}{extra}")
 
@@ -153,13 +157,13 @@ def run_fc(quick):
 CONV_GPU = {"fwd": {"spec": "NKPQ", "bc": 64, "bk": 128, "bq": 64, "call_kb": 1 << 20}}
 
 
-def run_conv(quick, N=32):
+def run_conv(quick, dtypes, N=32):
     print(f"\nResNet-50 convolutions, minibatch {N}, forward (ours: blocked layouts; torch: "
           "cuDNN, channels_last)")
     print(HEAD)
     shapes = read_shapes("resnet50_conv")
     shapes = shapes[:4] if quick else shapes
-    for dtype in ("bf16",):
+    for dtype in [d for d in dtypes if d == "bf16"]:
         tdt = torch.bfloat16
         for (C, K, H, W, R, S, stride, pad), name in shapes:
             g = conv.geometry(N, C, K, H, W, R, S, (stride, stride), (pad, pad), CONV_GPU)
@@ -172,12 +176,12 @@ def run_conv(quick, N=32):
             row(f"{name} fwd {dtype}", flops, ours, theirs, spread, "F.conv2d")
 
 
-def run_lstm(quick):
+def run_lstm(quick, dtypes):
     print("\nLSTM forward, one layer (ours: input projection + recurrent plans, blocked; torch: "
           "cuDNN nn.LSTM)")
     print(HEAD)
     shapes = read_shapes("gnmt_lstm")[:2] if quick else read_shapes("gnmt_lstm")
-    for dtype in ("bf16", "f32"):
+    for dtype in dtypes:
         tdt = torch.bfloat16 if dtype == "bf16" else torch.float32
         for (T, N, C, K), name in shapes:
             layer = lstm.LSTM(C, K, dtype=dtype)
@@ -197,6 +201,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--what", default="gemm,fc,conv,lstm")
+    parser.add_argument("--dtypes", default="bf16,f32")
     args = parser.parse_args(argv)
     if "cuda" not in brgemm.backends():
         raise SystemExit(f"no CUDA backend here: {unavailable_reason('cuda')}")
@@ -208,7 +213,8 @@ def main(argv=None):
               {size: (cuda_max_clusters("tc_split", size), cuda_max_clusters("tc_small", size))
                for size in range(1, 9)})
     for what in args.what.split(","):
-        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](args.quick)
+        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](
+            args.quick, args.dtypes.split(","))
 
 
 if __name__ == "__main__":

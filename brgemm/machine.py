@@ -68,22 +68,26 @@ _KEEP = object()  # a launch setting left as it is
 
 
 @contextlib.contextmanager
-def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP):
+def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP):
     """Within the block, plans run on "cuda" launch their phases with these
     settings, and the old ones come back after it (process-wide, not per
     thread). max_cluster: the most blocks of a thread-block cluster that share
     one task's reductions (1: never split; the backend's default is 8).
     small_tiles: phases of 64-row tiles on the entry point that fits two blocks
     per SM always (True), never (False) or where the backend's choice says
-    (None, the default). A BackendUnavailable where CUDA does not run here."""
+    (None, the default). wide_tiles: phases with C blocks over 128 columns (and
+    64 rows) on 128 x 256 tiles (True, the default) or on 128 x 128 ones
+    (False). A BackendUnavailable where CUDA does not run here."""
     if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
                                      or not isinstance(max_cluster, int) or max_cluster < 1):
         raise ValueError(f"max_cluster: expected a positive int, got {max_cluster!r}")
     if small_tiles is not _KEEP and small_tiles is not None and not isinstance(small_tiles, bool):
         raise ValueError(f"small_tiles: expected True, False or None, got {small_tiles!r}")
+    if wide_tiles is not _KEEP and not isinstance(wide_tiles, bool):
+        raise ValueError(f"wide_tiles: expected True or False, got {wide_tiles!r}")
     cuda = get("cuda")
-    new = {k: v for k, v in (("max_cluster", max_cluster), ("small_tiles", small_tiles))
-           if v is not _KEEP}
+    new = {k: v for k, v in (("max_cluster", max_cluster), ("small_tiles", small_tiles),
+                             ("wide_tiles", wide_tiles)) if v is not _KEEP}
     old = {k: getattr(cuda, k) for k in new}
     for k, v in new.items():
         setattr(cuda, k, v)

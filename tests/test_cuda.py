@@ -156,6 +156,124 @@ def test_split_reductions_with_epilogue_ops(rng, monkeypatch):
                                   torch.from_numpy(got).bfloat16().float().numpy())
 
 
+def random_plan(rng, tasks, c_dtype):
+    """A phase of `tasks` one-call tasks on disjoint C blocks of random shapes,
+    the first over 64 rows and 128 columns (rows past 128 and columns past
+    256: several tiles a call; k not a multiple of 64; 1-3 blocks a call;
+    padded strides; random alpha and beta); returns the plan and each call's
+    (block, A offsets, B offsets, C offset)."""
+    from brgemm import plan as P
+    rec = P.Recorder({"A": "bf16", "B": "bf16", "C": c_dtype})
+    calls, a_at, b_at, c_at = [], 0, 0, 0
+    for t in range(tasks):
+        m = int(rng.integers(65 if t == 0 else 1, 300))
+        n = 8 * int(rng.integers(17 if t == 0 else 1, 41))
+        kb, count = 8 * int(rng.integers(1, 25)), int(rng.integers(1, 4))
+        lda, ldb, ldc = (v + 8 * int(rng.integers(0, 2)) for v in (kb, n, n))
+        blk = P.Block(m, n, kb, lda=lda, ldb=ldb, ldc=ldc, dtype="bf16", c_dtype=c_dtype,
+                      alpha=float(rng.choice([1.0, 0.5])), beta=float(rng.choice([0.0, 1.0, -0.5])))
+        a_offs = [a_at + i * m * lda for i in range(count)]
+        b_offs = [b_at + i * kb * ldb for i in range(count)]
+        rec.at((0,), (t,))
+        rec.gemm(blk, "A", a_offs, "B", b_offs, "C", c_at)
+        calls.append((blk, a_offs, b_offs, c_at))
+        a_at += count * m * lda
+        b_at += count * kb * ldb
+        c_at += -(-m * ldc // 8) * 8
+    return rec.finish(), calls
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_wide_tiles_random_plans(rng, monkeypatch, trial):
+    """A phase with C blocks over 64 rows and 128 columns runs on 128 x 256
+    tiles: random shapes (ragged rows and columns, narrower blocks in the same
+    phase), strides, counts, alpha, beta over C's old values, f32 or bf16 C;
+    against float64, and C untouched outside the blocks."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    monkeypatch.setattr(cuda, "max_cluster", 1)  # split phases keep 128 x 128 tiles
+    c_dtype = ("f32", "bf16")[trial % 2]
+    tasks = int(rng.integers(1, 24))
+    print(f"tasks={tasks} C {c_dtype}")
+    p, calls = random_plan(rng, tasks, c_dtype)
+    A = torch.randn(max(p.extent["A"], 1), device="cuda").bfloat16()
+    B = torch.randn(max(p.extent["B"], 1), device="cuda").bfloat16()
+    C0 = torch.randn(max(p.extent["C"], 1), device="cuda")
+    C0 = C0.bfloat16() if c_dtype == "bf16" else C0
+    C = C0.clone()
+    p.run(backend="cuda", A=A, B=B, C=C)
+    torch.cuda.synchronize()
+    print(launch_shapes(p))
+    assert launch_shapes(p) == [("tc_wide", 1)]
+    a, b = A.double().cpu().numpy(), B.double().cpu().numpy()
+    ref, got = C0.double().cpu().numpy(), C.double().cpu().numpy()
+    tol = np.zeros_like(ref)
+    for blk, a_offs, b_offs, c_at in calls:
+        m, n, k = blk.m, blk.n, blk.k
+        acc, mag = np.zeros((m, n)), np.zeros((m, n))
+        for ao, bo in zip(a_offs, b_offs):
+            ab = np.lib.stride_tricks.as_strided(a[ao:], (m, k), (blk.lda * 8, 8))
+            bb = np.lib.stride_tricks.as_strided(b[bo:], (k, n), (blk.ldb * 8, 8))
+            acc += ab @ bb
+            mag += np.abs(ab) @ np.abs(bb)
+        rows = np.lib.stride_tricks.as_strided(ref[c_at:], (m, n), (blk.ldc * 8, 8))
+        want = blk.alpha * acc + blk.beta * rows
+        bound = 1e-5 * abs(blk.alpha) * mag + 2.0 ** -23 * np.abs(want) + 1e-30
+        if c_dtype == "bf16":  # one rounding to bf16 at the store
+            bound += 2.0 ** -8 * (np.abs(want) + bound)
+        rows[...] = want  # (a view of ref)
+        np.lib.stride_tricks.as_strided(tol[c_at:], (m, n), (blk.ldc * 8, 8))[...] = bound
+    err = np.abs(got - ref)
+    print(f"worst err/tol {np.max(err / np.maximum(tol, 1e-300)):.3f}")
+    assert np.all(err <= tol)  # outside the blocks tol is 0: C as it was
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "upd"])
+def test_wide_tiles_fc(rng, monkeypatch, pass_):
+    """FC passes with 256-column output blocks on 128 x 256 tiles: the forward
+    with bias, ReLU and a bf16 copy of y (the per-element epilogue), the
+    weight update; against float64 of the blocked inputs."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    monkeypatch.setattr(cuda, "max_cluster", 1)
+    blocks = (128, 128, int(rng.choice([192, 256])))
+    N, C, K = (b * int(rng.integers(1, 4)) for b in blocks)
+    print(f"N={N} C={C} K={K} blocks {blocks}")
+    cfg = {p: {"spec": s, "chunk": 1 << 20} for p, s in (("fwd", "NKc"), ("upd", "KCn"))}
+    g = fc.geometry(N, C, K, config=cfg, blocks=blocks)
+    if pass_ == "fwd":
+        p = fc.plan(g, "fwd", "bf16", has_bias=True, activation="relu", bf16_out=True)
+        x = torch.randn(g.Nb, g.Cb, g.bn, g.bc, device="cuda").bfloat16()
+        w = torch.randn(g.Kb, g.Cb, g.bc, g.bk, device="cuda").bfloat16()
+        b = torch.randn(g.Kb * g.bk, device="cuda")
+        out = torch.full((g.Nb, g.Kb, g.bn, g.bk), float("nan"), device="cuda")
+        y16 = torch.zeros(g.Nb, g.Kb, g.bn, g.bk, device="cuda").bfloat16()
+        p.run(backend="cuda", x=x, w=w, b=b, y=out, y16=y16)
+        xd, wd = x.double().cpu().numpy(), w.double().cpu().numpy()
+        ref = np.einsum("ncij,kcjl->nkil", xd, wd)
+        mag = np.einsum("ncij,kcjl->nkil", np.abs(xd), np.abs(wd))
+        ref = np.maximum(ref + b.double().cpu().numpy().reshape(g.Kb, 1, g.bk), 0)
+    else:
+        p = fc.plan(g, "upd", "bf16")
+        xt = torch.randn(g.Cb, g.Nb, g.bc, g.bn, device="cuda").bfloat16()
+        dy = torch.randn(g.Nb, g.Kb, g.bn, g.bk, device="cuda").bfloat16()
+        out = torch.full((g.Kb, g.Cb, g.bc, g.bk), float("nan"), device="cuda")
+        p.run(backend="cuda", xt=xt, dy=dy, dw=out)
+        xd, dyd = xt.double().cpu().numpy(), dy.double().cpu().numpy()
+        ref = np.einsum("cnij,nkjl->kcil", xd, dyd)
+        mag = np.einsum("cnij,nkjl->kcil", np.abs(xd), np.abs(dyd))
+    torch.cuda.synchronize()
+    print(launch_shapes(p))
+    assert launch_shapes(p) == [("tc_wide", 1)]
+    got = out.cpu().numpy()
+    tol = 1e-5 * mag + 2.0 ** -23 * np.abs(ref) + 1e-30
+    print(f"worst err/tol {np.max(np.abs(got - ref) / tol):.3f}")
+    assert np.all(np.abs(got - ref) <= tol)
+    if pass_ == "fwd":
+        np.testing.assert_array_equal(y16.float().cpu().numpy(),
+                                      torch.from_numpy(got).bfloat16().float().numpy())
+
+
 def test_misaligned_tensors_take_the_generic_path(rng):
     """A bf16 tensor that starts 2 bytes off a 16-byte boundary cannot feed
     16-byte copies: the launch falls back to the generic path, same result."""

@@ -54,7 +54,8 @@ def test_device_name_only_for_devices():
 def test_cuda_launch_settings_check_their_arguments_first():
     for kw, name in (({"max_cluster": 0}, "max_cluster"), ({"max_cluster": True}, "max_cluster"),
                      ({"max_cluster": 2.0}, "max_cluster"), ({"small_tiles": 1}, "small_tiles"),
-                     ({"small_tiles": "no"}, "small_tiles")):
+                     ({"small_tiles": "no"}, "small_tiles"), ({"wide_tiles": None}, "wide_tiles"),
+                     ({"wide_tiles": 1}, "wide_tiles")):
         with pytest.raises(ValueError, match=f"^{name}: "):
             with machine.cuda_launch_settings(**kw):
                 pass
@@ -84,17 +85,17 @@ def test_cuda_launch_functions_say_cuda_is_absent():
 @pytest.mark.skipif("cuda" not in brgemm.backends(), reason="needs the CUDA backend")
 def test_cuda_launch_settings_apply_inside_and_restore_after():
     from brgemm.backend import cuda
-    before = (cuda.max_cluster, cuda.small_tiles)
-    with machine.cuda_launch_settings(max_cluster=1, small_tiles=False):
-        assert (cuda.max_cluster, cuda.small_tiles) == (1, False)
+    before = (cuda.max_cluster, cuda.small_tiles, cuda.wide_tiles)
+    with machine.cuda_launch_settings(max_cluster=1, small_tiles=False, wide_tiles=False):
+        assert (cuda.max_cluster, cuda.small_tiles, cuda.wide_tiles) == (1, False, False)
         with machine.cuda_launch_settings(small_tiles=True):
             assert (cuda.max_cluster, cuda.small_tiles) == (1, True)
         assert cuda.small_tiles is False
-    assert (cuda.max_cluster, cuda.small_tiles) == before
+    assert (cuda.max_cluster, cuda.small_tiles, cuda.wide_tiles) == before
     with pytest.raises(RuntimeError):
         with machine.cuda_launch_settings(max_cluster=2):
             raise RuntimeError("inside")
-    assert (cuda.max_cluster, cuda.small_tiles) == before
+    assert (cuda.max_cluster, cuda.small_tiles, cuda.wide_tiles) == before
     assert machine.cuda_max_clusters("tc_split", 1) >= 0
     with pytest.raises(ValueError, match="^entry: "):
         machine.cuda_max_clusters("nope", 1)
@@ -106,7 +107,7 @@ def test_cuda_launches_follow_the_settings():
     p = fc.plan(fc.geometry(256, 512, 256, blocks=(64, 64, 64), path="cuda"), "fwd", "bf16")
     shapes = machine.cuda_launches(p)
     assert [t for t, _, _ in shapes] == list(np.diff(p.phase_begin))
-    assert all(entry in ("generic", "tc", "tc_small", "tc_split") and cluster >= 1
+    assert all(entry in ("generic", "tc", "tc_small", "tc_split", "tc_wide") and cluster >= 1
                for _, entry, cluster in shapes)
     with machine.cuda_launch_settings(max_cluster=1):
         assert all(cluster == 1 for _, _, cluster in machine.cuda_launches(p))

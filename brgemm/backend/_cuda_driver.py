@@ -128,11 +128,11 @@ class _Device:
         # (function, dynamic shared memory) of the entry points: phases with
         # tensor-core tiles up to 128 x 128 (tc_split: in clusters), with
         # 64-row tensor-core tiles only (two blocks per multiprocessor, alone or
-        # in clusters), and the rest (generic only)
+        # in clusters), with 128 x 256 tensor-core tiles, and the rest (generic only)
         self.entry = {name: self._function(b"brgemm_cuda_phase_" + name.encode(),
                                            b"brgemm_cuda_smem" + suffix.encode())
                       for name, suffix in (("tc", ""), ("tc_split", ""), ("tc_small", "_small"),
-                                           ("generic", "_generic"))}
+                                           ("tc_wide", "_wide"), ("generic", "_generic"))}
         self._clusters = {}
         from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records
         for ctype, numpy_dtype in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):

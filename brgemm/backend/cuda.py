@@ -85,7 +85,7 @@ class _Tables:
         self.phase_begin = [int(p) for p in phase_begin]
         self.phases = _phase_shapes(blocks, calls, paths, task_begin, self.phase_begin,
                                     dev.cu.BRGEMM_CUDA_PATH_TC, dev.cu.BRGEMM_CUDA_PATH_MEM_OPS)
-        self._launches = {}  # (allow_tc, max_cluster, small_tiles) -> [(entry, cluster)] per phase
+        self._launches = {}  # (allow_tc, settings) -> [(entry, cluster)] per phase
         self.args = ffi.new("brgemm_cuda_phase_args *")
         for name, buf in self._bufs.items():
             setattr(self.args, name, buf.address)
@@ -93,7 +93,7 @@ class _Tables:
 
     def launches(self, allow_tc):
         """(entry point, cluster size) of every phase, as the settings say now."""
-        key = (allow_tc, max_cluster, small_tiles)
+        key = (allow_tc, max_cluster, small_tiles, wide_tiles)
         if key not in self._launches:
             self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
         return self._launches[key]
@@ -128,6 +128,9 @@ max_cluster = 8      # most blocks that share one task's reductions (1: never sp
 # (fewer stages): None where that measured faster (split reductions, or more
 # tasks than SMs), True always, False never
 small_tiles = None
+# phases with C blocks over 128 columns (and over 64 rows) on 128 x 256 tiles
+# where their reductions are not split (False: 128 x 128 tiles, as before)
+wide_tiles = True
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -137,7 +140,8 @@ _TILE_STEPS, _SPLIT_STEPS = 3, 1
 def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit):
     """What the launch choice needs of each phase: its task count, whether it
     has tensor-core calls, whether all of them are (and none has memory ops),
-    whether their tiles are all 64 rows, and its heaviest task's k-steps and tiles."""
+    whether their tiles are all 64 rows, whether some would fill 128 x 256
+    tiles, and its heaviest task's k-steps and tiles (of up to 128 x 128)."""
     task_begin = np.asarray(task_begin, np.int64)
     if len(calls):
         m = np.array([b.m for b in blocks], np.int64)[calls["kernel"]]
@@ -147,12 +151,12 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
         tiles = -(-m // rows) * -(-n // np.where(n > 64, 128, 64))
         steps = tiles * calls["count"].astype(np.int64) * -(-k // 64)
     else:
-        m = tiles = steps = np.zeros(0, np.int64)
+        m = n = tiles = steps = np.zeros(0, np.int64)
     tc = (paths & tc_bit) != 0
     plain_tc = tc & ((paths & mem_bit) == 0)
     sums = {name: np.concatenate([[0], np.cumsum(v)]) for name, v in
-            (("tc", tc), ("plain", plain_tc), ("wide", tc & (m > 64)), ("tiles", tiles),
-             ("steps", steps))}
+            (("tc", tc), ("plain", plain_tc), ("wide", tc & (m > 64)),
+             ("broad", tc & (m > 64) & (n > 128)), ("tiles", tiles), ("steps", steps))}
     out = []
     for p in range(len(phase_begin) - 1):
         t0, t1 = phase_begin[p], phase_begin[p + 1]
@@ -165,6 +169,7 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
         out.append(dict(tasks=int(t1 - t0), tc=bool(sums["tc"][c1] > sums["tc"][c0]),
                         all_tc=bool(sums["plain"][c1] - sums["plain"][c0] == n_calls),
                         wide=bool(sums["wide"][c1] > sums["wide"][c0]),
+                        broad=bool(sums["broad"][c1] > sums["broad"][c0]),
                         steps=per_task("steps"), tiles=per_task("tiles")))
     return out
 
@@ -184,7 +189,10 @@ def _entry_and_cluster(phase, allow_tc):
     if not (phase["tc"] and dev.has_tc and allow_tc):
         return "generic", 1
     if phase["wide"] or small_tiles is False:
-        return _cluster("tc", phase)
+        entry, size = _cluster("tc", phase)
+        if size == 1 and phase["broad"] and wide_tiles:
+            return "tc_wide", 1
+        return entry, size
     entry, size = _cluster("tc_small", phase)
     if small_tiles is None and size == 1 and phase["tasks"] <= dev.sm_count:
         return "tc", 1  # one block per SM anyway: the deeper pipeline wins

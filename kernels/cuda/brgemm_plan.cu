@@ -156,6 +156,26 @@ __device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, floa
   *p = v;
 }
 
+/* call ci of the plan as the tile code reads it */
+__device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, int64_t ci) {
+  const brgemm_plan_call* call = &((const brgemm_plan_call*)args.calls)[ci];
+  const brgemm_cuda_block* kd = &((const brgemm_cuda_block*)args.blocks)[call->kernel];
+  const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
+  Call c;
+  c.kd = kd;
+  c.A = (const char*)args.tensors[call->a];
+  c.B = (const char*)args.tensors[call->b];
+  c.C = (char*)args.tensors[call->c] + call->c_off * item_c;
+  c.ao = (const uint64_t*)args.a_offs + call->offs;
+  c.bo = (const uint64_t*)args.b_offs + call->offs;
+  c.count = call->count;
+  c.ops = (const brgemm_plan_op*)args.ops + call->op_begin;
+  c.n_ops = call->op_count;
+  c.reg_ops = !(((const uint8_t*)args.call_path)[ci] & BRGEMM_CUDA_PATH_MEM_OPS);
+  c.tensors = args.tensors;
+  return c;
+}
+
 /* ------------------------------------------------------------ generic path */
 
 #define GT 64   /* tile rows and columns */
@@ -226,9 +246,11 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
  * the 128 x 128 one (one block per SM) STAGES 128 x 128 stages, and smaller
  * tiles as many as fit (with little work per k-step, loads must be issued
  * further ahead to hide their latency); the 64-row one (two blocks per SM)
- * four (more stages spill registers there) */
+ * four (more stages spill registers there); the 128 x 256 one four (most of
+ * an SM's shared memory) */
 #define STAGE_BUDGET (STAGES * 32768)
 #define STAGE_BUDGET_SMALL (4 * 24576)
+#define STAGE_BUDGET_WIDE (4 * 49152)
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -403,7 +425,8 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
            apart; k16 = 16 rows = 2048 bytes */
         const uint64_t da = smem_desc(a0 + kk * 32, 16, 1024);
         const uint64_t db = smem_desc(b0 + kk * 2048, S::B_REGION, 1024);
-        if constexpr (WN == 128) wgmma_m64n128k16(acc, da, db);
+        if constexpr (WN == 256) wgmma_m64n256k16(acc, da, db);
+        else if constexpr (WN == 128) wgmma_m64n128k16(acc, da, db);
         else wgmma_m64n64k16(acc, da, db);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -458,12 +481,14 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
   const brgemm_cuda_block* kd = c.kd;
   const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
   const int64_t ldc = kd->ldc;
-  if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols == BN && ldc % 4 == 0 &&
-      ((uintptr_t)c.C & 15) == 0) {
-    /* the common case, four columns a thread: alpha, beta and a 16-byte store */
+  if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols % 4 == 0 &&
+      ldc % 4 == 0 && ((uintptr_t)c.C & 15) == 0) {
+    /* the common case, four columns a thread: alpha, beta and a 16-byte store
+       (tiles of 256 columns often cover fewer: those past n are skipped) */
     const float alpha = kd->alpha, beta = kd->beta;
     for (int e = r0 * BN + tid * 4; e < rows * BN; e += THREADS * 4) {
       const int r = e / BN, col = e % BN;
+      if (col >= cols) continue;
       float4 v = *(const float4*)&tile[r * LD + col];
       float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
       v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
@@ -501,55 +526,46 @@ extern "C" __device__ int brgemm_cuda_smem_generic = SMEM_GENERIC;
 #if BRGEMM_TC
 extern "C" __device__ int brgemm_cuda_smem = STAGE_BUDGET + 1024;
 extern "C" __device__ int brgemm_cuda_smem_small = STAGE_BUDGET_SMALL + 1024;
+extern "C" __device__ int brgemm_cuda_smem_wide = STAGE_BUDGET_WIDE + 1024;
 #else
 extern "C" __device__ int brgemm_cuda_smem = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem_small = SMEM_GENERIC;
+extern "C" __device__ int brgemm_cuda_smem_wide = SMEM_GENERIC;
 #endif
 
 /* the entry points: tensor-core tiles up to 128 x 128 (one block per SM),
  * alone or in clusters that split the reductions (apart: the split code's
  * registers would slow the rest); tensor-core tiles of 64 rows (two blocks
  * per SM: one's pipeline fill and epilogue overlap the other's steps), alone
- * or in clusters; generic only */
-enum Entry { ENTRY_TC, ENTRY_TC_SMALL, ENTRY_GENERIC };
+ * or in clusters; 128 x 256 tensor-core tiles (one block per SM, apart: their
+ * 128 accumulators a thread leave no registers for the other paths' code);
+ * generic only */
+enum Entry { ENTRY_TC, ENTRY_TC_SMALL, ENTRY_TC_WIDE, ENTRY_GENERIC };
 
-/* One task per cluster; tensor-core entries: calls the host marked
- * BRGEMM_CUDA_PATH_TC run on the tensor cores, the rest on the generic path. */
-template <Entry E, bool SPLIT>
-__device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
+/* the aligned start of the dynamic shared memory: the swizzle atoms want
+ * 1024-byte alignment; the launch asks for 1024 extra */
+__device__ __forceinline__ unsigned char* aligned_smem() {
   extern __shared__ unsigned char smem_raw[];
-  /* the swizzle atoms want 1024-byte alignment; the launch asks for 1024 extra */
-  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  uint32_t rank = 0, nranks = 1;
-#if BRGEMM_TC
-  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
-#endif
-  const int64_t task = args.task0 + blockIdx.x / nranks;
+  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+}
+
+/* One task on one cluster (rank of nranks); tensor-core entries: calls the
+ * host marked BRGEMM_CUDA_PATH_TC run on the tensor cores, the rest on the
+ * generic path. */
+template <Entry E, bool SPLIT>
+__device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int64_t task,
+                                         unsigned char* smem, uint32_t rank, uint32_t nranks) {
   const int64_t* task_begin = (const int64_t*)args.task_begin;
-  const brgemm_plan_call* calls = (const brgemm_plan_call*)args.calls;
-  const brgemm_cuda_block* blocks = (const brgemm_cuda_block*)args.blocks;
-  const uint8_t* path = (const uint8_t*)args.call_path;
   for (int64_t ci = task_begin[task]; ci < task_begin[task + 1]; ++ci) {
-    const brgemm_plan_call* call = &calls[ci];
-    const brgemm_cuda_block* kd = &blocks[call->kernel];
-    const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
-    const bool mem_ops = path[ci] & BRGEMM_CUDA_PATH_MEM_OPS;
-    Call c;
-    c.kd = kd;
-    c.A = (const char*)args.tensors[call->a];
-    c.B = (const char*)args.tensors[call->b];
-    c.C = (char*)args.tensors[call->c] + call->c_off * item_c;
-    c.ao = (const uint64_t*)args.a_offs + call->offs;
-    c.bo = (const uint64_t*)args.b_offs + call->offs;
-    c.count = call->count;
-    c.ops = (const brgemm_plan_op*)args.ops + call->op_begin;
-    c.n_ops = call->op_count;
-    c.reg_ops = !mem_ops;
-    c.tensors = args.tensors;
+    const Call c = make_call(args, ci);
+    const brgemm_cuda_block* kd = c.kd;
     bool done = false;
 #if BRGEMM_TC
-    if (E != ENTRY_GENERIC && (path[ci] & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
-      if (E == ENTRY_TC_SMALL) {
+    const uint8_t path = ((const uint8_t*)args.call_path)[ci];
+    if (E != ENTRY_GENERIC && (path & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
+      if (E == ENTRY_TC_WIDE) {  /* every call on 128 x 256 tiles (the host checks some fill them) */
+        tc_call<128, 256, STAGE_BUDGET_WIDE, false>(c, smem, rank, nranks);
+      } else if (E == ENTRY_TC_SMALL) {
         if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
         else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
       } else if (kd->m > 64) {
@@ -566,7 +582,7 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
       for (int64_t i0 = 0; i0 < kd->m; i0 += GT)
         for (int64_t j0 = 0; j0 < kd->n; j0 += GT) generic_tile(c, i0, j0, smem);
     __syncthreads();  /* C is stored before its ops or the next call read it */
-    if (mem_ops && rank == 0) {
+    if (!c.reg_ops && rank == 0) {
       float* c32 = (float*)c.C;
       for (int32_t o = 0; o < c.n_ops; ++o) {
         for (int64_t e = threadIdx.x; e < kd->m * kd->n; e += THREADS)
@@ -580,6 +596,16 @@ __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   }
 }
 
+/* One task per cluster. */
+template <Entry E, bool SPLIT>
+__device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
+  uint32_t rank = 0, nranks = 1;
+#if BRGEMM_TC
+  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
+#endif
+  run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks, aligned_smem(), rank, nranks);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     brgemm_cuda_phase_tc(const __grid_constant__ brgemm_cuda_phase_args args) {
   run_phase<ENTRY_TC, false>(args);
@@ -588,6 +614,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     brgemm_cuda_phase_tc_split(const __grid_constant__ brgemm_cuda_phase_args args) {
   run_phase<ENTRY_TC, BRGEMM_TC>(args);
+}
+
+/* phases with C blocks more than 128 columns wide and more than 64 rows: one
+ * block per SM on 128 x 256 tiles (each step's B read once for twice the
+ * columns: less traffic from L2 and shared memory per flop) */
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    brgemm_cuda_phase_tc_wide(const __grid_constant__ brgemm_cuda_phase_args args) {
+  run_phase<ENTRY_TC_WIDE, false>(args);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
@@ -599,3 +633,4 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
     brgemm_cuda_phase_generic(const __grid_constant__ brgemm_cuda_phase_args args) {
   run_phase<ENTRY_GENERIC, false>(args);
 }
+

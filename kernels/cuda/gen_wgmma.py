@@ -4,7 +4,7 @@ registers named one by one in the asm, hence a generator rather than hand
 typing. Run: python kernels/cuda/gen_wgmma.py (the output is committed)."""
 import pathlib
 
-NS = (64, 128)
+NS = (64, 128, 256)
 
 
 def wrapper(n):
