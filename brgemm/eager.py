@@ -64,10 +64,11 @@ class Eager:
         elif op.code == "store_bf16":
             dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
             dst[...] = C.astype(dtypes.bfloat16)
-        elif op.code.endswith("_bwd") and op.code != "lstm_cell_bwd":
+        elif op.code.endswith(("_bwd", "_bwd_bf16")) and op.code != "lstm_cell_bwd":
             y = _block_view(self.arrays[op.tensors[0]], op.offsets[0], *C.shape, op.ld)
-            C *= {"relu_bwd": lambda: y > 0, "sigmoid_bwd": lambda: y * (1 - y),
-                  "tanh_bwd": lambda: 1 - y * y}[op.code]()
+            y = y.astype(np.float32)  # a bf16 y (the *_bf16 codes) widened exactly
+            C *= {"relu": lambda: y > 0, "sigmoid": lambda: y * (1 - y),
+                  "tanh": lambda: 1 - y * y}[op.code.split("_")[0]]()
         elif op.code in ("store_t", "store_t_bf16"):
             dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], C.shape[1], C.shape[0],
                               op.ld)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Op:
     """An epilogue op on a call's f32 C block; see the constructors below."""
-    code: str                    # bias, relu, sigmoid, tanh, store_bf16, lstm_cell
+    code: str                    # bias, relu, sigmoid, tanh, store_bf16, lstm_cell, ... (OP_CODES)
     tensors: tuple = ()          # operand tensor names
     offsets: tuple = ()          # their element offsets
     ld: int = 0                  # row stride of 2-D operands
@@ -68,12 +68,13 @@ def lstm_cell_bwd(dy, dy_offset, gates, gates_offset, stride, c, c_offset, c_pre
     return Op("lstm_cell_bwd", names, offs, ld, stride)
 
 
-def act_grad(activation, tensor, offset, ld):
+def act_grad(activation, tensor, offset, ld, bf16=False):
     """C[i, j] *= act'(y) from the activation's own output y = tensor[offset + i*ld + j]
-    (f32): the gradient at a pre-activation from the gradient at its output."""
+    (f32; with bf16, y as kept in bf16): the gradient at a pre-activation from the
+    gradient at its output."""
     if activation not in ("relu", "sigmoid", "tanh"):
         raise ValueError(f"activation: expected relu, sigmoid or tanh, got {activation!r}")
-    return Op(activation + "_bwd", (tensor,), (offset,), ld)
+    return Op(activation + ("_bwd_bf16" if bf16 else "_bwd"), (tensor,), (offset,), ld)
 
 
 def store_t(tensor, offset, ld, bf16=False):
@@ -93,6 +94,8 @@ def accesses(op, blk):
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):
         return [(t[0], o, m, n, op.ld, False, "f32")]
+    if code in ("relu_bwd_bf16", "sigmoid_bwd_bf16", "tanh_bwd_bf16"):
+        return [(t[0], o, m, n, op.ld, False, "bf16")]
     if code in ("store_t", "store_t_bf16"):
         return [(t[0], o, n, m, op.ld, True, "bf16" if code == "store_t_bf16" else "f32")]
     four = lambda q: [o[q] + g * op.stride for g in range(4)]  # noqa: E731  gate blocks

@@ -20,7 +20,8 @@ Backward-data:  dh_l[n] = dz_l[n] @ W_l,  dz_{l-1}[n] = dh_l[n] * act'(h_l[n])  
 Weight grads:   dW_l += sum over a group of tiles of dz_l[n]^T @ h_l[n]  (a batch-reduce
                 GEMM over the tiles; each task sums into its own partial dW, the
                 partials are added at the end), db_l likewise with a column of ones.
-Training keeps h (f32, and its bf16 copy) for backward; backward's epilogues
+Training keeps h for backward (in bf16 runs only in bf16, from which act' comes
+too, as in PyTorch's bf16 autograd); backward's epilogues
 write dz^T tiles next to it for the weight gradients. Activations crossing a
 segment boundary go to memory ([N, width] buffers); inside a segment they only
 touch the task's slot. `pipeline` in configs/mlp.toml (or config=) sets depth,

@@ -73,9 +73,8 @@ class Places:
             at = self.h_off[l] + n * g.tile * width
             if not self.bf16:
                 return ("h", at, width), None
-            c = ("h", at, width) if self.train else \
-                ("s", slot * self.slot + (l % 2) * g.tile * g.width, width)
-            return c, ("h16", at, width)
+            # bf16: only the bf16 copy is kept (backward's act' reads it too)
+            return ("s", slot * self.slot + (l % 2) * g.tile * g.width, width), ("h16", at, width)
         at = slot * self.slot + (l % 2) * g.tile * g.width
         return ("s", at, width), (("s16", at, width) if self.bf16 else None)
 
@@ -133,11 +132,8 @@ def tensors(g, pass_, train, out16=False):
             t["b"] = "f32"
         scratch = len(pl.stored) < g.L - 1 or not pl.y32
         if pl.stored:
-            if train or not pl.bf16:
-                t["h"] = "f32"
-            if pl.bf16:
-                t["h16"] = "bf16"
-        if scratch or (pl.bf16 and not train and pl.stored):
+            t["h16" if pl.bf16 else "h"] = ab
+        if scratch or (pl.bf16 and pl.stored):
             t["s"] = "f32"
         if scratch and pl.bf16:
             t["s16"] = "bf16"
@@ -147,10 +143,10 @@ def tensors(g, pass_, train, out16=False):
     if g.has_bias:
         t.update(ones=ab, dbp="f32")
     if g.L > 1:
-        t["h"] = "f32"
+        t["h16" if pl.bf16 else "h"] = ab
         t["d"] = "f32"
         if pl.bf16:
-            t.update(h16="bf16", d16="bf16")
+            t["d16"] = "bf16"
         if pl.bounds:
             t["g16" if pl.bf16 else "g"] = ab
     return t
@@ -220,7 +216,8 @@ def backward_nest(ex, loops, g, out16=False):
         else:
             (c, c_off, ldc), copy = pl.dz_c(l - 1, n, slot)
             h_at = pl.h_off[l - 1] + n * g.tile * inp
-            ops = (P.act_grad(g.acts[l - 1], "h", h_at, inp),) if g.acts[l - 1] else ()
+            ops = (P.act_grad(g.acts[l - 1], "h16" if bf16 else "h", h_at, inp, bf16=bf16),) \
+                if g.acts[l - 1] else ()
             ops += (P.store_t("dzt", pl.dzt(l - 1, n), g.tile, bf16=bf16),)
             if copy is not None:
                 ops += (P.store_bf16(*copy),)

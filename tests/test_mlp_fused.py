@@ -9,6 +9,8 @@ may already be off, the two sides may land one bf16 step apart. Bounds travel
 through the layers (|W| products), so no element is judged by a tensor's max.
 In f32 the reference's values are checked against torch autograd (float64) too.
 """
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -176,7 +178,8 @@ def test_fused_mlp_matches_float64(dtype, case):
     dx = net.backward(dy)
     assert y.dtype == x.dtype and dx.dtype == dy.dtype
     x, dy = x.astype(np.float32), dy.astype(np.float32)
-    (ry, rdx, grads) = reference(net, x, dy, dtype == "bf16")
+    # bf16: act' of a hidden layer from its bf16 output, which is all training keeps
+    (ry, rdx, grads) = reference(net, x, dy, dtype == "bf16", grad_from_bf16=dtype == "bf16")
     what = f"{sizes} N={N} {act}/{last} {pipe} {dtype}{' bf16 arrays' * arrays16}"
     check(f"y {what}", y, out(ry), seed)
     check(f"dx {what}", dx, out(rdx), seed)
@@ -206,8 +209,9 @@ def test_fused_equals_unfused(dtype):
         np.testing.assert_array_equal(a.weight, b.weight)
     x = rng.standard_normal((300, sizes[0])).astype(np.float32)
     dy = rng.standard_normal((300, sizes[-1])).astype(np.float32)
-    ref_y, ref_dx, grads = reference(nets[0], x, dy, dtype == "bf16")
-    for net in nets:
+    for net in nets:  # the fused MLP's act' comes from its bf16 activations in bf16
+        ref_y, ref_dx, grads = reference(nets[0], x, dy, dtype == "bf16",
+                                         grad_from_bf16=dtype == "bf16" and net.fused is not None)
         check("y", net.forward(x), ref_y, seed)
         check("dx", net.backward(dy), ref_dx, seed)
         for layer, (rdw, rdb) in zip(net.layers, grads):
@@ -233,14 +237,15 @@ def test_training_state_recycled_unless_held(dtype):
     net = fc.MLP(sizes, activation="tanh", dtype=dtype, fused=True, rng=rng)
     x1, x2 = (rng.standard_normal((N, sizes[0])).astype(np.float32) for _ in range(2))
     dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
+    h = "h16" if dtype == "bf16" else "h"  # what training keeps of the activations
     net.forward(x1)
-    at = net.fused.saved["h"].ctypes.data
+    at = net.fused.saved[h].ctypes.data
     net.forward(x2)
-    assert net.fused.saved["h"].ctypes.data == at, "an unheld state's buffer was not reused"
+    assert net.fused.saved[h].ctypes.data == at, "an unheld state's buffer was not reused"
     net.forward(x1)
     held = net.fused.state()
     net.forward(x2)
-    assert net.fused.saved["h"].ctypes.data != held[1]["h"].ctypes.data
+    assert net.fused.saved[h].ctypes.data != held[1][h].ctypes.data
     dx_held = net.fused.backward(dy, state=held).copy()
     dw_held = [layer.grad_weight.copy() for layer in net.layers]
     del held
@@ -286,31 +291,32 @@ def test_cost_model_prefers_full_depth_when_memory_bound():
 
 
 def test_epilogue_ops_eager_and_replay():
-    """act_grad and store_t: the C executor against the eager (NumPy) path."""
+    """act_grad (y in f32 or bf16) and store_t: the C executor against the eager
+    (NumPy) path and float64."""
     rng = np.random.default_rng(3)
     m, n, k = 5, 7, 3
-    for code in ("relu", "sigmoid", "tanh"):
-        for bf16 in (False, True):
+    for code, bf16 in itertools.product(("relu", "sigmoid", "tanh"), (False, True)):
+        for y16 in (False, True):
             a = rng.standard_normal(m * k).astype(np.float32)
             b = rng.standard_normal(k * n).astype(np.float32)
-            y = rng.uniform(-1, 1, m * 9).astype(np.float32)
+            y = rng.uniform(-1, 1, m * 9).astype(brgemm.bfloat16 if y16 else np.float32)
             tdt = brgemm.bfloat16 if bf16 else np.float32
             outs = []
             for ex_kind in ("eager", "replay"):
                 c = np.zeros(m * n, np.float32)
                 t = np.zeros(n * 8, tdt)
-                ops = (P.act_grad(code, "y", 1, 9), P.store_t("t", 0, 8, bf16=bf16))
+                ops = (P.act_grad(code, "y", 1, 9, bf16=y16), P.store_t("t", 0, 8, bf16=bf16))
                 blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
                 arrays = dict(a=a, b=b, c=c, y=y, t=t)
                 if ex_kind == "eager":
                     P.Eager(**arrays).gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
                 else:
-                    rec = P.Recorder(dict(a="f32", b="f32", c="f32", y="f32",
+                    rec = P.Recorder(dict(a="f32", b="f32", c="f32", y="bf16" if y16 else "f32",
                                           t="bf16" if bf16 else "f32"))
                     rec.gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
                     rec.finish().run(**arrays)
                 outs.append((c.copy(), t.astype(np.float32)))
-            yb = np.lib.stride_tricks.as_strided(y[1:], (m, n), (9 * 4, 4))  # ld 9
+            yb = np.lib.stride_tricks.as_strided(y[1:], (m, n), (9 * y.itemsize, y.itemsize))
             want = (a.reshape(m, k).astype(np.float64) @ b.reshape(k, n)) * \
                 _act_grad(code, yb.astype(np.float64))
             for c, t in outs:
@@ -386,7 +392,7 @@ def test_torch_module_fused(dtype):
         layer.weight = m.weight.detach().float().numpy().copy()
         layer.bias = m.bias.detach().float().numpy().copy()
     xf, dyf = x.detach().float().numpy(), dy.float().numpy()
-    ry, rdx, grads = reference(net, xf, dyf, dtype == "bf16")
+    ry, rdx, grads = reference(net, xf, dyf, dtype == "bf16", grad_from_bf16=dtype == "bf16")
 
     def widen(ref):  # results come back as bf16 tensors: one more rounding
         return (ref[0], ref[1] + step16(ref[0])) if dtype == "bf16" else ref

@@ -34,7 +34,11 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_SIGMOID_BWD = 9,
   BRGEMM_OP_TANH_BWD = 10,
   BRGEMM_OP_STORE_T = 11,     /* t0[off0 + j*ld + i] = C[i][j]: a transposed f32 copy */
-  BRGEMM_OP_STORE_T_BF16 = 12 /* the same, rounded to bf16 */
+  BRGEMM_OP_STORE_T_BF16 = 12, /* the same, rounded to bf16 */
+  /* RELU_BWD, SIGMOID_BWD, TANH_BWD from a y kept in bf16 (t0 bf16) */
+  BRGEMM_OP_RELU_BWD_BF16 = 13,
+  BRGEMM_OP_SIGMOID_BWD_BF16 = 14,
+  BRGEMM_OP_TANH_BWD_BF16 = 15
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* The device backends' flat int64 tables of a plan. A call row: */

@@ -75,8 +75,10 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
    * row, so narrow blocks (16 to 64 columns) run no per-row loop overhead */
   const int elementwise = op->code == BRGEMM_OP_RELU || op->code == BRGEMM_OP_SIGMOID ||
                           op->code == BRGEMM_OP_TANH;
-  const int with_operand = op->code == BRGEMM_OP_STORE_BF16 || op->code == BRGEMM_OP_RELU_BWD ||
-                           op->code == BRGEMM_OP_SIGMOID_BWD || op->code == BRGEMM_OP_TANH_BWD;
+  const int with_operand = op->code == BRGEMM_OP_STORE_BF16 ||
+                           (op->code >= BRGEMM_OP_RELU_BWD && op->code <= BRGEMM_OP_TANH_BWD) ||
+                           (op->code >= BRGEMM_OP_RELU_BWD_BF16 &&
+                            op->code <= BRGEMM_OP_TANH_BWD_BF16);
   if (m > 1 && ldc == n && (elementwise || (with_operand && op->ld == n))) {
     n *= m;
     m = 1;
@@ -215,6 +217,32 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       float* dst = (float*)tensors[op->tensor[0]] + op->offset[0];
       for (int64_t j = 0; j < n; ++j)  /* write along the destination's rows */
         for (int64_t i = 0; i < m; ++i) dst[j * op->ld + i] = c[i * ldc + j];
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_RELU_BWD_BF16:
+    case BRGEMM_OP_SIGMOID_BWD_BF16:
+    case BRGEMM_OP_TANH_BWD_BF16: {
+      const uint16_t* y0 = (const uint16_t*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t i = 0; i < m; ++i) {
+        float* restrict ci = c + i * ldc;
+        const uint16_t* restrict y = y0 + i * op->ld;
+        if (op->code == BRGEMM_OP_RELU_BWD_BF16) {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) ci[j] = brgemm_bf16_to_f32(y[j]) > 0.0f ? ci[j] : 0.0f;
+        } else if (op->code == BRGEMM_OP_SIGMOID_BWD_BF16) {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) {
+            const float v = brgemm_bf16_to_f32(y[j]);
+            ci[j] *= v * (1.0f - v);
+          }
+        } else {
+#pragma GCC ivdep
+          for (int64_t j = 0; j < n; ++j) {
+            const float v = brgemm_bf16_to_f32(y[j]);
+            ci[j] *= 1.0f - v * v;
+          }
+        }
+      }
       return BRGEMM_OK;
     }
     case BRGEMM_OP_STORE_T_BF16: {
