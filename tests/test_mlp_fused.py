@@ -291,38 +291,46 @@ def test_cost_model_prefers_full_depth_when_memory_bound():
 
 
 def test_epilogue_ops_eager_and_replay():
-    """act_grad (y in f32 or bf16) and store_t: the C executor against the eager
-    (NumPy) path and float64."""
+    """act_grad (y in f32 or bf16), store_t and store_bf16 (what a backward layer's
+    epilogue does, fused in one pass on AVX512-BF16 CPUs, by 16 x 16 blocks): the
+    C executor against the eager (NumPy) path and float64, ragged and whole blocks."""
     rng = np.random.default_rng(3)
-    m, n, k = 5, 7, 3
-    for code, bf16 in itertools.product(("relu", "sigmoid", "tanh"), (False, True)):
-        for y16 in (False, True):
-            a = rng.standard_normal(m * k).astype(np.float32)
-            b = rng.standard_normal(k * n).astype(np.float32)
-            y = rng.uniform(-1, 1, m * 9).astype(brgemm.bfloat16 if y16 else np.float32)
-            tdt = brgemm.bfloat16 if bf16 else np.float32
-            outs = []
-            for ex_kind in ("eager", "replay"):
-                c = np.zeros(m * n, np.float32)
-                t = np.zeros(n * 8, tdt)
-                ops = (P.act_grad(code, "y", 1, 9, bf16=y16), P.store_t("t", 0, 8, bf16=bf16))
-                blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
-                arrays = dict(a=a, b=b, c=c, y=y, t=t)
-                if ex_kind == "eager":
-                    P.Eager(**arrays).gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
-                else:
-                    rec = P.Recorder(dict(a="f32", b="f32", c="f32", y="bf16" if y16 else "f32",
-                                          t="bf16" if bf16 else "f32"))
-                    rec.gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
-                    rec.finish().run(**arrays)
-                outs.append((c.copy(), t.astype(np.float32)))
-            yb = np.lib.stride_tricks.as_strided(y[1:], (m, n), (9 * y.itemsize, y.itemsize))
-            want = (a.reshape(m, k).astype(np.float64) @ b.reshape(k, n)) * \
-                _act_grad(code, yb.astype(np.float64))
-            for c, t in outs:
-                np.testing.assert_allclose(c.reshape(m, n), want, rtol=1e-5, atol=1e-5)
-                tt = t.reshape(n, 8)[:, :m]
-                np.testing.assert_allclose(tt, c.reshape(m, n).T, rtol=1e-2 if bf16 else 0)
+    for (m, n, k), code, bf16, y16 in itertools.product(
+            ((5, 7, 3), (37, 40, 5), (16, 32, 2)), ("relu", "sigmoid", "tanh", None),
+            (False, True), (False, True)):
+        a = rng.standard_normal(m * k).astype(np.float32)
+        b = rng.standard_normal(k * n).astype(np.float32)
+        ld = n + 2
+        y = rng.uniform(-1, 1, m * ld).astype(brgemm.bfloat16 if y16 else np.float32)
+        tdt = brgemm.bfloat16 if bf16 else np.float32
+        outs = []
+        for ex_kind in ("eager", "replay"):
+            c = np.zeros(m * n, np.float32)
+            t = np.zeros(n * (m + 3), tdt)
+            d = np.zeros(m * ld, brgemm.bfloat16)
+            ops = (P.act_grad(code, "y", 1, ld, bf16=y16),) if code else ()
+            ops += (P.store_t("t", 0, m + 3, bf16=bf16), P.store_bf16("d", 2, ld))
+            blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
+            arrays = dict(a=a, b=b, c=c, y=y, t=t, d=d)
+            if ex_kind == "eager":
+                P.Eager(**arrays).gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
+            else:
+                rec = P.Recorder(dict(a="f32", b="f32", c="f32", y="bf16" if y16 else "f32",
+                                      t="bf16" if bf16 else "f32", d="bf16"))
+                rec.gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
+                rec.finish().run(**arrays)
+            outs.append((c.copy(), t.astype(np.float32), d.astype(np.float32)))
+        yb = np.lib.stride_tricks.as_strided(y[1:], (m, n), (ld * y.itemsize, y.itemsize))
+        want = a.reshape(m, k).astype(np.float64) @ b.reshape(k, n)
+        if code:
+            want = want * _act_grad(code, yb.astype(np.float64))
+        for c, t, d in outs:
+            c = c.reshape(m, n)
+            np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+            tt = t.reshape(n, m + 3)[:, :m]
+            np.testing.assert_array_equal(tt, (c.astype(brgemm.bfloat16) if bf16 else c).T)
+            dd = np.lib.stride_tricks.as_strided(d[2:], (m, n), (ld * d.itemsize, d.itemsize))
+            np.testing.assert_array_equal(dd, c.astype(brgemm.bfloat16))
 
 
 def test_device_backends_refuse_the_new_ops():

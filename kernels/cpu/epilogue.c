@@ -15,6 +15,9 @@ void forward_ops_avx2(float* c, int64_t m, int64_t n, int64_t ldc, const float* 
                       uint16_t* dst, int64_t ld);
 void forward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const float* bias, int relu,
                         uint16_t* dst, int64_t ld);
+void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint16_t* y,
+                         int64_t ldy, int act, uint16_t* t, int64_t ldt, uint16_t* d16,
+                         int64_t ld16);
 
 static int has_avx2(void) {
   static int avx2 = -1;  /* a benign race: every thread computes the same value */
@@ -60,6 +63,39 @@ static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc
   return o;
 }
 
+void brgemm_cpu_prefetch_ops(const brgemm_plan_op* ops, int32_t count, int64_t m, int64_t n,
+                             void* const* tensors) {
+  for (int32_t q = 0; q < count; ++q) {
+    const brgemm_plan_op* op = &ops[q];
+    int64_t rows = m, cols = n, item;
+    int write = 0;
+    switch (op->code) {
+      case BRGEMM_OP_RELU_BWD: case BRGEMM_OP_SIGMOID_BWD: case BRGEMM_OP_TANH_BWD:
+        item = 4;
+        break;
+      case BRGEMM_OP_RELU_BWD_BF16: case BRGEMM_OP_SIGMOID_BWD_BF16: case BRGEMM_OP_TANH_BWD_BF16:
+        item = 2;
+        break;
+      case BRGEMM_OP_STORE_BF16:
+        item = 2, write = 1;
+        break;
+      case BRGEMM_OP_STORE_T: case BRGEMM_OP_STORE_T_BF16:
+        rows = n, cols = m, item = op->code == BRGEMM_OP_STORE_T ? 4 : 2, write = 1;
+        break;
+      default:
+        continue;
+    }
+    const char* base = (const char*)tensors[op->tensor[0]] + op->offset[0] * item;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < cols * item; b += 64) {  /* a line at a time */
+        if (write)  /* (the hint's arguments must be constants) */
+          __builtin_prefetch(base + r * op->ld * item + b, 1, 3);
+        else
+          __builtin_prefetch(base + r * op->ld * item + b, 0, 3);
+      }
+  }
+}
+
 /* Is ops[0..count) [bias] [relu | sigmoid | tanh] store_bf16 (two or three
  * ops)? Then the bias (or NULL), the activation's code (or 0) and the store. */
 static const brgemm_plan_op* forward_chain(const brgemm_plan_op* ops, int32_t count,
@@ -77,11 +113,37 @@ static const brgemm_plan_op* forward_chain(const brgemm_plan_op* ops, int32_t co
   return i == count - 1 ? &ops[i] : NULL;
 }
 
+/* Is ops[0..count) [relu | sigmoid | tanh]_bwd_bf16, store_t_bf16, [store_bf16]
+ * (a backward layer's epilogue in bf16)? Then the act' op (or NULL) and the
+ * plain store (or NULL) and the transposed one. */
+static const brgemm_plan_op* backward_chain(const brgemm_plan_op* ops, int32_t count,
+                                            const brgemm_plan_op** act,
+                                            const brgemm_plan_op** plain) {
+  int i = 0;
+  *act = *plain = NULL;
+  if (count > 0 && ops[0].code >= BRGEMM_OP_RELU_BWD_BF16 && ops[0].code <= BRGEMM_OP_TANH_BWD_BF16)
+    *act = &ops[i++];
+  if (i >= count || ops[i].code != BRGEMM_OP_STORE_T_BF16) return NULL;
+  const brgemm_plan_op* t = &ops[i++];
+  if (i < count && ops[i].code == BRGEMM_OP_STORE_BF16) *plain = &ops[i++];
+  return i == count ? t : NULL;
+}
+
 int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int64_t m, int64_t n,
                          int64_t ldc, void* const* tensors) {
-  if (count == 1) return brgemm_cpu_apply_op(ops, c, m, n, ldc, tensors);
-  const brgemm_plan_op *bias, *store;
+  const brgemm_plan_op *bias, *store, *grad, *plain, *tr;
   int act;
+  if (has_avx512_bf16() && (tr = backward_chain(ops, count, &grad, &plain)) != NULL) {
+    /* a backward layer's epilogue: one pass, the transposed copy by 16 x 16 blocks */
+    backward_ops_avx512(
+        c, m, n, ldc, grad ? (const uint16_t*)tensors[grad->tensor[0]] + grad->offset[0] : NULL,
+        grad ? grad->ld : 0, grad ? grad->code : 0,
+        (uint16_t*)tensors[tr->tensor[0]] + tr->offset[0], tr->ld,
+        plain ? (uint16_t*)tensors[plain->tensor[0]] + plain->offset[0] : NULL,
+        plain ? plain->ld : 0);
+    return BRGEMM_OK;
+  }
+  if (count == 1) return brgemm_cpu_apply_op(ops, c, m, n, ldc, tensors);
   if ((store = forward_chain(ops, count, &bias, &act)) != NULL) {
     /* a forward layer's epilogue: one pass over C instead of one per op */
     const float* b = bias ? (const float*)tensors[bias->tensor[0]] + bias->offset[0] : NULL;

@@ -12,4 +12,9 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
  * and writes only the rows of the chunk. */
 int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int64_t m, int64_t n,
                          int64_t ldc, void* const* tensors);
+/* Prefetch what the ops read from memory besides C, and the blocks they write,
+ * into the cache: called before the call's kernel runs, whose time hides the
+ * misses (a training backward's act' reads activations stored long before). */
+void brgemm_cpu_prefetch_ops(const brgemm_plan_op* ops, int32_t count, int64_t m, int64_t n,
+                             void* const* tensors);
 #endif

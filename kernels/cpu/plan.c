@@ -60,6 +60,9 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   char* cb = (char*)tensors[c->c] + c->c_off * brgemm_cpu_c_itemsize(kr);
   /* the plan stores offsets as uint64_t, libxsmm takes unsigned long long: same width */
   _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "offset width");
+  if (with_ops && c->op_count)
+    brgemm_cpu_prefetch_ops(&p->ops[c->op_begin], c->op_count, brgemm_cpu_dim(kr, 'm'),
+                            brgemm_cpu_dim(kr, 'n'), tensors);
   int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b],
                                      (const unsigned long long*)(p->a_offs + c->offs),
                                      (const unsigned long long*)(p->b_offs + c->offs), cb, c->count, 0);
