@@ -55,6 +55,8 @@ class Eager:
     def _apply(self, op, C):
         if op.code == "bias":
             C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[1]]
+        elif op.code == "bias_rows":
+            C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[0], None]
         elif op.code == "relu":
             np.maximum(C, 0, out=C)
         elif op.code == "sigmoid":

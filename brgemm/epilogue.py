@@ -21,6 +21,11 @@ def bias(tensor, offset=0):
     return Op("bias", (tensor,), (offset,))
 
 
+def bias_rows(tensor, offset=0):
+    """C[i, j] += tensor[offset + i]: a bias per row (C holds a transposed result)"""
+    return Op("bias_rows", (tensor,), (offset,))
+
+
 def relu():
     return Op("relu")
 
@@ -90,6 +95,8 @@ def accesses(op, blk):
     m, n, code, t, o = blk.m, blk.n, op.code, op.tensors, op.offsets
     if code == "bias":
         return [(t[0], o, 1, n, n, False, "f32")]
+    if code == "bias_rows":
+        return [(t[0], o, 1, m, m, False, "f32")]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):

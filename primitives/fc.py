@@ -29,7 +29,7 @@ from primitives._config import settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
-from primitives.fc_plans import SCHEMA, geometry, plan, vnni_passes
+from primitives.fc_plans import SCHEMA, geometry, plan, plan_t, vnni_passes
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -87,6 +87,16 @@ def _weights(w, g, dtype, role, token, vnni=False):
     return _reuse.blocked(token, ("fc", role, g, dtype, vnni), (w,), blocked)
 
 
+def reads_w(g, dtype, backend, x, w, token):
+    """Whether the forward reads W in place (fc_forward.forward_t_nest): f32 on
+    the CPU backend, W C-contiguous and not kept blocked (reuse=), and a batch
+    small enough that copying x (N x C in, its y^T blocks stay in cache) costs
+    less than copying W (K x C); what y^T's transposed stores add stays within
+    the plan's time."""
+    return (dtype == "f32" and backend == "cpu" and token is None and x.dtype == np.float32
+            and w.dtype == np.float32 and w.flags.c_contiguous and g.N * (g.C + g.K) <= g.C * g.K)
+
+
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K].
     reuse: keep w's blocked copy across calls (primitives.reuse)."""
@@ -104,6 +114,15 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     ab = dtypes.NUMPY[dtype]
+    if reads_w(g, dtype, backend, x, w, token):
+        y = _results.empty("y", (N, K), np.float32)
+        t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True,
+                                        out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)),
+                 yt=_buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32))
+        if b is not None:
+            t["b"] = np.ascontiguousarray(b, dtype=np.float32)
+        plan_t(g, has_bias=b is not None).run(backend=backend, **t)
+        return y
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
     # which slows the kernel calls down (see the note above fc's nests)

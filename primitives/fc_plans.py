@@ -12,7 +12,7 @@ from primitives._args import block_sizes
 from primitives._config import geometry as cached_geometry
 from primitives._config import settings
 from primitives.fc_backward import backward
-from primitives.fc_forward import forward
+from primitives.fc_forward import T_CHUNK, forward, forward_t
 from primitives.fc_nest import product_nest
 from primitives.fc_update import update
 
@@ -90,14 +90,14 @@ def _geometry(N, C, K, config, blocks, path=None):
                     tuple(cfg[p].get("group") for p in ("fwd", "bwd", "upd")))
 
 
-def _loops(g, pass_):
+def _loops(g, pass_, chunk=None):
     i = ("fwd", "bwd", "upd").index(pass_)
     spec, group = g.specs[i], g.groups[i]
     dims = {"n": g.Nb, "c": g.Cb, "k": g.Kb}
     order = {"fwd": "nkc", "bwd": "nck", "upd": "kcn"}[pass_]  # the reduction last
     loops = []
     for name in order:
-        step = g.chunks[i] if name == order[-1] else 1
+        step = (chunk or g.chunks[i]) if name == order[-1] else 1
         repeated = spec.lower().count(name) > 1
         if repeated and group is None:
             raise ValueError(f"config: spec {spec!r} names loop {name!r} twice, which needs "
@@ -157,3 +157,21 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
                      _epilogue(g, pass_, has_bias, activation, bf16_out), g.chunk[pass_], vnni)
         return rec.finish()
     return _plans.get(key, record)
+
+
+def plan_t(g, has_bias=False):
+    """The functional forward's plan that reads W in place (fc_forward.forward_t;
+    f32): tensors w (plain K x C), xt (x^T tiles), yt (scratch tiles), y, b."""
+    def record():
+        tensors = {"w": "f32", "xt": "f32", "yt": "f32", "y": "f32"}
+        if has_bias:
+            tensors["b"] = "f32"
+        # its own reduction chunk: a spec that blocks c (a group) falls back to NKc
+        spec = g.specs[0] if g.specs[0].lower().count("c") == 1 else "NKc"
+        gt = dataclasses.replace(g, specs=(spec,) + g.specs[1:])
+        rec = bplan.Recorder(tensors, spec=spec)
+        product_nest(rec, _loops(gt, "fwd", T_CHUNK), forward_t(g), "f32", lambda k, n: (
+            ((bplan.bias_rows("b", k * g.bk),) if has_bias else ())
+            + (bplan.store_t("y", n * g.bn * g.K + k * g.bk, g.K),)), T_CHUNK)
+        return rec.finish()
+    return _plans.get((g, "fwd_t", has_bias), record)

@@ -60,6 +60,26 @@ def test_functional(rng, backend, N, C, K, dtype, with_bias):
     check("db", db, dy.astype(np.float64).sum(0), dtype, s["db"])
 
 
+def test_forward_reading_w_in_place(rng):
+    """Batches smaller than the layer: the forward reads W in place (y^T = W x^T,
+    stored transposed, bias per row). Random sizes with ragged blocks, x as a
+    strided view, against float64 per element."""
+    for _ in range(6):
+        N = int(rng.integers(1, 80))
+        C, K = (int(v) for v in rng.integers(N + 1, 400, 2))
+        x = rng.standard_normal((N, 2 * C)).astype(np.float32)[:, ::2]  # not contiguous
+        w = rng.standard_normal((K, C)).astype(np.float32)
+        b = rng.standard_normal(K).astype(np.float32) if rng.integers(2) else None
+        g = fc.geometry(N, C, K)
+        assert fc.reads_w(g, "f32", "cpu", x, w, None), (N, C, K)
+        y = fc.forward(x, w, b)
+        ref = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
+        bound = 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(w.T.astype(np.float64))
+                        + (0 if b is None else np.abs(b)))
+        print(f"N={N} C={C} K={K} bias={b is not None}")
+        assert y.shape == (N, K) and (np.abs(y - ref) <= bound).all()
+
+
 def test_bf16_accepts_float32_inputs(rng, backend):
     x = rng.standard_normal((20, 30)).astype(np.float32)
     w = rng.standard_normal((10, 30)).astype(np.float32)

@@ -92,24 +92,25 @@ def epilogue_nest(ex, M, N, K, ops_for):
                 ops=ops_for(j))
 
 
-@pytest.mark.parametrize("name", ["bias_relu", "sigmoid", "tanh", "store_bf16"])
+@pytest.mark.parametrize("name", ["bias_relu", "bias_rows", "sigmoid", "tanh", "store_bf16"])
 def test_epilogues(rng, name):
     M, N, K = 9, 40, 13
-    A, B, bias = rand(rng, M, K), rand(rng, K, N), rand(rng, N)
+    A, B, bias, rows = rand(rng, M, K), rand(rng, K, N), rand(rng, N), rand(rng, M + 3)
     ops_for = {
         "bias_relu": lambda j: (P.bias("b", j), P.relu()),
+        "bias_rows": lambda j: (P.bias_rows("r", 3),),
         "sigmoid": lambda j: (P.sigmoid(),),
         "tanh": lambda j: (P.tanh(),),
         "store_bf16": lambda j: (P.store_bf16("Y", j, N),),
     }[name]
     ref = A.astype(np.float64) @ B
-    want = {"bias_relu": np.maximum(ref + bias, 0), "sigmoid": 1 / (1 + np.exp(-ref)),
+    want = {"bias_relu": np.maximum(ref + bias, 0), "bias_rows": ref + rows[3:, None], "sigmoid": 1 / (1 + np.exp(-ref)),
             "tanh": np.tanh(ref), "store_bf16": ref}[name]
-    tensors = {"A": "f32", "B": "f32", "C": "f32", "b": "f32", "Y": "bf16"}
+    tensors = {"A": "f32", "B": "f32", "C": "f32", "b": "f32", "r": "f32", "Y": "bf16"}
     rec = P.Recorder(tensors)
     epilogue_nest(rec, M, N, K, ops_for)
     plan = rec.finish()
-    arrays = lambda: dict(A=A, B=B, b=bias, C=np.zeros((M, N), np.float32),  # noqa: E731
+    arrays = lambda: dict(A=A, B=B, b=bias, r=rows, C=np.zeros((M, N), np.float32),  # noqa: E731
                           Y=np.zeros((M, N), brgemm.bfloat16))
     replay, eager = arrays(), arrays()
     plan.run(**replay)

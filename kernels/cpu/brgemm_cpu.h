@@ -38,7 +38,8 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   /* RELU_BWD, SIGMOID_BWD, TANH_BWD from a y kept in bf16 (t0 bf16) */
   BRGEMM_OP_RELU_BWD_BF16 = 13,
   BRGEMM_OP_SIGMOID_BWD_BF16 = 14,
-  BRGEMM_OP_TANH_BWD_BF16 = 15
+  BRGEMM_OP_TANH_BWD_BF16 = 15,
+  BRGEMM_OP_BIAS_ROWS = 16    /* C[i][j] += t0[off0 + i] (f32): a bias per row of C */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* The device backends' flat int64 tables of a plan. A call row: */

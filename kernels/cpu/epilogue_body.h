@@ -251,6 +251,15 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
         for (int64_t i = 0; i < m; ++i) dst[j * op->ld + i] = brgemm_f32_to_bf16(c[i * ldc + j]);
       return BRGEMM_OK;
     }
+    case BRGEMM_OP_BIAS_ROWS: {
+      const float* bias = (const float*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t i = 0; i < m; ++i) {
+        float* restrict row = c + i * ldc;
+        const float add = bias[i];
+        for (int64_t j = 0; j < n; ++j) row[j] += add;
+      }
+      return BRGEMM_OK;
+    }
     default:
       return BRGEMM_EINVAL;
   }
