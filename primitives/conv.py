@@ -32,14 +32,14 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.layouts import nblocks, pick_block, to_blocks
+from brgemm.layouts import image_to_columns, nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
 from primitives._config import settings
 from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
-from primitives.conv_forward import pointwise_nest
+from primitives.conv_forward import columns_nest, pointwise_nest
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -67,6 +67,29 @@ def pointwise(g, dtype, backend):
             or dtype != "f32" or backend != "cpu" or HW < 512):
         return None
     return pick_block(HW, 128, 16)
+
+
+def columns(g, dtype, backend):
+    """The blocks (bd, bp) of the functional forward's im2col plan, or None
+    where it does not apply. Where the weights outweigh the images (small
+    images, many channels: N P Q at most K / 2), the forward reads w in place
+    as the K x C R S matrix it is (columns_nest) and copies x into its im2col
+    tiles instead, R S times x's size but less than w's copy; all images'
+    pixels side by side, so the kernel's rows are long even on 7 x 7 images.
+    f32 on the CPU backend, kernels larger than 1 x 1."""
+    if dtype != "f32" or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
+        return None
+    return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
+
+
+def columns_plan(g, dtype, bd, bp):
+    def record():
+        loops = parse_spec("KP", [Loop("k", 0, g.Kb, 1),
+                                  Loop("p", 0, nblocks(g.N * g.P * g.Q, bp), 1)])
+        rec = bplan.Recorder({"w": dtype, "xc": dtype, "yc": "f32"}, spec="KP")
+        columns_nest(rec, loops, g, dtype, bd, bp)
+        return rec.finish()
+    return _plans.get((g, "columns", dtype, bd, bp), record)
 
 
 def pointwise_plan(g, dtype, bp):
@@ -122,6 +145,18 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
                        out=_scratch.get("xt", (nblocks(HW, bp), g.N * g.Cb, g.bc, bp), ab))
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
         pointwise_plan(g, dtype, bp).run(backend=backend, w=np.ascontiguousarray(w), xt=xt, y=y)
+        return y
+    blocks = columns(g, dtype, backend) if token is None else None
+    if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
+        bd, bp = blocks
+        PQ = g.P * g.Q
+        xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
+            "xc", (nblocks(g.N * PQ, bp), nblocks(g.C * g.R * g.S, bd), bd, bp), ab))
+        yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
+        columns_plan(g, dtype, bd, bp).run(backend=backend, w=w, xc=xc, yc=yc)
+        # y^c [K][N][PQ] -> y [N][K][PQ]: one tile of K x PQ per image
+        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
+        to_blocks(yc, g.K, PQ, swap_grid=True, out=y.reshape(g.N, 1, g.K, PQ))
         return y
     y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
     vnni = "fwd" in vnni_passes(g, dtype, backend)

@@ -61,6 +61,33 @@ def test_pointwise_forward(rng):
         assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
 
 
+def test_columns_forward(rng):
+    """Weights that outweigh the images (N P Q <= K / 2): the forward reads w in
+    place against x's im2col tiles (conv.columns). Random sizes, strides and
+    padding, ragged blocks, x as a strided view."""
+    done = 0
+    while done < 4:
+        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(16, 300))
+        H, W, R, S = (int(v) for v in rng.integers(1, 9, 4))
+        stride, padding = tuple(int(v) for v in rng.integers(1, 3, 2)), \
+            tuple(int(v) for v in rng.integers(0, 2, 2))
+        if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+            continue
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding)
+        if not conv.columns(g, "f32", "cpu"):
+            continue
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S} stride={stride} padding={padding}")
+        x = rng.standard_normal((N, C, H, 2 * W)).astype(np.float32)[..., ::2]
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        y = conv.forward(x, w, stride, padding)
+        dy = np.zeros(y.shape)
+        want = reference(x, w, dy, stride, padding)[0]
+        mag = magnitude(x, w, dy, stride, padding)[0]
+        assert y.dtype == np.float32 and y.shape == want.shape
+        assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_forward_backward(rng, backend, case, dtype):

@@ -153,6 +153,10 @@ def test_native_layer_rejects_bad_arguments():
                                           p, 4, 1) == EINVAL  # Ws * sw < left + W
     assert lib.brgemm_cpu_image_to_planes(p, 1, 4, 4, 4, bad_strides, 4, 4, 0, 0, 1, 1, 4, 4, 16,
                                           p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_image_to_columns(p, 1, 4, 4, 4, bad_strides, 4, 3, 3, 1, 1, 1, 1, 4, 4,
+                                           16, 16, p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_image_to_columns(p, 1, 4, 4, 4, strides, 4, 3, 3, 0, 1, 1, 1, 4, 4,
+                                           16, 16, p, 4, 1) == EINVAL  # stride 0
     assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_conv_weights_from_blocks(ffi.cast("float *", p), 0, 4, 4, 1, 4, 4, 0,
                                                    p, 4, 1) == EINVAL
@@ -233,3 +237,38 @@ def test_image_to_planes(rng, dtypes, threads):
     np.testing.assert_array_equal(t.view(view), ref.view(view))
     with pytest.raises(ValueError, match="^Hs, Ws"):
         L.image_to_planes(x, bc, (sh, sw), Hs, Ws, Hs * Ws - 1, top, left)
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_image_to_columns(rng, dtypes, threads):
+    """The im2col tiles of conv's functional forward (conv.columns): rows (c, r,
+    s), columns (n, p, q) over all images, zeros in the border and the padded
+    rows and columns; views read in place."""
+    src, dst = dtypes
+    for _ in range(4):
+        N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 20), rng.integers(1, 12),
+                                       rng.integers(1, 12)))
+        ph, pw = (int(v) for v in rng.integers(0, 3, 2))
+        R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
+        sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+        bd, bp = (int(v) for v in rng.integers(1, 40, 2))
+        print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw} "
+              f"blocks={bd, bp}")
+        big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
+        x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
+        t = L.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads)
+        P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
+        xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dst)
+        xp[:, :, ph:ph + H, pw:pw + W] = x.astype(np.float32).astype(dst)
+        D, cols = C * R * S, N * P * Q
+        Db, Pb = -(-D // bd), -(-cols // bp)
+        m = np.zeros((Db * bd, Pb * bp), dst)
+        for d in range(D):
+            c, r, s = d // (R * S), d // S % R, d % S
+            m[d, :cols] = xp[:, c, r:r + sh * (P - 1) + 1:sh, s:s + sw * (Q - 1) + 1:sw].reshape(-1)
+        ref = m.reshape(Db, bd, Pb, bp).transpose(2, 0, 1, 3)
+        view = np.uint16 if dst == BF16 else np.uint32
+        np.testing.assert_array_equal(t.view(view), ref.view(view))
+    with pytest.raises(ValueError, match="^kernel"):
+        L.image_to_columns(x, (H + 2 * ph + 1, 1), (1, 1), (ph, pw), 4, 4)

@@ -94,17 +94,17 @@ def epilogue_nest(ex, M, N, K, ops_for):
 
 @pytest.mark.parametrize("name", ["bias_relu", "bias_rows", "sigmoid", "tanh", "store_bf16"])
 def test_epilogues(rng, name):
-    M, N, K = 9, 40, 13
+    M, N, K = 40, 128, 13  # ops chained on 40 rows run in chunks of 32 (2048 / 64)
     A, B, bias, rows = rand(rng, M, K), rand(rng, K, N), rand(rng, N), rand(rng, M + 3)
     ops_for = {
         "bias_relu": lambda j: (P.bias("b", j), P.relu()),
-        "bias_rows": lambda j: (P.bias_rows("r", 3),),
+        "bias_rows": lambda j: (P.bias_rows("r", 3), P.relu()),
         "sigmoid": lambda j: (P.sigmoid(),),
         "tanh": lambda j: (P.tanh(),),
         "store_bf16": lambda j: (P.store_bf16("Y", j, N),),
     }[name]
     ref = A.astype(np.float64) @ B
-    want = {"bias_relu": np.maximum(ref + bias, 0), "bias_rows": ref + rows[3:, None], "sigmoid": 1 / (1 + np.exp(-ref)),
+    want = {"bias_relu": np.maximum(ref + bias, 0), "bias_rows": np.maximum(ref + rows[3:, None], 0), "sigmoid": 1 / (1 + np.exp(-ref)),
             "tanh": np.tanh(ref), "store_bf16": ref}[name]
     tensors = {"A": "f32", "B": "f32", "C": "f32", "b": "f32", "r": "f32", "Y": "bf16"}
     rec = P.Recorder(tensors)

@@ -266,6 +266,16 @@ int brgemm_cpu_image_to_planes(const void* src, int64_t N, int64_t C, int64_t H,
                                const int64_t* strides, int src_itemsize, int64_t bc, int64_t top,
                                int64_t left, int64_t sh, int64_t sw, int64_t Hs, int64_t Ws,
                                int64_t L, void* dst, int dst_itemsize, int threads);
+/* image_to_columns: src as above -> the im2col matrix of an R x S convolution
+ * (strides sh, sw, zero padding ph, pw, output P x Q) as tiles [Pb][Db][bd][bp]:
+ * row d = (c * R + r) * S + s, column (n * P + p) * Q + q holds the padded
+ * image's pixel (p * sh + r, q * sw + s) of channel c, image n; zeros outside
+ * the image and past the D = C R S rows and N P Q columns. */
+int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                const int64_t* strides, int src_itemsize, int64_t R, int64_t S,
+                                int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
+                                int64_t Q, int64_t bd, int64_t bp, void* dst, int dst_itemsize,
+                                int threads);
 /* Conv weights src [K][C][RS] (contiguous) -> [Kb][Cb][RS][bc][bk] tiles, or
  * with transposed [Cb][Kb][RS][bk][bc], zero-padded. */
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,

@@ -49,7 +49,8 @@ static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc
   switch (op->code) {
     case BRGEMM_OP_STORE_T:
     case BRGEMM_OP_STORE_T_BF16:
-      o.offset[0] += r;  /* C's row i is the destination's column i */
+    case BRGEMM_OP_BIAS_ROWS:
+      o.offset[0] += r;  /* C's row i is the destination's column i, or bias[i] */
       break;
     case BRGEMM_OP_LSTM_CELL:  /* the gates are C-shaped (ldc), the states ld apart */
       o.offset[0] += r * ldc;

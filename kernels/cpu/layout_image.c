@@ -344,3 +344,63 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
   }
   return err;
 }
+
+int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
+                                const int64_t* strides, int src_itemsize, int64_t R, int64_t S,
+                                int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
+                                int64_t Q, int64_t bd, int64_t bp, void* dst, int dst_itemsize,
+                                int threads) {
+  const int si = src_itemsize, di = dst_itemsize;
+  if (!src || !dst || !strides || N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || S < 1 ||
+      sh < 1 || sw < 1 || ph < 0 || pw < 0 || P < 1 || Q < 1 || bd < 1 || bp < 1 ||
+      !brgemm_sizes_ok(si, di))
+    return BRGEMM_EINVAL;
+  for (int i = 0; i < 4; ++i)
+    if (strides[i] < 0) return BRGEMM_EINVAL;
+  const int64_t sn = strides[0], sc = strides[1], srow = strides[2], scol = strides[3];
+  const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
+#pragma omp parallel for schedule(static) num_threads(brgemm_cpu_plan_threads(threads))
+  for (int64_t t = 0; t < Pb * Db; ++t) { /* one bd x bp tile */
+    const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
+    char* tile = (char*)dst + t * bd * bp * di;
+    const int64_t nd = brgemm_min64(bd, D - d0), nj = brgemm_min64(bp, cols - j0);
+    const int64_t n0 = j0 / (P * Q), p0 = j0 / Q % P, q0 = j0 % Q;
+    for (int64_t i = 0; i < nd; ++i) {
+      const int64_t d = d0 + i, c = d / (R * S), r = d / S % R, s = d % S;
+      /* the columns q with q * sw + s - pw inside the image: [lo, hi) */
+      const int64_t lo = pw > s ? (pw - s + sw - 1) / sw : 0;
+      const int64_t hi = brgemm_min64(Q, W - 1 + pw - s < 0 ? 0 : (W - 1 + pw - s) / sw + 1);
+      char* row = tile + i * bp * di;
+      /* the tile's columns in runs along one output row (n, p), counted along */
+      int64_t n = n0, p = p0, q = q0;
+      for (int64_t j = 0; j < nj;) {
+        const int64_t run = brgemm_min64(Q - q, nj - j), h = p * sh + r - ph;
+        char* out = row + j * di;
+        const int64_t a = brgemm_min64(lo > q ? lo - q : 0, run);
+        const int64_t b = h < 0 || h >= H ? a : brgemm_min64(hi > q ? hi - q : 0, run);
+        brgemm_zero(out, a, di);
+        if (b > a) {
+          const char* in = (const char*)src + (n * sn + c * sc + h * srow +
+                                               ((q + a) * sw + s - pw) * scol) * si;
+          if (si == di && sw * scol == 1) {
+            memcpy(out + a * di, in, (size_t)((b - a) * di));
+          } else if (si == 4 && di == 4) {
+            const float* f = (const float*)in;
+            float* o = (float*)out + a;
+            const int64_t step = sw * scol;
+            for (int64_t e = 0; e < b - a; ++e) o[e] = f[e * step];
+          } else {
+            brgemm_window(in, 0, sw * scol, si, out + a * di, run, di, 1, b - a);
+          }
+        }
+        brgemm_zero(out + (b > a ? b : a) * di, run - (b > a ? b : a), di);
+        j += run;
+        q = 0;
+        if (++p == P) p = 0, ++n;
+      }
+      brgemm_zero(row + nj * di, bp - nj, di);
+    }
+    brgemm_zero(tile + nd * bp * di, (bd - nd) * bp, di);
+  }
+  return BRGEMM_OK;
+}
