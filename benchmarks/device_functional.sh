@@ -17,7 +17,7 @@ if [ "${FUNCTIONAL_LAYOUTS:-1}" != 0 ]; then  # 0: skip the layout copies (a sho
 fi
 for threads in $all 2; do
   pin=""; [ $threads = 2 ] && [ $all -ge 4 ] && pin="taskset -c 2,3"  # away from core 0
-  for what in conv fc lstm; do
+  for what in ${FUNCTIONAL_WHAT:-conv fc lstm}; do  # FUNCTIONAL_WHAT: fewer (a shorter lease)
     timeout $limit $pin $py -m benchmarks $what --quick --vs torch --threads $threads 2>&1 \
       | grep -v '^threads:' | tee $out/${what}_${threads}t.txt
   done

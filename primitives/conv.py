@@ -32,7 +32,8 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.layouts import image_to_columns, nblocks, pick_block, to_blocks
+from brgemm.layouts import (from_blocks, image_to_columns, nblocks, pick_block, to_blocks,
+                            transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
@@ -41,6 +42,7 @@ from primitives._config import settings
 from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
 from primitives.conv_forward import columns_nest, pointwise_nest
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
+from primitives.conv_update import columns_update_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
@@ -90,6 +92,16 @@ def columns_plan(g, dtype, bd, bp):
         columns_nest(rec, loops, g, dtype, bd, bp)
         return rec.finish()
     return _plans.get((g, "columns", dtype, bd, bp), record)
+
+
+def columns_update_plan(g, dtype, bd, bp):
+    def record():
+        loops = parse_spec("KD", [Loop("k", 0, g.Kb, 1),
+                                  Loop("d", 0, nblocks(g.C * g.R * g.S, bd), 1)])
+        rec = bplan.Recorder({"dyc": dtype, "xct": dtype, "dw": "f32"}, spec="KD")
+        columns_update_nest(rec, loops, g, dtype, bd, bp)
+        return rec.finish()
+    return _plans.get((g, "columns_update", dtype, bd, bp), record)
 
 
 def pointwise_plan(g, dtype, bp):
@@ -187,11 +199,29 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
         dyp=block_y(dy, g, dtype, bordered=True,
                     out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
+    dx = unblock_x(dx, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype))
+    blocks = columns(g, dtype, backend)
+    if blocks and x.dtype == np.float32:
+        return dx, _columns_update(dy, x, g, *blocks)
     dw = update_output(g, _scratch.get)
     plan(g, "upd", dtype, "upd" in vnni).run(
         backend=backend, dw=dw, **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
-    return (unblock_x(dx, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)),
-            unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype)))
+    return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
+
+
+def _columns_update(dy, x, g, bd, bp):
+    """dW where the forward reads w in place (columns): written in w's own
+    layout by one plan, from x's im2col tiles transposed and dy [K][N][PQ]."""
+    PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
+    xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
+        "xc", (nblocks(cols, bp), nblocks(D, bd), bd, bp), np.float32))
+    xct = transpose_blocks(xc, out=_scratch.get("xct", (xc.shape[1], xc.shape[0], bp, bd),
+                                                np.float32))
+    dyc = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
+                      swap_grid=True, out=_scratch.get("dyc", (g.K, cols), np.float32))
+    dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
+    columns_update_plan(g, "f32", bd, bp).run(dyc=dyc, xct=xct, dw=dw)
+    return dw
 
 
 # ---------------------------------------------------------------- tuning

@@ -4,8 +4,8 @@ import dataclasses
 import functools
 
 from brgemm import plan as bplan
-from brgemm.layouts import Layout, nblocks
-from primitives._calls import blocks_per_call
+from brgemm.layouts import Layout, matrix_tiles, nblocks
+from primitives._calls import blocks_per_call, reduction_calls
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
 SPAN = 256  # the flat update's reduction comes in chunks of about this many pixels
@@ -191,3 +191,27 @@ def update_form(g):
 def c_rows(g):
     """Whether the update's tiles are dw^T (bc x bk) rather than dw (bk x bc)."""
     return update_form(g) != "rows"
+
+
+def columns_update_nest(ex, loops, g, dtype, bd, bp):
+    """dw (K x C R S, plain: the weights' own layout) = dy^c (K x N P Q, plain:
+    dy with its first two axes swapped) @ the im2col matrix's transpose, as
+    tiles xct [Db][Pb][bp][bd]. The update conv.columns' layers take: no
+    shares and no copy of dw; the reduction runs over all images' pixels."""
+    D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
+    dw = matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)
+    dyc = matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)
+    xct = Layout(d=nblocks(D, bd), p=nblocks(cols, bp), bp=bp, bd=bd)
+    Pb = xct.shape[1]
+    per_call = blocks_per_call(g.call_kb[2], (g.bk + bd) * bp, dtype)
+    for phase, task, at in loops.walk():
+        k, d = at["k"], at["d"]
+        m, width = min(g.bk, g.K - k * g.bk), min(bd, D - d * bd)
+        ex.at(phase, task)
+        for p0 in range(0, Pb, per_call):
+            for ps, depth in reduction_calls(range(p0, min(p0 + per_call, Pb)), Pb, cols, bp):
+                ex.gemm(bplan.Block(m, width, depth, lda=dyc.ld("bk"), ldb=xct.ld("bp"),
+                                    ldc=dw.ld("bk"), dtype=dtype, beta=0.0 if ps[0] == 0 else 1.0),
+                        "dyc", [dyc.at(k, p) for p in ps],
+                        "xct", [xct.at(d, p) for p in ps],
+                        "dw", dw.at(k, d))

@@ -61,10 +61,11 @@ def test_pointwise_forward(rng):
         assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
 
 
-def test_columns_forward(rng):
+def test_columns_forward_backward(rng):
     """Weights that outweigh the images (N P Q <= K / 2): the forward reads w in
-    place against x's im2col tiles (conv.columns). Random sizes, strides and
-    padding, ragged blocks, x as a strided view."""
+    place against x's im2col tiles, the update writes dW in w's layout from
+    them (conv.columns). Random sizes, strides and padding, ragged blocks, x
+    and dy as strided views."""
     done = 0
     while done < 4:
         N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(16, 300))
@@ -81,11 +82,12 @@ def test_columns_forward(rng):
         x = rng.standard_normal((N, C, H, 2 * W)).astype(np.float32)[..., ::2]
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         y = conv.forward(x, w, stride, padding)
-        dy = np.zeros(y.shape)
-        want = reference(x, w, dy, stride, padding)[0]
-        mag = magnitude(x, w, dy, stride, padding)[0]
-        assert y.dtype == np.float32 and y.shape == want.shape
-        assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+        dy = rng.standard_normal((N, K, 2 * g.P, g.Q)).astype(np.float32)[:, :, ::2]
+        dx, dw = conv.backward(dy, x, w, stride, padding)
+        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, stride, padding),
+                                  magnitude(x, w, dy, stride, padding)):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
