@@ -57,6 +57,8 @@ class Eager:
             C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[1]]
         elif op.code == "bias_rows":
             C += self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[0], None]
+        elif op.code == "col_sum":
+            self.arrays[op.tensors[0]][op.offsets[0]:op.offsets[0] + C.shape[1]] += C.sum(axis=0)
         elif op.code == "relu":
             np.maximum(C, 0, out=C)
         elif op.code == "sigmoid":

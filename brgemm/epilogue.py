@@ -82,6 +82,12 @@ def act_grad(activation, tensor, offset, ld, bf16=False):
     return Op(activation + ("_bwd_bf16" if bf16 else "_bwd"), (tensor,), (offset,), ld)
 
 
+def col_sum(tensor, offset):
+    """tensor[offset + j] += sum over i of C[i, j] (f32): a bias gradient summed
+    over a block's rows, into a sum the caller started."""
+    return Op("col_sum", (tensor,), (offset,))
+
+
 def store_t(tensor, offset, ld, bf16=False):
     """tensor[offset + j*ld + i] = C[i, j] (rounded to bf16 with bf16): a transposed
     copy, for the operand a later batch reduction over C's rows reads."""
@@ -97,6 +103,8 @@ def accesses(op, blk):
         return [(t[0], o, 1, n, n, False, "f32")]
     if code == "bias_rows":
         return [(t[0], o, 1, m, m, False, "f32")]
+    if code == "col_sum":  # read and written
+        return [(t[0], o, 1, n, n, w, "f32") for w in (False, True)]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):

@@ -291,7 +291,7 @@ def test_cost_model_prefers_full_depth_when_memory_bound():
 
 
 def test_epilogue_ops_eager_and_replay():
-    """act_grad (y in f32 or bf16), store_t and store_bf16 (what a backward layer's
+    """act_grad (y in f32 or bf16), store_t, store_bf16, col_sum (what a backward layer's
     epilogue does, fused in one pass on AVX512-BF16 CPUs, by 16 x 16 blocks): the
     C executor against the eager (NumPy) path and float64, ragged and whole blocks."""
     rng = np.random.default_rng(3)
@@ -308,25 +308,31 @@ def test_epilogue_ops_eager_and_replay():
             c = np.zeros(m * n, np.float32)
             t = np.zeros(n * (m + 3), tdt)
             d = np.zeros(m * ld, brgemm.bfloat16)
+            sums = np.arange(n + 1, dtype=np.float32)  # col_sum adds to what is there
             ops = (P.act_grad(code, "y", 1, ld, bf16=y16),) if code else ()
-            ops += (P.store_t("t", 0, m + 3, bf16=bf16), P.store_bf16("d", 2, ld))
+            ops += (P.store_t("t", 0, m + 3, bf16=bf16), P.store_bf16("d", 2, ld),
+                    P.col_sum("sums", 1))
             blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
-            arrays = dict(a=a, b=b, c=c, y=y, t=t, d=d)
+            arrays = dict(a=a, b=b, c=c, y=y, t=t, d=d, sums=sums)
             if ex_kind == "eager":
                 P.Eager(**arrays).gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
             else:
                 rec = P.Recorder(dict(a="f32", b="f32", c="f32", y="bf16" if y16 else "f32",
-                                      t="bf16" if bf16 else "f32", d="bf16"))
+                                      t="bf16" if bf16 else "f32", d="bf16", sums="f32"))
                 rec.gemm(blk, "a", [0], "b", [0], "c", 0, ops=ops)
                 rec.finish().run(**arrays)
-            outs.append((c.copy(), t.astype(np.float32), d.astype(np.float32)))
+            outs.append((c.copy(), t.astype(np.float32), d.astype(np.float32), sums))
         yb = np.lib.stride_tricks.as_strided(y[1:], (m, n), (ld * y.itemsize, y.itemsize))
         want = a.reshape(m, k).astype(np.float64) @ b.reshape(k, n)
         if code:
             want = want * _act_grad(code, yb.astype(np.float64))
-        for c, t, d in outs:
+        for c, t, d, sums in outs:
             c = c.reshape(m, n)
             np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+            assert sums[0] == 0
+            err = np.abs(sums[1:] - (np.arange(1, n + 1) + want.sum(0)))
+            assert np.all(err <= 1e-5 * (np.abs(want).sum(0) + np.arange(1, n + 1))), \
+                f"col_sum {m}x{n} {code} {bf16} {y16}: {err}"
             tt = t.reshape(n, m + 3)[:, :m]
             np.testing.assert_array_equal(tt, (c.astype(brgemm.bfloat16) if bf16 else c).T)
             dd = np.lib.stride_tricks.as_strided(d[2:], (m, n), (ld * d.itemsize, d.itemsize))

@@ -17,7 +17,7 @@ void forward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const float
                         uint16_t* dst, int64_t ld);
 void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint16_t* y,
                          int64_t ldy, int act, uint16_t* t, int64_t ldt, uint16_t* d16,
-                         int64_t ld16);
+                         int64_t ld16, float* sum);
 
 static int has_avx2(void) {
   static int avx2 = -1;  /* a benign race: every thread computes the same value */
@@ -57,6 +57,7 @@ static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc
       for (int q = 1; q < BRGEMM_OP_OPERANDS; ++q) o.offset[q] += r * op->ld;
       break;
     case BRGEMM_OP_BIAS:
+    case BRGEMM_OP_COL_SUM:  /* one row for all of C's */
       break;
     default:  /* row-shaped operands, ld apart (unused slots move harmlessly) */
       for (int q = 0; q < BRGEMM_OP_OPERANDS; ++q) o.offset[q] += r * op->ld;
@@ -114,34 +115,36 @@ static const brgemm_plan_op* forward_chain(const brgemm_plan_op* ops, int32_t co
   return i == count - 1 ? &ops[i] : NULL;
 }
 
-/* Is ops[0..count) [relu | sigmoid | tanh]_bwd_bf16, store_t_bf16, [store_bf16]
- * (a backward layer's epilogue in bf16)? Then the act' op (or NULL) and the
- * plain store (or NULL) and the transposed one. */
+/* Is ops[0..count) [relu | sigmoid | tanh]_bwd_bf16, store_t_bf16, [store_bf16],
+ * [col_sum] (a backward layer's epilogue in bf16)? Then the act' op, the plain
+ * store and the column sum (each or NULL), and the transposed store. */
 static const brgemm_plan_op* backward_chain(const brgemm_plan_op* ops, int32_t count,
                                             const brgemm_plan_op** act,
-                                            const brgemm_plan_op** plain) {
+                                            const brgemm_plan_op** plain,
+                                            const brgemm_plan_op** sum) {
   int i = 0;
-  *act = *plain = NULL;
+  *act = *plain = *sum = NULL;
   if (count > 0 && ops[0].code >= BRGEMM_OP_RELU_BWD_BF16 && ops[0].code <= BRGEMM_OP_TANH_BWD_BF16)
     *act = &ops[i++];
   if (i >= count || ops[i].code != BRGEMM_OP_STORE_T_BF16) return NULL;
   const brgemm_plan_op* t = &ops[i++];
   if (i < count && ops[i].code == BRGEMM_OP_STORE_BF16) *plain = &ops[i++];
+  if (i < count && ops[i].code == BRGEMM_OP_COL_SUM) *sum = &ops[i++];
   return i == count ? t : NULL;
 }
 
 int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int64_t m, int64_t n,
                          int64_t ldc, void* const* tensors) {
-  const brgemm_plan_op *bias, *store, *grad, *plain, *tr;
+  const brgemm_plan_op *bias, *store, *grad, *plain, *sum, *tr;
   int act;
-  if (has_avx512_bf16() && (tr = backward_chain(ops, count, &grad, &plain)) != NULL) {
+  if (has_avx512_bf16() && (tr = backward_chain(ops, count, &grad, &plain, &sum)) != NULL) {
     /* a backward layer's epilogue: one pass, the transposed copy by 16 x 16 blocks */
     backward_ops_avx512(
         c, m, n, ldc, grad ? (const uint16_t*)tensors[grad->tensor[0]] + grad->offset[0] : NULL,
         grad ? grad->ld : 0, grad ? grad->code : 0,
         (uint16_t*)tensors[tr->tensor[0]] + tr->offset[0], tr->ld,
         plain ? (uint16_t*)tensors[plain->tensor[0]] + plain->offset[0] : NULL,
-        plain ? plain->ld : 0);
+        plain ? plain->ld : 0, sum ? (float*)tensors[sum->tensor[0]] + sum->offset[0] : NULL);
     return BRGEMM_OK;
   }
   if (count == 1) return brgemm_cpu_apply_op(ops, c, m, n, ldc, tensors);

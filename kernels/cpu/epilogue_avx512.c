@@ -64,10 +64,10 @@ static inline void transpose16(const __m256i a[16], __m256i out[16]) {
 
 void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint16_t* y,
                          int64_t ldy, int act, uint16_t* t, int64_t ldt, uint16_t* d16,
-                         int64_t ld16);
+                         int64_t ld16, float* sum);
 void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint16_t* y,
                          int64_t ldy, int act, uint16_t* t, int64_t ldt, uint16_t* d16,
-                         int64_t ld16) {
+                         int64_t ld16, float* sum) {
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   for (int64_t i0 = 0; i0 < m; i0 += 16) {
     const int rows = m - i0 < 16 ? (int)(m - i0) : 16;
@@ -75,6 +75,7 @@ void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint
       const int cols = n - j0 < 16 ? (int)(n - j0) : 16;
       const __mmask16 k = cols == 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
       __m256i b[16];
+      __m512 acc = zero;  /* the column sums of these rows, in row order */
       for (int r = 0; r < 16; ++r) {
         if (r >= rows) {
           b[r] = _mm256_setzero_si256();
@@ -93,9 +94,11 @@ void backward_ops_avx512(float* c, int64_t m, int64_t n, int64_t ldc, const uint
             v = _mm512_mul_ps(v, _mm512_sub_ps(one, _mm512_mul_ps(yv, yv)));
           _mm512_mask_storeu_ps(row, k, v);
         }
+        acc = _mm512_add_ps(acc, v);
         b[r] = (__m256i)_mm512_cvtneps_pbh(v);
         if (d16) _mm256_mask_storeu_epi16(d16 + (i0 + r) * ld16 + j0, k, b[r]);
       }
+      if (sum) _mm512_mask_storeu_ps(sum + j0, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, sum + j0), acc));
       __m256i tr[16];
       transpose16(b, tr);
       /* t's row j0 + j holds C's column j0 + j: rows i0.. of it */

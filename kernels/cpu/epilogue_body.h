@@ -90,6 +90,14 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
       return BRGEMM_OK;
     }
+    case BRGEMM_OP_COL_SUM: {
+      float* restrict sum = (float*)tensors[op->tensor[0]] + op->offset[0];
+      for (int64_t i = 0; i < m; ++i) {
+        const float* restrict row = c + i * ldc;
+        for (int64_t j = 0; j < n; ++j) sum[j] += row[j];
+      }
+      return BRGEMM_OK;
+    }
     case BRGEMM_OP_RELU:
       for (int64_t i = 0; i < m; ++i) {  /* NaN stays NaN, as torch.relu */
         float* restrict row = c + i * ldc;
