@@ -20,7 +20,8 @@ Backward-data:  dh_l[n] = dz_l[n] @ W_l,  dz_{l-1}[n] = dh_l[n] * act'(h_l[n])  
 Weight grads:   dW_l += sum over a group of tiles of dz_l[n]^T @ h_l[n]  (a batch-reduce
                 GEMM over the tiles; each task sums into its own partial dW, the
                 partials are added at the end); db_l = the column sums of dz_l, added
-                up by the epilogue that makes dz_l (the last layer's from dz in NumPy).
+                up by the epilogue that makes dz_l (the last layer's, whose dz no
+                epilogue makes, as a batch-reduce GEMM against a column of ones).
 Training keeps h for backward (in bf16 runs only in bf16, from which act' comes
 too, as in PyTorch's bf16 autograd); backward's epilogues
 write dz^T tiles next to it for the weight gradients. Activations crossing a
@@ -37,7 +38,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as P
 from brgemm.arrays import Buffers, Recycler
-from brgemm.layouts import column_sums, convert, to_blocks
+from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives._args import operands
 from primitives._config import settings
@@ -241,9 +242,10 @@ class Fused:
             t["dx16"] = _results.empty("dx16", (g.N, self.sizes[0]), dtypes.bfloat16)
         else:
             t["dx"] = _results.empty("dx", (g.N, self.sizes[0]), np.float32)
-        if "dbp" in names:  # the epilogues add each tile's column sums to their task's
+        if g.has_bias:  # the epilogues add each tile's column sums to their task's
             t["dbp"] = self._buffer("dbp", g.tasks * pl.totals["b"], np.float32)
             t["dbp"][...] = 0
+            t["ones"] = np.ones(g.tile, ab)
         for name in ("h", "h16"):
             if name in names:
                 t[name] = saved[name]
@@ -253,11 +255,7 @@ class Fused:
                                        dtypes.NUMPY[names[name]])
         plan(g, "bwd", out16=out16).run(**t)
         dw = t["dwp"].reshape(g.tasks, -1).sum(axis=0)
-        db = None
-        if g.has_bias:
-            db = t["dbp"].reshape(g.tasks, -1).sum(axis=0) if "dbp" in t else \
-                np.zeros(pl.totals["b"], np.float32)
-            column_sums(dz, out=db[pl.b_off[g.L - 1]:pl.b_off[g.L - 1] + K])
+        db = t["dbp"].reshape(g.tasks, -1).sum(axis=0) if g.has_bias else None
         for l, layer in enumerate(self.layers):
             layer._fused_dw = dw[pl.w_off[l]:pl.w_off[l] + layer.K * layer.C].reshape(layer.K,
                                                                                     layer.C)

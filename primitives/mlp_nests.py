@@ -140,8 +140,8 @@ def tensors(g, pass_, train, out16=False):
         return t
     t = {"x": ab, "wt": ab, "dz": ab, "dzt": ab, "dwp": "f32"}
     t.update(dx16="bf16", d="f32") if out16 else t.update(dx="f32")
-    if g.has_bias and g.L > 1:
-        t["dbp"] = "f32"
+    if g.has_bias:
+        t.update(ones=ab, dbp="f32")
     if g.L > 1:
         t["h16" if pl.bf16 else "h"] = ab
         t["d"] = "f32"
@@ -231,8 +231,9 @@ def backward_nest(ex, loops, g, out16=False):
 
 
 def _weight_grads(ex, g, pl, blk, l, n0, n1, first, slot):
-    """dW_l (+)= sum_{n0 <= n < n1} dz_l[n]^T @ h_l[n] into the task's partial sum
-    (db_l comes from the epilogues: col_sum). The ragged last tile gets its own call."""
+    """dW_l (+)= sum_{n0 <= n < n1} dz_l[n]^T @ h_l[n] into the task's partial sum;
+    db_l of the last layer likewise against a column of ones (the others' come from
+    the epilogues that make dz_l: col_sum). The ragged last tile gets its own call."""
     out, inp = g.sizes[l + 1], g.sizes[l]
     full = [n for n in range(n0, n1) if g.rows(n) == g.tile]
     calls = [(full, g.tile)] if full else []
@@ -244,3 +245,7 @@ def _weight_grads(ex, g, pl, blk, l, n0, n1, first, slot):
         ex.gemm(blk(out, inp, k, lda=g.tile, ldb=inp, ldc=inp, dtype=g.dtype, beta=beta),
                 "dzt", [pl.dzt(l, n) for n in tiles], src[0][0], [s[1] for s in src],
                 "dwp", slot * pl.totals["w"] + pl.w_off[l])
+        if g.has_bias and l == g.L - 1:
+            ex.gemm(blk(out, 1, k, lda=g.tile, ldb=1, ldc=1, dtype=g.dtype, beta=beta),
+                    "dzt", [pl.dzt(l, n) for n in tiles], "ones", [0] * len(tiles),
+                    "dbp", slot * pl.totals["b"] + pl.b_off[l])

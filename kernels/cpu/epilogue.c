@@ -91,9 +91,9 @@ void brgemm_cpu_prefetch_ops(const brgemm_plan_op* ops, int32_t count, int64_t m
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < cols * item; b += 64) {  /* a line at a time */
         if (write)  /* (the hint's arguments must be constants) */
-          __builtin_prefetch(base + r * op->ld * item + b, 1, 3);
+          __builtin_prefetch(base + r * op->ld * item + b, 1, 2);
         else
-          __builtin_prefetch(base + r * op->ld * item + b, 0, 3);
+          __builtin_prefetch(base + r * op->ld * item + b, 0, 2);
       }
   }
 }
