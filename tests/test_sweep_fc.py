@@ -115,8 +115,11 @@ class LinearRef:
     """One fc.Linear in float64 with error bounds: what its forward and backward
     compute, with the bf16 roundings of its activations and gradients."""
 
-    def __init__(self, w, b, activation, dtype):
+    def __init__(self, w, b, activation, dtype, act_from_bf16=False):
+        """act_from_bf16: act' from y rounded to bf16 (what the fused bf16 MLP keeps
+        of a hidden layer's output)."""
         self.w, self.b, self.activation, self.dtype = w, b, activation, dtype
+        self.act_from_bf16 = act_from_bf16
 
     def forward(self, x):
         self.x = x
@@ -127,7 +130,7 @@ class LinearRef:
         return self.y.bf16() if self.dtype == "bf16" else self.y   # y16: the next input
 
     def backward(self, dy):
-        dz = activation_grad(dy, self.y, self.activation)
+        dz = activation_grad(dy, self.y.bf16() if self.act_from_bf16 else self.y, self.activation)
         if self.dtype == "bf16":
             dz = dz.bf16()
         self.dw = matmul(dz.T, self.x)
@@ -179,7 +182,9 @@ def run_layers(rng, backend, dtype, context, stack):
             model.backward(make(rng, dtype, N, sizes[-1]).astype(in_dtype))
         y = model.forward(x.astype(in_dtype))
         dx = model.backward(dy.astype(in_dtype))
-    refs = [LinearRef(w, b, layer.activation, dtype) for layer, w, b in zip(layers, weights, biases)]
+    refs = [LinearRef(w, b, layer.activation, dtype,
+                      act_from_bf16=fused and dtype == "bf16" and i < len(layers) - 1)
+            for i, (layer, w, b) in enumerate(zip(layers, weights, biases))]
     h = Approx(x)
     for ref in refs:
         h = ref.forward(h)
