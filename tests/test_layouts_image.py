@@ -246,17 +246,21 @@ def test_image_to_columns(rng, dtypes, threads):
     s), columns (n, p, q) over all images, zeros in the border and the padded
     rows and columns; views read in place."""
     src, dst = dtypes
-    for _ in range(4):
+    for it in range(8):
         N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 20), rng.integers(1, 12),
                                        rng.integers(1, 12)))
         ph, pw = (int(v) for v in rng.integers(0, 3, 2))
         R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
         sh, sw = (int(v) for v in rng.integers(1, 4, 2))
         bd, bp = (int(v) for v in rng.integers(1, 40, 2))
-        print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw} "
-              f"blocks={bd, bp}")
         big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
         x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
+        if it % 2:  # stride 1, output as wide as x, x contiguous: one span per image's rows
+            sh = sw = 1
+            S, R = 2 * pw + 1, int(rng.integers(1, min(H + 2 * ph, 2 * ph + 2) + 1))
+            x = np.ascontiguousarray(x)
+        print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw} "
+              f"blocks={bd, bp}")
         t = L.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads)
         P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
         xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dst)

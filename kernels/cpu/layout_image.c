@@ -359,6 +359,9 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
     if (strides[i] < 0) return BRGEMM_EINVAL;
   const int64_t sn = strides[0], sc = strides[1], srow = strides[2], scol = strides[3];
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
+  /* stride 1, rows of the plane end to end, as wide as the output (a "same"
+   * padded kernel or 1 x 1): an image's output rows read one span of x */
+  const int flat = si == di && sh == 1 && sw == 1 && scol == 1 && srow == W && Q == W;
 #pragma omp parallel for schedule(static) num_threads(brgemm_cpu_plan_threads(threads))
   for (int64_t t = 0; t < Pb * Db; ++t) { /* one bd x bp tile */
     const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
@@ -376,6 +379,35 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
       for (int64_t j = 0; j < nj;) {
         const int64_t run = brgemm_min64(Q - q, nj - j), h = p * sh + r - ph;
         char* out = row + j * di;
+        if (flat && h >= 0 && h < H) {
+          /* output rows of one image are consecutive source rows: one copy of
+           * the span over every following row inside the image, then zeros
+           * where a column falls off the image's left or right edge */
+          int64_t len = run, pe = p;
+          while (j + len < nj && pe + 1 < P && pe + 1 + r - ph < H) {
+            len += brgemm_min64(Q, nj - j - len);
+            ++pe;
+          }
+          const int64_t start = h * W + q + s - pw, end = (pe + r - ph + 1) * W;
+          /* [e0, e1): the span's elements inside rows h to pe's, the rest zeros */
+          const int64_t e0 = brgemm_min64(start < h * W ? h * W - start : 0, len);
+          const int64_t e1 = end - start < e0 ? e0 : brgemm_min64(len, end - start);
+          brgemm_zero(out, e0, di);
+          memcpy(out + e0 * di, (const char*)src + (n * sn + c * sc + start + e0) * si,
+                 (size_t)((e1 - e0) * di));
+          brgemm_zero(out + e1 * di, len - e1, di);
+          for (int64_t at = 0, qs = q; at < len; at += Q - qs, qs = 0) {
+            const int64_t qe = brgemm_min64(Q, qs + len - at);
+            if (lo > qs) brgemm_zero(out + at * di, brgemm_min64(lo, qe) - qs, di);
+            if (hi < qe) brgemm_zero(out + (at + (hi > qs ? hi : qs) - qs) * di,
+                                     qe - (hi > qs ? hi : qs), di);
+          }
+          j += len;
+          q = 0;
+          p = pe + 1;
+          if (p == P) p = 0, ++n;
+          continue;
+        }
         const int64_t a = brgemm_min64(lo > q ? lo - q : 0, run);
         const int64_t b = h < 0 || h >= H ? a : brgemm_min64(hi > q ? hi - q : 0, run);
         brgemm_zero(out, a, di);
