@@ -21,7 +21,6 @@ import numpy as np
 
 import brgemm
 from brgemm import machine
-from brgemm._brgemm_cpu import ffi, lib
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
 # (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
@@ -50,11 +49,23 @@ def _per_call(fn, seconds=0.05):
         calls *= 4
 
 
-def _kernel(m, n, k, variant):
+def _timed_per_call(time_reps, seconds=0.05):
+    """Seconds per call from time_reps(reps) (seconds for reps calls), over at least `seconds`."""
+    reps = 16
+    while True:
+        t = time_reps(reps)
+        if t > seconds:
+            return t / reps
+        reps *= 4
+
+
+def _kernel(m, n, k, variant, A, P, C):
+    """A Kernel whose native kernel for (A, P, C) is made with these tunables."""
     os.environ.update(zip(TUNABLES, variant))  # read when the native kernel is made
     try:
         kern = brgemm.Kernel(m, n, k, dtype="bf16")
-        return kern, kern._kernel("strd", "f32", k, n, n, m * k, k * n)
+        kern.time_native(A, P, C, 1)
+        return kern
     finally:
         for name in TUNABLES:
             del os.environ[name]
@@ -64,8 +75,8 @@ def run(reps=5):
     rng = np.random.default_rng()
     print(brgemm.info())
     peak = machine.amx_peak(0.2)
-    print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {lib.brgemm_cpu_amx_probe(0, 0.2):.1f}, "
-          f"2x2 with tile loads from L1 {lib.brgemm_cpu_amx_probe(1, 0.2):.1f}")
+    print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {machine.amx_step(False, 0.2):.1f}, "
+          f"2x2 with tile loads from L1 {machine.amx_step(True, 0.2):.1f}")
 
     A, B, C = _data(2, 2, 2, 1, rng)
     kern = brgemm.Kernel(2, 2, 2, dtype="bf16")
@@ -74,17 +85,16 @@ def run(reps=5):
           f"{_per_call(lambda: kern(A, B, C)) * 1e6:.2f} us/call unpacked")
     # the packed call's layers: the binding's call (three pointers from NumPy,
     # then C), and the C function alone on pointers made beforehand
-    nat = kern._strd_last[1]
-    ptrs = [ffi.from_buffer(a) for a in (A, P.data, C)]
-    print(f"  of which the binding (pointers + C) {_per_call(lambda: nat.strd(A, P.data, C, 1, True, True)) * 1e6:.2f}"
-          f" us, the C call alone {_per_call(lambda: lib.brgemm_cpu_run_strd(nat._k, *ptrs, 1, True, True)) * 1e6:.2f} us;"
-          f" a tile config load {lib.brgemm_cpu_amx_config_ns(0, 0.05) * 1e-3:.3f} us, with a release after"
-          f" it {lib.brgemm_cpu_amx_config_ns(1, 0.05) * 1e-3:.3f} us")
+    binding = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="binding"))
+    alone = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="pointers"))
+    print(f"  of which the binding (pointers + C) {binding * 1e6:.2f}"
+          f" us, the C call alone {alone * 1e6:.2f} us;"
+          f" a tile config load {machine.amx_config_seconds(False, 0.05) * 1e6:.3f} us, with a release after"
+          f" it {machine.amx_config_seconds(True, 0.05) * 1e6:.3f} us")
 
     m, n, k, count = SHAPES[0]
     A, B, C = _data(m, n, k, count, rng)
     kern = brgemm.Kernel(m, n, k, dtype="bf16")
-    nat = kern._kernel("strd", "f32", k, n, n, m * k, k * n)
     P = kern.pack_b(B)
     flops = 2.0 * m * n * k * count
     rows = {"API packed": lambda: kern(A, P, C), "API per call": lambda: kern(A, B, C)}
@@ -94,8 +104,8 @@ def run(reps=5):
         for name, fn in rows.items():
             t[name].append(_per_call(fn))
         calls = 2000 if peak else 1
-        t["C packed"].append(nat.time_strd(A, P.data, C, count, calls, b_packed=True) / calls)
-        t["C per call"].append(nat.time_strd(A, B, C, count, calls) / calls)
+        t["C packed"].append(kern.time_native(A, P, C, calls) / calls)
+        t["C per call"].append(kern.time_native(A, B, C, calls) / calls)
     pk = statistics.median(t.pop("peak")) or float("nan")  # no peak on the software tiles
     print(f"{m}x{n}x{k} x{count}: ideal {flops / pk * 1e-3:.2f} us at the peak {pk:.0f} GF/s")
     for name, ts in t.items():
@@ -107,15 +117,15 @@ def run(reps=5):
     print(f"{'block':<18}" + "".join(f"{f'PF{pf} L1 {l1} R{r}':>19}" for pf, l1, r in VARIANTS))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
-        ks = [_kernel(m, n, k, v) for v in VARIANTS]
-        P = ks[0][0].pack_b(B)
+        P = brgemm.Kernel(m, n, k, dtype="bf16").pack_b(B)
+        ks = [_kernel(m, n, k, v, A, P, C) for v in VARIANTS]
         flops = 2.0 * m * n * k * count
         calls = max(50, int(0.03 * 1e12 / flops)) if peak else 1
         pct = [[] for _ in VARIANTS]
         for _ in range(reps):
             pk = machine.amx_peak(0.03) or float("nan")
-            for i, (_, nat) in enumerate(ks):
-                pct[i].append(100 * flops * calls / nat.time_strd(A, P.data, C, count, calls, b_packed=True)
+            for i, kern in enumerate(ks):
+                pct[i].append(100 * flops * calls / kern.time_native(A, P, C, calls)
                               * 1e-9 / pk)
         print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>18.1f}%" for p in pct),
               flush=True)

@@ -43,7 +43,6 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
     rng = rng or np.random.default_rng()
     A, B, C = _data(m, n, k, count, dtype, rng)
     kern = brgemm.Kernel(m, n, k, dtype=dtype)
-    native = kern._kernel("strd", "f32", k, n, n, m * k, k * n)
     flops = 2.0 * m * n * k * count
     calls = _calls_for(seconds, flops)
     for _ in range(calls // 10 + 1):  # warm-up: JIT, caches, clocks
@@ -63,8 +62,7 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
         for _ in range(calls):
             kern(A, B, C)
         t_api = (time.perf_counter() - t0) / calls
-        t_nat = (native.time_strd(A, B.data, C, count, calls, b_packed=True) if packed
-                 else native.time_strd(A, B, C, count, calls)) / calls
+        t_nat = kern.time_native(A, B, C, calls) / calls
         peaks.append(peak)
         api.append(flops / t_api * 1e-9)
         nat.append(flops / t_nat * 1e-9)

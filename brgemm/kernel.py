@@ -292,6 +292,35 @@ class Kernel:
                              f"selects {kern.path!r}; pass B unpacked")
         return kern
 
+    # -- timing (benchmarks) --
+    def time_native(self, A, B, C, reps, loop="native"):
+        """Seconds for `reps` stride-form calls self(A, B, C) on the CPU, with the
+        Python call path left out: the yardstick benchmarks hold the API against.
+        The arguments are checked once, as __call__ checks them, and the same
+        native kernel runs; C accumulates every call. loop says where the calls
+        come from: "native", back to back from C; "pointers", a Python loop on
+        pointers taken once (the foreign call alone); "binding", a Python loop
+        through the backend's binding (pointers taken from the arrays per call).
+        The Python loops make one more call first, untimed."""
+        if self.backend != "cpu":
+            raise ValueError(f"backend: time_native times the CPU's native kernel; this "
+                             f"Kernel runs on {self.backend!r}")
+        if isinstance(reps, bool) or not isinstance(reps, (int, np.integer)) or reps < 1:
+            raise ValueError(f"reps: expected a positive int, got {reps!r}")
+        if loop not in ("native", "pointers", "binding"):
+            raise ValueError(f"loop: expected 'native', 'pointers' or 'binding', got {loop!r}")
+        for x, name in ((A, "A"), (C, "C")):
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+        if not isinstance(B, (np.ndarray, PackedB)):
+            raise TypeError(f"B: expected a numpy.ndarray or a PackedB, got {type(B).__name__}")
+        kern = self._check_strd(A, B, C)
+        if kern is _BY_ADDRESS:
+            raise ValueError("A: batch strides past 2**31 bytes run through the address form, "
+                             "which time_native does not time; use contiguous blocks")
+        packed = isinstance(B, PackedB)
+        return kern.time_strd(A, B.data if packed else B, C, A.shape[0], int(reps), packed, loop)
+
     # -- address form --
     def addr(self, As, Bs, C, packed=None):
         """Address form: As, Bs sequences of 2-D blocks [m, k] and [k, n]."""

@@ -34,6 +34,31 @@ def amx_peak(seconds=0.3) -> float:
     return get("cpu").amx_peak(seconds)
 
 
+def _seconds(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 60:
+        raise ValueError(f"seconds: expected a number in (0, 60], got {seconds!r}")
+    return float(seconds)
+
+
+def amx_step(loads=False, seconds=0.3) -> float:
+    """The AMX kernel's inner step alone on one core, GFLOP/s (0.0 without AMX
+    tiles): its four 2x2 C tiles fed from registers, or with loads=True with
+    the step's four tile loads from L1. Against amx_peak it says what the C
+    tiles and the loads cost before any data comes from L2."""
+    if not isinstance(loads, bool):
+        raise ValueError(f"loads: expected True or False, got {loads!r}")
+    return get("cpu").amx_probe(int(loads), _seconds(seconds))
+
+
+def amx_config_seconds(release=False, seconds=0.3) -> float:
+    """Seconds per AMX tile config load (with a tile zeroed and stored; with
+    release=True a tile release after each): what every kernel call on AMX
+    pays around its tile work (0.0 without AMX tiles)."""
+    if not isinstance(release, bool):
+        raise ValueError(f"release: expected True or False, got {release!r}")
+    return get("cpu").amx_config_ns(int(release), _seconds(seconds)) * 1e-9
+
+
 def set_cpu_threads(threads: int) -> None:
     """Threads of the CPU backend's replays from now on. The OpenMP runtime read
     OMP_NUM_THREADS when it loaded, so setting the variable later is not enough."""

@@ -2,6 +2,8 @@
 
 Arrays arrive here already checked by brgemm.kernel; this module only turns
 them into addresses, calls C, and turns error codes into exceptions."""
+import time
+
 import numpy as np
 
 from brgemm._brgemm_cpu import ffi, lib
@@ -78,12 +80,29 @@ class CpuKernel:
                                      address(C), len(a_offsets), b_packed)
         check(rc, "Kernel.offs")
 
-    def time_strd(self, A, B, C, count, reps, b_packed=False):
-        """Seconds for `reps` stride-form calls made from C: the no-Python yardstick."""
-        seconds = ffi.new("double *")
-        check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count, b_packed, reps,
-                                       seconds), "time_strd")
-        return seconds[0]
+    def time_strd(self, A, B, C, count, reps, b_packed=False, loop="native"):
+        """Seconds for `reps` stride-form calls (brgemm.Kernel.time_native says
+        what each loop measures); the native loop is the no-Python yardstick."""
+        if loop == "native":
+            seconds = ffi.new("double *")
+            check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count,
+                                           b_packed, reps, seconds), "time_native")
+            return seconds[0]
+        ptrs = (self._k, address(A), address(B), address(C), count, b_packed)
+        # as __call__ calls: C's byte range compared with A's and B's in C, unless
+        # they meet (then __call__ has tested exactly and calls without the check)
+        rc = _run_strd(*ptrs, True)
+        if rc != _EOVERLAP:
+            check(rc, "time_native")
+        overlap_check = rc == _OK
+        if loop == "binding":
+            call, args = self.strd, (A, B, C, count, b_packed, overlap_check)
+        else:
+            call, args = _run_strd, ptrs + (overlap_check,)
+        start = time.perf_counter()
+        for _ in range(reps):
+            call(*args)
+        return time.perf_counter() - start
 
     def pack_b(self, B, ldb):
         """B [count, k, n] (row stride ldb) -> packed blocks, one per row of the result."""
@@ -207,3 +226,15 @@ def bf16_peak(seconds=0.3):
 def amx_peak(seconds=0.3):
     """Measured single-core AMX tdpbf16ps peak, GFLOP/s; 0.0 without AMX tiles."""
     return lib.brgemm_cpu_amx_peak(seconds)
+
+
+def amx_probe(pattern, seconds=0.3):
+    """The AMX kernel's 2x2 inner step alone, GFLOP/s (pattern 0: from registers,
+    1: with its tile loads from L1); 0.0 without AMX tiles."""
+    return lib.brgemm_cpu_amx_probe(pattern, seconds)
+
+
+def amx_config_ns(release, seconds=0.3):
+    """Nanoseconds per AMX tile config load (with a tile release after each when
+    release); 0.0 without AMX tiles."""
+    return lib.brgemm_cpu_amx_config_ns(release, seconds)

@@ -18,7 +18,6 @@ portable path, which an Intel GPU would run as well.
 """
 import os
 import pathlib
-import time
 
 import numpy as np
 
@@ -269,17 +268,6 @@ class NativeKernel:
 
     def offs(self, A, B, a_offsets, b_offsets, C, b_packed=False):
         self._run(A, B, C, a_offsets, b_offsets, self.lda, self.ldb)
-
-    def time_strd(self, A, B, C, count, reps):
-        """Seconds for `reps` stride-form runs on operands already on the device."""
-        bufs = [_upload_array(np.ascontiguousarray(x)) for x in (A, B, C)]
-        tables = self._tables(count, np.arange(count) * self.m * self.k,
-                              np.arange(count) * self.k * self.n, self.k, self.n)
-        addresses = [b.address for b in bufs]
-        start = time.perf_counter()
-        for _ in range(reps):
-            tables.run(addresses)
-        return time.perf_counter() - start
 
     def pack_b(self, B, ldb):
         raise AssertionError("unreachable: packs_b is False on this backend")
