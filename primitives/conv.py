@@ -26,6 +26,8 @@ conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
 the layout copies, conv_layer.py the layer; this module the functional forms
 and the tuner's search space, and it is where all of them are reached.
 """
+import dataclasses
+
 import numpy as np
 
 from brgemm import dtypes
@@ -191,15 +193,26 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab = dtypes.NUMPY[dtype]
-    # the plan writes dx's interior (every residue class, a call even where no
-    # tap reaches); the border stays unwritten and unblock_x never reads it
-    dx = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
     vnni = vnni_passes(g, dtype, backend)
-    plan(g, "bwd", dtype, "bwd" in vnni).run(
-        backend=backend, dx=dx, wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
-        dyp=block_y(dy, g, dtype, bordered=True,
-                    out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
-    dx = unblock_x(dx, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype))
+    # backward-data of a pointwise layer is the pointwise forward of w^T
+    gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+    bp = pointwise(gt, dtype, backend)
+    if bp and dy.dtype == np.float32 and w.dtype == np.float32:
+        HW = g.H * g.W
+        dyt = to_blocks(dy.reshape(g.N * g.K, HW), g.bk, bp, swap_grid=True,
+                        out=_scratch.get("dyt_p", (nblocks(HW, bp), g.N * g.Kb, g.bk, bp), ab))
+        dx = _results.empty("dx", (g.N, g.C, g.H, g.W), np.float32)
+        pointwise_plan(gt, dtype, bp).run(backend=backend, w=np.ascontiguousarray(
+            w.reshape(g.K, g.C).T), xt=dyt, y=dx)
+    else:
+        # the plan writes dx's interior (every residue class, a call even where no
+        # tap reaches); the border stays unwritten and unblock_x never reads it
+        dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
+        plan(g, "bwd", dtype, "bwd" in vnni).run(
+            backend=backend, dx=dxb, wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
+            dyp=block_y(dy, g, dtype, bordered=True,
+                        out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
+        dx = unblock_x(dxb, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype))
     blocks = columns(g, dtype, backend)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)

@@ -2,6 +2,8 @@
 weight update on a spread of shapes (ResNet-50 layers at reduced size, the 7x7
 stride-2 first layer with C=3, odd channel counts, asymmetric stride and
 padding), both dtypes, and bad input."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -40,25 +42,29 @@ def magnitude(x, w, dy, stride, padding):
     return [t.numpy() for t in (Y, dX, dW)]
 
 
-def test_pointwise_forward(rng):
+def test_pointwise_forward_backward(rng):
     """1x1, stride 1, no padding on images of 512 pixels or more: the forward
-    reads w and x's pixels without the blocked layouts (conv.pointwise). Random
-    sizes, K ragged against its block, a ragged last pixel block."""
-    for _ in range(3):
+    reads w and x's pixels without the blocked layouts (conv.pointwise), and
+    backward-data, the pointwise forward of w^T, writes dx in place. Random
+    sizes, K and C ragged against their blocks, a ragged last pixel block."""
+    for it in range(4):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(23, 41)), int(rng.integers(23, 41))
         C, K = 16 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
+        if it % 2:  # backward-data's turn: K whole blocks, C ragged
+            C, K = K, C
         print(f"N={N} C={C} K={K} H={H} W={W}")
-        cfg = {"fwd": {"bc": 16, "bk": 32}}
+        cfg = {"fwd": {"bc": 16, "bk": 16}}
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
-        assert conv.pointwise(g, "f32", "cpu")  # the path under test
+        gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+        assert conv.pointwise(gt if it % 2 else g, "f32", "cpu")  # the path under test
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
         y = conv.forward(x, w, config=cfg)
-        dy = np.zeros(y.shape)
-        want = reference(x, w, dy, 1, 0)[0]
-        mag = magnitude(x, w, dy, 1, 0)[0]
-        assert y.dtype == np.float32 and y.shape == want.shape
-        assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+        dx, dw = conv.backward(dy, x, w, config=cfg)
+        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
 
 
 def test_columns_forward_backward(rng):
