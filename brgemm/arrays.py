@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from brgemm.lru import LRU
+
 CHECK = os.environ.get("BRGEMM_CHECK", "0") not in ("", "0")
 
 
@@ -116,17 +118,15 @@ class Scratch:
     copies of functional calls: fresh pages cost a fault each, as much as the
     copies themselves. A buffer is only valid until the same thread asks for
     the same name again, and each user must write what it reads: in check mode
-    every hand-out comes NaN-filled."""
+    every hand-out comes NaN-filled. A thread keeps the `limit` most recently
+    used (brgemm/lru.py)."""
 
     def __init__(self, limit=64):
         self._local, self._limit = threading.local(), limit
 
     def get(self, name, shape, dtype):
-        bufs = self._local.__dict__.setdefault("bufs", {})
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            bufs = self._local.bufs = LRU(self._limit)
         key = (name, tuple(shape), np.dtype(dtype))
-        buf = bufs.get(key)
-        if buf is None:
-            if len(bufs) >= self._limit:
-                bufs.clear()
-            buf = bufs[key] = aligned_empty(shape, dtype)
-        return poison(buf)
+        return poison(bufs.get_or_make(key, lambda: aligned_empty(shape, dtype)))

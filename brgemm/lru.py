@@ -51,6 +51,16 @@ class LRU:
                     value = self.put(key, make())
         return value
 
+    def items(self):
+        """A snapshot of the (key, value) pairs, least recently used first."""
+        with self._lock:
+            return list(self._d.items())
+
+    def pop(self, key):
+        """Drop key's entry, if it is still there."""
+        with self._lock:
+            self._d.pop(key, None)
+
     def clear(self):
         with self._lock:
             self._d.clear()

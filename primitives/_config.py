@@ -38,20 +38,16 @@ def _sources(primitive, config):
     return source, config is None, _stamp(defaults)
 
 
-def _remember(cache, key, make):
-    return cache.get_or_make(key, make)
-
-
 def settings(primitive, pass_, shape, schema, config=None, path=None):
     """The effective settings of one pass for one shape (defaults < BRGEMM_CONFIG or config=);
     path: the kernel path it runs on here, whose ["<path>".<pass>] tables apply.
 
-    Parsing TOML costs about a millisecond, which the functional forms would pay
-    on every call; results are cached by everything they depend on: the
-    arguments, the override's source and both files' modification times."""
+    The functional forms would otherwise parse TOML on every call; results
+    are cached by everything they depend on: the arguments, the override's
+    source and both files' modification times."""
     key = (primitive, pass_, tuple(sorted(shape.items())), json.dumps(schema, default=str),
            _sources(primitive, config), path)
-    return dict(_remember(_cache, key, lambda: load_config(
+    return dict(_cache.get_or_make(key, lambda: load_config(
         primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS, path=path)))
 
 
@@ -59,4 +55,4 @@ def geometry(primitive, args, config, make):
     """make() -- a primitive's frozen geometry for `args` -- cached as settings
     are: a functional call pays one stat per file instead of the settings
     lookups of every pass, which cost more than the call's own work on small layers."""
-    return _remember(_geometries, (primitive, args, _sources(primitive, config)), make)
+    return _geometries.get_or_make((primitive, args, _sources(primitive, config)), make)

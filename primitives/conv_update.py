@@ -1,10 +1,10 @@
 """2-D convolution, weight update: the loop nests (see primitives/conv.py for
 the layouts, the geometry and the plans that record these nests)."""
 import dataclasses
-import functools
 
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
+from brgemm.lru import LRU
 from primitives._calls import blocks_per_call, reduction_calls
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
@@ -137,9 +137,11 @@ def flat_sizes(P, Hp, Wp, R, S, sh, sw):
     return FlatLayout(Hs, Ws, chunks, Tc, L, Pt + Pt * Ws % 2)  # VNNI pairs: an even Lt
 
 
-@functools.lru_cache(maxsize=64)
+_flat_layouts = LRU(64)  # geometry -> its FlatLayout
+
+
 def flat_layout(g):
-    return flat_sizes(g.P, g.Hp, g.Wp, g.R, g.S, g.sh, g.sw)
+    return _flat_layouts.get_or_make(g, lambda: flat_sizes(g.P, g.Hp, g.Wp, g.R, g.S, g.sh, g.sw))
 
 
 def flat_parts(g):

@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from brgemm.lru import LRU
 from primitives import reuse as _reuse
 from primitives._args import backend_name, operands
 from primitives.lstm_plans import (  # noqa: F401  (public names)
@@ -53,7 +54,8 @@ def _stamp(arrays, options):
                   if isinstance(a, np.ndarray) else (id(a),) for a in arrays), options)
 
 
-_engines = threading.local()
+_engines = threading.local()  # .layers: this thread's engines by shape and options
+ENGINES_PER_THREAD = 16  # functional calls' LSTM engines one thread keeps (brgemm/lru.py)
 
 
 def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
@@ -78,14 +80,12 @@ def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
             layer = saved.layer = LSTM(C, K, dtype=dtype, backend=backend, config=config,
                                        init=False)
     else:
-        engines = _engines.__dict__.setdefault("layers", {})
+        engines = getattr(_engines, "layers", None)
+        if engines is None:
+            engines = _engines.layers = LRU(ENGINES_PER_THREAD)
         key = (C, K, dtype, backend, json.dumps(config, sort_keys=True, default=str))
-        layer = engines.get(key)
-        if layer is None:
-            if len(engines) > 16:
-                engines.clear()
-            layer = engines[key] = LSTM(C, K, dtype=dtype, backend=backend, config=config,
-                                        init=False)
+        layer = engines.get_or_make(key, lambda: LSTM(C, K, dtype=dtype, backend=backend,
+                                                      config=config, init=False))
     T, N = x.shape[:2]
     layer.prepare(T, N)
     layer.set_weights(w_ih, w_hh, b, token)

@@ -74,7 +74,9 @@ class CudaFused:
         self.saved = self.last = None
         self._packed = None          # the weights last uploaded (host copy), and their device copy
         self._w = self._b = None
-        self._scratch = {}           # name -> DeviceArray, reused across calls
+        # name -> DeviceArray, reused across calls; brgemm.arrays.Buffers' policy (grows, never
+        # shrinks), but device memory, which its NumPy slicing and NaN poisoning cannot touch
+        self._scratch = {}
 
     # -- buffers --
     def _buffer(self, name, nbytes):

@@ -17,11 +17,11 @@ counter (through `.data`, or through a NumPy view) are not seen: with those,
 pass a Key and bump it yourself. One slot per (name or tensors, primitive,
 role, geometry, dtype); a new version replaces the slot's copy.
 """
-import collections
-import threading
 import weakref
 
 import numpy as np
+
+from brgemm.lru import LRU
 
 
 class Key:
@@ -88,46 +88,32 @@ def _stamp(a):
     return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
 
 
-class _Cache:
-    def __init__(self, slots=256):
-        self._slots = collections.OrderedDict()
-        self._lock = threading.Lock()
-        self._max = slots
-
-    def get(self, token, what, sources, make):
-        """make() -- the blocked copy of `sources` for `what` (primitive, role,
-        geometry, dtype) -- kept under `token` while provably unchanged."""
-        if token is None:
-            return make()
-        key = (token._slot(), what)
-        state = (token._state(), tuple(_stamp(a) for a in sources))
-        with self._lock:
-            hit = self._slots.get(key)
-            if hit is not None and hit[0] == state and (
-                    not isinstance(token, _Tensors) or token._same_objects(hit[1])):
-                self._slots.move_to_end(key)
-                return hit[2]
-        value = make()
-        with self._lock:
-            self._slots[key] = (state, token, value)
-            self._slots.move_to_end(key)
-            self._sweep()
-            while len(self._slots) > self._max:
-                self._slots.popitem(last=False)
-        return value
-
-    def _sweep(self):
-        """Drop the copies of tensors that died (call with the lock held)."""
-        for k in [k for k, v in self._slots.items() if not v[1]._alive()]:
-            del self._slots[k]
-
-    def clear(self):
-        with self._lock:
-            self._slots.clear()
+_SLOTS = 256  # kept copies; the least recently used go first (brgemm/lru.py)
+_cache = LRU(_SLOTS)  # (token's slot, what) -> (state, token, blocked copy)
 
 
-_cache = _Cache()
-blocked = _cache.get
+def blocked(token, what, sources, make):
+    """make() -- the blocked copy of `sources` for `what` (primitive, role,
+    geometry, dtype) -- kept under `token` while provably unchanged."""
+    if token is None:
+        return make()
+    key = (token._slot(), what)
+    state = (token._state(), tuple(_stamp(a) for a in sources))
+    hit = _cache.get(key)
+    if hit is not None and hit[0] == state and (
+            not isinstance(token, _Tensors) or token._same_objects(hit[1])):
+        return hit[2]
+    value = make()
+    _sweep()
+    _cache.put(key, (state, token, value))
+    return value
+
+
+def _sweep():
+    """Drop the copies of tensors that died."""
+    for key, (_, token, _) in _cache.items():
+        if not token._alive():
+            _cache.pop(key)
 
 
 def clear():
@@ -137,9 +123,8 @@ def clear():
 
 def nbytes():
     """Bytes the kept copies hold (those of dead tensors dropped first)."""
-    with _cache._lock:
-        _cache._sweep()
-        return sum(sum(a.nbytes for a in _arrays(v[2])) for v in _cache._slots.values())
+    _sweep()
+    return sum(sum(a.nbytes for a in _arrays(v[2])) for _, v in _cache.items())
 
 
 def _arrays(value):

@@ -4,6 +4,8 @@ The whole suite runs in check mode (BRGEMM_CHECK=1, set here before brgemm is
 imported; subprocesses inherit it): every buffer the library allocates comes
 NaN-filled, so a region a plan fails to write shows up as NaN in a result."""
 import os
+import pathlib
+import subprocess
 
 os.environ["BRGEMM_CHECK"] = "1"
 
@@ -14,6 +16,16 @@ import brgemm  # noqa: E402
 import brgemm.arrays  # noqa: E402
 
 assert brgemm.arrays.CHECK, "brgemm was imported before conftest could turn on check mode"
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def python_files():
+    """The project's Python files (tracked, and untracked ones git does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    return [p for p in listed if (ROOT / p).is_file()]
 
 
 @pytest.fixture(params=brgemm.backends())

@@ -3,10 +3,9 @@ function over 80, except where a comment at its top says why. The why is a
 comment (or docstring) line that says "over 450 lines" near the top of the
 file, or "over 80 lines" in the function's docstring or first lines."""
 import ast
-import pathlib
-import subprocess
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from conftest import ROOT, python_files
+
 MAX_FILE, MAX_FUNCTION = 450, 80
 FILE_TOP, FUNCTION_TOP = 40, 6  # how far from the top the why may stand, in lines
 
@@ -30,12 +29,6 @@ def long_parts(source: str, name: str) -> list[str]:
         if "over 80 lines" not in doc and "over 80 lines" not in top:
             out.append(f"{name}:{node.lineno} {node.name}(): {length} lines")
     return out
-
-
-def python_files():
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    return [p for p in listed if (ROOT / p).is_file()]
 
 
 def test_no_long_file_or_function_without_a_why():

@@ -5,10 +5,9 @@ brgemm's own modules talk to) nor a private module or name of brgemm's, and
 benchmarks read no private attribute of any object not their own. Checked on
 every import statement and attribute, by ast."""
 import ast
-import pathlib
-import subprocess
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from conftest import ROOT, python_files
+
 
 # Known exceptions, each with the reason it is not fixed yet (new ones fail)
 KNOWN = {}
@@ -37,12 +36,6 @@ def violations(path, mods):
             if m == b or m.startswith(b + "."):
                 found.add(b)
     return found
-
-
-def python_files():
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    return [p for p in listed if (ROOT / p).is_file()]
 
 
 def test_layers_import_only_downwards():
