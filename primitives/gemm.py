@@ -48,6 +48,7 @@ def _run_nest(ex, M, N, K, cfg, dtype):
 
 
 def _check(A, B, dtype):
+    # not _args.operands: gemm takes exactly dtype's arrays (no f32 inputs rounded for bf16)
     want = dtypes.NUMPY[dtypes.check_name(dtype)]
     for x, name in ((A, "A"), (B, "B")):
         if not isinstance(x, np.ndarray) or x.ndim != 2:

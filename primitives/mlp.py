@@ -36,7 +36,7 @@ import dataclasses
 import numpy as np
 
 from brgemm import dtypes
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.arrays import Buffers, Recycler
 from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
@@ -51,7 +51,7 @@ from primitives.mlp_nests import SPEC  # noqa: F401  (public names)
 
 SCHEMA = {"pipeline": {"depth": int, "tile": int, "group": int}}
 TASKS = 64         # parallel tasks (at most): enough for 16-32 threads to share evenly
-_plans = P.PlanCache(maxsize=32)
+_plans = bplan.PlanCache(maxsize=32)
 _results = Recycler()  # y and dx, handed back once callers let go of them
 
 
@@ -110,7 +110,7 @@ def plan(g, pass_, train=False, out16=False):
     reads) or the backward ("bwd": backward-data and weight gradients); out16:
     its result (y, dx) in bf16 (Places)."""
     def record():
-        rec = P.Recorder(tensors(g, pass_, train, out16))
+        rec = bplan.Recorder(tensors(g, pass_, train, out16))
         if pass_ == "fwd":
             forward_nest(rec, _loops(g), g, train, out16)
         else:

@@ -1,7 +1,7 @@
 """The fused MLP's loop nests (forward; backward-data with the weight
 gradients) and where every tensor region they name lives (Places). The
 formulas and the spec: primitives/mlp.py's docstring."""
-from brgemm import plan as P
+from brgemm import plan as bplan
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b
 
@@ -9,7 +9,7 @@ from brgemm.vnni import takes_vnni_b
 SPEC = "s|Nnl"     # segments one after another over the whole batch, then tasks, tiles, layers
 
 
-_ACT_OPS = {"relu": P.relu, "sigmoid": P.sigmoid, "tanh": P.tanh}
+_ACT_OPS = {"relu": bplan.relu, "sigmoid": bplan.sigmoid, "tanh": bplan.tanh}
 
 
 class Places:
@@ -165,7 +165,7 @@ class _Blocks(dict):
     def __call__(self, *args, **kw):
         key = (args, tuple(sorted(kw.items())))
         if key not in self:
-            self[key] = P.Block(*args, **kw)
+            self[key] = bplan.Block(*args, **kw)
         return self[key]
 
 
@@ -179,11 +179,11 @@ def forward_nest(ex, loops, g, train, out16=False):
         slot = task[0] // g.per_task
         a, a_off, lda = pl.act_in(l, n, slot)
         (c, c_off, ldc), copy = pl.act_out(l, n, slot)
-        ops = (P.bias("b", pl.b_off[l]),) if g.has_bias else ()
+        ops = (bplan.bias("b", pl.b_off[l]),) if g.has_bias else ()
         if g.acts[l] is not None:
             ops += (_ACT_OPS[g.acts[l]](),)
         if copy is not None:
-            ops += (P.store_bf16(copy[0], copy[1], copy[2]),)
+            ops += (bplan.store_bf16(copy[0], copy[1], copy[2]),)
         ex.at(phase, task)
         ex.gemm(blk(g.rows(n), g.sizes[l + 1], g.sizes[l], lda=lda, ldb=g.sizes[l + 1], ldc=ldc,
                     dtype=g.dtype, beta=0.0, b_vnni=l in pl.vnni_fwd),
@@ -212,17 +212,17 @@ def backward_nest(ex, loops, g, out16=False):
             ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=ldc, dtype=g.dtype, beta=0.0,
                         b_vnni=l in pl.vnni_bwd),
                     a, [a_off], "wt", [pl.w_off[l]], c, c_off,
-                    ops=(P.store_bf16(*copy),) if copy else ())
+                    ops=(bplan.store_bf16(*copy),) if copy else ())
         else:
             (c, c_off, ldc), copy = pl.dz_c(l - 1, n, slot)
             h_at = pl.h_off[l - 1] + n * g.tile * inp
-            ops = (P.act_grad(g.acts[l - 1], "h16" if bf16 else "h", h_at, inp, bf16=bf16),) \
+            ops = (bplan.act_grad(g.acts[l - 1], "h16" if bf16 else "h", h_at, inp, bf16=bf16),) \
                 if g.acts[l - 1] else ()
-            ops += (P.store_t("dzt", pl.dzt(l - 1, n), g.tile, bf16=bf16),)
+            ops += (bplan.store_t("dzt", pl.dzt(l - 1, n), g.tile, bf16=bf16),)
             if copy is not None:
-                ops += (P.store_bf16(*copy),)
+                ops += (bplan.store_bf16(*copy),)
             if g.has_bias:
-                ops += (P.col_sum("dbp", slot * pl.totals["b"] + pl.b_off[l - 1]),)
+                ops += (bplan.col_sum("dbp", slot * pl.totals["b"] + pl.b_off[l - 1]),)
             ex.gemm(blk(g.rows(n), inp, out, lda=lda, ldb=inp, ldc=ldc, dtype=g.dtype, beta=0.0,
                         b_vnni=l in pl.vnni_bwd),
                     a, [a_off], "wt", [pl.w_off[l]], c, c_off, ops=ops)
