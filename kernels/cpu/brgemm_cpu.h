@@ -25,7 +25,8 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_RELU = 2,        /* C = C < 0 ? 0 : C (NaN stays NaN, as torch.relu) */
   BRGEMM_OP_SIGMOID = 3,     /* C = 1 / (1 + exp(-C)) */
   BRGEMM_OP_TANH = 4,        /* C = tanh(C) */
-  BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) */
+  BRGEMM_OP_STORE_BF16 = 5,  /* t0[off0 + i*ld + j] = bf16(C[i][j]) (nearest even; the MLP's
+                                fused chains on AVX512-BF16 CPUs flush f32 denormals to 0) */
   BRGEMM_OP_LSTM_CELL = 6,   /* the LSTM cell on m x n blocks, row stride ld, see below */
   BRGEMM_OP_LSTM_CELL_BWD = 7, /* its derivatives, see below */
   /* activation derivatives from the activation's output y = t0[off0 + i*ld + j] (f32):
