@@ -91,11 +91,11 @@ def reads_w(g, dtype, backend, x, w, token):
     """Whether the forward reads W in place (fc_forward.forward_t): f32 on the
     CPU backend, W C-contiguous and not kept blocked (reuse=), and a batch
     small enough that copying x (N x C; y^T's tiles stay in cache) and storing
-    y^T transposed cost well under copying W (K x C): N (C + K) at most half
-    of C K (at N = K / 2 the blocked path was still ahead)."""
+    y^T transposed cost well under copying W (K x C): N (C + K) under half of
+    C K (at N = K / 2 the blocked path was ahead, at N = K / 4 even)."""
     return (dtype == "f32" and backend == "cpu" and token is None and x.dtype == np.float32
             and w.dtype == np.float32 and w.flags.c_contiguous
-            and 2 * g.N * (g.C + g.K) <= g.C * g.K)
+            and 2 * g.N * (g.C + g.K) < g.C * g.K)
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):

@@ -66,7 +66,7 @@ def test_forward_reading_w_in_place(rng):
     strided view, against float64 per element."""
     for _ in range(6):
         N = int(rng.integers(1, 80))
-        C, K = (int(v) for v in rng.integers(4 * N, 400, 2))  # 1/C + 1/K <= 1/(2N)
+        C, K = (int(v) for v in rng.integers(4 * N + 1, 400, 2))  # 1/C + 1/K < 1/(2N)
         x = rng.standard_normal((N, 2 * C)).astype(np.float32)[:, ::2]  # not contiguous
         w = rng.standard_normal((K, C)).astype(np.float32)
         b = rng.standard_normal(K).astype(np.float32) if rng.integers(2) else None
