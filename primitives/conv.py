@@ -40,11 +40,13 @@ from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
+from primitives._calls import blocks_per_call
 from primitives._config import settings
 from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
-from primitives.conv_forward import columns_nest, pointwise_nest
+from primitives.conv_forward import columns_product, pointwise_nest
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
-from primitives.conv_update import columns_update_nest
+from primitives.conv_update import columns_update_product
+from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
@@ -77,33 +79,31 @@ def columns(g, dtype, backend):
     """The blocks (bd, bp) of the functional forward's im2col plan, or None
     where it does not apply. Where the weights outweigh the images (small
     images, many channels: N P Q at most K / 2), the forward reads w in place
-    as the K x C R S matrix it is (columns_nest) and copies x into its im2col
+    as the K x C R S matrix it is (columns_product) and copies x into its im2col
     tiles instead, R S times x's size but less than w's copy; all images'
     pixels side by side, so the kernel's rows are long even on 7 x 7 images.
-    f32 on the CPU backend, kernels larger than 1 x 1."""
+    f32 on the CPU backend."""
     if dtype != "f32" or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
         return None
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
 
-def columns_plan(g, dtype, bd, bp):
+def columns_plan(g, dtype, bd, bp, update=False):
+    """The forward's plan where conv.columns applies (columns_product), or with
+    update its weight update's (columns_update_product): parallel over output
+    tiles, each reduced in calls of call_kb's size."""
     def record():
-        loops = parse_spec("KP", [Loop("k", 0, g.Kb, 1),
-                                  Loop("p", 0, nblocks(g.N * g.P * g.Q, bp), 1)])
-        rec = bplan.Recorder({"w": dtype, "xc": dtype, "yc": "f32"}, spec="KP")
-        columns_nest(rec, loops, g, dtype, bd, bp)
+        product = (columns_update_product if update else columns_product)(g, bd, bp)
+        (_, bi), (_, bj), (R, br) = (product.sizes[n] for n in (product.i, product.j, product.r))
+        per_call = blocks_per_call(g.call_kb[2 if update else 0], (bi + bj) * br, dtype)
+        spec = (product.i + product.j).upper() + product.r
+        loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call if n == product.r
+                                       else 1) for n in (product.i, product.j, product.r)])
+        rec = bplan.Recorder({product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"},
+                             spec=spec)
+        product_nest(rec, loops, product, dtype, lambda *at: (), per_call)
         return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp), record)
-
-
-def columns_update_plan(g, dtype, bd, bp):
-    def record():
-        loops = parse_spec("KD", [Loop("k", 0, g.Kb, 1),
-                                  Loop("d", 0, nblocks(g.C * g.R * g.S, bd), 1)])
-        rec = bplan.Recorder({"dyc": dtype, "xct": dtype, "dw": "f32"}, spec="KD")
-        columns_update_nest(rec, loops, g, dtype, bd, bp)
-        return rec.finish()
-    return _plans.get((g, "columns_update", dtype, bd, bp), record)
+    return _plans.get((g, "columns", dtype, bd, bp, update), record)
 
 
 def pointwise_plan(g, dtype, bp):
@@ -144,6 +144,17 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
                           blocked)
 
 
+def _pointwise(g, dtype, backend, bp, x, w, name):
+    """The pointwise plan of g on images x [N, C, H, W] and w (K x C, plain):
+    the result [N, K, H, W] (`name` among the returned arrays)."""
+    HW = g.H * g.W
+    xt = to_blocks(x.reshape(g.N * g.C, HW), g.bc, bp, swap_grid=True, out=_scratch.get(
+        name + "_tiles", (nblocks(HW, bp), g.N * g.Cb, g.bc, bp), dtypes.NUMPY[dtype]))
+    y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
+    pointwise_plan(g, dtype, bp).run(backend=backend, w=w, xt=xt, y=y)
+    return y
+
+
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
     """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q].
     reuse: keep w's blocked copy across calls (primitives.reuse)."""
@@ -154,12 +165,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     ab = dtypes.NUMPY[dtype]
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
-        HW = g.H * g.W
-        xt = to_blocks(x.reshape(g.N * g.C, HW), g.bc, bp, swap_grid=True,
-                       out=_scratch.get("xt", (nblocks(HW, bp), g.N * g.Cb, g.bc, bp), ab))
-        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
-        pointwise_plan(g, dtype, bp).run(backend=backend, w=np.ascontiguousarray(w), xt=xt, y=y)
-        return y
+        return _pointwise(g, dtype, backend, bp, x, np.ascontiguousarray(w), "y")
     blocks = columns(g, dtype, backend) if token is None else None
     if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
         bd, bp = blocks
@@ -198,12 +204,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
     bp = pointwise(gt, dtype, backend)
     if bp and dy.dtype == np.float32 and w.dtype == np.float32:
-        HW = g.H * g.W
-        dyt = to_blocks(dy.reshape(g.N * g.K, HW), g.bk, bp, swap_grid=True,
-                        out=_scratch.get("dyt_p", (nblocks(HW, bp), g.N * g.Kb, g.bk, bp), ab))
-        dx = _results.empty("dx", (g.N, g.C, g.H, g.W), np.float32)
-        pointwise_plan(gt, dtype, bp).run(backend=backend, w=np.ascontiguousarray(
-            w.reshape(g.K, g.C).T), xt=dyt, y=dx)
+        dx = _pointwise(gt, dtype, backend, bp, dy, np.ascontiguousarray(w.reshape(g.K, g.C).T),
+                        "dx")
     else:
         # the plan writes dx's interior (every residue class, a call even where no
         # tap reaches); the border stays unwritten and unblock_x never reads it
@@ -233,7 +235,7 @@ def _columns_update(dy, x, g, bd, bp):
     dyc = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       swap_grid=True, out=_scratch.get("dyc", (g.K, cols), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
-    columns_update_plan(g, "f32", bd, bp).run(dyc=dyc, xct=xct, dw=dw)
+    columns_plan(g, "f32", bd, bp, update=True).run(dyc=dyc, xct=xct, dw=dw)
     return dw
 
 

@@ -2,7 +2,8 @@
 layouts, the geometry and the plans that record this nest)."""
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
-from primitives._calls import blocks_per_call, reduction_calls
+from primitives._calls import blocks_per_call
+from primitives.fc_nest import Product
 
 
 def forward_nest(ex, loops, g, dtype, vnni=False):
@@ -49,25 +50,17 @@ def pointwise_nest(ex, loops, g, dtype, bp):
                     "y", y.at(n, k * g.bk, p * bp))
 
 
-def columns_nest(ex, loops, g, dtype, bd, bp):
+
+def columns_product(g, bd, bp):
     """y^c (K x N P Q: output channels by the pixels of all images, plain) = w
     (K x C R S, plain, read in place as the broadcast operand) @ the im2col
-    matrix, as tiles xc [Pb][Db][bd][bp] (brgemm.layouts.image_to_columns).
-    No weight copy; y^c holds y with its first two axes swapped (see conv.columns)."""
+    matrix, as tiles xc [Pb][Db][bd][bp] (brgemm.layouts.image_to_columns):
+    the tiled product (primitives.fc_nest) conv.columns' forward records. No
+    weight copy; y^c holds y with its first two axes swapped."""
     D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
-    w = matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)
     xc = Layout(p=nblocks(cols, bp), d=nblocks(D, bd), bd=bd, bp=bp)
-    yc = matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)
-    Db = xc.shape[1]
-    per_call = blocks_per_call(g.call_kb[0], (g.bk + bp) * bd, dtype)
-    for phase, task, at in loops.walk():
-        k, p = at["k"], at["p"]
-        m, width = min(g.bk, g.K - k * g.bk), min(bp, cols - p * bp)
-        ex.at(phase, task)
-        for d0 in range(0, Db, per_call):
-            for ds, depth in reduction_calls(range(d0, min(d0 + per_call, Db)), Db, D, bd):
-                ex.gemm(bplan.Block(m, width, depth, lda=w.ld("bk"), ldb=xc.ld("bd"),
-                                    ldc=yc.ld("bk"), dtype=dtype, beta=0.0 if ds[0] == 0 else 1.0),
-                        "w", [w.at(k, d) for d in ds],
-                        "xc", [xc.at(p, d) for d in ds],
-                        "yc", yc.at(k, p))
+    return Product("k", "p", "d",
+                   a=("w", matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)),
+                   b=("xc", xc.transpose("d", "p", "bd", "bp")),
+                   c=("yc", matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)),
+                   sizes={"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)}, epilogue=())

@@ -5,7 +5,8 @@ import dataclasses
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
 from brgemm.lru import LRU
-from primitives._calls import blocks_per_call, reduction_calls
+from primitives._calls import blocks_per_call
+from primitives.fc_nest import Product
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
 SPAN = 256  # the flat update's reduction comes in chunks of about this many pixels
@@ -195,25 +196,17 @@ def c_rows(g):
     return update_form(g) != "rows"
 
 
-def columns_update_nest(ex, loops, g, dtype, bd, bp):
+
+def columns_update_product(g, bd, bp):
     """dw (K x C R S, plain: the weights' own layout) = dy^c (K x N P Q, plain:
     dy with its first two axes swapped) @ the im2col matrix's transpose, as
-    tiles xct [Db][Pb][bp][bd]. The update conv.columns' layers take: no
-    shares and no copy of dw; the reduction runs over all images' pixels."""
+    tiles xct [Db][Pb][bp][bd]: the tiled product (primitives.fc_nest) of the
+    update conv.columns' layers take. No shares and no copy of dw; the
+    reduction runs over all images' pixels."""
     D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
-    dw = matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)
-    dyc = matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)
     xct = Layout(d=nblocks(D, bd), p=nblocks(cols, bp), bp=bp, bd=bd)
-    Pb = xct.shape[1]
-    per_call = blocks_per_call(g.call_kb[2], (g.bk + bd) * bp, dtype)
-    for phase, task, at in loops.walk():
-        k, d = at["k"], at["d"]
-        m, width = min(g.bk, g.K - k * g.bk), min(bd, D - d * bd)
-        ex.at(phase, task)
-        for p0 in range(0, Pb, per_call):
-            for ps, depth in reduction_calls(range(p0, min(p0 + per_call, Pb)), Pb, cols, bp):
-                ex.gemm(bplan.Block(m, width, depth, lda=dyc.ld("bk"), ldb=xct.ld("bp"),
-                                    ldc=dw.ld("bk"), dtype=dtype, beta=0.0 if ps[0] == 0 else 1.0),
-                        "dyc", [dyc.at(k, p) for p in ps],
-                        "xct", [xct.at(d, p) for p in ps],
-                        "dw", dw.at(k, d))
+    return Product("k", "d", "p",
+                   a=("dyc", matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)),
+                   b=("xct", xct.transpose("p", "d", "bp", "bd")),
+                   c=("dw", matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)),
+                   sizes={"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)}, epilogue=())
