@@ -57,10 +57,17 @@ def columns_product(g, bd, bp):
     matrix, as tiles xc [Pb][Db][bd][bp] (brgemm.layouts.image_to_columns):
     the tiled product (primitives.fc_nest) conv.columns' forward records. No
     weight copy; y^c holds y with its first two axes swapped."""
-    D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
+    D, cols, weights, pixels, sizes = columns_operands(g, bd, bp)
     xc = Layout(p=nblocks(cols, bp), d=nblocks(D, bd), bd=bd, bp=bp)
-    return Product("k", "p", "d",
-                   a=("w", matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)),
-                   b=("xc", xc.transpose("d", "p", "bd", "bp")),
-                   c=("yc", matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)),
-                   sizes={"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)}, epilogue=())
+    return Product("k", "p", "d", a=("w", weights), b=("xc", xc.transpose("d", "p", "bd", "bp")),
+                   c=("yc", pixels), sizes=sizes, epilogue=())
+
+
+def columns_operands(g, bd, bp):
+    """What conv.columns' forward and update products share: the im2col
+    matrix's sizes D = C R S and N P Q, the weights (w, dw) as plain K x D
+    tiles, the pixels (y^c, dy^c) as plain K x N P Q tiles, and the loop sizes."""
+    D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
+    return (D, cols, matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True),
+            matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True),
+            {"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)})

@@ -3,9 +3,10 @@ the layouts, the geometry and the plans that record these nests)."""
 import dataclasses
 
 from brgemm import plan as bplan
-from brgemm.layouts import Layout, matrix_tiles, nblocks
+from brgemm.layouts import Layout, nblocks
 from brgemm.lru import LRU
 from primitives._calls import blocks_per_call
+from primitives.conv_forward import columns_operands
 from primitives.fc_nest import Product
 
 UPDATE_ROW = 64  # the weight update reduces over whole output rows up to this width
@@ -203,10 +204,7 @@ def columns_update_product(g, bd, bp):
     tiles xct [Db][Pb][bp][bd]: the tiled product (primitives.fc_nest) of the
     update conv.columns' layers take. No shares and no copy of dw; the
     reduction runs over all images' pixels."""
-    D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
+    D, cols, weights, pixels, sizes = columns_operands(g, bd, bp)
     xct = Layout(d=nblocks(D, bd), p=nblocks(cols, bp), bp=bp, bd=bd)
-    return Product("k", "d", "p",
-                   a=("dyc", matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True)),
-                   b=("xct", xct.transpose("p", "d", "bp", "bd")),
-                   c=("dw", matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True)),
-                   sizes={"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)}, epilogue=())
+    return Product("k", "d", "p", a=("dyc", pixels), b=("xct", xct.transpose("p", "d", "bp", "bd")),
+                   c=("dw", weights), sizes=sizes, epilogue=())

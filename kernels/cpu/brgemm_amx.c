@@ -355,6 +355,13 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
 }
 
 #ifndef BRGEMM_AMX_MODEL
+/* The probes' config: all eight tiles whole (16 rows of 64 bytes). */
+static void full_tiles_config(tile_config* cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->palette = 1;
+  for (int t = 0; t < 8; ++t) cfg->rows[t] = 16, cfg->colsb[t] = 64;
+}
+
 /* The peak probe: six independent 16 x 16 accumulators (enough to cover the
  * instruction's latency at its throughput), A and B tiles from registers. */
 float brgemm_amx_peak_run(long iters) {
@@ -363,9 +370,7 @@ float brgemm_amx_peak_run(long iters) {
   for (int i = 0; i < 16 * 32; ++i) ones[i] = 0x3f80;  /* 1.0: no zeros a unit might skip */
   MEMORY_BARRIER();
   tile_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  full_tiles_config(&cfg);
   _tile_loadconfig(&cfg);
   _tile_loadd(6, ones, 64);
   _tile_loadd(7, ones, 64);
@@ -391,9 +396,7 @@ static float probe_steps(long iters, int loads) {
     for (int i = 0; i < 16 * 32; ++i) ab[t][i] = 0x3f80;
   MEMORY_BARRIER();
   tile_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  full_tiles_config(&cfg);
   _tile_loadconfig(&cfg);
   _tile_loadd(4, ab[0], 64); _tile_loadd(5, ab[1], 64);
   _tile_loadd(6, ab[2], 64); _tile_loadd(7, ab[3], 64);
@@ -422,9 +425,7 @@ float brgemm_amx_probe_2x2_l1(long iters) { return probe_steps(iters, 1); }
 static float probe_config(long iters, int release) {
   float out[16 * 16] __attribute__((aligned(64)));
   tile_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  full_tiles_config(&cfg);
   for (long i = 0; i < iters; ++i) {
     _tile_loadconfig(&cfg);
     _tile_zero(0);
