@@ -9,18 +9,22 @@ def backward_nest(ex, loops, g, dtype, vnni=False):
     """dx[n][c][h][w] for the input's pixels w = first + sw*u of one residue class
     (one class per call) = sum over k and the taps (r, s) with h - r = sh*p and
     w - s = sw*q of dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its
-    zero-bordered copy. Only the unpadded interior of dx is written."""
+    zero-bordered copy. Only the unpadded interior of dx is written. With
+    g.span[1] (conv_plans.spans_rows: stride 1, so one class) h is the first
+    interior row and the class's pixels are all H x W, in blocks of bs that
+    run on across rows."""
     dyp = Layout(N=g.N, Kb=g.Kb, Pp=g.Pp, Qp=g.Qp, bk=g.bk)  # dy at (bp, bw) in a zero border
     wt = Layout(Cb=g.Cb, Kb=g.Kb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
     dx = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
+    bq, rows = (g.bs, g.H) if g.span[1] else (g.bq, 1)
     for phase, task, at in loops.walk():
         n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
-        rho, u0 = ru % g.sw, (ru // g.sw) * g.bq   # loop u runs over residue x pixel block
+        rho, u0 = ru % g.sw, (ru // g.sw) * bq     # loop u runs over residue x pixel block
         first = g.pw + (rho - g.pw) % g.sw         # the class's first interior pixel
-        width = len(range(first, g.pw + g.W, g.sw))
+        width = rows * len(range(first, g.pw + g.W, g.sw))
         if u0 >= width:
             continue
-        m = min(g.bq, width - u0)
+        m = min(bq, width - u0)
         taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
                 if (h - r) % g.sh == 0 and (first - s) % g.sw == 0
                 and 0 <= (h - r) // g.sh + g.bp < g.Pp]

@@ -7,13 +7,16 @@ from primitives.fc_nest import Product
 
 
 def forward_nest(ex, loops, g, dtype, vnni=False):
-    """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s]."""
+    """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s].
+    With g.span[0] (conv_plans.spans_rows) p is 0 and q0 counts the P x Q
+    pixels in blocks of bs that run on across rows."""
     x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
     y = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
+    bq, row = (g.bs, g.P * g.Q) if g.span[0] else (g.bq, g.Q)
     for phase, task, at in loops.walk():
         n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
-        m = min(g.bq, g.Q - q0)
+        m = min(bq, row - q0)
         ex.at(phase, task)
         taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)

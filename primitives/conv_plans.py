@@ -26,8 +26,9 @@ from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, bloc
 
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
-SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int},
-          "bwd": {"spec": str, "call_kb": int}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool,
+SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
+                 "span_q": int},
+          "bwd": {"spec": str, "call_kb": int, "span": bool}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool,
                                             "share_kb": int}}
 
 _plans = bplan.PlanCache(maxsize=64)
@@ -54,6 +55,9 @@ class Geometry:
     call_kb: tuple  # per pass: at most this many KiB of A and B blocks per kernel call
     flat: bool = False  # the weight update reduces over runs of pixels across rows (update_flat_nest)
     parts: bool = False  # the flat update computes its tiles in C blocks of 32 x 32 (flat_parts)
+    # fwd, bwd: pixel blocks of bs pixels that run on across rows (spans)
+    span: tuple = (False, False)
+    bs: int = 1
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -67,6 +71,15 @@ class Geometry:
     Pp = property(lambda g: g.P + 2 * g.bp)
     # a residue class of padded input pixels reaches dy pixels up to (Wp - 1) / sw
     Qp = property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
+
+
+def spans_rows(S, sh, sw, pw):
+    """Whether x, y, dx and dy's blocked layouts hold the output rows (and the
+    input rows they read) back to back, without a gap: no columns of padding
+    and no stride, and one tap across (S = 1; so Wp = W = Q = Qp). Then a
+    block of pixels may run on from one row into the next, and the kernel's
+    rows (its tile rows on AMX) fill up on small images (7 or 14 pixels a row)."""
+    return S == 1 and sh == 1 and sw == 1 and pw == 0
 
 
 def geometry(N, C, K, H, W, R, S, stride, padding, config=None, path=None):
@@ -109,20 +122,24 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
     # empty share would leave its slice of the reduction buffer unwritten:
     # keep only as many shares as the rounded-up share size needs
     splits = -(-units // -(-units // splits))
+    span = tuple(cfg[p]["span"] and spans_rows(S, *stride, padding[1]) for p in ("fwd", "bwd"))
     return Geometry(N, C, K, H, W, R, S, *stride, *padding, bc, bk, pick_block(Q, f["bq"]),
                     tuple(cfg[p]["spec"] for p in SCHEMA), splits,
-                    tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts)
+                    tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
+                    pick_block(P_ * Q, f["span_q"]) if any(span) else 1)
 
 
 # ---------------------------------------------------------------- the loop nests
 
 def _loops(g, pass_):
-    if pass_ == "fwd":
-        loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, g.P, 1),
-                 Loop("q", 0, g.Q, g.bq)]
+    if pass_ == "fwd":  # spans: one "row" of all P x Q pixels, in blocks of bs
+        rows, q, bq = (1, g.P * g.Q, g.bs) if g.span[0] else (g.P, g.Q, g.bq)
+        loops = [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1), Loop("p", 0, rows, 1),
+                 Loop("q", 0, q, bq)]
     elif pass_ == "bwd":
-        per_residue = nblocks(nblocks(g.W, g.sw), g.bq)  # pixel blocks of one residue class
-        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, g.H, 1),
+        rows, w, bq = (1, g.H * g.W, g.bs) if g.span[1] else (g.H, g.W, g.bq)
+        per_residue = nblocks(nblocks(w, g.sw), bq)  # pixel blocks of one residue class
+        loops = [Loop("n", 0, g.N, 1), Loop("c", 0, g.Cb, 1), Loop("h", 0, rows, 1),
                  Loop("u", 0, g.sw * per_residue, 1)]
     else:  # the flat nest's k and c count C blocks of its tiles (flat_parts)
         parts_c, parts_k = flat_parts(g) if g.flat else (1, 1)

@@ -50,7 +50,8 @@ def test_model_kernel_tunables():
 def test_model_primitives_bf16():
     """FC, conv and LSTM bf16, layer and functional forms, on the model's tiles."""
     env = dict(os.environ, BRGEMM_AMX="model")
-    files = [str(TESTS / f) for f in ("test_fc.py", "test_conv.py", "test_lstm.py")]
+    files = [str(TESTS / f) for f in ("test_fc.py", "test_conv.py", "test_conv_span.py",
+                                      "test_lstm.py")]
     assert _pytest(*files, "-k", "bf16", env=env) == 0
 
 
