@@ -20,7 +20,7 @@ device_machine
 device_build_cpu
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
 [ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
-  tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_plan.py tests/test_layouts.py tests/test_layouts_image.py \
+  tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_kernel_bound.py tests/test_plan.py tests/test_layouts.py tests/test_layouts_image.py \
   tests/test_fc.py tests/test_conv.py tests/test_conv_span.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
 tests_rc=$?
 echo "tests exit $tests_rc"; tail -15 $out/tests.txt

@@ -14,6 +14,7 @@ JIT-compiled per (form, strides, dtype of C) and cached on this object
 (the most recently used few; brgemm/lru.py).
 """
 import operator
+import weakref
 
 import numpy as np
 
@@ -196,7 +197,9 @@ class Kernel:
         self._native = LRU(KERNELS_PER_OBJECT)  # (form, strides, dtype of C) -> JIT kernel
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
-        self._strd_last = (None, None)  # the last geometry and its kernel
+        # the last geometry, its kernel, and the call bound to the last arrays
+        # (weak references to them and the backend's bound call), or None
+        self._strd_last = (None, None, None)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -244,9 +247,9 @@ class Kernel:
             if data is not None:
                 # the last geometry first: a loop of calls on the same arrays pays
                 # one tuple comparison instead of the cache's hashing
-                last_key, kern = self._strd_last
+                last_key, kern, bound = self._strd_last
                 if key != last_key:
-                    kern = self._strd_seen.get(key)
+                    kern, bound = self._strd_seen.get(key), None
                     if kern is None:
                         kern = self._check_strd(A, B, C)
                         if kern is _BY_ADDRESS:
@@ -255,18 +258,40 @@ class Kernel:
                                                  packed=B)
                             return self.addr(list(A), list(B), C)
                         self._strd_seen.put(key, kern)
-                    self._strd_last = (key, kern)
+                    self._strd_last = (key, kern, None)
                 if not C.flags.writeable:  # the one check the geometry does not decide
                     raise ValueError("C: is read-only; the kernel writes C in place")
+                # the same arrays as last time (alive, so their memory has not
+                # moved; the geometry above is theirs): their addresses are bound
+                if bound is None or bound[0]() is not A or bound[1]() is not data \
+                        or bound[2]() is not C:
+                    bound = self._bind(kern, key, A, data, C)
                 # C compares byte ranges for free; only when they meet is the exact
                 # (slower) element test needed, e.g. for interleaved views of one buffer
-                if not kern.strd(A, data, C, A.shape[0], packed, True):
-                    _no_overlap(C, A, "A")
-                    _no_overlap(C, data, "B")
-                    kern.strd(A, data, C, A.shape[0], packed)
+                if bound is not None:
+                    rc = bound[3](A.shape[0], packed, True)
+                    if not rc or kern.finish_strd(rc):
+                        return C
+                elif kern.strd(A, data, C, A.shape[0], packed, True):
+                    return C
+                _no_overlap(C, A, "A")
+                _no_overlap(C, data, "B")
+                kern.strd(A, data, C, A.shape[0], packed)
                 return C
         self._check_strd(A, B, C)  # raises, naming the argument that is not an array
         raise AssertionError("unreachable: _check_strd accepted a non-array")
+
+    def _bind(self, kern, key, A, data, C):
+        """The backend's call bound to these arrays' addresses, kept with weak
+        references to them (so a call on other arrays that reuse one's id
+        re-binds, and no array is kept alive), or None where the backend binds
+        nothing."""
+        bind = getattr(kern, "bind_strd", None)
+        if bind is None:
+            return None
+        bound = (weakref.ref(A), weakref.ref(data), weakref.ref(C), bind(A, data, C))
+        self._strd_last = (key, kern, bound)
+        return bound
 
     def _check_strd(self, A, B, C):
         """Every check of the stride form; returns the native kernel to run."""

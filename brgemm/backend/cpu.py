@@ -2,6 +2,7 @@
 
 Arrays arrive here already checked by brgemm.kernel; this module only turns
 them into addresses, calls C, and turns error codes into exceptions."""
+import functools
 import time
 
 import numpy as np
@@ -10,6 +11,7 @@ from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
 _run_strd, _OK, _EOVERLAP = lib.brgemm_cpu_run_strd, lib.BRGEMM_OK, lib.BRGEMM_EOVERLAP
+_run_strd_at = lib.brgemm_cpu_run_strd_at
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 
@@ -67,6 +69,24 @@ class CpuKernel:
         if rc == _EOVERLAP:
             return False
         check(rc, "Kernel.__call__")
+
+    def bind_strd(self, A, B, C):
+        """The stride form on these arrays, their addresses taken now: a function
+        of (count, b_packed, check_overlap) returning 0 when done, else a code
+        for finish_strd. Valid while A, B and C live and keep their memory
+        (brgemm.Kernel re-binds when the arrays or their geometry change);
+        binds no reference to them. Converting three arrays to pointers costs
+        more than a small call itself, so calls on the same arrays skip it."""
+        a, b, c = (int(ffi.cast("uintptr_t", address(x))) for x in (A, B, C))
+        return functools.partial(_run_strd_at, self._k, a, b, c)
+
+    def finish_strd(self, rc):
+        """A bound call's nonzero code: False when C's byte range meets A's or B's
+        (the caller decides exactly, as after strd), else the error raised."""
+        if rc == _EOVERLAP:
+            return False
+        check(rc, "Kernel.__call__")
+        return True
 
     def addr(self, As, Bs, C, b_packed=False):
         a = ffi.new("void *[]", [address(x) for x in As])

@@ -478,6 +478,12 @@ int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* 
   return rc;
 }
 
+int brgemm_cpu_run_strd_at(const brgemm_cpu_kernel* kr, uintptr_t a, uintptr_t b, uintptr_t c,
+                           int64_t count, int b_packed, int check_overlap) {
+  return brgemm_cpu_run_strd(kr, (const void*)a, (const void*)b, (void*)c, count, b_packed,
+                             check_overlap);
+}
+
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
                         void* c, int64_t count, int b_packed) {
   int rc = run_addr_(kr, a, b, c, count, b_packed);

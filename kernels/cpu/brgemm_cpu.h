@@ -136,6 +136,11 @@ int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kernel, const void* b, int64_t ld
  * they meet: a cheap test; the caller decides on exact element overlap. */
 int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
                         void* c, int64_t count, int b_packed, int check_overlap);
+/* The same with the addresses as integers: what the Python binding keeps
+ * between calls on the same arrays (making pointers of arrays costs more than
+ * the call itself; brgemm/backend/cpu.py). */
+int brgemm_cpu_run_strd_at(const brgemm_cpu_kernel* kernel, uintptr_t a, uintptr_t b, uintptr_t c,
+                           int64_t count, int b_packed, int check_overlap);
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kernel, const void* const* a,
                         const void* const* b, void* c, int64_t count, int b_packed);
 int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const void* b,

@@ -1,0 +1,74 @@
+"""Kernel.__call__'s call bound to the last arrays' addresses (brgemm/kernel.py
+_bind): new arrays of the same geometry, arrays changed in place, arrays freed
+and their ids reused, and C made read-only between calls all behave as on a
+first call; no array is kept alive by the binding. Against float64 NumPy."""
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import brgemm
+
+
+def _want(A, B, C0):
+    return C0 + np.einsum("imk,ikn->mn", A.astype(np.float64), B.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_bound_calls_follow_the_arrays(rng, dtype, packed):
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    m, n, k, count = (int(v) for v in rng.integers(1, 40, 4))
+    print(f"m={m} n={n} k={k} count={count}")
+    kern = brgemm.Kernel(m, n, k, dtype=dtype)
+    tol = 1e-4 if dtype == "f32" else 1e-2
+    for _ in range(6):  # new arrays each time: freed ones' ids may come back
+        A = rng.standard_normal((count, m, k)).astype(npdt)
+        B = rng.standard_normal((count, k, n)).astype(npdt)
+        C = rng.standard_normal((m, n)).astype(np.float32)
+        Bk = kern.pack_b(B) if packed else B
+        want = C.astype(np.float64)
+        for _ in range(2):  # the second call on the same arrays runs bound
+            kern(A, Bk, C)
+            want = _want(A, B, want)
+            np.testing.assert_allclose(C, want, rtol=tol, atol=tol * np.abs(want).max())
+        del A, B, Bk, C
+        gc.collect()
+
+
+def test_changes_between_calls_are_checked(rng):
+    kern = brgemm.Kernel(4, 8, 6)
+    A = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    B = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    C = np.zeros((4, 8), np.float32)
+    kern(A, B, C)
+    kern(A, B, C)
+    C.flags.writeable = False
+    with pytest.raises(ValueError, match="C: is read-only"):
+        kern(A, B, C)
+    C.flags.writeable = True
+    A.shape = (4, 2, 6)  # in place: the same object, another geometry
+    with pytest.raises(ValueError, match="A: expected blocks of shape"):
+        kern(A, B, C)
+    A.shape = (2, 4, 6)
+    C[...] = 0
+    kern(A, B, C)
+    np.testing.assert_allclose(C, _want(A, B, np.zeros((4, 8))), rtol=1e-5, atol=1e-5)
+    # an overlapping C is still refused on a bound call's arrays
+    buf = np.zeros(2 * 4 * 6 + 4 * 8, np.float32)
+    A2, C2 = buf[:48].reshape(2, 4, 6), buf[16:48].reshape(4, 8)
+    with pytest.raises(ValueError, match="C: overlaps A"):
+        kern(A2, B, C2)
+
+
+def test_the_binding_keeps_no_array_alive(rng):
+    kern = brgemm.Kernel(3, 5, 4, dtype="bf16")
+    A = rng.standard_normal((2, 3, 4)).astype(brgemm.bfloat16)
+    B = kern.pack_b(rng.standard_normal((2, 4, 5)).astype(brgemm.bfloat16))
+    C = np.zeros((3, 5), np.float32)
+    kern(A, B, C)
+    refs = [weakref.ref(x) for x in (A, B.data, C)]
+    del A, B, C
+    gc.collect()
+    assert all(r() is None for r in refs)
