@@ -44,15 +44,15 @@ from primitives._calls import blocks_per_call
 from primitives._config import settings
 from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
 from primitives.conv_forward import columns_product, pointwise_nest
-from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
+from primitives.conv_forward import forward_nest
 from primitives.conv_update import columns_update_product
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _check, _plans, geometry, plan, update_inputs,
-                                   update_output, vnni_passes)
+from primitives.conv_plans import (SCHEMA, _check, _loops, _plans, geometry, plan,
+                                   update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
@@ -104,6 +104,33 @@ def columns_plan(g, dtype, bd, bp, update=False):
         product_nest(rec, loops, product, dtype, lambda *at: (), per_call)
         return rec.finish()
     return _plans.get((g, "columns", dtype, bd, bp, update), record)
+
+
+def stores_nchw(g, dtype, backend, out_dtype):
+    """Whether the functional forward's plan stores y straight into the NCHW
+    result (nchw_plan) instead of a pass of its own after it (unblock_y):
+    f32 results on the CPU backend, K a multiple of bk (a tile's channels all
+    real ones)."""
+    return out_dtype == np.float32 and backend == "cpu" and g.K % g.bk == 0
+
+
+def nchw_plan(g, dtype, vnni):
+    """The forward's plan (conv_forward.forward_nest) that stores each tile,
+    once summed, transposed into the NCHW result `out` [N,K,P,Q] by its last
+    call's epilogue, while it is in cache. Each task sums its tiles in turn in
+    one slot of its own in y (plan.extent["y"] floats: a tile per task), so
+    the blocked y is neither written out nor read back."""
+    def record():
+        PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
+        rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
+                             spec=g.specs[0])
+        slots = {}  # task (its parallel loops' values) -> its slot
+        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
+                     tile=lambda task: slots.setdefault(task, len(slots)) * bq * g.bk,
+                     epilogue=lambda n, k, pixel: (
+                         bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+        return rec.finish()
+    return _plans.get((g, "fwd_nchw", dtype, vnni), record)
 
 
 def pointwise_plan(g, dtype, bp):
@@ -178,12 +205,18 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
         to_blocks(yc, g.K, PQ, swap_grid=True, out=y.reshape(g.N, 1, g.K, PQ))
         return y
-    y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
     vnni = "fwd" in vnni_passes(g, dtype, backend)
-    plan(g, "fwd", dtype, vnni).run(
-        backend=backend, x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-        w=_weights(w, g, dtype, False, token, vnni), y=y)
-    return unblock_y(y, g, x.dtype, out=_results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype))
+    t = dict(x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
+             w=_weights(w, g, dtype, False, token, vnni))
+    out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
+    if stores_nchw(g, dtype, backend, x.dtype):  # y: each task's tile slot, all written first
+        p = nchw_plan(g, dtype, vnni)
+        p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
+              **t)
+        return out
+    y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
+    plan(g, "fwd", dtype, vnni).run(backend=backend, y=y, **t)
+    return unblock_y(y, g, x.dtype, out=out)
 
 
 def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):

@@ -6,10 +6,13 @@ from primitives._calls import blocks_per_call
 from primitives.fc_nest import Product
 
 
-def forward_nest(ex, loops, g, dtype, vnni=False):
+def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s].
     With g.span[0] (conv_plans.spans_rows) p is 0 and q0 counts the P x Q
-    pixels in blocks of bs that run on across rows."""
+    pixels in blocks of bs that run on across rows. epilogue(n, k, pixel):
+    the ops of a tile's last call (pixel = p Q + q0, its first pixel);
+    tile(task): where in y the task sums each of its tiles in turn (the
+    epilogue stores them), instead of each tile's own place."""
     x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
     y = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
@@ -21,13 +24,15 @@ def forward_nest(ex, loops, g, dtype, vnni=False):
         taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
         for i in range(0, len(taps), per_call):
+            last = epilogue is not None and i + per_call >= len(taps)
             ex.gemm(bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
                                 ldc=y.ld("Q"), dtype=dtype, beta=0.0 if i == 0 else 1.0,
                                 b_vnni=vnni),  # A's rows: pixels sw apart
                     "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s)
                           for c, r, s in taps[i:i + per_call]],
                     "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
-                    "y", y.at(n, k, p, q0))
+                    "y", y.at(n, k, p, q0) if tile is None else tile(task),
+                    ops=epilogue(n, k, p * g.Q + q0) if last else ())
 
 
 def pointwise_nest(ex, loops, g, dtype, bp):

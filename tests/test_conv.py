@@ -96,6 +96,40 @@ def test_columns_forward_backward(rng):
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
 
 
+def test_forward_stores_nchw(rng):
+    """The forward's plan that stores each summed tile into the NCHW result
+    from its epilogue, every task summing in one slot (conv.nchw_plan): random
+    sizes with K whole blocks, ragged pixel blocks, strides and padding, the
+    loop orders that make p or n parallel or sequential, one call or several
+    per tile, x a strided view."""
+    done = 0
+    while done < 5:
+        N, C, H, W, R, S = (int(v) for v in rng.integers(1, 12, 6))
+        stride, padding = tuple(int(v) for v in rng.integers(1, 3, 2)), \
+            tuple(int(v) for v in rng.integers(0, 2, 2))
+        if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+            continue
+        spec = ("NKpq", "KNpq", "NKPq", "nKPq", "NKPQ")[done]
+        K = 16 * int(rng.integers(1, 4))
+        cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6)), "spec": spec,
+                       "call_kb": int(rng.choice([1, 32]))}}  # 1: a call per tap
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
+        if conv.columns(g, "f32", "cpu") or conv.pointwise(g, "f32", "cpu"):
+            continue
+        assert conv.stores_nchw(g, "f32", "cpu", np.float32)  # the path under test
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S} stride={stride} "
+              f"padding={padding} {cfg}")
+        x = rng.standard_normal((N, C, H, 2 * W)).astype(np.float32)[..., ::2]
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        y = conv.forward(x, w, stride, padding, config=cfg)
+        dy = np.zeros(y.shape, np.float32)
+        want, mag = reference(x, w, dy, stride, padding)[0], magnitude(x, w, dy, stride,
+                                                                      padding)[0]
+        assert y.dtype == np.float32 and y.shape == want.shape
+        assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_forward_backward(rng, backend, case, dtype):
