@@ -1,0 +1,139 @@
+"""Where a functional call's time goes: conv.forward / conv.backward and
+fc.forward / fc.backward (f32) on the quick shapes, their steps (layout
+copies, plans) replayed in the order the call makes them and each timed
+there, so every step finds the caches as the call leaves them; "other" is
+the whole call less its steps (Python: argument checks, plan look-up). N =
+threads for conv (one image per thread), as the benchmarks.
+
+    python -m benchmarks.stages [--threads N]
+
+Each line: the call's median ms, then each step's median ms, medians of 15
+rounds after two warm-ups. The steps are the blocked path's (the one the
+layer path needs copies for); where the call takes another path
+(conv.columns, conv.pointwise, fc.reads_w) the line says which."""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks.common import machine, read_shapes, set_threads
+from brgemm import layouts as L
+from brgemm.arrays import Scratch
+from brgemm.info import kernel_path
+from primitives import conv, fc
+from primitives.conv_plans import update_inputs, update_output
+
+
+def _steps(steps, whole, rounds=15):
+    """Median ms of whole() and of each step of `steps` (name, fn) run in order."""
+    for _ in range(2):
+        whole()
+        for _, fn in steps:
+            fn()
+    t_whole, t_steps = [], [[] for _ in steps]
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        whole()
+        t_whole.append(time.perf_counter() - t0)
+        for i, (_, fn) in enumerate(steps):
+            t0 = time.perf_counter()
+            fn()
+            t_steps[i].append(time.perf_counter() - t0)
+    whole_ms = 1e3 * statistics.median(t_whole)
+    ms = [1e3 * statistics.median(t) for t in t_steps]
+    return whole_ms, [(name, m) for (name, _), m in zip(steps, ms)] + \
+        [("other", whole_ms - sum(ms))]
+
+
+def _line(name, pass_, path, whole, steps):
+    print(f"{name:<16}{pass_:<5}{path:<10}{whole:>8.3f} ms = "
+          + " + ".join(f"{n} {m:.3f}" for n, m in steps), flush=True)
+
+
+def _conv(threads):
+    rng = np.random.default_rng(0)
+    N = threads
+    for (C, K, H, W, R, S, st, pd), name in read_shapes("resnet50_conv"):
+        if name not in ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b"):
+            continue
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path("f32"))
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(np.float32)
+        xb, wb, wt = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32"), \
+            conv.block_w(w, g, "f32", True)
+        yb = np.empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
+        dyp = conv.block_y(dy, g, "f32", bordered=True)
+        dxb = np.empty((N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
+        buffer = Scratch().get
+        ui, dw = update_inputs(x, dy, g, "f32", buffer), update_output(g)
+        pf, pb, pu = (conv.plan(g, p, "f32") for p in ("fwd", "bwd", "upd"))
+        y, dx, dwp = np.empty((N, K, g.P, g.Q), np.float32), np.empty_like(x), np.empty_like(w)
+        path = "columns" if conv.columns(g, "f32", "cpu") else \
+            "pointwise" if conv.pointwise(g, "f32", "cpu") else "blocked"
+        if conv.stores_nchw(g, "f32", "cpu", np.float32):  # the plan stores y itself
+            pn = conv.nchw_plan(g, "f32", False)
+            slots = np.empty(pn.extent["y"], np.float32)
+            out = [("plan+y", lambda: pn.run(x=xb, w=wb, y=slots, out=y))]
+        else:
+            out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
+                   ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
+        _line(name, "fwd", path, *_steps([
+            ("x", lambda: conv.block_x(x, g, "f32", out=xb)),
+            ("w", lambda: conv.block_w(w, g, "f32", out=wb))] + out,
+            lambda: conv.forward(x, w, st, pd)))
+        layer = _steps([], lambda: pf.run(x=xb, w=wb, y=yb))[0]
+        print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
+        _line(name, "bwd", path, *_steps([
+            ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
+            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt)),
+            ("plan", lambda: pb.run(dyp=dyp, wt=wt, dx=dxb)),
+            ("dx", lambda: conv.unblock_x(dxb, g, np.float32, out=dx)),
+            ("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
+            ("upd", lambda: pu.run(dw=dw, **ui)),
+            ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],
+            lambda: conv.backward(dy, x, w, st, pd)))
+
+
+def _fc(threads):
+    rng = np.random.default_rng(0)
+    for (N, C, K), name in read_shapes("fc_sizes")[:3]:
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C)))
+        b, dy = rng.standard_normal(K).astype(np.float32), rng.standard_normal((N, K)).astype(
+            np.float32)
+        g = fc.geometry(N, C, K, path=kernel_path("f32"))
+        wtiles = L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True)
+        wt = L.to_blocks(w, g.bk, g.bc, swap_grid=True)
+        xb, dyt = L.to_blocks(x, g.bn, g.bc), L.to_blocks(dy, g.bk, g.bn, transpose=True)
+        y, dx, dw = np.empty((N, K), np.float32), np.empty((N, C), np.float32), np.empty_like(w)
+        pf = fc.plan(g, "fwd", "f32", has_bias=True, plain=True)
+        pb, pu = (fc.plan(g, p, "f32", plain=True) for p in ("bwd", "upd"))
+        path = "reads_w" if fc.reads_w(g, "f32", "cpu", x, w, None) else "blocked"
+        _line(name, "fwd", path, *_steps([
+            ("w", lambda: L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True, out=wtiles)),
+            ("plan", lambda: pf.run(x=x, y=y, w=wtiles, b=b))],
+            lambda: fc.forward(x, w, b)))
+        _line(name, "bwd", "blocked", *_steps([
+            ("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
+            ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt)),
+            ("x", lambda: L.to_blocks(x, g.bn, g.bc, out=xb)),
+            ("dyT", lambda: L.to_blocks(dy, g.bk, g.bn, transpose=True, out=dyt)),
+            ("upd", lambda: pu.run(dw=dw, x=xb, dyt=dyt)),
+            ("db", lambda: L.column_sums(dy))],
+            lambda: fc.backward(dy, x, w)))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, help="threads (default: all cores)")
+    args = parser.parse_args(argv)
+    threads = set_threads(args.threads, onednn=False)
+    print(f"functional calls' steps, f32, {threads} threads, {machine()}")
+    _conv(threads)
+    _fc(threads)
+
+
+if __name__ == "__main__":
+    main()
