@@ -8,7 +8,8 @@
    share, the C call's alone, and the tile config load and release that
    every API call pays), and on the 64x64x64 x16 block the API call against the same call from C, packed B and B
    packed per call (the difference is the packing).
-3. Kernel variants from C, B packed: prefetch distance (BRGEMM_AMX_PF),
+3. Kernel variants from C, B packed: each step's tiles loaded by the step
+   before or by itself (BRGEMM_AMX_PIPE), prefetch distance (BRGEMM_AMX_PF),
    bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
    backwards (BRGEMM_AMX_REVERSE), interleaved, median % of the peak measured
    in the same repetition."""
@@ -22,10 +23,11 @@ import numpy as np
 import brgemm
 from brgemm import machine
 
-SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18)]
-# (BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
-VARIANTS = [("0", "0", "1"), ("0", "0", "0"), ("0", "65536", "1"), ("1", "0", "1")]
-TUNABLES = ("BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
+SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
+# (BRGEMM_AMX_PIPE, BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
+VARIANTS = [("1", "0", "0", "1"), ("0", "0", "0", "1"), ("1", "0", "0", "0"),
+            ("1", "0", "32768", "1"), ("0", "1", "0", "1")]
+TUNABLES = ("BRGEMM_AMX_PIPE", "BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
 
 
 def _data(m, n, k, count, rng):
@@ -112,9 +114,10 @@ def run(reps=5):
         us = statistics.median(ts) * 1e6
         print(f"  {name:<14}{us:8.2f} us/call {flops / us * 1e-3:8.1f} GF/s {flops / us * 1e-1 / pk:6.1f}% of peak")
 
-    print("variants from C, B packed: % of the peak (median); PF prefetch distance, L1 bytes per "
-          "pass, R every other macro block backwards")
-    print(f"{'block':<18}" + "".join(f"{f'PF{pf} L1 {l1} R{r}':>19}" for pf, l1, r in VARIANTS))
+    print("variants from C, B packed: % of the peak (median); P next step's tiles loaded by the "
+          "step before, PF prefetch distance, L1 bytes per pass, R every other macro block backwards")
+    print(f"{'block':<18}" + "".join(f"{f'P{p} PF{pf} L1 {l1} R{r}':>22}"
+                                     for p, pf, l1, r in VARIANTS))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
         P = brgemm.Kernel(m, n, k, dtype="bf16").pack_b(B)
@@ -127,7 +130,7 @@ def run(reps=5):
             for i, kern in enumerate(ks):
                 pct[i].append(100 * flops * calls / kern.time_native(A, P, C, calls)
                               * 1e-9 / pk)
-        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>18.1f}%" for p in pct),
+        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>21.1f}%" for p in pct),
               flush=True)
 
 

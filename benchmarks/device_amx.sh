@@ -40,9 +40,9 @@ for what in $parts; do
   [ "$what" = none ] && continue
   t2=TIMEOUT_$what t16=TIMEOUT16_$what
   t2=${!t2:-${PART_TIMEOUT:-150}}
-  taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 $pass_args 2>&1 | tee $out/${what}_bf16_amx_t2.txt
+  taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 $pass_args 2>&1 | tee -a $out/${what}_bf16_amx_t2.txt
   if [ "${AMX16:-0}" = 1 ]; then
-    timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 $pass_args 2>&1 | tee $out/${what}_bf16_amx_t16.txt
+    timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 $pass_args 2>&1 | tee -a $out/${what}_bf16_amx_t16.txt
   fi
 done
 for v in ${UPD_VARIANTS:-}; do

@@ -55,7 +55,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 1 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -73,6 +73,7 @@ struct brgemm_amx_kernel {
   int64_t chunk;  /* blocks per pass over C's macro blocks */
   int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
+  int pipelined;  /* load the next step's tiles between this step's products */
 };
 
 /* the config of a macro block of `rows` x `cols` (each in 1..32) */
@@ -134,6 +135,10 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   if (kr->pf < 0) kr->pf = 0;
   const char* rev = getenv("BRGEMM_AMX_REVERSE");
   kr->reverse = rev ? atoi(rev) != 0 : 1;
+  /* BRGEMM_AMX_PIPE=0: each step loads its own tiles right before its
+   * products (prefetches, BRGEMM_AMX_PF, only run there) */
+  const char* pipe = getenv("BRGEMM_AMX_PIPE");
+  kr->pipelined = (pipe ? atoi(pipe) != 0 : PIPELINED) && kr->pf == 0;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -217,6 +222,45 @@ static void release(void) {
 
 static int64_t faults(void) { return TILE_FAULTS(); }
 
+/* A macro block's steps (block i, k chunk kk: four products), with each tile
+ * loaded for the next step right after this step's last product that reads
+ * it: the tile unit runs its loads and products in program order, so a step
+ * that loads its own tiles first waits the whole load from L2 before its first
+ * product; here each load has one or two products ahead of it. */
+static void pipelined_steps(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
+                            const uint16_t* const* b, int64_t sb, int64_t count, int64_t nk,
+                            int64_t i0, int64_t j0, int two_rows, int two_cols, int back) {
+  int64_t ii = 0, q = 0;
+#define STEP_AT(ai, bi)                                                        \
+  do {                                                                         \
+    const int64_t i_ = back ? count - 1 - ii : ii;                             \
+    const int64_t kk_ = (back ? nk - 1 - q : q) * kr->kc;                      \
+    ai = (const char*)a[i_] + i0 * sa + kk_ * 2;                               \
+    bi = (const char*)b[i_] + j0 * 4 + kk_ / 2 * sb;                           \
+  } while (0)
+  const char *ai, *bi;
+  STEP_AT(ai, bi);
+  TILE_LOAD(4, ai, sa);
+  TILE_LOAD(6, bi, sb);
+  if (two_cols) TILE_LOAD(7, bi + TILE * 4, sb);
+  if (two_rows) TILE_LOAD(5, ai + TILE * sa, sa);
+  for (int64_t left = count * nk - 1; left >= 0; --left) {
+    if (left) {
+      if (++q == nk) q = 0, ++ii;
+      STEP_AT(ai, bi);
+    }
+    TILE_DP(0, 4, 6);
+    if (two_cols) TILE_DP(1, 4, 7);
+    if (left) TILE_LOAD(4, ai, sa);
+    if (two_rows) TILE_DP(2, 5, 6);
+    if (left) TILE_LOAD(6, bi, sb);
+    if (two_rows && two_cols) TILE_DP(3, 5, 7);
+    if (left && two_cols) TILE_LOAD(7, bi + TILE * 4, sb);
+    if (left && two_rows) TILE_LOAD(5, ai + TILE * sa, sa);
+  }
+#undef STEP_AT
+}
+
 /* One macro block: rows x cols of the f32 accumulator acc (row stride sacc
  * bytes) at (i0, j0) += the blocks' products; `load` reads acc first, else
  * starts from zero. a[i]: A rows, stride sa bytes; b[i]: VNNI pair rows of B,
@@ -241,33 +285,37 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
   /* back: blocks and k chunks in reverse, so that this macro block starts on
    * the lines the last one read last, which L1 still holds */
   const int64_t pf = back ? -kr->pf : kr->pf, nk = kr->kp / kr->kc;
-  for (int64_t ii = 0; ii < count; ++ii) {
-    const int64_t i = back ? count - 1 - ii : ii;
-    const char* ai = (const char*)a[i] + i0 * sa;
-    const char* bi = (const char*)b[i] + j0 * 4;
-    /* software prefetches (off by default): a later block's lines of this
-     * macro block, one k chunk's share at each step */
-    const char* an = pf && i + pf >= 0 && i + pf < count ? (const char*)a[i + pf] + i0 * sa : NULL;
-    const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
-    for (int64_t q = 0; q < nk; ++q) {
-      const int64_t kk = (back ? nk - 1 - q : q) * kr->kc;
-      if (an) {
-        for (int r = 0; r < rows; ++r)
-          for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
-        for (int64_t p = 0; p < kr->kc / 2; ++p)
-          for (int64_t x = 0; x < cols * 4; x += 64) PREFETCH(bn + (kk / 2 + p) * sb + x);
-      }
-      TILE_LOAD(4, ai + kk * 2, sa);
-      TILE_LOAD(6, bi + kk / 2 * sb, sb);
-      TILE_DP(0, 4, 6);
-      if (two_cols) {
-        TILE_LOAD(7, bi + kk / 2 * sb + TILE * 4, sb);
-        TILE_DP(1, 4, 7);
-      }
-      if (two_rows) {
-        TILE_LOAD(5, ai + TILE * sa + kk * 2, sa);
-        TILE_DP(2, 5, 6);
-        if (two_cols) TILE_DP(3, 5, 7);
+  if (kr->pipelined) {
+    pipelined_steps(kr, a, sa, b, sb, count, nk, i0, j0, two_rows, two_cols, back);
+  } else {
+    for (int64_t ii = 0; ii < count; ++ii) {
+      const int64_t i = back ? count - 1 - ii : ii;
+      const char* ai = (const char*)a[i] + i0 * sa;
+      const char* bi = (const char*)b[i] + j0 * 4;
+      /* software prefetches (off by default): a later block's lines of this
+       * macro block, one k chunk's share at each step */
+      const char* an = pf && i + pf >= 0 && i + pf < count ? (const char*)a[i + pf] + i0 * sa : NULL;
+      const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
+      for (int64_t q = 0; q < nk; ++q) {
+        const int64_t kk = (back ? nk - 1 - q : q) * kr->kc;
+        if (an) {
+          for (int r = 0; r < rows; ++r)
+            for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
+          for (int64_t p = 0; p < kr->kc / 2; ++p)
+            for (int64_t x = 0; x < cols * 4; x += 64) PREFETCH(bn + (kk / 2 + p) * sb + x);
+        }
+        TILE_LOAD(4, ai + kk * 2, sa);
+        TILE_LOAD(6, bi + kk / 2 * sb, sb);
+        TILE_DP(0, 4, 6);
+        if (two_cols) {
+          TILE_LOAD(7, bi + kk / 2 * sb + TILE * 4, sb);
+          TILE_DP(1, 4, 7);
+        }
+        if (two_rows) {
+          TILE_LOAD(5, ai + TILE * sa + kk * 2, sa);
+          TILE_DP(2, 5, 6);
+          if (two_cols) TILE_DP(3, 5, 7);
+        }
       }
     }
   }
