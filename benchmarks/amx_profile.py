@@ -25,8 +25,8 @@ from brgemm import machine
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
 # (BRGEMM_AMX_PIPE, BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
-VARIANTS = [("1", "0", "0", "1"), ("0", "0", "0", "1"), ("1", "0", "0", "0"),
-            ("1", "0", "32768", "1"), ("0", "1", "0", "1")]
+VARIANTS = [("0", "0", "0", "1"), ("1", "0", "0", "1"), ("0", "0", "0", "0"),
+            ("0", "0", "32768", "1"), ("0", "1", "0", "1")]
 TUNABLES = ("BRGEMM_AMX_PIPE", "BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
 
 

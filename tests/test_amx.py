@@ -43,11 +43,11 @@ def test_model_kernel_cases():
 def test_model_kernel_tunables():
     """The kernel's other schedules: passes over chunks of blocks (C stored and
     reloaded between them, macro blocks in a snake), with each step's tiles
-    loaded by the step before (the default) and by the step itself, with and
+    loaded by the step itself (the default) and by the step before, with and
     without software prefetches, forwards and every other macro block backwards."""
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
-                     dict(BRGEMM_AMX_PIPE="0")):
+                     dict(BRGEMM_AMX_PIPE="1")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)
         assert _pytest(str(TESTS / "amx_cases.py"), "-k", "edges or random or depths",
                        env=env) == 0, tunables

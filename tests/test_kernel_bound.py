@@ -3,6 +3,7 @@ _bind): new arrays of the same geometry, arrays changed in place, arrays freed
 and their ids reused, and C made read-only between calls all behave as on a
 first call; no array is kept alive by the binding. Against float64 NumPy."""
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -48,10 +49,16 @@ def test_changes_between_calls_are_checked(rng):
     with pytest.raises(ValueError, match="C: is read-only"):
         kern(A, B, C)
     C.flags.writeable = True
-    A.shape = (4, 2, 6)  # in place: the same object, another geometry
-    with pytest.raises(ValueError, match="A: expected blocks of shape"):
-        kern(A, B, C)
-    A.shape = (2, 4, 6)
+    with warnings.catch_warnings():  # NumPy 2.5 deprecates setting a shape in place
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            A.shape = (4, 2, 6)  # in place: the same object, another geometry
+        except AttributeError:  # a NumPy that no longer allows it
+            pass
+        else:
+            with pytest.raises(ValueError, match="A: expected blocks of shape"):
+                kern(A, B, C)
+            A.shape = (2, 4, 6)
     C[...] = 0
     kern(A, B, C)
     np.testing.assert_allclose(C, _want(A, B, np.zeros((4, 8))), rtol=1e-5, atol=1e-5)

@@ -55,7 +55,7 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 1 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -135,8 +135,9 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   if (kr->pf < 0) kr->pf = 0;
   const char* rev = getenv("BRGEMM_AMX_REVERSE");
   kr->reverse = rev ? atoi(rev) != 0 : 1;
-  /* BRGEMM_AMX_PIPE=0: each step loads its own tiles right before its
-   * products (prefetches, BRGEMM_AMX_PF, only run there) */
+  /* BRGEMM_AMX_PIPE=1: each step's tiles loaded by the step before
+   * (pipelined_steps; no prefetches there). Measured no faster than each
+   * step loading its own (benchmarks/RESULTS.md), so off by default. */
   const char* pipe = getenv("BRGEMM_AMX_PIPE");
   kr->pipelined = (pipe ? atoi(pipe) != 0 : PIPELINED) && kr->pf == 0;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
@@ -224,9 +225,9 @@ static int64_t faults(void) { return TILE_FAULTS(); }
 
 /* A macro block's steps (block i, k chunk kk: four products), with each tile
  * loaded for the next step right after this step's last product that reads
- * it: the tile unit runs its loads and products in program order, so a step
- * that loads its own tiles first waits the whole load from L2 before its first
- * product; here each load has one or two products ahead of it. */
+ * it, so that each load has one or two products ahead of it (BRGEMM_AMX_PIPE=1).
+ * If the tile unit waited for a step's own loads before its first product,
+ * this would hide them; on the Xeon it ran no faster (benchmarks/RESULTS.md). */
 static void pipelined_steps(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
                             const uint16_t* const* b, int64_t sb, int64_t count, int64_t nk,
                             int64_t i0, int64_t j0, int two_rows, int two_cols, int back) {
