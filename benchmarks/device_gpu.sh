@@ -7,9 +7,10 @@
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
 # Arguments: benchmarks.gpu options (default: all of it). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
-# First argument "mlp": the fused MLP alone (build, its tests, then
-# benchmarks.gpu_mlp with the remaining arguments); MLP_VARIANTS="4": also time
-# ours with the forward built for that many blocks per multiprocessor.
+# First argument "mlp": the fused MLP alone (build, its tests, then the parts
+# of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
+# MLP_VARIANTS="4": also time ours with the forward built for that many blocks
+# per multiprocessor.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
 OUT=$out
@@ -22,11 +23,25 @@ command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm
 echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 if [ "${1:-}" = mlp ]; then
+  # the fused MLP: its tests, then benchmarks.gpu_mlp's parts, each under its own
+  # timeout (MLP_PARTS, default "main widths batch"; MLP_COMPILE: compile modes of
+  # the main case); tables to stdout, rows and the plot to $OUT
   shift
   t0=$(date +%s)
-  timeout 150 $py -m pytest -q -p no:cacheprovider tests/test_cuda_mlp.py tests/test_cuda_build.py > $OUT/mlp_tests.txt 2>&1
-  echo "fused MLP tests exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error|error" $OUT/mlp_tests.txt | tail -12
-  timeout 300 $py -m benchmarks.gpu_mlp "$@" 2>&1 | tee $OUT/mlp_bench.txt
+  if [ "${MLP_TESTS:-1}" = 1 ]; then
+    timeout ${MLP_TEST_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider tests/test_cuda_mlp.py tests/test_cuda_build.py > $OUT/mlp_tests.txt 2>&1
+    echo "fused MLP tests exit $? in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/mlp_tests.txt | tail -20
+  fi
+  for part in ${MLP_PARTS:-main widths batch}; do
+    t0=$(date +%s)
+    case $part in
+      main) opts=""; for m in ${MLP_COMPILE:-default max-autotune-no-cudagraphs}; do opts="$opts --compile-mode $m"; done
+            timeout ${MLP_MAIN_TIMEOUT:-240} $py -m benchmarks.gpu_mlp --what main $opts --json $OUT/mlp_main.json "$@" 2>&1 ;;
+      widths) timeout ${MLP_WIDTHS_TIMEOUT:-120} $py -m benchmarks.gpu_mlp --what widths --compile-mode default --json $OUT/mlp_widths.json "$@" 2>&1 ;;
+      batch) timeout ${MLP_BATCH_TIMEOUT:-120} $py -m benchmarks.gpu_mlp --what batch --no-compile --reps 10 --json $OUT/mlp_batch.json --png $OUT/mlp_batch.png "$@" 2>&1 ;;
+    esac
+    echo "part $part: exit $? in $(( $(date +%s) - t0 )) s"
+  done
   for mb in ${MLP_VARIANTS:-}; do
     $py -c "import subprocess; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/mlp$mb.fatbin', ['-DFWD_MIN_BLOCKS=$mb'], source=b.MLP_SOURCE), check=True)" || continue
     echo "--- FWD_MIN_BLOCKS=$mb"; BRGEMM_MLP_FATBIN=/tmp/mlp$mb.fatbin timeout 60 $py -m benchmarks.gpu_mlp --no-compile "$@" 2>&1 | tail -6

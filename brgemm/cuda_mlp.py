@@ -6,15 +6,22 @@ reach into brgemm.backend (data flows primitives -> brgemm -> kernels).
     Shape(sizes)                   the padded widths and what the kernels can take
                                    (raises Unsupported, a ValueError, otherwise)
     new_args(), act_code(name)     the launch argument record and an activation's code
-    forward(shape, args)           one launch: every layer, on the current stream
+    forward(shape, args, keep)     one launch: every layer, on the current stream
+                                   (keep: the training forward that keeps h)
     backward_blocks(shape, rows), backward(shape, args, blocks)
+                                   recompute backward: dx, dW, db
+    stored_warps(shape, rows_pad), backward_stored(shape, args, warps), reduce(shape, args)
+                                   backward from kept h: dx, dz^T tiles, db partials;
+                                   the sum of dW (from a plan) and db partials
+    dzt_rows(), sm_count()         rows of a dz^T tile; the GPU's multiprocessors
     DeviceArray, from_dlpack       device memory and torch/CuPy tensors viewed in place
     copy_in(address, x), copy_out(x, address), synchronize()
                                    host <-> device on the backend's stream
 """
 from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
 from brgemm.backend._cuda_mlp import (Shape, Unsupported, act_code, backward,  # noqa: F401
-                                      backward_blocks, forward, new_args)
+                                      backward_blocks, backward_stored, dzt_rows, forward,
+                                      new_args, reduce, sm_count, stored_warps)
 from brgemm.backend.cuda import DeviceArray, from_dlpack  # noqa: F401
 
 

@@ -1,10 +1,13 @@
-"""PyTorch modules whose forward and backward run our primitives (CPU tensors).
+"""PyTorch modules whose forward and backward run our primitives (CPU tensors;
+MLP(fused=True) also CUDA tensors).
 
     Linear, Conv2d, LSTM   torch.nn's modules with their forward replaced: same
                            constructor arguments, initialisation, Parameter names
                            and state_dict keys (they are subclasses)
     MLP(sizes, activation) fc.MLP's stack as a torch module of our Linears
-                           (fused=True: the stack as one fc.MLP(fused=True) call)
+                           (fused=True: the stack as one fc.MLP(fused=True) call;
+                           on CUDA tensors the fused CUDA kernels, in bf16 with
+                           f32 accumulation whatever the tensors' float dtype)
     convert(model)         the model's nn.Linear, nn.Conv2d and single-layer
                            nn.LSTM modules switched to ours in place, their
                            Parameter objects untouched (optimizers keep working)
@@ -120,6 +123,39 @@ class _FusedMLPFunction(torch.autograd.Function):
                 *(_cast(g, p) for g, p in zip(grads, ctx.params)))
 
 
+class _CudaFusedMLPFunction(torch.autograd.Function):
+    """The whole stack on CUDA tensors as one fc.MLP(fused=True, backend="cuda")
+    call: weights packed on the GPU per call, nothing copied to the host; the
+    state (kept activations and weights) is ctx's, as on the CPU."""
+
+    @staticmethod
+    def forward(ctx, module, x, *params):
+        net = module._fused_cuda()
+        per = 2 if module.layers[0].bias is not None else 1
+        net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
+        y = net.forward(x.reshape(-1, x.shape[-1]).contiguous())
+        ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+        ctx.x_dtype = x.dtype
+        return y.reshape(x.shape[:-1] + (y.shape[-1],))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        net = ctx.net
+        dx = net.fused.backward(dy.to(ctx.x_dtype).reshape(-1, dy.shape[-1]).contiguous(),
+                                ctx.state)
+        grads = []
+        for layer in net.layers:
+            grads.append(layer.grad_weight)
+            if layer.bias is not None:
+                grads.append(layer.grad_bias)
+        return (None, dx.reshape(ctx.shape),
+                *(g.to(p.dtype).reshape(p.shape) for g, p in zip(grads, ctx.params)))
+
+
+_CUDA_DTYPES = (torch.float32, torch.bfloat16)
+
+
 class MLP(nn.Module):
     """fc.MLP as a torch module: Linear layers of `sizes`, `activation` between
     them and `last_activation` after the last; parameters layers.<i>.weight/bias.
@@ -153,7 +189,28 @@ class MLP(nn.Module):
                                        fused=True)
         return nets[dtype]
 
+    def _fused_cuda(self):
+        """The fc.MLP(fused=True, backend="cuda") that runs this module on CUDA tensors."""
+        nets = _fused_nets.setdefault(self, {})
+        if "cuda" not in nets:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                net = fc.MLP(self.sizes, self.activation, self.last_activation,
+                             bias=self.layers[0].bias is not None, dtype="bf16", backend="cuda",
+                             fused=True)
+            if net.fused is None:
+                why = "; ".join(str(w.message) for w in caught)
+                raise ValueError(f"sizes: the fused MLP cannot run {self.sizes} on CUDA ({why})")
+            nets["cuda"] = net
+        return nets["cuda"]
+
     def forward(self, x):
+        if self.fused and x.is_cuda:
+            for name, t in [("input", x)] + list(self.named_parameters()):
+                if not t.is_cuda or t.dtype not in _CUDA_DTYPES:
+                    raise ValueError(f"{name}: the fused MLP on CUDA takes float32 or bfloat16 "
+                                     f"CUDA tensors, got {t.dtype} on {t.device}")
+            return _CudaFusedMLPFunction.apply(self, x, *self.parameters())
         if self.fused:
             return _FusedMLPFunction.apply(self, x, *self.parameters())
         for i, layer in enumerate(self.layers):

@@ -3,8 +3,10 @@ against the float64 reference of test_mlp_fused (per-element bounds, with the
 bf16 roundings the kernel makes; act' of hidden layers from their bf16 output,
 as the kernel keeps them) and against PyTorch's CUDA autograd on the same bf16
 values. Random widths, depths, activations and row counts that are no multiple
-of any tile; NumPy arrays and PyTorch CUDA tensors; CUDA-graph capture; the
-shapes the kernels refuse fall back with a warning. Skipped without a GPU."""
+of any tile; both training paths (stored activations with the weight gradients
+as batch-reduce plans, and recompute); NumPy arrays and PyTorch CUDA tensors;
+CUDA-graph capture; the shapes the kernels refuse fall back with a warning.
+Skipped without a GPU."""
 import warnings
 
 import numpy as np
@@ -25,6 +27,7 @@ from primitives import mlp_cuda  # noqa: E402
 from test_mlp_fused import check, reference  # noqa: E402
 
 ACTS = ["relu", "sigmoid", "tanh", "none"]
+MODES = mlp_cuda.MODES
 
 
 def new_seed():
@@ -34,8 +37,8 @@ def new_seed():
 
 
 def random_case(rng, big=False):
-    """Sizes the kernels take (training deep MLPs of width 128 needs more shared
-    memory than a block has: hidden layers are dropped until it fits)."""
+    """Sizes the kernels take (all layers' weights of deep MLPs of width 128 need
+    more shared memory than a block has: hidden layers are dropped until they fit)."""
     width = int(rng.choice([16, 32, 64, 128]))
     hidden = int(rng.integers(0, 5))
     while True:
@@ -49,18 +52,23 @@ def random_case(rng, big=False):
     return sizes, N, str(rng.choice(ACTS)), str(rng.choice(ACTS))
 
 
+def host(a):
+    return a.float().cpu().numpy() if isinstance(a, torch.Tensor) else a
+
+
 def check_all(net, x, dy, y, dx, seed, what):
     ry, rdx, grads = reference(net, x, dy, True, grad_from_bf16=True)
     check(f"y {what}", np.asarray(y, np.float64), ry, seed)
     check(f"dx {what}", np.asarray(dx, np.float64), rdx, seed)
     for i, (layer, (rdw, rdb)) in enumerate(zip(net.layers, grads)):
-        check(f"dW[{i}] {what}", layer.grad_weight, rdw, seed)
+        check(f"dW[{i}] {what}", host(layer.grad_weight), rdw, seed)
         if layer.bias is not None:
-            check(f"db[{i}] {what}", layer.grad_bias, rdb, seed)
+            check(f"db[{i}] {what}", host(layer.grad_bias), rdb, seed)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", range(8))
-def test_numpy_arrays_match_float64(case):
+def test_numpy_arrays_match_float64(case, mode):
     seed = new_seed()
     rng = np.random.default_rng(seed)
     sizes, N, act, last = random_case(rng, big=case == 0)
@@ -68,12 +76,13 @@ def test_numpy_arrays_match_float64(case):
     net = fc.MLP(sizes, activation=act, last_activation=last, bias=bias, dtype="bf16",
                  backend="cuda", fused=True, rng=rng)
     assert isinstance(net.fused, mlp_cuda.CudaFused)
+    net.fused.backward_mode = mode
     x = rng.standard_normal((N, sizes[0])).astype(np.float32)
     dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
     y = net.forward(x)
     dx = net.backward(dy)
     assert y.dtype == np.float32 and dx.dtype == np.float32
-    what = f"{sizes} N={N} {act}/{last} bias={bias}"
+    what = f"{sizes} N={N} {act}/{last} bias={bias} {mode} (stored: {net.fused.stored()})"
     print(what)
     check_all(net, x, dy, y, dx, seed, what)
     ry = reference(net, x, dy, True, grad_from_bf16=True)[0]
@@ -100,8 +109,9 @@ def rel(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_torch_tensors_in_place(dtype):
+def test_torch_tensors_in_place(dtype, mode):
     """CUDA tensors in, CUDA tensors out (no copies): within the float64 bounds
     (bf16 results one rounding more) and close to PyTorch's own autograd."""
     seed = new_seed()
@@ -109,6 +119,7 @@ def test_torch_tensors_in_place(dtype):
     sizes, N, act, last = random_case(rng)
     net = fc.MLP(sizes, activation=act, last_activation=last, dtype="bf16", backend="cuda",
                  fused=True, rng=rng)
+    net.fused.backward_mode = mode
     x = torch.tensor(rng.standard_normal((N, sizes[0])), device="cuda").to(dtype)
     dy = torch.tensor(rng.standard_normal((N, sizes[-1])), device="cuda").to(dtype)
     y = net.forward(x)
@@ -117,7 +128,7 @@ def test_torch_tensors_in_place(dtype):
     assert isinstance(dx, torch.Tensor) and dx.dtype == dtype and dx.shape == (N, sizes[0])
     dw = net.layers[0].grad_weight
     assert isinstance(dw, torch.Tensor) and dw.dtype == torch.float32
-    what = f"{sizes} N={N} {act}/{last} {dtype}"
+    what = f"{sizes} N={N} {act}/{last} {dtype} {mode}"
     xn, dyn = x.float().cpu().numpy(), dy.float().cpu().numpy()
     ry, rdx, grads = reference(net, xn, dyn, True, grad_from_bf16=True)
     if dtype == torch.bfloat16:  # returned in bf16: half a step more
@@ -143,11 +154,13 @@ def test_torch_tensors_in_place(dtype):
         assert rel(o, t) <= 3 * rel(b, t) + 1e-2, name
 
 
-def test_deterministic_weight_gradients():
+@pytest.mark.parametrize("mode", MODES)
+def test_deterministic_weight_gradients(mode):
     """The two-stage reduction adds the blocks' partial sums in a fixed order."""
     seed = new_seed()
     rng = np.random.default_rng(seed)
     net = fc.MLP([64] * 6, dtype="bf16", backend="cuda", fused=True, rng=rng)
+    net.fused.backward_mode = mode
     x = torch.randn(100_003, 64, device="cuda").bfloat16()
     dy = torch.randn(100_003, 64, device="cuda").bfloat16()
     runs = []
@@ -158,11 +171,13 @@ def test_deterministic_weight_gradients():
     assert torch.equal(runs[0], runs[1])
 
 
-def test_cuda_graph_capture():
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_graph_capture(mode):
     """A training step (forward + backward) captured once, replayed on new data."""
     rng = np.random.default_rng(5)
     net = fc.MLP([32, 64, 64, 16], activation="tanh", dtype="bf16", backend="cuda", fused=True,
                  rng=rng)
+    net.fused.backward_mode = mode
     x = torch.randn(5000, 32, device="cuda").bfloat16()
     dy = torch.randn(5000, 16, device="cuda").bfloat16()
     net.forward(x)
@@ -177,6 +192,44 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     ty, tdx, _ = torch_autograd(net, x, dy)
     assert rel(y.float(), ty) < 2e-2 and rel(dx.float(), tdx) < 2e-2
+
+
+def test_stored_trains_what_recompute_cannot():
+    """Width 128, 6 layers: recompute's shared memory does not fit, stored runs
+    (weights only in shared memory); bf16 x of width 128, whole tiles: the weight
+    gradient plan reads x in place."""
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    net = fc.MLP([128] * 7, activation="tanh", last_activation="sigmoid", dtype="bf16",
+                 backend="cuda", fused=True, rng=rng)
+    assert net.fused.shape.bwd_warps is None and net.fused.stored()
+    N = 64 * 37
+    x = torch.tensor(rng.standard_normal((N, 128)), device="cuda").bfloat16()
+    dy = torch.tensor(rng.standard_normal((N, 128)), device="cuda").float()  # dx in f32
+    y = net.forward(x)
+    assert net.fused.state()["reads_x"]
+    dx = net.backward(dy)
+    check_all(net, x.float().cpu().numpy(), dy.float().cpu().numpy(),
+              y.float().cpu().numpy(), dx.float().cpu().numpy(), seed, "width 128 x 6")
+
+
+def test_two_states_backward_in_any_order():
+    """Each training forward keeps its own activations (state()): two forwards,
+    then their backwards in reverse order, each right."""
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    net = fc.MLP([24, 32, 32, 8], activation="relu", dtype="bf16", backend="cuda", fused=True,
+                 rng=rng)
+    xs = [torch.tensor(rng.standard_normal((n, 24)), device="cuda").float() for n in (100, 300)]
+    dys = [torch.tensor(rng.standard_normal((n, 8)), device="cuda").float() for n in (100, 300)]
+    states, ys = [], []
+    for x in xs:
+        ys.append(net.forward(x))
+        states.append(net.fused.state())
+    for i in (1, 0):
+        dx = net.fused.backward(dys[i], states[i])
+        check_all(net, xs[i].cpu().numpy(), dys[i].cpu().numpy(), ys[i].cpu().numpy(),
+                  dx.cpu().numpy(), seed, f"state {i}")
 
 
 def test_weights_follow_sgd_steps():
@@ -195,7 +248,8 @@ def test_weights_follow_sgd_steps():
 
 def test_unsupported_shapes_fall_back_with_a_warning():
     rng = np.random.default_rng(11)
-    for sizes, dtype, word in (([200, 64, 8], "bf16", "sizes"), ([16, 16, 4], "f32", "dtype")):
+    for sizes, dtype, word in (([200, 64, 8], "bf16", "sizes"), ([16, 16, 4], "f32", "dtype"),
+                               ([128] * 16, "bf16", "sizes")):
         with pytest.warns(UserWarning, match=f"runs layer by layer on 'cuda': {word}:"):
             net = fc.MLP(sizes, dtype=dtype, backend="cuda", fused=True, rng=rng)
         assert net.fused is None
@@ -225,3 +279,58 @@ def test_bad_arguments_are_named():
     net.forward(np.zeros((5, 8), np.float32))
     with pytest.raises(ValueError, match="^dy: expected the training forward"):
         net.backward(np.zeros((6, 4), np.float32))
+    with pytest.raises(ValueError, match="^backward_mode: expected one of stored, recompute"):
+        mlp_cuda.CudaFused(net.layers, "bf16", backward_mode="later")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nn_mlp_fused_on_cuda_tensors(dtype):
+    """primitives.nn.MLP(fused=True) on CUDA tensors: forward and every gradient
+    against PyTorch autograd in f32 on the same bf16-rounded values (yardstick:
+    PyTorch's own bf16 autograd), an optimizer step, then a second step."""
+    from primitives import nn as ours
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    sizes, N, act, last = random_case(rng)
+    last = None if last == "none" else last
+    model = ours.MLP(sizes, activation=act, last_activation=last, fused=True).cuda().to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(2):
+        x = torch.tensor(rng.standard_normal((N, sizes[0])), device="cuda").to(dtype)
+        dy = torch.tensor(rng.standard_normal((N, sizes[-1])), device="cuda").to(dtype)
+        xg = x.clone().requires_grad_(True)
+        opt.zero_grad()
+        y = model(xg)
+        assert y.dtype == dtype and y.shape == (N, sizes[-1])
+        y.backward(dy)
+        got = [y, xg.grad] + [p.grad for p in model.parameters()]
+        refs = []
+        for ref_dtype in (torch.float32, torch.bfloat16):
+            X = x.bfloat16().to(ref_dtype).requires_grad_(True)
+            params = [p.detach().bfloat16().to(ref_dtype).requires_grad_(True)
+                      if p.dim() == 2 else p.detach().float().to(ref_dtype).requires_grad_(True)
+                      for p in model.parameters()]
+            h = X
+            for i in range(len(sizes) - 1):
+                h = torch.nn.functional.linear(h, params[2 * i], params[2 * i + 1])
+                a = act if i < len(sizes) - 2 else last
+                if a not in (None, "none"):
+                    h = getattr(torch, a)(h)
+            h.backward(dy.to(ref_dtype))
+            refs.append([h, X.grad] + [p.grad for p in params])
+        names = ["y", "dx"] + [n for n, _ in model.named_parameters()]
+        for name, o, t, b in zip(names, got, *refs):
+            print(f"{name}: ours {rel(o, t):.2e}, torch bf16 {rel(b, t):.2e} from torch f32")
+            assert rel(o, t) <= 3 * rel(b, t) + 2e-2, (seed, step, name)
+        opt.step()
+
+
+def test_nn_mlp_fused_on_cuda_refuses_what_it_cannot_run():
+    from primitives import nn as ours
+    model = ours.MLP([300, 16, 4], fused=True).cuda()
+    with pytest.raises(ValueError, match="^sizes: the fused MLP cannot run"):
+        model(torch.zeros(3, 300, device="cuda"))
+    model = ours.MLP([8, 16, 4], fused=True).cuda().double()
+    with pytest.raises(ValueError, match="^input: the fused MLP on CUDA takes float32"):
+        model(torch.zeros(3, 8, device="cuda", dtype=torch.float64))

@@ -1,7 +1,11 @@
 """The fused MLP kernels of kernels/cuda/mlp_fused.cu on the CUDA backend: the
 module brgemm/_mlp_cuda.fatbin, what a shape needs (padded width, shared
-memory, warps per backward block, grids) and the three launches (forward,
-backward, the deterministic reduction of the backward's per-block dW, db).
+memory, warps per backward block, grids) and the launches: forward (keep=True:
+the training forward that keeps the activations), backward (recompute: the
+forward again per tile, then dW, db per block, and their reduction) or
+backward_stored (from the kept activations: dx, dz^T tiles and per-warp db;
+the caller computes dW from the tiles) and reduce (the deterministic sum of
+partial dW, db).
 Takes device addresses the caller (primitives/mlp_cuda.py) has checked; the
 launch argument is mlp_cuda_args of kernels/cuda/mlp_fused.h."""
 import os
@@ -42,7 +46,7 @@ class _Module:
         self.module = module[0]
         self.fn = {}
         for w in WIDTHS:
-            for kind in ("forward", "backward"):
+            for kind in ("forward", "forward_keep", "backward", "backward_stored"):
                 self.fn[kind, w] = self._function(f"mlp_{kind}_w{w}")
         self.fn["reduce"] = self._function("mlp_reduce")
         self.smem_max = dev.attribute(ATTR_SMEM_OPTIN)
@@ -94,7 +98,8 @@ def fwd_rows(W):
 
 class Shape:
     """What the kernels make of an MLP with layer sizes `sizes`: its padded
-    width W and the warps per backward block (the most whose shared memory fits)."""
+    width W and the warps per recompute-backward block (the most whose shared
+    memory fits; None where none does: then training keeps the activations)."""
 
     def __init__(self, sizes):
         self.sizes, self.L = tuple(sizes), len(sizes) - 1
@@ -111,11 +116,7 @@ class Shape:
             raise Unsupported(f"sizes: {self.L} layers of width {W} need {fwd_smem(W, self.L)} "
                               f"bytes of shared memory, the GPU has {m.smem_max} per block")
         warps = [n for n in BWD_WARPS if bwd_smem(W, self.L, n) <= m.smem_max]
-        if not warps:
-            raise Unsupported(f"sizes: training {self.L} layers of width {W} needs "
-                              f"{bwd_smem(W, self.L, 1)} bytes of shared memory, the GPU has "
-                              f"{m.smem_max} per block")
-        self.bwd_warps = warps[0]
+        self.bwd_warps = warps[0] if warps else None
         self.partial_floats = self.L * W * W + self.L * W   # one backward block's dW, db
 
 
@@ -133,13 +134,23 @@ def new_args():
     return device().ffi.new("mlp_cuda_args *")
 
 
-def forward(shape, args):
-    """y = the MLP of x for args.rows rows (args: x, y, w, b and their flags)."""
+def dzt_rows():
+    """Batch rows of one dz^T tile (stored training pads the batch to a multiple)."""
+    return device().cu.MLP_CUDA_DZT_ROWS
+
+
+def sm_count():
+    return module().sms
+
+
+def forward(shape, args, keep=False):
+    """y = the MLP of x for args.rows rows (args: x, y, w, b and their flags);
+    keep: also args.h (and args.yf where set) for args.rows_pad rows."""
     m, cu = module(), device().cu
     W, threads = shape.W, cu.MLP_CUDA_FWD_WARPS * 32
-    fn, smem = m.fn["forward", W], fwd_smem(W, shape.L)
+    fn, smem = m.fn["forward_keep" if keep else "forward", W], fwd_smem(W, shape.L)
     per_block = cu.MLP_CUDA_FWD_WARPS * fwd_rows(W)
-    need = -(-args.rows // per_block)
+    need = -(-(args.rows_pad if keep else args.rows) // per_block)
     grid = min(need, m.sms * m.prepare(fn, threads, smem))
     _launch(fn, grid, threads, smem, device().ffi.new("void *[1]", [args]), "fused MLP forward")
 
@@ -153,14 +164,43 @@ def backward_blocks(shape, rows):
 
 
 def backward(shape, args, blocks):
-    """dx (args.dx, 0 for none) and `blocks` partial dW, db into args.partial, then their
-    sum into args.dw, args.db."""
+    """Recompute: dx (args.dx, 0 for none) and `blocks` partial dW, db into
+    args.partial, then their sum into args.dw, args.db."""
     m, ffi = module(), device().ffi
     threads, smem = 32 * shape.bwd_warps, bwd_smem(shape.W, shape.L, shape.bwd_warps)
-    args.partials = blocks
+    args.partials = args.partials_db = blocks
+    args.stride_w = args.stride_b = shape.partial_floats
+    args.partial_db = args.partial + shape.L * shape.W * shape.W * 4
     _launch(m.fn["backward", shape.W], blocks, threads, smem, ffi.new("void *[1]", [args]),
             "fused MLP backward")
+    reduce(shape, args)
+
+
+def stored_warps(shape, rows_pad):
+    """Warps of the stored-activation backward launch (each writes one partial db)."""
+    m, cu = module(), device().cu
+    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, fwd_smem(shape.W, shape.L)
+    occupancy = m.prepare(m.fn["backward_stored", shape.W], threads, smem)
+    blocks = min(-(-rows_pad // (16 * cu.MLP_CUDA_STORED_WARPS)), m.sms * occupancy)
+    return blocks * cu.MLP_CUDA_STORED_WARPS
+
+
+def backward_stored(shape, args, warps):
+    """From the kept activations (args.h, args.yf): dx (args.dx, 0 for none), every
+    dz_l^T into args.dzt and `warps` partial db into args.partial_db."""
+    m, cu, ffi = module(), device().cu, device().ffi
+    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, fwd_smem(shape.W, shape.L)
+    m.prepare(m.fn["backward_stored", shape.W], threads, smem)
+    args.partials_db, args.stride_b = warps, shape.L * shape.W
+    _launch(m.fn["backward_stored", shape.W], warps // cu.MLP_CUDA_STORED_WARPS, threads, smem,
+            ffi.new("void *[1]", [args]), "fused MLP backward (stored)")
+
+
+def reduce(shape, args):
+    """args.dw, args.db = the sums of the partials args.partial, args.partial_db
+    (counts and strides in args), unpadded."""
+    ffi = device().ffi
     width = ffi.new("int *", shape.W)
     grid = -(-shape.partial_floats // REDUCE_THREADS)
-    _launch(m.fn["reduce"], grid, REDUCE_THREADS, 0, ffi.new("void *[2]", [args, width]),
+    _launch(module().fn["reduce"], grid, REDUCE_THREADS, 0, ffi.new("void *[2]", [args, width]),
             "fused MLP reduce")

@@ -351,7 +351,24 @@ __device__ __forceinline__ void copy_weights(uint16_t* ws, float* bs, const mlp_
 
 /* ---------------------------------------------------------------- forward */
 
+/* A fragments of rows row0 .. row0 + 16 MT - 1 stored to a [rows][W] bf16 matrix
+ * in global memory (every row in range: stored training pads the batch) */
 template <int W, int MT>
+__device__ __forceinline__ void keep_a(uint64_t base, int64_t row0, const uint32_t (&a)[MT][W / 16][4],
+                                       int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  uint32_t* h = reinterpret_cast<uint32_t*>(base) + (row0 + g) * (W / 2) + t;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int kk = 0; kk < W / 16; ++kk)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) h[(16 * m + 8 * (q & 1)) * (W / 2) + 8 * kk + 4 * (q >> 1)] = a[m][kk][q];
+}
+
+/* KEEP: stored training (h, yf, h_x of the arguments are read only then), its own
+ * entry point, so the inference kernel's registers stay as they are */
+template <int W, int MT, bool KEEP>
 __device__ void forward(const mlp_cuda_args& p) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);
@@ -360,7 +377,9 @@ __device__ void forward(const mlp_cuda_args& p) {
   __syncthreads();
   const int lane = threadIdx.x & 31;
   const int warps = blockDim.x >> 5;
-  const int64_t tiles = (p.rows + 16 * MT - 1) / (16 * MT);
+  // stored training runs the padded rows too (x reads zeros there): backward reads them
+  const int64_t rows = KEEP ? p.rows_pad : p.rows;
+  const int64_t tiles = (rows + 16 * MT - 1) / (16 * MT);
   const int L = p.layers, K = p.sizes[L];
   for (int64_t tile = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); tile < tiles;
        tile += (int64_t)gridDim.x * warps) {
@@ -368,6 +387,7 @@ __device__ void forward(const mlp_cuda_args& p) {
     uint32_t a[MT][W / 16][4];
     float acc[MT][W / 8][4];
     load_x<W, MT>(a, p, row0, lane);
+    if (KEEP && p.h_x) keep_a<W, MT>(p.h, row0, a, lane);
     const int64_t next = row0 + (int64_t)gridDim.x * warps * 16 * MT;  // this warp's next tile
     prefetch_rows(p.x, next, next + 16 * MT, p.rows, p.sizes[0], p.x_f32 ? 4 : 2, lane, 32);
 #pragma unroll 1
@@ -377,9 +397,11 @@ __device__ void forward(const mlp_cuda_args& p) {
       if (l + 1 < L) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) to_a<W>(a[m], acc[m]);
+        if (KEEP) keep_a<W, MT>(p.h + (uint64_t)(l + 1) * p.rows_pad * W * 2, row0, a, lane);
       }
     }
     store_rows<W, MT>(p.y, row0, p.rows, K, p.y_f32, p.y_vec, acc, lane);
+    if (KEEP && p.yf) store_rows<W, MT>(p.yf, row0, p.rows, W, true, true, acc, lane);
   }
 }
 
@@ -536,6 +558,121 @@ __device__ void backward(const mlp_cuda_args& p) {
   for (int i = threadIdx.x; i < L * W * W + L * W; i += blockDim.x) out[i] = dws[i];
 }
 
+/* ------------------------------------------------- backward from stored activations */
+
+__device__ __forceinline__ uint32_t transpose8(uint32_t v) {
+  uint32_t r;  // an 8 x 8 bf16 matrix in the mma fragment layout, transposed in registers
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
+/* dz (A fragments of 16 rows from row0, bf16) -> dz^T into its [W][DZT_ROWS] tile, and
+ * its column sums into db (f32, this warp's own partial: = on its first tile, else +=).
+ * Each 8 x 8 block is transposed in registers; the transposed blocks are also the
+ * m16k16 A fragment of dz^T, whose product with ones gives the sums. */
+template <int W>
+__device__ __forceinline__ void keep_dz(uint16_t* dzt, float* db, int64_t row0,
+                                        const uint32_t (&a)[W / 16][4], bool first, int lane) {
+  constexpr int T = MLP_CUDA_DZT_ROWS;
+  const int g = lane >> 2, t = lane & 3;
+  uint16_t* tile = dzt + (row0 / T) * W * T + row0 % T + 2 * t;
+  const uint32_t ones = pack_bf16(1.0f, 1.0f);
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk) {
+    uint32_t tr[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // block q: rows 8 (q & 1).., outputs 16 kk + 8 (q >> 1)..
+      tr[q] = transpose8(a[kk][q]);
+      *reinterpret_cast<uint32_t*>(tile + (16 * kk + 8 * (q >> 1) + g) * T + 8 * (q & 1)) = tr[q];
+    }
+    const uint32_t at[4] = {tr[0], tr[2], tr[1], tr[3]};
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma(sum, at, ones, ones);
+    if (t == 0) {
+      float* d = db + 16 * kk + g;
+      d[0] = first ? sum[0] : d[0] + sum[0];
+      d[8] = first ? sum[2] : d[8] + sum[2];
+    }
+  }
+}
+
+/* Backward-data from the activations the training forward kept (no recompute):
+ * per 16 rows, layers descending, dz_l = dh_l * act'(h_l) with h_l read back
+ * (bf16) and dh_l = dz_{l+1} W_{l+1} on tensor cores; every dz_l goes out as
+ * dz^T tiles (the weight gradients' batch-reduce GEMMs read them) and its
+ * column sums into this warp's db partial. Runs the padded rows too (their dy
+ * reads as zeros, so their dz are zeros). */
+template <int W>
+__device__ void backward_stored(const mlp_cuda_args& p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);
+  float* bs = reinterpret_cast<float*>(ws + p.layers * W * W);
+  copy_weights<W>(ws, bs, p);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warps = blockDim.x >> 5;
+  const int64_t gw = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
+  const int64_t nw = (int64_t)gridDim.x * warps;
+  const int L = p.layers, C = p.sizes[0], K = p.sizes[L], last = p.act[L - 1];
+  const int64_t tiles = p.rows_pad / 16, plane = p.rows_pad * W;
+  float* db = reinterpret_cast<float*>(p.partial_db) + gw * L * W;
+  if (gw >= tiles)
+    for (int i = lane; i < L * W; i += 32) db[i] = 0.0f;  // a warp without tiles adds nothing
+  for (int64_t tile = gw; tile < tiles; tile += nw) {
+    const int64_t row0 = tile * 16;
+    const bool first = tile == gw;
+    float acc[1][W / 8][4];
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float2 d = load_pair_f32(p.dy, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, K,
+                                       p.dy_f32, p.dy_vec);
+        acc[0][j][2 * hh] = d.x;
+        acc[0][j][2 * hh + 1] = d.y;
+      }
+    if (last != MLP_CUDA_ACT_NONE) {  // act'(y) from the forward's f32 y
+      float yv[W / 8][4];
+#pragma unroll
+      for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float2 v = load_pair_f32(p.yf, row0 + g + 8 * hh, 8 * j + 2 * t, p.rows, W, true,
+                                         true);
+          yv[j][2 * hh] = v.x;
+          yv[j][2 * hh + 1] = v.y;
+        }
+      times_grad(acc[0], yv, last);
+    }
+#pragma unroll 1
+    for (int l = L - 1; l >= 0; --l) {
+      uint32_t a[W / 16][4];
+      to_a<W>(a, acc[0]);  // dz_l in bf16
+      keep_dz<W>(reinterpret_cast<uint16_t*>(p.dzt) + l * plane, db + l * W, row0, a, first, lane);
+      if (l == 0 && !p.dx) break;
+      layer_bwd<W>(acc[0], a, ws + l * W * W, lane);
+      if (l == 0) {
+        store_rows<W, 1>(p.dx, row0, p.rows, C, p.dx_f32, p.dx_vec, acc, lane);
+        break;
+      }
+      const int act = p.act[l - 1];
+      if (act != MLP_CUDA_ACT_NONE) {  // dz_{l-1} = dh_l * act'(h_l), h_l as the forward kept it
+        const uint32_t* h = reinterpret_cast<const uint32_t*>(p.h) + (l * plane + (row0 + g) * W) / 2 + t;
+        float hf[W / 8][4];
+#pragma unroll
+        for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const uint32_t hv = __ldg(h + 8 * hh * (W / 2) + 4 * j);
+            hf[j][2 * hh] = lo_f32(hv);
+            hf[j][2 * hh + 1] = hi_f32(hv);
+          }
+        times_grad(acc[0], hf, act);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 /* ---------------------------------------------------------------- entry points */
@@ -543,37 +680,49 @@ __device__ void backward(const mlp_cuda_args& p) {
 #define MLP_ENTRIES(W)                                                                  \
   extern "C" __global__ void __launch_bounds__(MLP_CUDA_FWD_WARPS * 32, FWD_MIN_BLOCKS) \
       mlp_forward_w##W(const __grid_constant__ mlp_cuda_args p) {                       \
-    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16>(p);        \
+    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16, false>(p); \
+  }                                                                                     \
+  extern "C" __global__ void __launch_bounds__(MLP_CUDA_FWD_WARPS * 32, FWD_MIN_BLOCKS) \
+      mlp_forward_keep_w##W(const __grid_constant__ mlp_cuda_args p) {                  \
+    forward<W, (W >= 128 ? MLP_CUDA_FWD_ROWS_W128 : MLP_CUDA_FWD_ROWS) / 16, true>(p);  \
   }                                                                                     \
   extern "C" __global__ void __launch_bounds__(BWD_MAX_WARPS * 32, 1)                   \
-      mlp_backward_w##W(const __grid_constant__ mlp_cuda_args p) { backward<W>(p); }
+      mlp_backward_w##W(const __grid_constant__ mlp_cuda_args p) { backward<W>(p); }     \
+  extern "C" __global__ void __launch_bounds__(MLP_CUDA_STORED_WARPS * 32)               \
+      mlp_backward_stored_w##W(const __grid_constant__ mlp_cuda_args p) {                \
+    backward_stored<W>(p);                                                              \
+  }
 
 MLP_ENTRIES(16)
 MLP_ENTRIES(32)
 MLP_ENTRIES(64)
 MLP_ENTRIES(128)
 
-/* dW and db: the sum over the backward's blocks of their partials, in block
- * order, unpadded into every layer's [out_l][in_l] and [out_l] end to end */
+/* dW and db: the sums of their partials (dW: `partials` stride_w apart, db:
+ * `partials_db` stride_b apart), each in a fixed order, unpadded into every
+ * layer's [out_l][in_l] and [out_l] end to end */
 extern "C" __global__ void mlp_reduce(const __grid_constant__ mlp_cuda_args p, int width) {
   const int L = p.layers;
-  const int64_t per = (int64_t)L * width * width + L * width;
+  const int64_t nw = (int64_t)L * width * width;
   const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= per) return;
-  const float* part = reinterpret_cast<const float*>(p.partial);
-  float s = 0.0f;
-  for (int b = 0; b < p.partials; ++b) s += part[b * per + e];
-  if (e < (int64_t)L * width * width) {
+  if (e >= nw + L * width) return;
+  if (e < nw) {
     const int l = (int)(e / (width * width)), i = (int)(e / width % width), j = (int)(e % width);
     const int in = p.sizes[l], out = p.sizes[l + 1];
     if (i >= out || j >= in) return;
+    const float* part = reinterpret_cast<const float*>(p.partial) + e;
+    float s = 0.0f;
+    for (int b = 0; b < p.partials; ++b) s += part[b * p.stride_w];
     int64_t off = 0;
     for (int k = 0; k < l; ++k) off += (int64_t)p.sizes[k] * p.sizes[k + 1];
     reinterpret_cast<float*>(p.dw)[off + (int64_t)i * in + j] = s;
   } else {
-    const int64_t f = e - (int64_t)L * width * width;
+    const int64_t f = e - nw;
     const int l = (int)(f / width), i = (int)(f % width);
     if (i >= p.sizes[l + 1]) return;
+    const float* part = reinterpret_cast<const float*>(p.partial_db) + f;
+    float s = 0.0f;
+    for (int b = 0; b < p.partials_db; ++b) s += part[b * p.stride_b];
     int64_t off = 0;
     for (int k = 0; k < l; ++k) off += p.sizes[k + 1];
     reinterpret_cast<float*>(p.db)[off + i] = s;
