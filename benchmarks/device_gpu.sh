@@ -24,21 +24,25 @@ echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 if [ "${1:-}" = mlp ]; then
   # the fused MLP: its tests, then benchmarks.gpu_mlp's parts, each under its own
-  # timeout (MLP_PARTS, default "main widths batch"; MLP_COMPILE: compile modes of
-  # the main case); tables to stdout, rows and the plot to $OUT
-  shift
+  # timeout (MLP_PARTS, default "main widths batch"; "autotune": the main case
+  # against torch.compile's max-autotune-no-cudagraphs); tables to stdout, rows
+  # and the plot to $OUT
+  shift; start=$(date +%s)
   t0=$(date +%s)
   if [ "${MLP_TESTS:-1}" = 1 ]; then
     timeout ${MLP_TEST_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider tests/test_cuda_mlp.py tests/test_cuda_build.py > $OUT/mlp_tests.txt 2>&1
     echo "fused MLP tests exit $? in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/mlp_tests.txt | tail -20
   fi
+  # MLP_DEADLINE: seconds from the start of the mlp part after which no part starts
   for part in ${MLP_PARTS:-main widths batch}; do
-    t0=$(date +%s)
+    t0=$(date +%s); left=$(( ${MLP_DEADLINE:-100000} - (t0 - start) ))
+    [ $left -gt 20 ] || { echo "part $part: skipped (deadline)"; continue; }
+    lim() { echo $(( $1 < left ? $1 : left )); }
     case $part in
-      main) opts=""; for m in ${MLP_COMPILE:-default max-autotune-no-cudagraphs}; do opts="$opts --compile-mode $m"; done
-            timeout ${MLP_MAIN_TIMEOUT:-240} $py -m benchmarks.gpu_mlp --what main $opts --json $OUT/mlp_main.json "$@" 2>&1 ;;
-      widths) timeout ${MLP_WIDTHS_TIMEOUT:-120} $py -m benchmarks.gpu_mlp --what widths --compile-mode default --json $OUT/mlp_widths.json "$@" 2>&1 ;;
-      batch) timeout ${MLP_BATCH_TIMEOUT:-120} $py -m benchmarks.gpu_mlp --what batch --no-compile --reps 10 --json $OUT/mlp_batch.json --png $OUT/mlp_batch.png "$@" 2>&1 ;;
+      main) timeout $(lim ${MLP_MAIN_TIMEOUT:-240}) $py -m benchmarks.gpu_mlp --what main --compile-mode default --json $OUT/mlp_main.json "$@" 2>&1 ;;
+      autotune) timeout $(lim ${MLP_AUTOTUNE_TIMEOUT:-240}) $py -m benchmarks.gpu_mlp --what main --compile-mode max-autotune-no-cudagraphs --json $OUT/mlp_autotune.json "$@" 2>&1 ;;
+      widths) timeout $(lim ${MLP_WIDTHS_TIMEOUT:-120}) $py -m benchmarks.gpu_mlp --what widths ${MLP_WIDTHS_COMPILE:---compile-mode default} --json $OUT/mlp_widths.json "$@" 2>&1 ;;
+      batch) timeout $(lim ${MLP_BATCH_TIMEOUT:-120}) $py -m benchmarks.gpu_mlp --what batch --no-compile --reps 10 --json $OUT/mlp_batch.json --png $OUT/mlp_batch.png "$@" 2>&1 ;;
     esac
     echo "part $part: exit $? in $(( $(date +%s) - t0 )) s"
   done
