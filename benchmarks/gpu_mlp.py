@@ -110,20 +110,56 @@ def check(net, model, x, dy, modes, hidden):
     model.zero_grad(set_to_none=True)
 
 
-def run_one(width, N, compile_modes, reps, out):
+def breakdown(net, x, dy, modes, reps):
+    """Where a training step's time goes, each part replayed alone: forward and
+    backward in each mode, and (stored) the weight-gradient plan with 1, 2 and
+    4 tasks per multiprocessor (the rest of stored's backward is the fused
+    backward-data kernel and the small reduce)."""
+    from brgemm import cuda_mlp, dtypes
+    from brgemm.cuda_mlp import DeviceArray
+    from primitives import mlp_cuda_grads
+    f = net.fused
+    print("  breakdown (each part alone, ms):")
+    for mode in sorted(modes, key=lambda m: m == "stored"):  # stored last: the plan reads its state
+        f.backward_mode = mode
+        fwd = timed(lambda: net.forward(x), reps, "forward")[0]
+        net.forward(x)
+        bwd = timed(lambda: net.backward(dy), reps, "backward")[0]
+        print(f"    {mode:10} forward (train) {fwd:.3f}, backward {bwd:.3f}")
+    st = f.state()
+    L, W, T = f.shape.L, f.shape.W, cuda_mlp.dzt_rows()
+    dzt = f._typed("dzt", L * st["pad"] * W, dtypes.bfloat16)
+    for per_sm in (1, 2, 4):
+        plan, parts = mlp_cuda_grads.plan(L, W, st["pad"], T, cuda_mlp.sm_count(), st["reads_x"],
+                                          per_sm)
+        t = {"dzt": dzt, "dwp": DeviceArray((parts * L * W * W,), np.float32)}
+        if "h" in plan.tensors:
+            t["h"] = st["h"][1]
+        if st["reads_x"]:
+            t["x"] = st["x"]
+        ms = timed(lambda: plan.run(backend="cuda", **t), reps, "plan")[0]
+        print(f"    stored     weight-gradient plan, {per_sm} tasks per SM ({parts} partials "
+              f"per layer): {ms:.3f}", flush=True)
+
+
+def run_one(width, N, compile_modes, reps, out, parts=False):
     """Time every side at one size; print the table; append rows to out."""
     sizes = [width] * (HIDDEN + 2)
     net = fc.MLP(sizes, activation="relu", dtype="bf16", backend="cuda", fused=True,
                  rng=np.random.default_rng(0))
     assert net.fused is not None, "the fused CUDA MLP did not take this shape"
     default = net.fused.backward_mode
-    modes = ["stored"] + (["recompute"] if net.fused.shape.bwd_warps is not None else [])
+    used = "stored" if net.fused.stored() else "recompute"  # what the default runs here
+    modes = [used] + [m for m in ("stored", "recompute")
+                      if m != used and (m == "stored" or net.fused.shape.bwd_warps is not None)]
     model = torch_mlp(net)
     x = torch.randn(N, width, device="cuda").bfloat16()
     xg = x.clone().requires_grad_(True)
     dy = torch.randn(N, width, device="cuda").bfloat16()
     flops = 2 * N * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     check(net, model, x, dy, modes, HIDDEN)
+    if parts:
+        breakdown(net, x, dy, modes, reps)
 
     def ours_train(mode):
         def step():
@@ -142,7 +178,7 @@ def run_one(width, N, compile_modes, reps, out):
     sides = [("ours", lambda: net.forward(x, train=False), None)]
     sides += [(f"ours {m}", None, ours_train(m)) for m in modes]
     sides += [("eager", eager_inf, eager_train)]
-    base = {"inference": "ours", "training": f"ours {default}"}
+    base = {"inference": "ours", "training": f"ours {used}"}
     times = {}
 
     def measure(name, inf, train):
@@ -205,6 +241,8 @@ def main(argv=None):
     parser.add_argument("--compile-mode", action="append")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="main: also time the parts of a training step alone")
     parser.add_argument("--png")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -218,7 +256,8 @@ def main(argv=None):
     rows = []
     for width, b in cases:
         print(f"\nwidth {width}, batch 2^{b}")
-        run_one(width, 1 << b, compile_modes, args.reps, rows)
+        run_one(width, 1 << b, compile_modes, args.reps, rows,
+                parts=args.breakdown and args.what == "main")
         torch.cuda.empty_cache()
         if args.json:  # after every case: a part stopped by its timeout keeps what it measured
             with open(args.json, "w") as f:

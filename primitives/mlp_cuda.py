@@ -7,16 +7,17 @@ bf16 operands, f32 accumulation, as the CPU's fused MLP with dtype="bf16"
 (hidden activations and dz rounded to bf16). The GPU always fuses all layers:
 the pipeline config's depth and tile are the CPU's knobs and are not read here.
 Training, two ways (CudaFused.backward_mode; results agree to rounding order):
-  "stored" (default)  forward keeps every layer's input h_l (bf16, and y in f32
+  "stored"  forward keeps every layer's input h_l (bf16, and y in f32
       where the last activation needs act'(y)); backward walks the layers in
       reverse per tile reading them (no recompute), writes dx and every dz_l^T
       tile, and dW_l = sum over tiles of dz_l^T h_l runs as batch-reduce GEMMs
       of this project's kernel (primitives/mlp_cuda_grads.py), db from the same
       dz in the fused kernel; needs shared memory for the weights only.
-  "recompute"  forward writes y only; backward recomputes the forward per tile
-      on chip and reduces dW, db inside the fused kernel (reads x and dy only;
-      all layers' weights, inputs and an f32 dW in one block's shared memory,
-      so shallow MLPs only: where it does not fit, "stored" runs).
+  "recompute" (default: faster on the H200, benchmarks/RESULTS.md)  forward
+      writes y only; backward recomputes the forward per tile on chip and
+      reduces dW, db inside the fused kernel (reads x and dy only; all layers'
+      weights, inputs and an f32 dW in one block's shared memory, so shallow
+      MLPs only: where it does not fit, "stored" runs).
 Both return dx and leave dW and db (f32, summed over the batch in a fixed
 order) on each layer as grad_weight, grad_bias.
 
@@ -75,7 +76,7 @@ class CudaFused:
     forward and backward as mlp.Fused's; raises Unsupported (a ValueError that
     names the argument) for an MLP the kernels cannot take."""
 
-    def __init__(self, layers, dtype, backward_mode="stored"):
+    def __init__(self, layers, dtype, backward_mode="recompute"):
         if backward_mode not in MODES:
             raise ValueError(f"backward_mode: expected one of {', '.join(MODES)}, "
                              f"got {backward_mode!r}")

@@ -8,7 +8,7 @@ dz_l^T[n]: the [W][T] tiles the fused backward wrote (T = dzt_rows() batch
 rows each); h_l[n]: those T rows of layer l's input, [T][W], as the training
 forward kept them (layer 0 reads x itself where x is bf16, W wide and whole
 tiles). The tiles are cut into chunks so that the L x chunks tasks fill the GPU
-about twice; each task is one batch-reduce call over its chunk into its own
+about TASKS_PER_SM times; each task is one batch-reduce call over its chunk into its own
 f32 partial [chunk][L][W][W], and the fused MLP's reduce kernel adds the
 partials in a fixed order (deterministic). Padded rows and columns are in the
 GEMMs (W wide everywhere): the reduce keeps out_l x in_l of each layer.
@@ -17,12 +17,13 @@ from brgemm import plan as bplan
 from brgemm.loopspec import Loop, parse_spec
 
 SPEC = "LN"  # layers, then chunks of tiles: one parallel region
+TASKS_PER_SM = 2  # benchmarks/gpu_mlp.py --breakdown times others
 _plans = bplan.PlanCache(maxsize=16)
 
 
-def chunk_tiles(L, tiles, sms):
-    """Tiles per chunk: about two tasks per multiprocessor, at least one tile each."""
-    chunks = max(1, min(tiles, -(-2 * sms // L)))
+def chunk_tiles(L, tiles, sms, per_sm=TASKS_PER_SM):
+    """Tiles per chunk: about per_sm tasks per multiprocessor, at least one tile each."""
+    chunks = max(1, min(tiles, -(-per_sm * sms // L)))
     return -(-tiles // chunks)
 
 
@@ -38,11 +39,11 @@ def nest(ex, loops, L, W, T, tiles, chunk, plane, reads_x):
                 "dwp", (n0 // chunk * L + l) * W * W)
 
 
-def plan(L, W, rows_pad, T, sms, reads_x):
+def plan(L, W, rows_pad, T, sms, reads_x, per_sm=TASKS_PER_SM):
     """(the recorded plan, its partial count) for L layers of padded width W over
     rows_pad rows (a multiple of T); tensors dzt, h (where read), x (reads_x), dwp."""
     tiles = rows_pad // T
-    chunk = chunk_tiles(L, tiles, sms)
+    chunk = chunk_tiles(L, tiles, sms, per_sm)
 
     def record():
         names = {"dzt": "bf16"}

@@ -133,7 +133,7 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
         net = module._fused_cuda()
         per = 2 if module.layers[0].bias is not None else 1
         net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
-        y = net.forward(x.reshape(-1, x.shape[-1]).contiguous())
+        y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
         ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
         ctx.x_dtype = x.dtype
         return y.reshape(x.shape[:-1] + (y.shape[-1],))

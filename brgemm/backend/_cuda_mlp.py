@@ -85,6 +85,11 @@ def fwd_smem(W, L):
     return L * W * W * 2 + L * W * 4                       # weights (bf16), biases (f32)
 
 
+def stored_smem(W, L):
+    """The stored-activation backward: weights, biases, each warp's db partial."""
+    return fwd_smem(W, L) + device().cu.MLP_CUDA_STORED_WARPS * L * W * 4
+
+
 def bwd_smem(W, L, warps):
     T = 16 * warps                                         # rows per tile
     return L * W * W * 2 + L * T * W * 2 + T * W * 2 + L * W * W * 4 + 2 * L * W * 4
@@ -112,8 +117,8 @@ class Shape:
         self.W = W = fits[0]
         if self.L > 64:
             raise Unsupported(f"sizes: the fused MLP on 'cuda' takes up to 64 layers, got {self.L}")
-        if fwd_smem(W, self.L) > m.smem_max:
-            raise Unsupported(f"sizes: {self.L} layers of width {W} need {fwd_smem(W, self.L)} "
+        if stored_smem(W, self.L) > m.smem_max:  # training always fits where this does
+            raise Unsupported(f"sizes: {self.L} layers of width {W} need {stored_smem(W, self.L)} "
                               f"bytes of shared memory, the GPU has {m.smem_max} per block")
         warps = [n for n in BWD_WARPS if bwd_smem(W, self.L, n) <= m.smem_max]
         self.bwd_warps = warps[0] if warps else None
@@ -179,7 +184,7 @@ def backward(shape, args, blocks):
 def stored_warps(shape, rows_pad):
     """Warps of the stored-activation backward launch (each writes one partial db)."""
     m, cu = module(), device().cu
-    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, fwd_smem(shape.W, shape.L)
+    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, stored_smem(shape.W, shape.L)
     occupancy = m.prepare(m.fn["backward_stored", shape.W], threads, smem)
     blocks = min(-(-rows_pad // (16 * cu.MLP_CUDA_STORED_WARPS)), m.sms * occupancy)
     return blocks * cu.MLP_CUDA_STORED_WARPS
@@ -189,7 +194,7 @@ def backward_stored(shape, args, warps):
     """From the kept activations (args.h, args.yf): dx (args.dx, 0 for none), every
     dz_l^T into args.dzt and `warps` partial db into args.partial_db."""
     m, cu, ffi = module(), device().cu, device().ffi
-    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, fwd_smem(shape.W, shape.L)
+    threads, smem = 32 * cu.MLP_CUDA_STORED_WARPS, stored_smem(shape.W, shape.L)
     m.prepare(m.fn["backward_stored", shape.W], threads, smem)
     args.partials_db, args.stride_b = warps, shape.L * shape.W
     _launch(m.fn["backward_stored", shape.W], warps // cu.MLP_CUDA_STORED_WARPS, threads, smem,

@@ -567,12 +567,12 @@ __device__ __forceinline__ uint32_t transpose8(uint32_t v) {
 }
 
 /* dz (A fragments of 16 rows from row0, bf16) -> dz^T into its [W][DZT_ROWS] tile, and
- * its column sums into db (f32, this warp's own partial: = on its first tile, else +=).
+ * its column sums added to db (f32, this warp's own partial in shared memory).
  * Each 8 x 8 block is transposed in registers; the transposed blocks are also the
  * m16k16 A fragment of dz^T, whose product with ones gives the sums. */
 template <int W>
 __device__ __forceinline__ void keep_dz(uint16_t* dzt, float* db, int64_t row0,
-                                        const uint32_t (&a)[W / 16][4], bool first, int lane) {
+                                        const uint32_t (&a)[W / 16][4], int lane) {
   constexpr int T = MLP_CUDA_DZT_ROWS;
   const int g = lane >> 2, t = lane & 3;
   uint16_t* tile = dzt + (row0 / T) * W * T + row0 % T + 2 * t;
@@ -589,9 +589,8 @@ __device__ __forceinline__ void keep_dz(uint16_t* dzt, float* db, int64_t row0,
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     mma(sum, at, ones, ones);
     if (t == 0) {
-      float* d = db + 16 * kk + g;
-      d[0] = first ? sum[0] : d[0] + sum[0];
-      d[8] = first ? sum[2] : d[8] + sum[2];
+      db[16 * kk + g] += sum[0];
+      db[16 * kk + g + 8] += sum[2];
     }
   }
 }
@@ -600,27 +599,25 @@ __device__ __forceinline__ void keep_dz(uint16_t* dzt, float* db, int64_t row0,
  * per 16 rows, layers descending, dz_l = dh_l * act'(h_l) with h_l read back
  * (bf16) and dh_l = dz_{l+1} W_{l+1} on tensor cores; every dz_l goes out as
  * dz^T tiles (the weight gradients' batch-reduce GEMMs read them) and its
- * column sums into this warp's db partial. Runs the padded rows too (their dy
- * reads as zeros, so their dz are zeros). */
+ * column sums into this warp's db partial (shared memory, written out once).
+ * Runs the padded rows too (their dy reads as zeros, so their dz are zeros). */
 template <int W>
 __device__ void backward_stored(const mlp_cuda_args& p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);
-  float* bs = reinterpret_cast<float*>(ws + p.layers * W * W);
+  const int L = p.layers, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);         // [L][W][W]
+  float* bs = reinterpret_cast<float*>(ws + L * W * W);     // [L][W]
+  float* db = bs + L * W + warp * L * W;                    // this warp's db partial [L][W]
   copy_weights<W>(ws, bs, p);
-  __syncthreads();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warps = blockDim.x >> 5;
-  const int64_t gw = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
+  for (int i = lane; i < L * W; i += 32) db[i] = 0.0f;
+  __syncthreads();
+  const int64_t gw = (int64_t)blockIdx.x * warps + warp;
   const int64_t nw = (int64_t)gridDim.x * warps;
-  const int L = p.layers, C = p.sizes[0], K = p.sizes[L], last = p.act[L - 1];
+  const int C = p.sizes[0], K = p.sizes[L], last = p.act[L - 1];
   const int64_t tiles = p.rows_pad / 16, plane = p.rows_pad * W;
-  float* db = reinterpret_cast<float*>(p.partial_db) + gw * L * W;
-  if (gw >= tiles)
-    for (int i = lane; i < L * W; i += 32) db[i] = 0.0f;  // a warp without tiles adds nothing
   for (int64_t tile = gw; tile < tiles; tile += nw) {
     const int64_t row0 = tile * 16;
-    const bool first = tile == gw;
     float acc[1][W / 8][4];
 #pragma unroll
     for (int j = 0; j < W / 8; ++j)
@@ -648,7 +645,7 @@ __device__ void backward_stored(const mlp_cuda_args& p) {
     for (int l = L - 1; l >= 0; --l) {
       uint32_t a[W / 16][4];
       to_a<W>(a, acc[0]);  // dz_l in bf16
-      keep_dz<W>(reinterpret_cast<uint16_t*>(p.dzt) + l * plane, db + l * W, row0, a, first, lane);
+      keep_dz<W>(reinterpret_cast<uint16_t*>(p.dzt) + l * plane, db + l * W, row0, a, lane);
       if (l == 0 && !p.dx) break;
       layer_bwd<W>(acc[0], a, ws + l * W * W, lane);
       if (l == 0) {
@@ -671,6 +668,9 @@ __device__ void backward_stored(const mlp_cuda_args& p) {
       }
     }
   }
+  __syncwarp();
+  float* out = reinterpret_cast<float*>(p.partial_db) + gw * L * W;
+  for (int i = lane; i < L * W; i += 32) out[i] = db[i];
 }
 
 }  // namespace
