@@ -115,7 +115,7 @@ def breakdown(net, x, dy, modes, reps):
     backward in each mode, and (stored) the weight-gradient plan with 1, 2 and
     4 tasks per multiprocessor (the rest of stored's backward is the fused
     backward-data kernel and the small reduce)."""
-    from brgemm import cuda_mlp, dtypes
+    from brgemm import cuda_mlp
     from brgemm.cuda_mlp import DeviceArray
     from primitives import mlp_cuda_grads
     f = net.fused
@@ -128,7 +128,7 @@ def breakdown(net, x, dy, modes, reps):
         print(f"    {mode:10} forward (train) {fwd:.3f}, backward {bwd:.3f}")
     st = f.state()
     L, W, T = f.shape.L, f.shape.W, cuda_mlp.dzt_rows()
-    dzt = f._typed("dzt", L * st["pad"] * W, dtypes.bfloat16)
+    dzt = f.dzt  # the last stored backward's dz^T tiles
     for per_sm in (1, 2, 4):
         plan, parts = mlp_cuda_grads.plan(L, W, st["pad"], T, cuda_mlp.sm_count(), st["reads_x"],
                                           per_sm)
