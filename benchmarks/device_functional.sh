@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The functional forms (conv, fc, lstm; f32) against PyTorch's own calls and
 # our layer path on the lent GPU machine's host CPU (a 16-core Xeon), at 16
-# threads and at 2 threads pinned to 2 cores, plus the layout copies alone at
-# 1, 2 and 16 threads. No GPU and no oneDNN needed (--vs torch). Expects
+# threads and at 2 threads pinned to 2 cores, each call's steps timed in its
+# order (benchmarks.stages; FUNCTIONAL_STAGES=0 skips them), plus the layout
+# copies alone at 1, 2 and 16 threads. No GPU and no oneDNN needed (--vs torch). Expects
 # .devcarry (see device_carry.sh: libxsmm, cffi and pycparser wheels); run from
 # the repository root. Each part has a time limit so the whole fits a short lease.
 set -uo pipefail
@@ -17,8 +18,12 @@ if [ "${FUNCTIONAL_LAYOUTS:-1}" != 0 ]; then  # 0: skip the layout copies (a sho
 fi
 for threads in $all 2; do
   pin=""; [ $threads = 2 ] && [ $all -ge 4 ] && pin="taskset -c 2,3"  # away from core 0
+  if [ "${FUNCTIONAL_STAGES:-1}" != 0 ]; then  # where the functional calls' time goes
+    timeout $limit $pin $py -m benchmarks.stages --threads $threads 2>&1 | grep -v '^threads:' \
+      | tee -a $out/stages.txt
+  fi
   for what in ${FUNCTIONAL_WHAT:-conv fc lstm}; do  # FUNCTIONAL_WHAT: fewer (a shorter lease)
     timeout $limit $pin $py -m benchmarks $what --quick --vs torch --threads $threads 2>&1 \
-      | grep -v '^threads:' | tee $out/${what}_${threads}t.txt
+      | grep -v '^threads:' | tee -a $out/functional.txt
   done
 done

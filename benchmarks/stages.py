@@ -10,7 +10,9 @@ threads for conv (one image per thread), as the benchmarks.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.columns, conv.pointwise, fc.reads_w) the line says which."""
+(conv.columns, conv.pointwise, fc.reads_w) the line says which. Lines
+marked * time another path's steps alone, taken by the call or not
+(conv.columns on small images, fc.reads_w), to show what it would cost."""
 import argparse
 import statistics
 import time
@@ -25,23 +27,26 @@ from primitives import conv, fc
 from primitives.conv_plans import update_inputs, update_output
 
 
-def _steps(steps, whole, rounds=15):
-    """Median ms of whole() and of each step of `steps` (name, fn) run in order."""
+def _steps(steps, whole=None, rounds=15):
+    """Median ms of whole() and of each step of `steps` (name, fn) run in
+    order; without whole, their sum (a path the call does not take)."""
     for _ in range(2):
-        whole()
-        for _, fn in steps:
+        for _, fn in steps + [("", whole or (lambda: None))]:
             fn()
     t_whole, t_steps = [], [[] for _ in steps]
     for _ in range(rounds):
         t0 = time.perf_counter()
-        whole()
+        if whole:
+            whole()
         t_whole.append(time.perf_counter() - t0)
         for i, (_, fn) in enumerate(steps):
             t0 = time.perf_counter()
             fn()
             t_steps[i].append(time.perf_counter() - t0)
-    whole_ms = 1e3 * statistics.median(t_whole)
     ms = [1e3 * statistics.median(t) for t in t_steps]
+    if whole is None:
+        return sum(ms), [(name, m) for (name, _), m in zip(steps, ms)]
+    whole_ms = 1e3 * statistics.median(t_whole)
     return whole_ms, [(name, m) for (name, _), m in zip(steps, ms)] + \
         [("other", whole_ms - sum(ms))]
 
@@ -85,6 +90,8 @@ def _conv(threads):
             lambda: conv.forward(x, w, st, pd)))
         layer = _steps([], lambda: pf.run(x=xb, w=wb, y=yb))[0]
         print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
+        if path == "blocked" and H <= 14:  # conv.columns' forward, where it is not taken
+            _line(name, "fwd", "columns*", *_steps(_columns_steps(x, w, g)))
         _line(name, "bwd", path, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
             ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt)),
@@ -94,6 +101,20 @@ def _conv(threads):
             ("upd", lambda: pu.run(dw=dw, **ui)),
             ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],
             lambda: conv.backward(dy, x, w, st, pd)))
+
+
+def _columns_steps(x, w, g):
+    """The steps of conv.forward's columns path (im2col, the plan, y^c to y)."""
+    bd, bp = L.pick_block(g.C * g.R * g.S, 128, 16), L.pick_block(g.N * g.P * g.Q, 64, 16)
+    PQ = g.P * g.Q
+    xc = L.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp)
+    yc, y = np.empty((g.K, g.N * PQ), np.float32), np.empty((g.N, g.K, g.P, g.Q), np.float32)
+    p = conv.columns_plan(g, "f32", bd, bp)
+    return [("x", lambda: L.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp,
+                                             out=xc)),
+            ("plan", lambda: p.run(w=w, xc=xc, yc=yc)),
+            ("y", lambda: L.to_blocks(yc, g.K, PQ, swap_grid=True,
+                                      out=y.reshape(g.N, 1, g.K, PQ)))]
 
 
 def _fc(threads):
@@ -114,6 +135,12 @@ def _fc(threads):
             ("w", lambda: L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True, out=wtiles)),
             ("plan", lambda: pf.run(x=x, y=y, w=wtiles, b=b))],
             lambda: fc.forward(x, w, b)))
+        xt = L.to_blocks(x, g.bc, g.bn, transpose=True)
+        yt = np.empty((g.Kb, g.Nb, g.bk, g.bn), np.float32)
+        pt = fc.plan_t(g, has_bias=True)
+        _line(name, "fwd", "reads_w*", *_steps([  # fc.reads_w's forward, taken or not
+            ("x", lambda: L.to_blocks(x, g.bc, g.bn, transpose=True, out=xt)),
+            ("plan", lambda: pt.run(w=w, xt=xt, yt=yt, y=y, b=b))]))
         _line(name, "bwd", "blocked", *_steps([
             ("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
             ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt)),
