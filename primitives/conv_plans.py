@@ -13,6 +13,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.kernel import SPAN
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.machine import cpu_threads
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives._args import fits, operands
 from primitives._config import geometry as cached_geometry
@@ -89,11 +90,13 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None, path=None):
     # nests and layouts that step through residue classes of the stride stay small
     stride = (min(stride[0], H + 2 * padding[0] - R + 1), min(stride[1], W + 2 * padding[1] - S + 1))
     padding = tuple(padding)
-    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding, path), config,
-                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path))
+    threads = cpu_threads()  # the weight update's shares feed this many
+    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding, path, threads), config,
+                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path,
+                                             threads))
 
 
-def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
+def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1):
     shape = dict(N=N, C=C, K=K, H=H, W=W, R=R, S=S, sh=stride[0], sw=stride[1], ph=padding[0],
                  pw=padding[1])
     cfg = {p: settings("conv", p, shape, SCHEMA[p], config, path) for p in SCHEMA}
@@ -117,7 +120,10 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None):
         # and shares small enough that a tile's x and dy of one share (counted
         # in bf16) stay in a core's cache while its taps and C blocks pass over them
         splits = -(-units * fl.Tc * (bc + bk) * 2 // (cfg["upd"]["share_kb"] << 10))
-    splits = max(1, min(units, max(splits, -(-cfg["upd"]["tiles"] // tiles))))
+    # at least 4 tasks a thread: at 16 threads, 16 tiles x shares left the static
+    # schedule's busiest thread 1.3-1.8x the mean (2 tasks where most had 1)
+    aim = max(cfg["upd"]["tiles"], 4 * threads)
+    splits = max(1, min(units, max(splits, -(-aim // tiles))))
     # units per share rounded up can leave the last shares with none, and an
     # empty share would leave its slice of the reduction buffer unwritten:
     # keep only as many shares as the rounded-up share size needs
