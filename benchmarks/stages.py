@@ -92,11 +92,16 @@ def _conv(threads):
         print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
         if path == "blocked" and H <= 14:  # conv.columns' forward, where it is not taken
             _line(name, "fwd", "columns*", *_steps(_columns_steps(x, w, g)))
+        if conv.stores_nchw_dx(g, "f32", "cpu", np.float32):  # the plan stores dx itself
+            pn = conv.nchw_dx_plan(g, "f32", False)
+            dx_slots = np.empty(pn.extent["dx"], np.float32)
+            data = [("plan+dx", lambda: pn.run(dyp=dyp, wt=wt, dx=dx_slots, out=dx))]
+        else:
+            data = [("plan", lambda: pb.run(dyp=dyp, wt=wt, dx=dxb)),
+                    ("dx", lambda: conv.unblock_x(dxb, g, np.float32, out=dx))]
         _line(name, "bwd", path, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
-            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt)),
-            ("plan", lambda: pb.run(dyp=dyp, wt=wt, dx=dxb)),
-            ("dx", lambda: conv.unblock_x(dxb, g, np.float32, out=dx)),
+            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + [
             ("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
             ("upd", lambda: pu.run(dw=dw, **ui)),
             ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],

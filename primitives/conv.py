@@ -42,7 +42,7 @@ from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
 from primitives._calls import blocks_per_call
 from primitives._config import settings
-from primitives.conv_backward import backward_nest  # noqa: F401  (public names)
+from primitives.conv_backward import backward_nest
 from primitives.conv_forward import columns_product, pointwise_nest
 from primitives.conv_forward import forward_nest
 from primitives.conv_update import columns_update_product
@@ -131,6 +131,31 @@ def nchw_plan(g, dtype, vnni):
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
         return rec.finish()
     return _plans.get((g, "fwd_nchw", dtype, vnni), record)
+
+
+def stores_nchw_dx(g, dtype, backend, out_dtype):
+    """Whether the functional backward-data's plan stores dx straight into the
+    NCHW result (nchw_dx_plan): as stores_nchw, with C a multiple of bc and
+    stride 1 across (a block's pixels then neighbours in dx's rows)."""
+    return out_dtype == np.float32 and backend == "cpu" and g.C % g.bc == 0 and g.sw == 1
+
+
+def nchw_dx_plan(g, dtype, vnni):
+    """Backward-data's plan (conv_backward.backward_nest) that stores each
+    block of dx, once summed, transposed into the NCHW result `out`
+    [N,C,H,W] from its last call's epilogue; each task sums in one slot of its
+    own in dx (plan.extent["dx"] floats), as nchw_plan does for y."""
+    def record():
+        HW, bq = g.H * g.W, g.bs if g.span[1] else g.bq
+        rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
+                             spec=g.specs[1])
+        slots = {}  # task (its parallel loops' values) -> its slot
+        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
+                      tile=lambda task: slots.setdefault(task, len(slots)) * bq * g.bc,
+                      epilogue=lambda n, c, row, u0: (
+                          bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
+        return rec.finish()
+    return _plans.get((g, "bwd_nchw", dtype, vnni), record)
 
 
 def pointwise_plan(g, dtype, bp):
@@ -240,14 +265,20 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         dx = _pointwise(gt, dtype, backend, bp, dy, np.ascontiguousarray(w.reshape(g.K, g.C).T),
                         "dx")
     else:
-        # the plan writes dx's interior (every residue class, a call even where no
-        # tap reaches); the border stays unwritten and unblock_x never reads it
-        dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-        plan(g, "bwd", dtype, "bwd" in vnni).run(
-            backend=backend, dx=dxb, wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
-            dyp=block_y(dy, g, dtype, bordered=True,
-                        out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
-        dx = unblock_x(dxb, g, x.dtype, out=_results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype))
+        t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
+                 dyp=block_y(dy, g, dtype, bordered=True,
+                             out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
+        dx = _results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)
+        if stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
+            p = nchw_dx_plan(g, dtype, "bwd" in vnni)
+            p.run(backend=backend, out=dx, dx=_scratch.get("dx_tiles", (p.extent["dx"],),
+                                                           np.float32), **t)
+        else:
+            # the plan writes dx's interior (every residue class, a call even where no
+            # tap reaches); the border stays unwritten and unblock_x never reads it
+            dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
+            plan(g, "bwd", dtype, "bwd" in vnni).run(backend=backend, dx=dxb, **t)
+            unblock_x(dxb, g, x.dtype, out=dx)
     blocks = columns(g, dtype, backend)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)

@@ -5,14 +5,16 @@ from brgemm.layouts import Layout
 from primitives._calls import blocks_per_call
 
 
-def backward_nest(ex, loops, g, dtype, vnni=False):
+def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     """dx[n][c][h][w] for the input's pixels w = first + sw*u of one residue class
     (one class per call) = sum over k and the taps (r, s) with h - r = sh*p and
     w - s = sw*q of dy[n][k][p][q] @ wt[c][k][r][s]; dy is read from its
     zero-bordered copy. Only the unpadded interior of dx is written. With
     g.span[1] (conv_plans.spans_rows: stride 1, so one class) h is the first
     interior row and the class's pixels are all H x W, in blocks of bs that
-    run on across rows."""
+    run on across rows. epilogue(n, c, row, u0): the ops of a block's last
+    call (row: its interior row); tile(task): where in dx the task sums each
+    of its blocks in turn (the epilogue stores them), instead of their places."""
     dyp = Layout(N=g.N, Kb=g.Kb, Pp=g.Pp, Qp=g.Qp, bk=g.bk)  # dy at (bp, bw) in a zero border
     wt = Layout(Cb=g.Cb, Kb=g.Kb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
     dx = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
@@ -31,10 +33,12 @@ def backward_nest(ex, loops, g, dtype, vnni=False):
         ex.at(phase, task)
         per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
         for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
+            last = epilogue is not None and i + per_call >= len(taps)
             ex.gemm(bplan.Block(m, g.bc, g.bk, lda=dyp.ld("Qp"), ldb=wt.ld("bk"),
                                 ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=0.0 if i == 0 else 1.0,
                                 b_vnni=vnni),  # C's rows: pixels sw apart
                     "dyp", [dyp.at(n, k, (h - r) // g.sh + g.bp, u0 + (first - s) // g.sw + g.bw)
                             for k, r, s in taps[i:i + per_call]],
                     "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],
-                    "dx", dx.at(n, c, h, first + g.sw * u0))
+                    "dx", dx.at(n, c, h, first + g.sw * u0) if tile is None else tile(task),
+                    ops=epilogue(n, c, h - g.ph, u0) if last else ())

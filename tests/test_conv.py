@@ -130,6 +130,39 @@ def test_forward_stores_nchw(rng):
         assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
 
 
+def test_backward_stores_nchw(rng):
+    """Backward-data's plan that stores each summed block of dx into the NCHW
+    result from its epilogue, a slot per task (conv.nchw_dx_plan): random
+    sizes with C whole blocks and stride 1 across, any stride down, padding,
+    the loop orders, one call or several per block, dy a strided view."""
+    done = 0
+    while done < 4:
+        N, H, W, R, S = (int(v) for v in rng.integers(1, 12, 5))
+        stride, padding = (int(rng.integers(1, 3)), 1), tuple(int(v) for v in rng.integers(0, 2, 2))
+        if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+            continue
+        C, K = 16 * int(rng.integers(1, 4)), int(rng.integers(1, 40))
+        cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
+               "bwd": {"spec": ("NChu", "CNhu", "NCHu", "nCHu")[done],
+                       "call_kb": int(rng.choice([1, 32]))}}  # 1: a call per tap
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
+        gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+        if conv.pointwise(gt, "f32", "cpu"):
+            continue
+        assert conv.stores_nchw_dx(g, "f32", "cpu", np.float32)  # the path under test
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S} stride={stride} "
+              f"padding={padding} {cfg}")
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        dy = rng.standard_normal((N, K, g.P, 2 * g.Q)).astype(np.float32)[..., ::2]
+        dx, dw = conv.backward(dy, x, w, stride, padding, config=cfg)
+        for got, want, mag in list(zip((dx, dw), reference(x, w, dy, stride, padding)[1:],
+                                       magnitude(x, w, dy, stride, padding)[1:])):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_forward_backward(rng, backend, case, dtype):
