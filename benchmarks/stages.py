@@ -99,11 +99,16 @@ def _conv(threads):
         else:
             data = [("plan", lambda: pb.run(dyp=dyp, wt=wt, dx=dxb)),
                     ("dx", lambda: conv.unblock_x(dxb, g, np.float32, out=dx))]
+        if conv.reads_dy(g, "f32", "cpu", dy):  # the update reads dy in place
+            pd_ = conv.dy_plan(g)
+            upd = [("x", lambda: conv.block_x(x, g, "f32", out=xb)),
+                   ("upd", lambda: pd_.run(dw=dw, dyt=dy, x=xb))]
+        else:
+            upd = [("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
+                   ("upd", lambda: pu.run(dw=dw, **ui))]
         _line(name, "bwd", path, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
-            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + [
-            ("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
-            ("upd", lambda: pu.run(dw=dw, **ui)),
+            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd + [
             ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],
             lambda: conv.backward(dy, x, w, st, pd)))
 

@@ -14,12 +14,15 @@ SPAN = 256  # the flat update's reduction comes in chunks of about this many pix
 FLAT_TILE = 32  # the flat update's C blocks: at most this many rows and columns of a tile
 
 
-def update_nest(ex, loops, g, dtype):
+def update_nest(ex, loops, g, dtype, dy_nchw=False):
     """dw[j][k][c][r][s] (bk x bc) = sum over the j-th share of the (n, p) rows and
     the q-blocks of dyt[n][k][p][:, q0:] @ the tap's x rows. Splitting the
     reduction into shares j (summed afterwards) gives the threads work when
-    there are few weight tiles (1x1 layers with 64 channels have one)."""
+    there are few weight tiles (1x1 layers with 64 channels have one).
+    dy_nchw: dyt is dy [N,K,P,Q] itself (K whole blocks), its A rows P Q apart."""
     dyt = Layout(N=g.N, Kb=g.Kb, P=g.P, bk=g.bk, Q=g.Q)       # dy, pixels innermost
+    if dy_nchw:
+        dyt = Layout(N=g.N, Kb=g.Kb, bk=g.bk, P=g.P, Q=g.Q).transpose("N", "Kb", "P", "bk", "Q")
     x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     dw = Layout(J=g.splits, Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
     for phase, task, (k, c, r, s, j), calls in _row_tasks(loops, g, dtype):

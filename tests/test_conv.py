@@ -132,9 +132,10 @@ def test_forward_stores_nchw(rng):
 
 def test_backward_stores_nchw(rng):
     """Backward-data's plan that stores each summed block of dx into the NCHW
-    result from its epilogue, a slot per task (conv.nchw_dx_plan): random
-    sizes with C whole blocks and stride 1 across, any stride down, padding,
-    the loop orders, one call or several per block, dy a strided view."""
+    result from its epilogue, a slot per task (conv.nchw_dx_plan), and every
+    other case the update reading dy in place (conv.reads_dy): random sizes
+    with C whole blocks and stride 1 across, any stride down, padding, the
+    loop orders, one call or several per block, dy a strided view or not."""
     done = 0
     while done < 4:
         N, H, W, R, S = (int(v) for v in rng.integers(1, 12, 5))
@@ -142,6 +143,9 @@ def test_backward_stores_nchw(rng):
         if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
             continue
         C, K = 16 * int(rng.integers(1, 4)), int(rng.integers(1, 40))
+        in_place = done % 2  # the update reads dy in place: K whole blocks, dy contiguous
+        if in_place:
+            K = 16 * int(rng.integers(1, 3))
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
                "bwd": {"spec": ("NChu", "CNhu", "NCHu", "nCHu")[done],
                        "call_kb": int(rng.choice([1, 32]))}}  # 1: a call per tap
@@ -156,6 +160,9 @@ def test_backward_stores_nchw(rng):
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         dy = rng.standard_normal((N, K, g.P, 2 * g.Q)).astype(np.float32)[..., ::2]
+        if in_place:
+            dy = np.ascontiguousarray(dy)
+            assert conv.reads_dy(g, "f32", "cpu", dy) == (conv.update_form(g) == "rows")
         dx, dw = conv.backward(dy, x, w, stride, padding, config=cfg)
         for got, want, mag in list(zip((dx, dw), reference(x, w, dy, stride, padding)[1:],
                                        magnitude(x, w, dy, stride, padding)[1:])):
