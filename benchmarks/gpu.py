@@ -10,6 +10,7 @@ replays. Layout conversions are not timed (ours reads blocked layouts, as
 the layer classes keep them). GEMM checks its result against torch first.
 """
 import argparse
+import contextlib
 import statistics
 
 import numpy as np
@@ -17,34 +18,72 @@ import torch
 import torch.nn.functional as F
 
 import brgemm
+import brgemm.backend.cuda
 from benchmarks.common import read_shapes
-from brgemm.machine import (cuda_has_tensor_cores, cuda_launch_settings, cuda_launches,
+from brgemm.machine import (cuda_has_tensor_cores, cuda_launches,
                             cuda_max_clusters, device_name, unavailable_reason)
 from primitives import conv, fc, gemm, lstm
 
 
-def graph_time(fn, reps):
-    """Milliseconds per call of fn replayed from a CUDA graph (median of 5 batches)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    times = []
-    for _ in range(5):
+class Graph:
+    """fn() captured `inner` times over in one CUDA graph (after two warm-up
+    calls on a side stream); batch(outer) replays it `outer` times between
+    two CUDA events and gives milliseconds per call of fn. inner 1 is a graph
+    launch per call, which the host may not issue as fast as the GPU runs a
+    few-microsecond kernel; inner > 1 runs the calls back to back on the GPU."""
+
+    def __init__(self, fn, inner):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph, self.inner = torch.cuda.CUDAGraph(), inner
+        with torch.cuda.graph(self.graph):
+            for _ in range(inner):
+                fn()
+        self.graph.replay()
+
+    def batch(self, outer):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(reps):
-            graph.replay()
+        for _ in range(outer):
+            self.graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
+        return start.elapsed_time(end) / (outer * self.inner)
+
+
+def spread(times):
+    """(max - min) / median of repeated timings."""
+    return (max(times) - min(times)) / statistics.median(times)
+
+
+def graph_time(fn, reps, inner=1, batches=9):
+    """Milliseconds per call of fn from a CUDA graph: the median of `batches`
+    batches of `reps` replays, and the batches' spread."""
+    g = Graph(fn, inner)
+    times = [g.batch(reps) for _ in range(batches)]
+    return statistics.median(times), spread(times)
+
+
+# the two ways of timing a pass: (graph calls per replay, replays per batch)
+MODES = {"replay": (1, 40), "in-graph": (20, 4)}
+
+
+def paired_time(ours_fn, theirs_fn, mode, rounds=9):
+    """Ours and theirs in alternating batches (clock and neighbour drift hit
+    both alike): the medians of their per-call times, their spreads, and the
+    median of the rounds' ratios (theirs / ours)."""
+    inner, outer = MODES[mode]
+    graphs = Graph(ours_fn, inner), Graph(theirs_fn, inner)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(graphs[0].batch(outer))
+        theirs.append(graphs[1].batch(outer))
+    ratio = statistics.median(t / o for o, t in zip(ours, theirs))
+    return statistics.median(ours), statistics.median(theirs), spread(ours), spread(theirs), ratio
 
 
 def plan_tensors(plan):
@@ -64,19 +103,28 @@ def tflops(flops, ms):
     return flops / ms / 1e9
 
 
-def row(name, flops, ours, theirs, spread, what):
+def row(name, flops, ours, theirs, spread, what, ratio=None):
+    ratio = theirs / ours if ratio is None else ratio
     print(f"{name:<26}{tflops(flops, ours):>9.1f}{tflops(flops, theirs):>9.1f}"
-          f"{theirs / ours:>9.2f}{ours * 1e3:>10.1f}{theirs * 1e3:>10.1f}{spread:>8.2f}  {what}")
+          f"{ratio:>9.2f}{ours * 1e3:>10.1f}{theirs * 1e3:>10.1f}{spread:>8.2f}  {what}")
 
 
 HEAD = (f"{'shape':<26}{'ours TF':>9}{'torch TF':>9}{'ratio':>9}{'ours us':>10}{'torch us':>10}"
         f"{'spread':>8}  torch side")
 
 
+def paired_row(name, flops, ours_fn, theirs_fn, mode, what):
+    """One row timed by paired_time; spread: ours' / torch's."""
+    ours, theirs, s_ours, s_theirs, ratio = paired_time(ours_fn, theirs_fn, mode)
+    row(name, flops, ours, theirs, s_ours, f"{what}; spread torch {s_theirs:.2f}", ratio)
+    return ratio
+
+
 def run_gemm(quick, dtypes):
     """GEMM-shaped plans: C = A @ B as 128 x 128 blocks (bf16 also 128 x 256),
     the whole K in one call."""
-    print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype)")
+    print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype); "
+          "9 alternating rounds of 40 graph replays, medians")
     print(HEAD)
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] if not quick else [(4096, 4096, 4096)]
     for dtype, (M, N, K), bn in [(d, s, bn) for d in dtypes for s in shapes
@@ -92,29 +140,59 @@ def run_gemm(quick, dtypes):
         ref = torch.matmul(A.float(), B.float())
         err = ((C - ref).abs().max() / ref.abs().max()).item()
         assert err < 1e-4, f"gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}"
-        reps = 20 if M <= 4096 else 5
-        ours, spread = graph_time(replay(p, dict(A=A, B=B, C=C)), reps)
-        theirs, _ = graph_time(lambda: torch.matmul(A, B), reps)
-        row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours, theirs, spread,
-            f"torch.matmul; ours blocks 128 x {bn}; launch {cuda_launches(p)}")
+        paired_row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, replay(p, dict(A=A, B=B, C=C)),
+                   lambda: torch.matmul(A, B), "replay",
+                   f"torch.matmul; ours blocks 128 x {bn}; launch {cuda_launches(p)}")
 
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
              (128, 128, 256)]
+# launches timed on the library's blocks of each bf16 pass besides its default:
+# the launch before the small-problem path, no block shape in the launch
+# argument, and the small-problem path forced to (tile rows, columns, cluster, entry)
+VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False})] + [
+    (f"{tm}x{tn} c{size} {entry}", {"split_tiles": (tm, tn, size, entry)})
+    for tm, tn, size, entry in ((64, 64, 1, "tc"), (64, 64, 1, "tc_small"), (64, 64, 2, "tc_small"),
+                                (64, 64, 4, "tc_small"), (64, 64, 2, "tc_split"),
+                                (64, 128, 1, "tc"), (64, 128, 2, "tc_small"),
+                                (128, 64, 1, "tc"), (128, 64, 2, "tc_split"),
+                                (128, 128, 2, "tc_split"))]
 
 
-def timed_with(fn, **settings):
-    """fn() with the CUDA backend's launch settings changed for its duration."""
-    with cuda_launch_settings(**settings):
-        return fn()
+def launch_text(p):
+    """The phases' launches: tasks, entry, cluster, parts, tile."""
+    tables = p.replay("cuda").tables
+    return "; ".join(f"{tasks} tasks {ln.entry} c{ln.cluster} x{ln.parts} {ln.tile[0]}x{ln.tile[1]}"
+                     for (tasks, _, _), ln in zip(cuda_launches(p), tables.launch_details(True)))
+
+
+@contextlib.contextmanager
+def knobs(**settings):
+    """The CUDA backend's launch knobs (brgemm.backend.cuda) set for a block."""
+    cuda = brgemm.backend.cuda
+    old = {k: getattr(cuda, k) for k in settings}
+    for k, v in settings.items():
+        setattr(cuda, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(cuda, k, v)
+
+
+def in_graph(fn):
+    inner, outer = MODES["in-graph"]
+    return graph_time(fn, outer, inner, batches=5)[0]
 
 
 def run_fc(quick, dtypes):
-    print(f"\nFC layers (blocked layouts, fc.toml's \"cuda\" tables), best of blocks {FC_BLOCKS} "
-          "per shape and pass; bf16 also without 128 x 256 tiles (no wide), without "
-          "splitting reductions over clusters (no split), and with 64-row tiles always on the "
-          "two-blocks-per-SM entry point (2/SM) or never (1/SM)")
+    """Per shape and pass: the library's own blocks (fc.toml's "cuda" tables,
+    what fc.Linear on "cuda" takes) against torch, timed both ways; then the
+    best of FC_BLOCKS (benchmark-side tuning, shown for comparison) and, for
+    bf16, the other launches of the library's blocks."""
+    print(f"\nFC layers (blocked layouts), the library's blocks (fc.toml \"cuda\"); ratio: median "
+          "of 9 alternating rounds; replay: a graph launch per call; in-graph: 20 calls per graph")
     print(HEAD)
     shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
     for dtype in dtypes:
@@ -126,29 +204,36 @@ def run_fc(quick, dtypes):
                          "upd": lambda: dy.t() @ x}
             theirs_name = {"fwd": "F.linear", "bwd": "dy @ w", "upd": "dy.t() @ x"}
             for pass_ in ("fwd", "bwd", "upd"):
-                best, tried = None, []
+                g = fc.geometry(N, C, K, path="cuda")
+                p = fc.plan(g, pass_, dtype)
+                ours = replay(p, plan_tensors(p))
+                flops, label = 2 * N * C * K, f"{name} {pass_} {dtype}"
+                what = f"{theirs_name[pass_]}; blocks {(g.bn, g.bc, g.bk)}; {launch_text(p)}"
+                for mode in MODES:
+                    paired_row(f"{label} {mode[:2]}", flops, ours, theirs_fn[pass_], mode, what)
+                tried = []
                 for blocks in FC_BLOCKS[:3] if dtype == "f32" else FC_BLOCKS:
-                    g = fc.geometry(N, C, K, blocks=blocks, path="cuda")
-                    p = fc.plan(g, pass_, dtype)
-                    tensors = plan_tensors(p)
-                    t, spread = graph_time(replay(p, tensors), 20)
-                    tried.append(f"{blocks[0]},{blocks[1]},{blocks[2]}:{t * 1e3:.1f}")
-                    if best is None or t < best[0]:
-                        best = (t, spread, blocks, p, tensors)
-                theirs, _ = graph_time(theirs_fn[pass_], 20)
-                t, spread, blocks, p, tensors = best
-                extra = ""
+                    q = fc.plan(fc.geometry(N, C, K, blocks=blocks, path="cuda"), pass_, dtype)
+                    tried.append((in_graph(replay(q, plan_tensors(q))) * 1e3, blocks))
+                theirs = in_graph(theirs_fn[pass_]) * 1e3
+                best = min(tried)
+                print(f"  best blocks {best[1]}: {best[0]:.1f} us, torch {theirs:.1f} us, "
+                      f"{theirs / best[0]:.2f}; tried " + " ".join(
+                          f"{b[0]},{b[1]},{b[2]}:{t:.1f}" for t, b in tried))
                 if dtype == "bf16":
-                    shape = cuda_launches(p)
-                    narrow, off, small, large = (
-                        timed_with(lambda: graph_time(replay(p, tensors), 20)[0], **kw) * 1e3
-                        for kw in ({"wide_tiles": False}, {"max_cluster": 1},
-                                   {"small_tiles": True}, {"small_tiles": False}))
-                    extra = (f"; launch {shape}; no wide {narrow:.1f} us, no split {off:.1f} "
-                             f"us, 2/SM {small:.1f} us, 1/SM {large:.1f} us; "
-                             f"tried {' '.join(tried)}")
-                row(f"{name} {pass_} {dtype}", 2 * N * C * K, t, theirs, spread,
-                    f"{theirs_name[pass_]}; ours blocks {blocks}{extra}")
+                    times = []
+                    for vname, kw in VARIANTS:
+                        with knobs(**kw):
+                            shape = launch_text(p)
+                            if vname[0].isdigit() and shape == launch_text_default(p):
+                                continue  # the small path does not apply
+                            times.append(f"{vname} [{shape}] {in_graph(ours) * 1e3:.1f}")
+                    print("  launches (in-graph us): " + "; ".join(times))
+
+
+def launch_text_default(p):
+    with knobs(split_tiles=False):
+        return launch_text(p)
 
 
 # forward for the GPU: every loop parallel (a task per output row block), one

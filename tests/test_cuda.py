@@ -99,6 +99,7 @@ def test_split_reductions_over_clusters(rng, monkeypatch, cluster):
     monkeypatch.setattr(cuda, "_entry_and_cluster", lambda phase, allow_tc:
                         (chosen(phase, allow_tc)[0], cluster))
     monkeypatch.setattr(cuda, "small_tiles", [None, True, False][rng.integers(3)])
+    monkeypatch.setattr(cuda, "split_tiles", False)  # its own launch: test_small_problem_path
     bm = int(rng.choice([64, 128]))
     M = int(rng.integers(1, bm + 1)) + bm * int(rng.integers(0, 2))
     N = int(rng.integers(1, 17)) * 8
@@ -236,6 +237,7 @@ def test_wide_tiles_fc(rng, monkeypatch, pass_):
     if not cuda.has_tensor_cores():
         pytest.skip("this GPU has no wgmma path (sm_90a)")
     monkeypatch.setattr(cuda, "max_cluster", 1)
+    monkeypatch.setattr(cuda, "split_tiles", False)  # few blocks: the small-problem path's
     blocks = (128, 128, int(rng.choice([192, 256])))
     N, C, K = (b * int(rng.integers(1, 4)) for b in blocks)
     print(f"N={N} C={C} K={K} blocks {blocks}")
@@ -272,6 +274,69 @@ def test_wide_tiles_fc(rng, monkeypatch, pass_):
     if pass_ == "fwd":
         np.testing.assert_array_equal(y16.float().cpu().numpy(),
                                       torch.from_numpy(got).bfloat16().float().numpy())
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_small_problem_path(rng, monkeypatch, trial):
+    """FC passes of few output blocks on the small-problem path, its choice or
+    forced (tiles up to 128 x 128 dealt out over several clusters per task,
+    k-steps split within a cluster, the block shape in the launch argument or
+    not): the forward with bias, ReLU and a bf16 copy, the backward and the
+    update, against float64, bit for bit the same on a second run."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    tm, tn = (int(rng.choice([64, 128])) for _ in range(2))
+    size = int(rng.choice([1, 2, 3, 4]))
+    entry = "tc_small" if tm == 64 and rng.integers(2) else ("tc_split" if size > 1 else "tc")
+    forced = (tm, tn, size, entry) if trial % 4 else None
+    monkeypatch.setattr(cuda, "split_tiles", forced)
+    monkeypatch.setattr(cuda, "uniform_args", bool(trial % 3))
+    pass_ = ("fwd", "bwd", "upd")[trial % 3]
+    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
+    N, C, K = (b * int(rng.integers(1, 4)) for b in blocks)
+    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} forced {forced} "
+          f"uniform {cuda.uniform_args}")
+    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
+                    blocks=blocks, path="cuda")
+    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
+    p = fc.plan(g, pass_, "bf16", **ops)
+    layouts = {"x": (g.Nb, g.Cb, g.bn, g.bc), "w": (g.Kb, g.Cb, g.bc, g.bk),
+               "dy": (g.Nb, g.Kb, g.bn, g.bk), "wt": (g.Cb, g.Kb, g.bk, g.bc),
+               "xt": (g.Cb, g.Nb, g.bc, g.bn), "b": (g.Kb * g.bk,)}
+    ins = {name: torch.randn(layouts[name], device="cuda") for name in p.tensors
+           if name not in p.written}
+    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    outs = []
+    for _ in range(2):
+        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
+               for name in p.written}
+        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        p.run(backend="cuda", **ins, **out)
+        outs.append(out)
+    torch.cuda.synchronize()
+    shape = p._replays["cuda"].tables.launch_details(True)
+    print(shape)
+    assert len(shape) == 1
+    if forced is not None:
+        assert shape[0].tile == (tm, tn) and shape[0].cluster == size
+    d = {name: t.double().cpu().numpy() for name, t in ins.items()}
+    eq, a, b, out = {"fwd": ("ncij,kcjl->nkil", "x", "w", "y"),
+                     "bwd": ("nkij,ckjl->ncil", "dy", "wt", "dx"),
+                     "upd": ("cnij,nkjl->kcil", "xt", "dy", "dw")}[pass_]
+    ref = np.einsum(eq, d[a], d[b])
+    mag = np.einsum(eq, np.abs(d[a]), np.abs(d[b]))
+    if pass_ == "fwd":
+        ref = np.maximum(ref + d["b"].reshape(g.Kb, 1, g.bk), 0)
+    got = outs[0][out].cpu().numpy().reshape(ref.shape)
+    tol = 1e-5 * mag + 2.0 ** -23 * np.abs(ref) + 1e-30
+    print(f"worst err/tol {np.max(np.abs(got - ref) / tol):.3f}")
+    assert np.all(np.abs(got - ref) <= tol)
+    for name in p.written:
+        np.testing.assert_array_equal(outs[1][name].float().cpu().numpy(),
+                                      outs[0][name].float().cpu().numpy())
+    if pass_ == "fwd":
+        np.testing.assert_array_equal(outs[0]["y16"].float().cpu().numpy(),
+                                      outs[0]["y"].bfloat16().float().cpu().numpy())
 
 
 def test_misaligned_tensors_take_the_generic_path(rng):

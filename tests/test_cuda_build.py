@@ -2,6 +2,8 @@
 without a usable GPU the backend is absent with a reason."""
 import shutil
 
+import numpy as np
+
 import pytest
 
 import brgemm
@@ -39,3 +41,49 @@ def test_absent_gpu_is_named():
         resolve("cuda")
     with pytest.raises(BackendUnavailable, match="^backend: 'cuda'"):
         brgemm.Kernel(4, 4, 4, backend="cuda")
+
+
+class StandInGPU:
+    """What the launch choice reads of the device: an H200's 132 SMs; the
+    clusters it holds at once as the backend's entry points fit (one block per
+    SM, two on the 64-row entry)."""
+    has_tc, sm_count = True, 132
+
+    def max_clusters(self, entry, size):
+        return (264 if entry == "tc_small" else 132) // size
+
+
+def launches_of(monkeypatch, p):
+    from brgemm.backend import cuda
+    monkeypatch.setattr(cuda, "device", StandInGPU)
+    paths = np.ones(len(p.calls), np.uint8)  # every call on the tensor cores (PATH_TC)
+    phases = cuda._phase_shapes(p.blocks, p.calls, paths, p.task_begin, p.phase_begin, 1, 2)
+    return [cuda._launch_shape(ph, True) for ph in phases]
+
+
+def test_small_problem_launch_choice(monkeypatch):
+    """Runs anywhere (no GPU needed): a phase of few one-call tasks spreads
+    over more blocks (tiles dealt out, k-steps split), about one round of
+    blocks on the SMs; forced, the tiles and cluster are as asked; phases that
+    fill the GPU launch as before."""
+    from brgemm.backend import cuda
+    from primitives import fc, gemm
+    # bert_attn_out forward, blocks (64, 64, 128): 24 tasks of 64 x 128, 12 k-steps
+    p = fc.plan(fc.geometry(256, 768, 768, blocks=(64, 64, 128), path="cuda"), "fwd", "bf16")
+    (ln,) = launches_of(monkeypatch, p)
+    print(ln)
+    assert 24 < 24 * ln.parts * ln.cluster <= 2 * 132 and ln.entry in ("tc_small", "tc_split")
+    monkeypatch.setattr(cuda, "split_tiles", (64, 64, 3, "tc_small"))
+    assert launches_of(monkeypatch, p) == [("tc_small", 3, 2, (64, 64))]
+    monkeypatch.setattr(cuda, "split_tiles", None)
+    monkeypatch.setattr(cuda, "max_cluster", 1)  # no split: the tiles alone spread
+    (ln,) = launches_of(monkeypatch, p)
+    assert ln.cluster == 1 and ln.parts == 2 and ln.tile == (64, 64) and ln.entry == "tc"
+    monkeypatch.setattr(cuda, "max_cluster", 8)
+    # a 4096^3 GEMM on 128 x 256 blocks (512 tasks) and square_4k's update (1024)
+    cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": 256, "bk": 64, "kc": 4096}}
+    (ln,) = launches_of(monkeypatch, gemm.plan(4096, 4096, 4096, "bf16", cfg))
+    assert ln == ("tc_wide", 1, 1, (128, 128))
+    (ln,) = launches_of(monkeypatch, fc.plan(fc.geometry(256, 4096, 4096, blocks=(128, 128, 128),
+                                                         path="cuda"), "upd", "bf16"))
+    assert ln == ("tc", 1, 1, (128, 128))

@@ -21,6 +21,7 @@ else on the legacy default stream; device-tensor runs do not wait for the GPU.
 
 Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0.
 """
+import collections
 import ctypes
 
 import numpy as np
@@ -73,6 +74,7 @@ class _Tables:
             d.alpha, d.beta = b.alpha, b.beta
             d.b_vnni = int(getattr(b, "b_vnni", False))
         paths = _call_paths(blocks, calls, a_offs, b_offs, ops)
+        self._desc = desc
         self._bufs = {
             "blocks": _upload(np.frombuffer(ffi.buffer(desc), np.uint8)),
             "calls": _upload(_nonempty(calls, _CALL_DTYPE)),
@@ -85,18 +87,22 @@ class _Tables:
         self.phase_begin = [int(p) for p in phase_begin]
         self.phases = _phase_shapes(blocks, calls, paths, task_begin, self.phase_begin,
                                     dev.cu.BRGEMM_CUDA_PATH_TC, dev.cu.BRGEMM_CUDA_PATH_MEM_OPS)
-        self._launches = {}  # (allow_tc, settings) -> [(entry, cluster)] per phase
+        self._launches = {}  # (allow_tc, settings) -> [Launch] per phase
         self.args = ffi.new("brgemm_cuda_phase_args *")
         for name, buf in self._bufs.items():
             setattr(self.args, name, buf.address)
         self.params = ffi.new("void *[1]", [self.args])
 
-    def launches(self, allow_tc):
-        """(entry point, cluster size) of every phase, as the settings say now."""
-        key = (allow_tc, max_cluster, small_tiles, wide_tiles)
+    def launch_details(self, allow_tc):
+        """How every phase launches (a Launch each), as the settings say now."""
+        key = (allow_tc, max_cluster, small_tiles, wide_tiles, split_tiles, uniform_args)
         if key not in self._launches:
             self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
         return self._launches[key]
+
+    def launches(self, allow_tc):
+        """(entry point, cluster size) of every phase, as the settings say now."""
+        return [(ln.entry, ln.cluster) for ln in self.launch_details(allow_tc)]
 
     def run(self, addresses, s):
         """Launch every phase on tensors at these device addresses, in order, on stream s."""
@@ -110,13 +116,18 @@ class _Tables:
             self.args.tensors[i] = a
         allow_tc = all(a % 16 == 0 for a in addresses)
         self.args.allow_tc = int(allow_tc)
-        for p, (entry, cluster) in enumerate(self.launches(allow_tc)):
+        for p, ln in enumerate(self.launch_details(allow_tc)):
             n_tasks = self.phase_begin[p + 1] - self.phase_begin[p]
             if n_tasks == 0:
                 continue
-            self.args.task0 = self.phase_begin[p]
+            a = self.args
+            a.task0, a.parts, a.tile_m, a.tile_n = self.phase_begin[p], ln.parts, *ln.tile
+            kernel = self.phases[p]["kernel"]
+            a.uniform = int(kernel is not None and uniform_args)
+            if a.uniform:
+                a.block = self._desc[kernel]
             try:
-                dev.launch(entry, n_tasks * cluster, cluster, self.params, s)
+                dev.launch(ln.entry, n_tasks * ln.parts * ln.cluster, ln.cluster, self.params, s)
             except Exception as e:
                 raise type(e)(f"phase {p}: {e}") from None
             launches += 1
@@ -132,16 +143,30 @@ small_tiles = None
 # where their reductions are not split (False: 128 x 128 tiles, as before)
 wide_tiles = True
 
+# Phases whose one-call tasks leave SMs idle on tiles of up to 128 x 128 deal
+# each task's tiles out over several blocks, on smaller tiles where that uses
+# more SMs (the "small-problem path"): None where the phase leaves SMs idle,
+# False never; or (tile rows, tile columns, cluster size, entry) forced for
+# every phase that qualifies (benchmarks/gpu.py compares them).
+split_tiles = None
+# a phase whose tasks are one call each of one kernel shape passes that shape
+# in the launch argument (the kernel skips two dependent table reads)
+uniform_args = True
+
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
 _TILE_STEPS, _SPLIT_STEPS = 3, 1
+# a k-step of each tile in k-steps of 128 x 128: by the bytes it copies
+_TILE_WEIGHT = {(128, 128): 1.0, (128, 64): 0.75, (64, 128): 0.75, (64, 64): 0.5}
 
 
 def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit):
     """What the launch choice needs of each phase: its task count, whether it
     has tensor-core calls, whether all of them are (and none has memory ops),
     whether their tiles are all 64 rows, whether some would fill 128 x 256
-    tiles, and its heaviest task's k-steps and tiles (of up to 128 x 128)."""
+    tiles, its heaviest task's k-steps and tiles (of up to 128 x 128), and
+    where task t is call t alone and every call has one kernel shape, that
+    shape's index and its m and n (kernel: None otherwise)."""
     task_begin = np.asarray(task_begin, np.int64)
     if len(calls):
         m = np.array([b.m for b in blocks], np.int64)[calls["kernel"]]
@@ -166,7 +191,13 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
             v = sums[name][task_begin[t0:t1 + 1]]
             return int(np.max(np.diff(v))) if t1 > t0 else 0
         n_calls = int(c1 - c0)
-        out.append(dict(tasks=int(t1 - t0), tc=bool(sums["tc"][c1] > sums["tc"][c0]),
+        kernel = None
+        if t1 > t0 and np.array_equal(task_begin[t0:t1 + 1], np.arange(t0, t1 + 1)):
+            ks = calls["kernel"][c0:c1]
+            kernel = int(ks[0]) if np.all(ks == ks[0]) else None
+        out.append(dict(kernel=kernel, m=int(m[c0]) if kernel is not None else 0,
+                        n=int(n[c0]) if kernel is not None else 0,
+                        tasks=int(t1 - t0), tc=bool(sums["tc"][c1] > sums["tc"][c0]),
                         all_tc=bool(sums["plain"][c1] - sums["plain"][c0] == n_calls),
                         wide=bool(sums["wide"][c1] > sums["wide"][c0]),
                         broad=bool(sums["broad"][c1] > sums["broad"][c0]),
@@ -174,10 +205,59 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
     return out
 
 
+class Launch(collections.namedtuple("Launch", "entry cluster parts tile")):
+    """How one phase launches: the entry point, the blocks of a cluster
+    (sharing each tile's k-steps), the clusters per task (sharing its tiles)
+    and the most rows and columns of a tile."""
+
+
 def _launch_shape(phase, allow_tc):
-    """(entry point, cluster size) of one phase."""
+    """The Launch of one phase."""
+    small = _small_path(phase, allow_tc)
+    if small is not None:
+        return small
     entry, size = _entry_and_cluster(phase, allow_tc)
-    return ("tc_split" if entry == "tc" and size > 1 else entry), size
+    return Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
+
+
+def _small_path(phase, allow_tc):
+    """The small-problem path's Launch of a phase, or None where it does not
+    apply: one-call tasks of one kernel shape, all on the tensor cores, whose
+    tiles (up to 128 x 128) number fewer than the SMs. Each task's block is
+    cut into tiles of 128 x 128 down to 64 x 64, one cluster per tile, its
+    k-steps split within the cluster: the tile and cluster size of least cost
+    by the split cost model, a k-step of a smaller tile weighing less."""
+    dev = device()
+    if split_tiles is False or phase["kernel"] is None or not (
+            phase["all_tc"] and dev.has_tc and allow_tc):
+        return None
+    if phase["tasks"] * phase["tiles"] >= dev.sm_count:
+        return None
+    m, n, steps = phase["m"], phase["n"], phase["steps"] // phase["tiles"]
+
+    def parts(tile):
+        return -(-m // tile[0]) * -(-n // tile[1])
+    if split_tiles is not None:  # forced
+        tm, tn, size, entry = split_tiles
+        return Launch(entry if size > 1 or entry != "tc_split" else "tc", size, parts((tm, tn)),
+                      (tm, tn))
+    # the tiles the kernel would take under each cap (a block of 64 rows or
+    # columns fills 64 whatever the cap), and the cheapest tile and cluster size
+    tiles = sorted({(tm if m > 64 else 64, tn if n > 64 else 64) for tm in (128, 64)
+                    for tn in (128, 64)})
+    best = None
+    for tile in tiles:
+        blocks = phase["tasks"] * parts(tile)
+        for size in range(1, max(max_cluster, 1) + 1):
+            entry = "tc" if size == 1 else "tc_small" if tile[0] == 64 else "tc_split"
+            if size > 1 and blocks > dev.max_clusters(entry, size):
+                continue
+            cost = -(-blocks * size // dev.sm_count) * (
+                -(-steps // size) * _TILE_WEIGHT[tile] + _TILE_STEPS + (size > 1) * _SPLIT_STEPS)
+            key = (cost, -tile[0] * tile[1], size)
+            if best is None or key < best[0]:
+                best = key, Launch(entry, size, parts(tile), tile)
+    return best[1]
 
 
 def _entry_and_cluster(phase, allow_tc):

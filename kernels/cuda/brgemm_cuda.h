@@ -3,7 +3,7 @@
  * A recorded plan (kernels/cpu/brgemm_cpu.h: brgemm_plan_call, brgemm_plan_op,
  * task and phase tables, A/B offsets in BYTES) goes to the device as it is;
  * this header adds the per-kernel shapes and the launch argument. One launch
- * runs the tasks task0 .. task0 + gridDim.x - 1 of one phase, a thread block
+ * runs the tasks task0 .. of one phase, `parts` thread blocks (or clusters)
  * per task.
  *
  * This header is also the cffi cdef of brgemm/backend/cuda.py (ABI mode): its
@@ -46,7 +46,14 @@ typedef struct {
   int64_t task0;           /* the first task of this launch */
   int32_t allow_tc;        /* 0: every tensor-core call takes the generic path
                               (a tensor address is not 16-byte aligned) */
+  int32_t parts;           /* blocks (or clusters) per task: part p of a task
+                              computes its calls' tiles p, p + parts, ... (1: all) */
+  int32_t tile_m, tile_n;  /* the most rows and columns of a tensor-core tile
+                              up to 128 x 128 (64 or 128) */
+  int32_t uniform;         /* 1: task t is call t alone and its kernel is `block`
+                              (the tables' task range and block are not read) */
   int32_t pad;
+  brgemm_cuda_block block;
 } brgemm_cuda_phase_args;
 
 #endif

@@ -1,11 +1,14 @@
 /* One phase of a recorded plan on an NVIDIA GPU: a grouped batch-reduce GEMM.
  *
- * Thread block cluster b runs task (task0 + b) of the phase: its kernel calls
- * in recorded order, each C block += alpha * sum_i A_i @ B_i (beta * C
+ * Thread block cluster b runs task (task0 + b / parts) of the phase: its kernel
+ * calls in recorded order, each C block += alpha * sum_i A_i @ B_i (beta * C
  * first), each followed by its epilogue ops; exactly the CPU executor's
  * contract (kernels/cpu/plan.c). Tasks of one phase write disjoint elements,
  * so clusters never talk to each other; the calls of one task are ordered by
- * barriers. A cluster is one block unless the host split the phase's
+ * barriers. With parts > 1 (one-call tasks whose tiles would leave SMs idle)
+ * the task's tiles are dealt out over `parts` clusters, each taking tiles
+ * b % parts, b % parts + parts, ... A cluster is one block unless the host
+ * split the phase's
  * reductions (few tasks, long reductions: SMs would idle): then each block of
  * the cluster takes a contiguous share of every tensor-core tile's k-steps and
  * the partial tiles are summed through distributed shared memory, always in
@@ -159,7 +162,9 @@ __device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, floa
 /* call ci of the plan as the tile code reads it */
 __device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, int64_t ci) {
   const brgemm_plan_call* call = &((const brgemm_plan_call*)args.calls)[ci];
-  const brgemm_cuda_block* kd = &((const brgemm_cuda_block*)args.blocks)[call->kernel];
+  /* a uniform phase's block is in the launch argument: one dependent load fewer */
+  const brgemm_cuda_block* kd =
+      args.uniform ? &args.block : &((const brgemm_cuda_block*)args.blocks)[call->kernel];
   const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
   Call c;
   c.kd = kd;
@@ -174,6 +179,14 @@ __device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, in
   c.reg_ops = !(((const uint8_t*)args.call_path)[ci] & BRGEMM_CUDA_PATH_MEM_OPS);
   c.tensors = args.tensors;
   return c;
+}
+
+/* this block's part of a task: tiles part, part + parts, ... of each call in
+ * row-major order. Read again where used, from the launch argument and the
+ * block index: a register held across the tiles spills in the 128-register
+ * entry point */
+__device__ __forceinline__ int task_part(const brgemm_cuda_phase_args& args, uint32_t nranks) {
+  return (int)(blockIdx.x / nranks % args.parts);
 }
 
 /* ------------------------------------------------------------ generic path */
@@ -508,13 +521,16 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
 }
 
 template <int BM, int BN, int BUDGET, bool SPLIT>
-__device__ __forceinline__ void tc_call(const Call& c, unsigned char* smem, uint32_t rank,
-                                        uint32_t nranks) {
+__device__ __forceinline__ void tc_call(const brgemm_cuda_phase_args& args, const Call& c,
+                                        unsigned char* smem, uint32_t rank, uint32_t nranks) {
   constexpr int NS = stages_for<BM, BN>(BUDGET, BUDGET == STAGE_BUDGET_SMALL ? 4 : 12);
   static_assert(NS >= 3 && NS * Stage<BM, BN>::BYTES <= BUDGET, "the stages fit the budget");
-  for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
-    for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN)
-      tc_tile<BM, BN, NS, SPLIT>(c, i0, j0, smem, rank, nranks);
+  const int tiles = (int)((c.kd->m + BM - 1) / BM * ((c.kd->n + BN - 1) / BN));
+  for (int t = task_part(args, nranks); t < tiles; t += args.parts) {
+    const int cols = (int)((c.kd->n + BN - 1) / BN);
+    tc_tile<BM, BN, NS, SPLIT>(c, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN, smem, rank,
+                               nranks);
+  }
 }
 #endif
 
@@ -556,31 +572,37 @@ template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int64_t task,
                                          unsigned char* smem, uint32_t rank, uint32_t nranks) {
   const int64_t* task_begin = (const int64_t*)args.task_begin;
-  for (int64_t ci = task_begin[task]; ci < task_begin[task + 1]; ++ci) {
+  const int64_t first = args.uniform ? task : task_begin[task];
+  const int64_t end = args.uniform ? task + 1 : task_begin[task + 1];
+  for (int64_t ci = first; ci < end; ++ci) {
     const Call c = make_call(args, ci);
     const brgemm_cuda_block* kd = c.kd;
     bool done = false;
 #if BRGEMM_TC
     const uint8_t path = ((const uint8_t*)args.call_path)[ci];
     if (E != ENTRY_GENERIC && (path & BRGEMM_CUDA_PATH_TC) && args.allow_tc) {
+      /* tiles up to 128 x 128 as large as the block and the launch's caps allow */
+      const bool rows128 = kd->m > 64 && args.tile_m > 64, cols128 = kd->n > 64 && args.tile_n > 64;
       if (E == ENTRY_TC_WIDE) {  /* every call on 128 x 256 tiles (the host checks some fill them) */
-        tc_call<128, 256, STAGE_BUDGET_WIDE, false>(c, smem, rank, nranks);
+        tc_call<128, 256, STAGE_BUDGET_WIDE, false>(args, c, smem, rank, nranks);
       } else if (E == ENTRY_TC_SMALL) {
-        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(c, smem, rank, nranks);
-      } else if (kd->m > 64) {
-        if (kd->n > 64) tc_call<128, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
-        else tc_call<128, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        if (cols128) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(args, c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(args, c, smem, rank, nranks);
+      } else if (rows128) {
+        if (cols128) tc_call<128, 128, STAGE_BUDGET, SPLIT>(args, c, smem, rank, nranks);
+        else tc_call<128, 64, STAGE_BUDGET, SPLIT>(args, c, smem, rank, nranks);
       } else {
-        if (kd->n > 64) tc_call<64, 128, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
-        else tc_call<64, 64, STAGE_BUDGET, SPLIT>(c, smem, rank, nranks);
+        if (cols128) tc_call<64, 128, STAGE_BUDGET, SPLIT>(args, c, smem, rank, nranks);
+        else tc_call<64, 64, STAGE_BUDGET, SPLIT>(args, c, smem, rank, nranks);
       }
       done = true;
     }
 #endif
-    if (!done && rank == 0)  /* the other ranks of a cluster have no share here */
-      for (int64_t i0 = 0; i0 < kd->m; i0 += GT)
-        for (int64_t j0 = 0; j0 < kd->n; j0 += GT) generic_tile(c, i0, j0, smem);
+    if (!done && rank == 0) {  /* the other ranks of a cluster have no share here */
+      const int64_t cols = (kd->n + GT - 1) / GT, tiles = (kd->m + GT - 1) / GT * cols;
+      for (int64_t t = task_part(args, nranks); t < tiles; t += args.parts)
+        generic_tile(c, t / cols * GT, t % cols * GT, smem);
+    }
     __syncthreads();  /* C is stored before its ops or the next call read it */
     if (!c.reg_ops && rank == 0) {
       float* c32 = (float*)c.C;
@@ -591,19 +613,22 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
       }
     }
 #if BRGEMM_TC
-    if (SPLIT && nranks > 1) cluster_sync();  /* ... on every rank of the cluster */
+    /* ... on every rank of the cluster (after a task's last call, nothing is
+       read any more: a split tile's sum ends with its own cluster barrier) */
+    if (SPLIT && nranks > 1 && ci + 1 < end) cluster_sync();
 #endif
   }
 }
 
-/* One task per cluster. */
+/* One part of a task per cluster. */
 template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   uint32_t rank = 0, nranks = 1;
 #if BRGEMM_TC
   if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
 #endif
-  run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks, aligned_smem(), rank, nranks);
+  run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks / args.parts, aligned_smem(), rank,
+                     nranks);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
