@@ -10,7 +10,6 @@ replays. Layout conversions are not timed (ours reads blocked layouts, as
 the layer classes keep them). GEMM checks its result against torch first.
 """
 import argparse
-import contextlib
 import statistics
 
 import numpy as np
@@ -18,9 +17,8 @@ import torch
 import torch.nn.functional as F
 
 import brgemm
-import brgemm.backend.cuda
 from benchmarks.common import read_shapes
-from brgemm.machine import (cuda_has_tensor_cores, cuda_launches,
+from brgemm.machine import (cuda_has_tensor_cores, cuda_launch_settings, cuda_launches,
                             cuda_max_clusters, device_name, unavailable_reason)
 from primitives import conv, fc, gemm, lstm
 
@@ -121,14 +119,14 @@ def paired_row(name, flops, ours_fn, theirs_fn, mode, what):
 
 
 def run_gemm(quick, dtypes):
-    """GEMM-shaped plans: C = A @ B as 128 x 128 blocks (bf16 also 128 x 256),
-    the whole K in one call."""
+    """GEMM-shaped plans: C = A @ B as 128 x 256 blocks (f32: 128 x 128), the
+    whole K in one call."""
     print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype); "
           "9 alternating rounds of 40 graph replays, medians")
     print(HEAD)
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] if not quick else [(4096, 4096, 4096)]
     for dtype, (M, N, K), bn in [(d, s, bn) for d in dtypes for s in shapes
-                                 for bn in ((128, 256) if d == "bf16" else (128,))]:
+                                 for bn in ((256,) if d == "bf16" else (128,))]:
         if dtype == "f32" and M > 4096:
             continue
         cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": bn, "bk": 64, "kc": K}}
@@ -140,18 +138,26 @@ def run_gemm(quick, dtypes):
         ref = torch.matmul(A.float(), B.float())
         err = ((C - ref).abs().max() / ref.abs().max()).item()
         assert err < 1e-4, f"gemm {M}x{N}x{K} {dtype}: relative error {err:.2e}"
-        paired_row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, replay(p, dict(A=A, B=B, C=C)),
-                   lambda: torch.matmul(A, B), "replay",
+        ours_fn, theirs_fn = replay(p, dict(A=A, B=B, C=C)), lambda: torch.matmul(A, B)
+        paired_row(f"{M}x{N}x{K} {dtype}", 2 * M * N * K, ours_fn, theirs_fn, "replay",
                    f"torch.matmul; ours blocks 128 x {bn}; launch {cuda_launches(p)}")
+        reps = 20 if M <= 4096 else 5  # the earlier method: each side alone, 5 batches
+        ours, s_ours = graph_time(ours_fn, reps, batches=5)
+        theirs, s_theirs = graph_time(theirs_fn, reps, batches=5)
+        print(f"  each side alone (5 batches of {reps}): ours {ours * 1e3:.1f} us (spread "
+              f"{s_ours:.2f}), torch {theirs * 1e3:.1f} us ({s_theirs:.2f}), {theirs / ours:.2f}")
 
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
              (128, 128, 256)]
 # launches timed on the library's blocks of each bf16 pass besides its default:
-# the launch before the small-problem path, no block shape in the launch
-# argument, and the small-problem path forced to (tile rows, columns, cluster, entry)
-VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False})] + [
+# the launch before the small-problem path, no kernel index in the launch
+# argument, no programmatic launch; with --variants also the small-problem
+# path forced to (tile rows, columns, cluster, entry)
+VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False}),
+            ("no PDL", {"programmatic_launch": False})]
+FORCED = [
     (f"{tm}x{tn} c{size} {entry}", {"split_tiles": (tm, tn, size, entry)})
     for tm, tn, size, entry in ((64, 64, 1, "tc"), (64, 64, 1, "tc_small"), (64, 64, 2, "tc_small"),
                                 (64, 64, 4, "tc_small"), (64, 64, 2, "tc_split"),
@@ -167,30 +173,16 @@ def launch_text(p):
                      for (tasks, _, _), ln in zip(cuda_launches(p), tables.launch_details(True)))
 
 
-@contextlib.contextmanager
-def knobs(**settings):
-    """The CUDA backend's launch knobs (brgemm.backend.cuda) set for a block."""
-    cuda = brgemm.backend.cuda
-    old = {k: getattr(cuda, k) for k in settings}
-    for k, v in settings.items():
-        setattr(cuda, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(cuda, k, v)
-
-
 def in_graph(fn):
     inner, outer = MODES["in-graph"]
     return graph_time(fn, outer, inner, batches=5)[0]
 
 
-def run_fc(quick, dtypes):
+def run_fc(quick, dtypes, blocks=False, forced=False):
     """Per shape and pass: the library's own blocks (fc.toml's "cuda" tables,
     what fc.Linear on "cuda" takes) against torch, timed both ways; then the
-    best of FC_BLOCKS (benchmark-side tuning, shown for comparison) and, for
-    bf16, the other launches of the library's blocks."""
+    best of FC_BLOCKS (benchmark-side tuning, shown for comparison; with
+    `blocks`) and, for bf16, the other launches of the library's blocks."""
     print(f"\nFC layers (blocked layouts), the library's blocks (fc.toml \"cuda\"); ratio: median "
           "of 9 alternating rounds; replay: a graph launch per call; in-graph: 20 calls per graph")
     print(HEAD)
@@ -211,19 +203,12 @@ def run_fc(quick, dtypes):
                 what = f"{theirs_name[pass_]}; blocks {(g.bn, g.bc, g.bk)}; {launch_text(p)}"
                 for mode in MODES:
                     paired_row(f"{label} {mode[:2]}", flops, ours, theirs_fn[pass_], mode, what)
-                tried = []
-                for blocks in FC_BLOCKS[:3] if dtype == "f32" else FC_BLOCKS:
-                    q = fc.plan(fc.geometry(N, C, K, blocks=blocks, path="cuda"), pass_, dtype)
-                    tried.append((in_graph(replay(q, plan_tensors(q))) * 1e3, blocks))
-                theirs = in_graph(theirs_fn[pass_]) * 1e3
-                best = min(tried)
-                print(f"  best blocks {best[1]}: {best[0]:.1f} us, torch {theirs:.1f} us, "
-                      f"{theirs / best[0]:.2f}; tried " + " ".join(
-                          f"{b[0]},{b[1]},{b[2]}:{t:.1f}" for t, b in tried))
+                if blocks:
+                    best_blocks(N, C, K, pass_, dtype, theirs_fn[pass_])
                 if dtype == "bf16":
                     times = []
-                    for vname, kw in VARIANTS:
-                        with knobs(**kw):
+                    for vname, kw in VARIANTS + (FORCED if forced else []):
+                        with cuda_launch_settings(**kw):
                             shape = launch_text(p)
                             if vname[0].isdigit() and shape == launch_text_default(p):
                                 continue  # the small path does not apply
@@ -231,8 +216,21 @@ def run_fc(quick, dtypes):
                     print("  launches (in-graph us): " + "; ".join(times))
 
 
+def best_blocks(N, C, K, pass_, dtype, theirs_fn):
+    """The best of FC_BLOCKS for one pass (in-graph), against torch."""
+    tried = []
+    for blocks in FC_BLOCKS[:3] if dtype == "f32" else FC_BLOCKS:
+        q = fc.plan(fc.geometry(N, C, K, blocks=blocks, path="cuda"), pass_, dtype)
+        tried.append((in_graph(replay(q, plan_tensors(q))) * 1e3, blocks))
+    theirs = in_graph(theirs_fn) * 1e3
+    best = min(tried)
+    print(f"  best blocks {best[1]}: {best[0]:.1f} us, torch {theirs:.1f} us, "
+          f"{theirs / best[0]:.2f}; tried " + " ".join(
+              f"{b[0]},{b[1]},{b[2]}:{t:.1f}" for t, b in tried))
+
+
 def launch_text_default(p):
-    with knobs(split_tiles=False):
+    with cuda_launch_settings(split_tiles=False):
         return launch_text(p)
 
 
@@ -287,6 +285,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--what", default="gemm,fc,conv,lstm")
     parser.add_argument("--dtypes", default="bf16,f32")
+    parser.add_argument("--blocks", action="store_true",
+                        help="FC: also the best of FC_BLOCKS per pass")
+    parser.add_argument("--variants", action="store_true",
+                        help="FC: also the small-problem path forced to each of FORCED")
     args = parser.parse_args(argv)
     if "cuda" not in brgemm.backends():
         raise SystemExit(f"no CUDA backend here: {unavailable_reason('cuda')}")
@@ -298,8 +300,9 @@ def main(argv=None):
               {size: (cuda_max_clusters("tc_split", size), cuda_max_clusters("tc_small", size))
                for size in range(1, 9)})
     for what in args.what.split(","):
+        extra = {"blocks": args.blocks, "forced": args.variants} if what == "fc" else {}
         {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](
-            args.quick, args.dtypes.split(","))
+            args.quick, args.dtypes.split(","), **extra)
 
 
 if __name__ == "__main__":

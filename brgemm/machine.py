@@ -93,7 +93,8 @@ _KEEP = object()  # a launch setting left as it is
 
 
 @contextlib.contextmanager
-def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP):
+def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
+                         split_tiles=_KEEP, uniform_args=_KEEP, programmatic_launch=_KEEP):
     """Within the block, plans run on "cuda" launch their phases with these
     settings, and the old ones come back after it (process-wide, not per
     thread). max_cluster: the most blocks of a thread-block cluster that share
@@ -102,17 +103,35 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP)
     per SM always (True), never (False) or where the backend's choice says
     (None, the default). wide_tiles: phases with C blocks over 128 columns (and
     64 rows) on 128 x 256 tiles (True, the default) or on 128 x 128 ones
-    (False). A BackendUnavailable where CUDA does not run here."""
+    (False). split_tiles: phases of few one-call tasks on the small-problem
+    path as its model chooses (None, the default), never (False), or forced
+    to (tile rows, tile columns, cluster size, entry point) wherever it
+    applies. uniform_args: a uniform phase's kernel index in the launch
+    argument (True, the default). programmatic_launch: launches on device
+    tensors may start while the stream's previous kernel ends (True, the
+    default). A BackendUnavailable where CUDA does not run here."""
     if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
                                      or not isinstance(max_cluster, int) or max_cluster < 1):
         raise ValueError(f"max_cluster: expected a positive int, got {max_cluster!r}")
     if small_tiles is not _KEEP and small_tiles is not None and not isinstance(small_tiles, bool):
         raise ValueError(f"small_tiles: expected True, False or None, got {small_tiles!r}")
-    if wide_tiles is not _KEEP and not isinstance(wide_tiles, bool):
-        raise ValueError(f"wide_tiles: expected True or False, got {wide_tiles!r}")
+    for name, v in (("wide_tiles", wide_tiles), ("uniform_args", uniform_args),
+                    ("programmatic_launch", programmatic_launch)):
+        if v is not _KEEP and not isinstance(v, bool):
+            raise ValueError(f"{name}: expected True or False, got {v!r}")
+    if split_tiles is not _KEEP and split_tiles not in (None, False) and not (
+            isinstance(split_tiles, tuple) and len(split_tiles) == 4
+            and split_tiles[0] in (64, 128) and split_tiles[1] in (64, 128)
+            and isinstance(split_tiles[2], int) and 1 <= split_tiles[2] <= 8
+            and split_tiles[3] in ("tc", "tc_small", "tc_split")):
+        raise ValueError(f"split_tiles: expected None, False or (rows, columns, cluster, entry) "
+                         f"with rows and columns 64 or 128, cluster 1-8, entry tc, tc_small or "
+                         f"tc_split, got {split_tiles!r}")
     cuda = get("cuda")
     new = {k: v for k, v in (("max_cluster", max_cluster), ("small_tiles", small_tiles),
-                             ("wide_tiles", wide_tiles)) if v is not _KEEP}
+                             ("wide_tiles", wide_tiles), ("split_tiles", split_tiles),
+                             ("uniform_args", uniform_args),
+                             ("programmatic_launch", programmatic_launch)) if v is not _KEEP}
     old = {k: getattr(cuda, k) for k in new}
     for k, v in new.items():
         setattr(cuda, k, v)

@@ -291,6 +291,7 @@ def test_small_problem_path(rng, monkeypatch, trial):
     forced = (tm, tn, size, entry) if trial % 4 else None
     monkeypatch.setattr(cuda, "split_tiles", forced)
     monkeypatch.setattr(cuda, "uniform_args", bool(trial % 3))
+    monkeypatch.setattr(cuda, "programmatic_launch", bool(trial % 2))
     pass_ = ("fwd", "bwd", "upd")[trial % 3]
     blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
     N, C, K = (b * int(rng.integers(1, 4)) for b in blocks)
@@ -337,6 +338,38 @@ def test_small_problem_path(rng, monkeypatch, trial):
     if pass_ == "fwd":
         np.testing.assert_array_equal(outs[0]["y16"].float().cpu().numpy(),
                                       outs[0]["y"].bfloat16().float().cpu().numpy())
+
+
+@pytest.mark.parametrize("small_path", [True, False])
+def test_programmatic_launch_chain(rng, monkeypatch, small_path):
+    """Layers run back to back on one stream, each reading the bf16 output the
+    launch before it wrote (programmatic launch: each may start before the
+    previous one ends and must wait before its first read): every layer
+    matches float64 of its own input, on the small-problem path and off it."""
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    monkeypatch.setattr(cuda, "split_tiles", None if small_path else False)
+    N, C = 64 * int(rng.integers(1, 5)), 128 * int(rng.integers(1, 7))
+    print(f"N={N} C=K={C} small path {small_path}")
+    g = fc.geometry(N, C, C, config={"fwd": {"spec": "NKc", "chunk": 1 << 20}},
+                    blocks=(64, 64, 64), path="cuda")
+    p = fc.plan(g, "fwd", "bf16", activation="relu", bf16_out=True)
+    layers = 6
+    xs = [torch.randn(g.Nb, g.Cb, g.bn, g.bc, device="cuda").bfloat16()]
+    ws = [(torch.randn(g.Kb, g.Cb, g.bc, g.bk, device="cuda") / C ** 0.5).bfloat16()
+          for _ in range(layers)]
+    ys = [torch.full((g.Nb, g.Kb, g.bn, g.bk), float("nan"), device="cuda")
+          for _ in range(layers)]
+    xs += [torch.full((g.Nb, g.Kb, g.bn, g.bk), float("nan"), device="cuda").bfloat16()
+           for _ in range(layers)]
+    for i in range(layers):  # no synchronization in between
+        p.run(backend="cuda", x=xs[i], w=ws[i], y=ys[i], y16=xs[i + 1])
+    torch.cuda.synchronize()
+    for i in range(layers):
+        xd, wd = xs[i].double().cpu().numpy(), ws[i].double().cpu().numpy()
+        ref = np.maximum(np.einsum("ncij,kcjl->nkil", xd, wd), 0)
+        tol = 1e-5 * np.einsum("ncij,kcjl->nkil", np.abs(xd), np.abs(wd)) + 1e-30
+        assert np.all(np.abs(ys[i].cpu().numpy() - ref) <= tol), f"layer {i}"
 
 
 def test_misaligned_tensors_take_the_generic_path(rng):

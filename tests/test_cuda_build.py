@@ -44,13 +44,15 @@ def test_absent_gpu_is_named():
 
 
 class StandInGPU:
-    """What the launch choice reads of the device: an H200's 132 SMs; the
-    clusters it holds at once as the backend's entry points fit (one block per
-    SM, two on the 64-row entry)."""
+    """What the launch choice reads of the device: an H200's 132 SMs and the
+    clusters of each size it held at once (cuOccupancyMaxActiveClusters on
+    the H200 for the one-block-per-SM entry points and the 64-row one)."""
     has_tc, sm_count = True, 132
+    HELD = {1: (132, 264), 2: (66, 132), 3: (39, 79), 4: (30, 62), 5: (22, 47), 6: (17, 39),
+            7: (15, 32), 8: (15, 30)}
 
     def max_clusters(self, entry, size):
-        return (264 if entry == "tc_small" else 132) // size
+        return self.HELD[size][entry == "tc_small"]
 
 
 def launches_of(monkeypatch, p):
@@ -72,7 +74,7 @@ def test_small_problem_launch_choice(monkeypatch):
     p = fc.plan(fc.geometry(256, 768, 768, blocks=(64, 64, 128), path="cuda"), "fwd", "bf16")
     (ln,) = launches_of(monkeypatch, p)
     print(ln)
-    assert 24 < 24 * ln.parts * ln.cluster <= 2 * 132 and ln.entry in ("tc_small", "tc_split")
+    assert 24 < 24 * ln.parts * ln.cluster <= 2 * 132 and ln.entry != "generic"
     monkeypatch.setattr(cuda, "split_tiles", (64, 64, 3, "tc_small"))
     assert launches_of(monkeypatch, p) == [("tc_small", 3, 2, (64, 64))]
     monkeypatch.setattr(cuda, "split_tiles", None)
@@ -87,3 +89,17 @@ def test_small_problem_launch_choice(monkeypatch):
     (ln,) = launches_of(monkeypatch, fc.plan(fc.geometry(256, 4096, 4096, blocks=(128, 128, 128),
                                                          path="cuda"), "upd", "bf16"))
     assert ln == ("tc", 1, 1, (128, 128))
+
+
+def test_new_launch_settings_check_their_arguments():
+    """cuda_launch_settings refuses bad values of the small-problem path's
+    settings by name, before it looks for a GPU."""
+    from brgemm import machine
+    for kw, name in (({"split_tiles": (32, 64, 1, "tc")}, "split_tiles"),
+                     ({"split_tiles": (64, 64, 9, "tc")}, "split_tiles"),
+                     ({"split_tiles": True}, "split_tiles"),
+                     ({"uniform_args": 1}, "uniform_args"),
+                     ({"programmatic_launch": None}, "programmatic_launch")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            with machine.cuda_launch_settings(**kw):
+                pass

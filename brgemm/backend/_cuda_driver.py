@@ -55,7 +55,8 @@ CUresult cuStreamSynchronize(CUstream s);
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz,
                         unsigned int shared_bytes, CUstream s, void **params, void **extra);
-typedef union { char pad[64]; unsigned int cluster_dim[3]; uint64_t align; } CUlaunchAttributeValue;
+typedef union { char pad[64]; unsigned int cluster_dim[3]; int flag; uint64_t align; }
+    CUlaunchAttributeValue;
 typedef struct { int id; char pad[4]; CUlaunchAttributeValue value; } CUlaunchAttribute;
 typedef struct {
     unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
@@ -74,7 +75,7 @@ typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
                  int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
 """
 ATTR_SM_COUNT, ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_SMEM_OPTIN = 16, 75, 76, 97
-LAUNCH_ATTR_CLUSTER_DIM = 4
+LAUNCH_ATTR_CLUSTER_DIM, LAUNCH_ATTR_PROGRAMMATIC = 4, 6
 FUNC_MAX_DYNAMIC_SMEM = 8
 DL_CUDA, DL_FLOAT, DL_BFLOAT = 2, 2, 4
 
@@ -148,31 +149,41 @@ class _Device:
                    "cuFuncSetAttribute")
         return fn[0], smem
 
-    def launch(self, entry, blocks, cluster, params, s):
+    def launch(self, entry, blocks, cluster, params, s, programmatic=False):
         """Launch `blocks` thread blocks of an entry point on stream s, in
-        clusters of `cluster` blocks (1: plain blocks)."""
+        clusters of `cluster` blocks (1: plain blocks); programmatic: it may
+        start before the stream's previous kernel ends (the kernel waits for
+        it before touching tensors)."""
         fn, smem = self.entry[entry]
-        if cluster == 1:
+        if cluster == 1 and not programmatic:
             threads = self.cu.BRGEMM_CUDA_THREADS
             self.check(self.cu.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem,
                                               self.ffi.cast("CUstream", s), params, self.ffi.NULL),
                        "cuLaunchKernel")
             return
-        config, _attr = self._cluster_config(entry, cluster, blocks, s)
+        config, _attr = self._cluster_config(entry, cluster, blocks, s, programmatic)
         self.check(self.cu.cuLaunchKernelEx(config, fn, params, self.ffi.NULL), "cuLaunchKernelEx")
 
-    def _cluster_config(self, entry, cluster, blocks, s):
-        """A launch config with a cluster dimension, and its attribute (keep
-        both alive until the driver has read them)."""
+    def _cluster_config(self, entry, cluster, blocks, s, programmatic=False):
+        """A launch config with a cluster dimension (and the programmatic
+        launch attribute), and its attributes (keep both alive until the
+        driver has read them)."""
         config = self.ffi.new("CUlaunchConfig *")
-        attr = self.ffi.new("CUlaunchAttribute *")
-        attr.id = LAUNCH_ATTR_CLUSTER_DIM
-        attr.value.cluster_dim = [cluster, 1, 1]
+        attr = self.ffi.new("CUlaunchAttribute[2]")
+        n = 0
+        if cluster > 1 or not programmatic:  # (a plain launch takes no attribute)
+            attr[n].id = LAUNCH_ATTR_CLUSTER_DIM
+            attr[n].value.cluster_dim = [cluster, 1, 1]
+            n += 1
+        if programmatic:
+            attr[n].id = LAUNCH_ATTR_PROGRAMMATIC
+            attr[n].value.flag = 1
+            n += 1
         config.gridDimX, config.gridDimY, config.gridDimZ = blocks, 1, 1
         config.blockDimX, config.blockDimY, config.blockDimZ = self.cu.BRGEMM_CUDA_THREADS, 1, 1
         config.sharedMemBytes = self.entry[entry][1]
         config.hStream = self.ffi.cast("CUstream", s)
-        config.attrs, config.numAttrs = attr, 1
+        config.attrs, config.numAttrs = attr, n
         return config, attr
 
     def max_clusters(self, entry, cluster):

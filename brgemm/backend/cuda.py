@@ -21,13 +21,13 @@ else on the legacy default stream; device-tensor runs do not wait for the GPU.
 
 Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0.
 """
-import collections
 import ctypes
 
 import numpy as np
 
 from brgemm.backend._device_replay import DeviceReplay
 from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
+from brgemm.backend._cuda_small import Launch, small_path
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
     device, stream, synchronize  # noqa: F401
 from brgemm.dtypes import ITEMSIZE
@@ -74,7 +74,6 @@ class _Tables:
             d.alpha, d.beta = b.alpha, b.beta
             d.b_vnni = int(getattr(b, "b_vnni", False))
         paths = _call_paths(blocks, calls, a_offs, b_offs, ops)
-        self._desc = desc
         self._bufs = {
             "blocks": _upload(np.frombuffer(ffi.buffer(desc), np.uint8)),
             "calls": _upload(_nonempty(calls, _CALL_DTYPE)),
@@ -104,8 +103,10 @@ class _Tables:
         """(entry point, cluster size) of every phase, as the settings say now."""
         return [(ln.entry, ln.cluster) for ln in self.launch_details(allow_tc)]
 
-    def run(self, addresses, s):
-        """Launch every phase on tensors at these device addresses, in order, on stream s."""
+    def run(self, addresses, s, programmatic=False):
+        """Launch every phase on tensors at these device addresses, in order, on
+        stream s; programmatic: the stream's previous work is a kernel, if any
+        (not a copy), and each launch may start before it ends."""
         global launches
         dev = device()
         if len(addresses) > dev.cu.BRGEMM_CUDA_MAX_TENSORS:
@@ -124,10 +125,10 @@ class _Tables:
             a.task0, a.parts, a.tile_m, a.tile_n = self.phase_begin[p], ln.parts, *ln.tile
             kernel = self.phases[p]["kernel"]
             a.uniform = int(kernel is not None and uniform_args)
-            if a.uniform:
-                a.block = self._desc[kernel]
+            a.kernel = kernel if a.uniform else 0
             try:
-                dev.launch(ln.entry, n_tasks * ln.parts * ln.cluster, ln.cluster, self.params, s)
+                dev.launch(ln.entry, n_tasks * ln.parts * ln.cluster, ln.cluster, self.params, s,
+                           programmatic and programmatic_launch)
             except Exception as e:
                 raise type(e)(f"phase {p}: {e}") from None
             launches += 1
@@ -149,15 +150,17 @@ wide_tiles = True
 # False never; or (tile rows, tile columns, cluster size, entry) forced for
 # every phase that qualifies (benchmarks/gpu.py compares them).
 split_tiles = None
-# a phase whose tasks are one call each of one kernel shape passes that shape
-# in the launch argument (the kernel skips two dependent table reads)
+# plan runs on device tensors launch their phases with programmatic dependent
+# launch: each may start while the stream's previous kernel ends (the kernel
+# reads its tables meanwhile and waits before touching tensors)
+programmatic_launch = True
+# a phase whose tasks are one call each of one kernel shape passes that
+# shape's index in the launch argument (the kernel skips two dependent table reads)
 uniform_args = True
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
 _TILE_STEPS, _SPLIT_STEPS = 3, 1
-# a k-step of each tile in k-steps of 128 x 128: by the bytes it copies
-_TILE_WEIGHT = {(128, 128): 1.0, (128, 64): 0.75, (64, 128): 0.75, (64, 64): 0.5}
 
 
 def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit):
@@ -205,59 +208,13 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
     return out
 
 
-class Launch(collections.namedtuple("Launch", "entry cluster parts tile")):
-    """How one phase launches: the entry point, the blocks of a cluster
-    (sharing each tile's k-steps), the clusters per task (sharing its tiles)
-    and the most rows and columns of a tile."""
-
-
 def _launch_shape(phase, allow_tc):
-    """The Launch of one phase."""
-    small = _small_path(phase, allow_tc)
+    """The Launch of one phase: the small-problem path's where it applies."""
+    small = small_path(phase, allow_tc, device(), split_tiles, max_cluster)
     if small is not None:
         return small
     entry, size = _entry_and_cluster(phase, allow_tc)
     return Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
-
-
-def _small_path(phase, allow_tc):
-    """The small-problem path's Launch of a phase, or None where it does not
-    apply: one-call tasks of one kernel shape, all on the tensor cores, whose
-    tiles (up to 128 x 128) number fewer than the SMs. Each task's block is
-    cut into tiles of 128 x 128 down to 64 x 64, one cluster per tile, its
-    k-steps split within the cluster: the tile and cluster size of least cost
-    by the split cost model, a k-step of a smaller tile weighing less."""
-    dev = device()
-    if split_tiles is False or phase["kernel"] is None or not (
-            phase["all_tc"] and dev.has_tc and allow_tc):
-        return None
-    if phase["tasks"] * phase["tiles"] >= dev.sm_count:
-        return None
-    m, n, steps = phase["m"], phase["n"], phase["steps"] // phase["tiles"]
-
-    def parts(tile):
-        return -(-m // tile[0]) * -(-n // tile[1])
-    if split_tiles is not None:  # forced
-        tm, tn, size, entry = split_tiles
-        return Launch(entry if size > 1 or entry != "tc_split" else "tc", size, parts((tm, tn)),
-                      (tm, tn))
-    # the tiles the kernel would take under each cap (a block of 64 rows or
-    # columns fills 64 whatever the cap), and the cheapest tile and cluster size
-    tiles = sorted({(tm if m > 64 else 64, tn if n > 64 else 64) for tm in (128, 64)
-                    for tn in (128, 64)})
-    best = None
-    for tile in tiles:
-        blocks = phase["tasks"] * parts(tile)
-        for size in range(1, max(max_cluster, 1) + 1):
-            entry = "tc" if size == 1 else "tc_small" if tile[0] == 64 else "tc_split"
-            if size > 1 and blocks > dev.max_clusters(entry, size):
-                continue
-            cost = -(-blocks * size // dev.sm_count) * (
-                -(-steps // size) * _TILE_WEIGHT[tile] + _TILE_STEPS + (size > 1) * _SPLIT_STEPS)
-            key = (cost, -tile[0] * tile[1], size)
-            if best is None or key < best[0]:
-                best = key, Launch(entry, size, parts(tile), tile)
-    return best[1]
 
 
 def _entry_and_cluster(phase, allow_tc):
@@ -429,13 +386,16 @@ class PlanReplay(DeviceReplay):
 
     def begin(self):
         device().bind()
+        self._copied = False
         return stream()
 
     def copy_in(self, buf, x, s):
         _copy_in(buf.address, x, s)
+        self._copied = True
 
     def launch(self, addresses, s):
-        self.tables.run(addresses, s)
+        # after a copy the launch waits for the stream as usual
+        self.tables.run(addresses, s, programmatic=not self._copied)
 
     def copy_out(self, x, buf, s):
         _copy_out(x, buf.address, s)

@@ -50,10 +50,9 @@ typedef struct {
                               computes its calls' tiles p, p + parts, ... (1: all) */
   int32_t tile_m, tile_n;  /* the most rows and columns of a tensor-core tile
                               up to 128 x 128 (64 or 128) */
-  int32_t uniform;         /* 1: task t is call t alone and its kernel is `block`
-                              (the tables' task range and block are not read) */
-  int32_t pad;
-  brgemm_cuda_block block;
+  int32_t uniform;         /* 1: task t is call t alone, of kernel shape `kernel`
+                              (its task range and kernel index are not read) */
+  int32_t kernel;
 } brgemm_cuda_phase_args;
 
 #endif

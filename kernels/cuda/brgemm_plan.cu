@@ -162,9 +162,10 @@ __device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, floa
 /* call ci of the plan as the tile code reads it */
 __device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, int64_t ci) {
   const brgemm_plan_call* call = &((const brgemm_plan_call*)args.calls)[ci];
-  /* a uniform phase's block is in the launch argument: one dependent load fewer */
+  /* a uniform phase's kernel shape is known without the call record (a pointer
+     into the launch argument instead would make every read of it a generic load) */
   const brgemm_cuda_block* kd =
-      args.uniform ? &args.block : &((const brgemm_cuda_block*)args.blocks)[call->kernel];
+      &((const brgemm_cuda_block*)args.blocks)[args.uniform ? args.kernel : call->kernel];
   const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
   Call c;
   c.kd = kd;
@@ -187,6 +188,23 @@ __device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, in
  * entry point */
 __device__ __forceinline__ int task_part(const brgemm_cuda_phase_args& args, uint32_t nranks) {
   return (int)(blockIdx.x / nranks % args.parts);
+}
+
+/* Programmatic dependent launch (sm_90; the host launches with it where the
+ * stream's previous work is a kernel): the next launch on the stream may start
+ * once every block of this one has begun, and reads the plan's tables (never
+ * written after their upload) meanwhile; each block waits for the previous
+ * launch to finish, its writes visible, before its first tensor access.
+ * Without the launch attribute both are no-ops. */
+__device__ __forceinline__ void let_next_launch_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 /* ------------------------------------------------------------ generic path */
@@ -302,6 +320,13 @@ __device__ __forceinline__ uint32_t cluster_blocks() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
                ::: "memory");
+}
+/* the two halves of cluster_sync, apart: work between them overlaps the wait */
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 /* the shared::cluster address of the same shared-memory byte in block `rank` */
 __device__ __forceinline__ uint32_t cluster_addr(uint32_t addr, uint32_t rank) {
@@ -489,7 +514,9 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
       }
       *(float4*)&tile[r * LD + col] = v;  /* rows only this rank reads */
     }
-    cluster_sync();  /* no rank reads another's tile any more: its stages may refill */
+    /* this rank reads no other's tile any more; the wait for the others (then
+       no rank reads this one's, and its stages may refill) follows the stores */
+    cluster_arrive();
   }
   const brgemm_cuda_block* kd = c.kd;
   const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
@@ -512,12 +539,14 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
       }
       *at = v;
     }
+    if (split) cluster_wait();
     return;
   }
   for (int e = r0 * BN + tid; e < rows * BN; e += THREADS) {
     const int r = e / BN, col = e % BN;
     if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
   }
+  if (split) cluster_wait();
 }
 
 template <int BM, int BN, int BUDGET, bool SPLIT>
@@ -577,6 +606,7 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
   for (int64_t ci = first; ci < end; ++ci) {
     const Call c = make_call(args, ci);
     const brgemm_cuda_block* kd = c.kd;
+    wait_for_previous_launch();  /* at once after the first call's */
     bool done = false;
 #if BRGEMM_TC
     const uint8_t path = ((const uint8_t*)args.call_path)[ci];
@@ -624,6 +654,7 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
 template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   uint32_t rank = 0, nranks = 1;
+  let_next_launch_start();
 #if BRGEMM_TC
   if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
 #endif
