@@ -159,13 +159,15 @@ __device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, floa
   *p = v;
 }
 
-/* call ci of the plan as the tile code reads it */
-__device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, int64_t ci) {
+/* call ci of the plan as the tile code reads it (uniform_ok: the launch
+ * argument's kernel index may stand for the call record's) */
+__device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, int64_t ci,
+                                          bool uniform_ok) {
   const brgemm_plan_call* call = &((const brgemm_plan_call*)args.calls)[ci];
   /* a uniform phase's kernel shape is known without the call record (a pointer
      into the launch argument instead would make every read of it a generic load) */
-  const brgemm_cuda_block* kd =
-      &((const brgemm_cuda_block*)args.blocks)[args.uniform ? args.kernel : call->kernel];
+  const brgemm_cuda_block* kd = &((const brgemm_cuda_block*)args.blocks)[
+      uniform_ok && args.uniform ? args.kernel : call->kernel];
   const int item_c = kd->dtype_c == BRGEMM_BF16 ? 2 : 4;
   Call c;
   c.kd = kd;
@@ -549,6 +551,17 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
   if (split) cluster_wait();
 }
 
+/* every tile of a call, one after the other */
+template <int BM, int BN, int BUDGET, bool SPLIT>
+__device__ __forceinline__ void tc_call_all(const Call& c, unsigned char* smem, uint32_t rank,
+                                            uint32_t nranks) {
+  constexpr int NS = stages_for<BM, BN>(BUDGET, BUDGET == STAGE_BUDGET_SMALL ? 4 : 12);
+  static_assert(NS >= 3 && NS * Stage<BM, BN>::BYTES <= BUDGET, "the stages fit the budget");
+  for (int64_t i0 = 0; i0 < c.kd->m; i0 += BM)
+    for (int64_t j0 = 0; j0 < c.kd->n; j0 += BN)
+      tc_tile<BM, BN, NS, SPLIT>(c, i0, j0, smem, rank, nranks);
+}
+
 template <int BM, int BN, int BUDGET, bool SPLIT>
 __device__ __forceinline__ void tc_call(const brgemm_cuda_phase_args& args, const Call& c,
                                         unsigned char* smem, uint32_t rank, uint32_t nranks) {
@@ -600,13 +613,17 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int64_t task,
                                          unsigned char* smem, uint32_t rank, uint32_t nranks) {
+  /* the 128 x 256 entry takes none of the small-problem path's launch
+     features (parts, tile caps, the kernel index, programmatic launch): the
+     GEMM measured 15-20% slower with them in its code */
+  constexpr bool SMALL = E != ENTRY_TC_WIDE;
   const int64_t* task_begin = (const int64_t*)args.task_begin;
-  const int64_t first = args.uniform ? task : task_begin[task];
-  const int64_t end = args.uniform ? task + 1 : task_begin[task + 1];
+  const int64_t first = SMALL && args.uniform ? task : task_begin[task];
+  const int64_t end = SMALL && args.uniform ? task + 1 : task_begin[task + 1];
   for (int64_t ci = first; ci < end; ++ci) {
-    const Call c = make_call(args, ci);
+    const Call c = make_call(args, ci, SMALL);
     const brgemm_cuda_block* kd = c.kd;
-    wait_for_previous_launch();  /* at once after the first call's */
+    if constexpr (SMALL) wait_for_previous_launch();  /* at once after the first call's */
     bool done = false;
 #if BRGEMM_TC
     const uint8_t path = ((const uint8_t*)args.call_path)[ci];
@@ -614,7 +631,7 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
       /* tiles up to 128 x 128 as large as the block and the launch's caps allow */
       const bool rows128 = kd->m > 64 && args.tile_m > 64, cols128 = kd->n > 64 && args.tile_n > 64;
       if (E == ENTRY_TC_WIDE) {  /* every call on 128 x 256 tiles (the host checks some fill them) */
-        tc_call<128, 256, STAGE_BUDGET_WIDE, false>(args, c, smem, rank, nranks);
+        tc_call_all<128, 256, STAGE_BUDGET_WIDE, false>(c, smem, rank, nranks);
       } else if (E == ENTRY_TC_SMALL) {
         if (cols128) tc_call<64, 128, STAGE_BUDGET_SMALL, SPLIT>(args, c, smem, rank, nranks);
         else tc_call<64, 64, STAGE_BUDGET_SMALL, SPLIT>(args, c, smem, rank, nranks);
@@ -628,7 +645,10 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
       done = true;
     }
 #endif
-    if (!done && rank == 0) {  /* the other ranks of a cluster have no share here */
+    if (!done && rank == 0 && !SMALL) {  /* the other ranks of a cluster have no share here */
+      for (int64_t i0 = 0; i0 < kd->m; i0 += GT)
+        for (int64_t j0 = 0; j0 < kd->n; j0 += GT) generic_tile(c, i0, j0, smem);
+    } else if (!done && rank == 0) {
       const int64_t cols = (kd->n + GT - 1) / GT, tiles = (kd->m + GT - 1) / GT * cols;
       for (int64_t t = task_part(args, nranks); t < tiles; t += args.parts)
         generic_tile(c, t / cols * GT, t % cols * GT, smem);
@@ -654,12 +674,15 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
 template <Entry E, bool SPLIT>
 __device__ __forceinline__ void run_phase(const brgemm_cuda_phase_args& args) {
   uint32_t rank = 0, nranks = 1;
-  let_next_launch_start();
+  if constexpr (E != ENTRY_TC_WIDE) let_next_launch_start();
 #if BRGEMM_TC
   if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
 #endif
-  run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks / args.parts, aligned_smem(), rank,
-                     nranks);
+  if constexpr (E == ENTRY_TC_WIDE)
+    run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks, aligned_smem(), rank, nranks);
+  else
+    run_task<E, SPLIT>(args, args.task0 + blockIdx.x / nranks / args.parts, aligned_smem(), rank,
+                       nranks);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
