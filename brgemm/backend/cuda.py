@@ -153,10 +153,11 @@ wide_tiles = True
 split_tiles = None
 # plan runs on device tensors launch their phases with programmatic dependent
 # launch: each may start while the stream's previous kernel ends (the kernel
-# reads its tables meanwhile and waits before touching tensors). Not in
-# clusters (no gain measured, and a chain of clustered launches with it gave
-# a wrong layer once on the H200: cause not found) nor on the 128 x 256 entry
-# (whose code has no wait: the GEMM was slower with the small path's changes)
+# reads its tables meanwhile and waits before touching tensors). Not yet in
+# clusters (a chain of clustered launches with it gave a wrong layer on the
+# H200, from a missing barrier in the split tile's epilogue found afterwards,
+# not from the launch: to turn on after a GPU check) nor on the 128 x 256
+# entry (whose code has no wait: the GEMM was slower with the small path's changes)
 programmatic_launch = True
 # a phase whose tasks are one call each of one kernel shape passes that
 # shape's index in the launch argument (the kernel skips two dependent table reads)

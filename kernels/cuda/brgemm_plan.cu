@@ -516,6 +516,7 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
       }
       *(float4*)&tile[r * LD + col] = v;  /* rows only this rank reads */
     }
+    __syncthreads();  /* the sums are in: the per-element epilogue reads other threads' */
     /* this rank reads no other's tile any more; the wait for the others (then
        no rank reads this one's, and its stages may refill) follows the stores */
     cluster_arrive();
