@@ -12,7 +12,7 @@ from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, operands, positive
 from primitives import fc
-from primitives.lstm_plans import backward_plan, geometry, recurrent_plan
+from primitives.lstm_plans import backward_plan, geometry, projection_t_plan, recurrent_plan
 
 
 def vnni_operands(g, dtype, backend):
@@ -23,7 +23,17 @@ def vnni_operands(g, dtype, backend):
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
 
 
-def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None):
+def reads_w_ih(g, dtype, backend, x, w_ih, token):
+    """Whether the functional forms read W_ih in place: the input projection as
+    lstm_plans.projection_t_nest (no W_ih^T tiles), backward-data from tiles
+    of W_ih made straight from it (one copy, not two). fc.reads_w's rule (one
+    source for the threshold) on the projection as an FC layer, all steps'
+    minibatch its rows: each W_ih element reused T N times, few enough that
+    copying x and G costs well under copying W_ih."""
+    return fc.reads_w(g.fc_input(), dtype, backend, x, w_ih, token)
+
+
+def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, wx=True):
     """The layer's blocked weights for the forward: wx (W_ih^T tiles,
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
@@ -32,18 +42,20 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None):
     from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
     alone never pays for them. The operands
     in `vnni` are packed in VNNI pairs (AMX), the transposes then made here.
-    buffer(name, shape, dtype): where each copy goes (default: new arrays)."""
+    buffer(name, shape, dtype): where each copy goes (default: new arrays).
+    wx=False: no W_ih^T tiles (W_ih read in place, reads_w_ih; f32, no VNNI)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
-    wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
+    wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab) if wx else None
     wh = buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
     # gates of whole hidden blocks (K % bk == 0) need no padding of their own:
     # each matrix in one copy, else gate by gate
     gates = [slice(0, 4 * K)] if K % g.bk == 0 else [slice(q * K, (q + 1) * K) for q in range(4)]
     for rows in gates:
         tiles = slice(rows.start // K * Kb, rows.stop // K * Kb)
-        to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                  out=wx[tiles])
+        if wx is not None:
+            to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                      out=wx[tiles])
         to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
                   out=wh[tiles])
     bp = buffer("bp", (4, g.Kp), np.float32)
@@ -87,6 +99,7 @@ class LSTM:
         self._grad_tiles, self._grads = None, {}
         self._results = Recycler()
         self._wbufs, self._own = Buffers(), False
+        self._w_ih_in_place = False  # set_weights(in_place=): see reads_w_ih
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -122,10 +135,11 @@ class LSTM:
             return
         self._own = token is None  # the copies sit in self._weight_buffer's buffers
         buffer = self._weight_buffer if self._own else None
+        wx = not self._w_ih_in_place
         self._blocked = _reuse.blocked(
-            token, ("lstm", g, self.dtype, self.vnni), (self.w_ih, self.w_hh, self.b),
+            token, ("lstm", g, self.dtype, self.vnni, wx), (self.w_ih, self.w_hh, self.b),
             lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni,
-                                  buffer))
+                                  buffer, wx))
         self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
 
     def _weight_buffer(self, name, shape, dtype):
@@ -139,18 +153,36 @@ class LSTM:
         the tiles are packed in VNNI pairs)."""
         blocked = self._blocked
         if name not in blocked:
-            blocked[name] = transpose_tiles(blocked[of], name,
-                                            self._weight_buffer if self._own else None)
+            buffer = self._weight_buffer if self._own else None
+            blocked[name] = transpose_tiles(blocked[of], name, buffer) if blocked[of] is not None \
+                else self._w_ih_blocks(buffer)
         return blocked[name]
+
+    def _w_ih_blocks(self, buffer):
+        """W_ih tiles [Cb][4Kb][bk][bc] straight from the plain W_ih (in place:
+        no W_ih^T tiles to transpose), one copy where the gates are whole
+        blocks, else gate by gate through a scratch copy."""
+        g, K = self.g, self.K
+        shape = (g.Cb, 4 * g.Kb, g.bk, g.bc)
+        out = buffer("w_ih_tiles", shape, np.float32) if buffer else aligned_empty(shape,
+                                                                                   np.float32)
+        if K % g.bk == 0:
+            return to_blocks(self.w_ih, g.bk, g.bc, swap_grid=True, out=out)
+        for q in range(4):
+            out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(self.w_ih[q * K:(q + 1) * K], g.bk, g.bc,
+                                                        swap_grid=True)
+        return out
 
     w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
                           doc="W_ih tiles [Cb][4Kb][bk][bc]")
     w_hh_tiles = property(lambda self: self._transposed("w_hh_tiles", "wh"),
                           doc="W_hh tiles [Kb][4Kb][bk][bk]")
 
-    def set_weights(self, w_ih, w_hh, b, token=None):
-        """Use these arrays as the weights (not copied), blocked as load_weights()."""
+    def set_weights(self, w_ih, w_hh, b, token=None, in_place=False):
+        """Use these arrays as the weights (not copied), blocked as load_weights();
+        in_place: read W_ih in place, not blocked (see reads_w_ih; f32, no token)."""
         self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
+        self._w_ih_in_place = in_place
         self.load_weights(token)
 
     def _buffer(self, name, shape, dtype=np.float32):
@@ -173,7 +205,11 @@ class LSTM:
         to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
-        self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G, b=self.bp)
+        if self.wx is None:
+            self._project_in_place(g)
+        else:
+            self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G,
+                                   b=self.bp)
         t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
         if self.h16 is not None:
             t["h16"] = self.h16
@@ -181,6 +217,17 @@ class LSTM:
         y = self._steps_from_blocks(self.h[1:], self.K, "y")
         return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
+
+    def _project_in_place(self, g):
+        """G = x W_ih^T + b reading the plain W_ih (lstm_plans.projection_t_nest):
+        x^T's tiles from x's, G's padding columns zeroed (the nest leaves them,
+        the blocked projection writes them as zero tiles would)."""
+        rows = g.T * g.Nb
+        xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, rows, g.bc, g.bn)))
+        if g.K % g.bk:
+            self.G.reshape(rows, 4, g.Kb, g.bn, g.bk)[:, :, -1, :, g.K % g.bk:] = 0
+        projection_t_plan(g).run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp,
+                                 yt=self._buffer("yt", (4 * g.Kb, rows, g.bk, g.bn)))
 
     def _steps_to_blocks(self, a, bs, S, name, dtype=None):
         """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its

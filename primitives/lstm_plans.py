@@ -6,8 +6,9 @@ import dataclasses
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
-from primitives._calls import blocks_per_call
+from primitives._calls import blocks_per_call, reduction_calls
 from primitives import fc
+from primitives.fc_forward import T_CHUNK
 from primitives._config import settings
 
 
@@ -170,3 +171,47 @@ def backward_plan(g, dtype="f32", vnni=False):
         backward_nest(rec, _step_loops(g), g, dtype, vnni)
         return rec.finish()
     return _plans.get(("bptt", g, dtype, vnni), record)
+
+
+# ---------------------------------------------------------------- the input projection, W_ih in place
+
+def projection_t_nest(ex, loops, g, chunk):
+    """G[t n][q k] = x[t n] @ W_ih[q k]^T + b with W_ih (plain [4K, C], row-major
+    as the caller gave it) read in place as the broadcast operand A: each tile
+    computed transposed, W_ih's rows of gate q, block k @ x^T's tiles (xt
+    [Cb][T*Nb][bc][bn]), into the scratch tile yt [4Kb][T*Nb][bk][bn], whose
+    epilogue adds b per row and stores it transposed into G's tile. Gates
+    whose K is not whole blocks have ragged row tiles (the layer zeroes G's
+    padding columns), C not whole blocks a ragged last call (xt is padded)."""
+    Nb, Kb, bk, bn, bc = g.T * g.Nb, g.Kb, g.bk, g.bn, g.bc
+    G = g.layouts()[1]
+    blocks = {}
+    for phase, task, at in loops.walk():
+        qk, n, c0 = at["k"], at["n"], at["c"]
+        q, k = divmod(qk, Kb)
+        m = min(bk, g.K - k * bk)
+        ex.at(phase, task)
+        for rs, depth in reduction_calls(range(c0, min(c0 + chunk, g.Cb)), g.Cb, g.C, bc):
+            beta = 0.0 if rs[0] == 0 else 1.0
+            blk = blocks.get((m, depth, beta))
+            if blk is None:
+                blk = blocks[m, depth, beta] = bplan.Block(m, bn, depth, lda=g.C, ldb=bn,
+                                                           ldc=bn, beta=beta)
+            ops = ()
+            if rs[-1] == g.Cb - 1:
+                ops = (bplan.bias_rows("b", q * g.Kp + k * bk),
+                       bplan.store_t("G", G.at(n // g.Nb, n % g.Nb, q, k), bk))
+            ex.gemm(blk, "w", [(q * g.K + k * bk) * g.C + r * bc for r in rs],
+                    "xt", [(r * Nb + n) * bc * bn for r in rs],
+                    "yt", (qk * Nb + n) * bk * bn, ops=ops)
+
+
+def projection_t_plan(g):
+    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt, G, b."""
+    def record():
+        rec = bplan.Recorder(dict.fromkeys(("w", "xt", "yt", "G", "b"), "f32"), spec="KNc")
+        loops = parse_spec("KNc", [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
+                                   Loop("c", 0, g.Cb, T_CHUNK)], where="projection_t: ")
+        projection_t_nest(rec, loops, g, T_CHUNK)
+        return rec.finish()
+    return _plans.get(("proj_t", g), record)
