@@ -10,7 +10,8 @@
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
 # of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
 # MLP_VARIANTS="4": also time ours with the forward built for that many blocks
-# per multiprocessor.
+# per multiprocessor; part "variants": the recompute backward's variants
+# (benchmarks/device_mlp_variants.sh: build, tests, timing against compile).
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
 OUT=$out
@@ -43,6 +44,7 @@ if [ "${1:-}" = mlp ]; then
       autotune) timeout $(lim ${MLP_AUTOTUNE_TIMEOUT:-240}) $py -m benchmarks.gpu_mlp --what main --compile-mode max-autotune-no-cudagraphs --json $OUT/mlp_autotune.json "$@" 2>&1 ;;
       widths) timeout $(lim ${MLP_WIDTHS_TIMEOUT:-120}) $py -m benchmarks.gpu_mlp --what widths ${MLP_WIDTHS_COMPILE:---compile-mode default} --json $OUT/mlp_widths.json "$@" 2>&1 ;;
       batch) timeout $(lim ${MLP_BATCH_TIMEOUT:-120}) $py -m benchmarks.gpu_mlp --what batch --no-compile --reps 10 --json $OUT/mlp_batch.json --png $OUT/mlp_batch.png "$@" 2>&1 ;;
+      variants) PYTHON=$py timeout $(lim ${MLP_VARIANTS_PART_TIMEOUT:-420}) bash benchmarks/device_mlp_variants.sh 2>&1 ;;
     esac
     echo "part $part: exit $? in $(( $(date +%s) - t0 )) s"
   done

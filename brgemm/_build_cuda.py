@@ -38,16 +38,17 @@ def command(compiler, output, extra=(), source=SOURCE):
             f"-I{SOURCE.parent}", *TARGETS, *extra, "-o", str(output), str(source)]
 
 
-def build(output=OUTPUT, strict=False, source=SOURCE):
-    """Compile one fatbin; returns its path, or None where there is no nvcc.
-    A compile error raises with strict, else it is reported and the backend
-    stays absent (the package still installs)."""
+def build(output=OUTPUT, strict=False, source=SOURCE, extra=()):
+    """Compile one fatbin (extra: more nvcc flags, e.g. a kernel variant's -D);
+    returns its path, or None where there is no nvcc. A compile error raises
+    with strict, else it is reported and the backend stays absent (the package
+    still installs)."""
     compiler = nvcc()
     if compiler is None:
         print("brgemm: nvcc not found; the CUDA backend is not built", file=sys.stderr)
         return None
     try:
-        subprocess.run(command(compiler, output, source=source), check=True, capture_output=True,
+        subprocess.run(command(compiler, output, extra, source), check=True, capture_output=True,
                        text=True)
     except subprocess.CalledProcessError as e:
         pathlib.Path(output).unlink(missing_ok=True)  # never leave an older build behind

@@ -14,6 +14,7 @@ reach into brgemm.backend (data flows primitives -> brgemm -> kernels).
                                    backward from kept h: dx, dz^T tiles, db partials;
                                    the sum of dW (from a plan) and db partials
     dzt_rows(), sm_count()         rows of a dz^T tile; the GPU's multiprocessors
+    use_fatbin(path)               launch from another build of the kernels (benchmarks)
     DeviceArray, from_dlpack       device memory and torch/CuPy tensors viewed in place
     copy_in(address, x), copy_out(x, address), synchronize()
                                    host <-> device on the backend's stream
@@ -21,7 +22,7 @@ reach into brgemm.backend (data flows primitives -> brgemm -> kernels).
 from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
 from brgemm.backend._cuda_mlp import (Shape, Unsupported, act_code, backward,  # noqa: F401
                                       backward_blocks, backward_stored, dzt_rows, forward,
-                                      new_args, reduce, sm_count, stored_warps)
+                                      new_args, reduce, sm_count, stored_warps, use_fatbin)
 from brgemm.backend.cuda import DeviceArray, from_dlpack  # noqa: F401
 
 

@@ -34,6 +34,17 @@ def test_fused_mlp_fatbin_builds(tmp_path):
         assert "HMMA" in sass and "LDSM" in sass
 
 
+@pytest.mark.skipif(_build_cuda.nvcc() is None, reason="no nvcc here")
+def test_fused_mlp_backward_variants_build(tmp_path):
+    """The recompute backward's variants (the BWD_* macros of mlp_fused.cu, off by
+    default until benchmarks/device_mlp_variants.sh has tested and timed them on a
+    GPU) still compile, all of them on."""
+    flags = ["-DBWD_DW_SWIZZLE=1", "-DBWD_WG_PIPE=1", "-DBWD_FEWER_SYNCS=1", "-DBWD_EARLY_DY=1"]
+    out = _build_cuda.build(tmp_path / "mlp_bwd.fatbin", strict=True, source=_build_cuda.MLP_SOURCE,
+                            extra=flags)
+    assert out is not None and out.stat().st_size > 10_000
+
+
 def test_absent_gpu_is_named():
     if "cuda" in brgemm.backends():
         pytest.skip("a GPU is here")

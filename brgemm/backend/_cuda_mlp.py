@@ -15,8 +15,9 @@ from brgemm.backend._cuda_driver import ATTR_SM_COUNT, ATTR_SMEM_OPTIN, FUNC_MAX
     device, stream
 from brgemm.backend._device_replay import once
 
-FATBIN = pathlib.Path(os.environ.get("BRGEMM_MLP_FATBIN")
-                      or pathlib.Path(__file__).resolve().parents[1] / "_mlp_cuda.fatbin")
+DEFAULT_FATBIN = pathlib.Path(os.environ.get("BRGEMM_MLP_FATBIN")
+                              or pathlib.Path(__file__).resolve().parents[1] / "_mlp_cuda.fatbin")
+FATBIN = DEFAULT_FATBIN          # the module launches come from (use_fatbin)
 WIDTHS = (16, 32, 64, 128)       # the padded widths the module has kernels for
 BWD_WARPS = (8, 4, 2, 1)         # warps per backward block (16 rows each), most first
 REDUCE_THREADS = 256
@@ -77,6 +78,17 @@ class _Module:
 
 
 module = once(_Module)  # the loaded fatbin, made on first use
+
+
+def use_fatbin(path=None):
+    """Launch from the module in `path` (None: DEFAULT_FATBIN) from the next launch
+    on, loaded on first use: benchmarks time builds of kernels/cuda/mlp_fused.cu
+    with other macros in one process. Shapes and launch arguments made before stay
+    valid (every build reads the same header); CUDA graphs captured before keep
+    the functions they captured."""
+    global FATBIN, module
+    FATBIN = pathlib.Path(path) if path is not None else DEFAULT_FATBIN
+    module = once(_Module)
 
 
 # ---------------------------------------------------------------- shapes

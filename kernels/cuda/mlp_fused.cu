@@ -37,6 +37,31 @@ constexpr int BWD_MAX_WARPS = 8;
 #ifndef FWD_MIN_BLOCKS
 #define FWD_MIN_BLOCKS 3  /* forward blocks per multiprocessor the register budget is cut for */
 #endif
+/* Recompute-backward variants (issue 18: its training step), each off by default
+ * until a device run has passed the tests with it and timed it
+ * (benchmarks/device_mlp_variants.sh):
+ *   BWD_DW_SWIZZLE   the block's f32 dW partial XOR-swizzled by 8-float group, so a
+ *                    warp's float2 read-modify-write of it is free of bank conflicts
+ *                    (4-way otherwise), and weight-gradient units dealt out so that
+ *                    the ones that also sum db fall one to each scheduler
+ *   BWD_WG_PIPE      weight_grads loads the next 16 rows' fragments before the
+ *                    current ones' products, from addresses stepped, not recomputed
+ *   BWD_FEWER_SYNCS  dz_l goes to the shared slot of h_{l+2} (dead by then), so
+ *                    one barrier per layer instead of two (L + 2 a tile, not 2 L)
+ *   BWD_EARLY_DY     a tile's dy (bf16, full tiles) is loaded before its forward
+ *                    is recomputed, not after: the load's latency hides behind it */
+#ifndef BWD_DW_SWIZZLE
+#define BWD_DW_SWIZZLE 0
+#endif
+#ifndef BWD_WG_PIPE
+#define BWD_WG_PIPE 0
+#endif
+#ifndef BWD_FEWER_SYNCS
+#define BWD_FEWER_SYNCS 0
+#endif
+#ifndef BWD_EARLY_DY
+#define BWD_EARLY_DY 0
+#endif
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t r;  // round to nearest even, lo in the low half
@@ -407,6 +432,41 @@ __device__ void forward(const mlp_cuda_args& p) {
 
 /* ---------------------------------------------------------------- backward */
 
+/* column of element (o, c) of a block's f32 dW partial [W][W] in shared memory
+ * (an involution): with BWD_DW_SWIZZLE the 8-float group is XOR-ed with row bits,
+ * so the 8 rows x 4 pairs of a warp's float2 access spread over all banks */
+template <int W>
+__device__ __forceinline__ int dw_col(int o, int c) {
+#if BWD_DW_SWIZZLE
+  constexpr int Q = W / 8 < 4 ? W / 8 : 4;  // groups the XOR permutes
+  constexpr int RS = W >= 32 ? 1 : 32 / W;  // rows that share a 128-byte line
+  return c ^ (((o / RS) & (Q - 1)) << 3);
+#else
+  return c;
+#endif
+}
+
+/* one 16-row step of a weight-gradient unit: A = dz^T (pa), B = h (pb per 16 inputs),
+ * `off` elements further (16 rows further is 16 W elements further: swz's XOR reads
+ * the row mod 8 only) */
+template <int NB>
+__device__ __forceinline__ void wg_load(uint32_t (&a)[4], uint32_t (&b)[NB][4], const uint16_t* pa,
+                                        const uint16_t* const (&pb)[NB], int off) {
+  ldsm4_t(a, pa + off);
+#pragma unroll
+  for (int jj = 0; jj < NB; ++jj) ldsm4_t(b[jj], pb[jj] + off);
+}
+template <int NB>
+__device__ __forceinline__ void wg_mma(float (&acc)[2 * NB][4], float (&sum)[4], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[NB][4], bool sums, uint32_t ones) {
+#pragma unroll
+  for (int jj = 0; jj < NB; ++jj) {
+    mma(acc[2 * jj], a, b[jj][0], b[jj][1]);
+    mma(acc[2 * jj + 1], a, b[jj][2], b[jj][3]);
+  }
+  if (sums) mma(sum, a, ones, ones);  // every column: the row sums of dz^T
+}
+
 /* dW_l (+)= DZ^T H and db_l (+)= column sums of DZ over the block's T rows, in
  * units of 16 outputs x (up to) 32 inputs; each unit belongs to one warp */
 template <int W>
@@ -417,9 +477,29 @@ __device__ __forceinline__ void weight_grads(float* dw, float* db, const uint16_
   const int g = lane >> 2, t = lane & 3, mi = lane >> 3, r = lane & 7;
   const uint32_t ones = pack_bf16(1.0f, 1.0f);
   for (int u = warp; u < (W / 16) * CH; u += warps) {
+#if BWD_DW_SWIZZLE  // by column chunk first: warps w and w + 4 (one scheduler) get one db unit
+    const int mt = u % (W / 16), n0 = (u / (W / 16)) * 8 * NC;
+#else
     const int mt = u / CH, n0 = (u % CH) * 8 * NC;
+#endif
     float acc[NC][4] = {};
     float sum[4] = {};
+#if BWD_WG_PIPE
+    const uint16_t* pa = dz + swz<W>(8 * (mi >> 1) + r, 16 * mt + 8 * (mi & 1));
+    const uint16_t* pb[NC / 2];
+#pragma unroll
+    for (int jj = 0; jj < NC / 2; ++jj) pb[jj] = h + swz<W>(8 * (mi & 1) + r, n0 + 16 * jj + 8 * (mi >> 1));
+    uint32_t a0[4], a1[4], b0[NC / 2][4], b1[NC / 2][4];
+    const int KS = T / 16;
+    wg_load(a0, b0, pa, pb, 0);
+#pragma unroll 1
+    for (int ks = 0; ks < KS; ks += 2) {  // step ks + 1 loads while step ks multiplies
+      if (ks + 1 < KS) wg_load(a1, b1, pa, pb, (ks + 1) * 16 * W);
+      wg_mma(acc, sum, a0, b0, n0 == 0, ones);
+      if (ks + 2 < KS) wg_load(a0, b0, pa, pb, (ks + 2) * 16 * W);
+      if (ks + 1 < KS) wg_mma(acc, sum, a1, b1, n0 == 0, ones);
+    }
+#else
 #pragma unroll 2
     for (int ks = 0; ks < T / 16; ++ks) {
       uint32_t a[4];  // dz^T: m = outputs 16mt.., k = rows 16ks..
@@ -433,11 +513,13 @@ __device__ __forceinline__ void weight_grads(float* dw, float* db, const uint16_
       }
       if (n0 == 0) mma(sum, a, ones, ones);  // every column: the row sums of dz^T
     }
+#endif
 #pragma unroll
     for (int j = 0; j < NC; ++j)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float2* c = reinterpret_cast<float2*>(dw + (16 * mt + g + 8 * hh) * W + n0 + 8 * j + 2 * t);
+        const int o = 16 * mt + g + 8 * hh;
+        float2* c = reinterpret_cast<float2*>(dw + o * W + dw_col<W>(o, n0 + 8 * j + 2 * t));
         float2 v = *c;
         v.x += acc[j][2 * hh];
         v.y += acc[j][2 * hh + 1];
@@ -448,6 +530,17 @@ __device__ __forceinline__ void weight_grads(float* dw, float* db, const uint16_
       db[16 * mt + g + 8] += sum[2];
     }
   }
+}
+
+/* this thread's pairs of 16 rows of dy from row0 (dense bf16: every row there, W wide) */
+template <int W>
+__device__ __forceinline__ void load_dy_dense(uint32_t (&d)[W / 8][2], const mlp_cuda_args& p,
+                                              int64_t row0, int lane) {
+  const uint32_t* dy = reinterpret_cast<const uint32_t*>(p.dy) + (row0 + (lane >> 2)) * (W / 2) + (lane & 3);
+#pragma unroll
+  for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) d[j][hh] = __ldg(dy + 8 * hh * (W / 2) + 4 * j);
 }
 
 template <int W>
@@ -480,6 +573,11 @@ __device__ void backward(const mlp_cuda_args& p) {
       else
         prefetch_rows(p.dy, next, next + T, p.rows, K, p.dy_f32 ? 4 : 2, i, half);
     }
+    const bool dy_dense = dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec);
+    uint32_t dyv[W / 8][2];
+#if BWD_EARLY_DY
+    if (dy_dense) load_dy_dense<W>(dyv, p, row0, lane);
+#endif
     // the forward again, keeping every layer's input
     load_x<W, MT>(a, p, row0, lane);
     store_a<W>(hs, r0, a[0], lane);
@@ -496,15 +594,16 @@ __device__ void backward(const mlp_cuda_args& p) {
     // dz of the last layer: dy * act'(y), y (f32) in acc
     {
       float dz[W / 8][4];
-      if (dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec)) {
-        const uint32_t* dy = reinterpret_cast<const uint32_t*>(p.dy) + (row0 + g) * (W / 2) + t;
+      if (dy_dense) {
+#if !BWD_EARLY_DY
+        load_dy_dense<W>(dyv, p, row0, lane);
+#endif
 #pragma unroll
         for (int j = 0; j < W / 8; ++j)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const uint32_t d = __ldg(dy + 8 * hh * (W / 2) + 4 * j);
-            dz[j][2 * hh] = lo_f32(d);
-            dz[j][2 * hh + 1] = hi_f32(d);
+            dz[j][2 * hh] = lo_f32(dyv[j][hh]);
+            dz[j][2 * hh + 1] = hi_f32(dyv[j][hh]);
           }
       } else {
 #pragma unroll
@@ -526,7 +625,15 @@ __device__ void backward(const mlp_cuda_args& p) {
 #pragma unroll 1
     for (int l = L - 1; l >= 0; --l) {
       to_a<W>(a[0], acc[0]);              // dz_l in bf16
-      store_a<W>(dzs, r0, a[0], lane);
+#if BWD_FEWER_SYNCS
+      // dz_l into the slot of h_{l+2} (slot L = dzs for the top two): every warp read
+      // that last in weight_grads of layer l + 2, before the barrier of layer l + 1
+      uint16_t* dz = hs + (l + 2 < L ? l + 2 : L) * T * W;
+      if (l == L - 2) __syncthreads();    // slot L: weight_grads of layer L - 1 reads it
+#else
+      uint16_t* dz = dzs;
+#endif
+      store_a<W>(dz, r0, a[0], lane);
       if (l > 0 || p.dx) {
         layer_bwd<W>(acc[0], a[0], ws + l * W * W, lane);
         if (l > 0) {                      // dz_{l-1} = dh_l * act'(h_l), h_l as this thread stored it
@@ -550,12 +657,20 @@ __device__ void backward(const mlp_cuda_args& p) {
         }
       }
       __syncthreads();                    // every warp's dz_l is in shared memory
-      weight_grads<W>(dws + l * W * W, dbs + l * W, dzs, hs + l * T * W, T, warp, warps, lane);
+      weight_grads<W>(dws + l * W * W, dbs + l * W, dz, hs + l * T * W, T, warp, warps, lane);
+#if !BWD_FEWER_SYNCS
       __syncthreads();                    // before dz_{l-1} overwrites it
+#endif
     }
+#if BWD_FEWER_SYNCS
+    __syncthreads();  // before the next tile's forward overwrites what weight_grads read
+#endif
   }
   float* out = reinterpret_cast<float*>(p.partial) + (int64_t)blockIdx.x * (L * W * W + L * W);
-  for (int i = threadIdx.x; i < L * W * W + L * W; i += blockDim.x) out[i] = dws[i];
+  for (int i = threadIdx.x; i < L * W * W + L * W; i += blockDim.x) {
+    const int o = i / W % W, c = i % W;  // dW rows o of each layer, then db (not swizzled)
+    out[i] = dws[i < L * W * W ? i - c + dw_col<W>(o, c) : i];
+  }
 }
 
 /* ------------------------------------------------- backward from stored activations */
