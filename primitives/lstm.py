@@ -29,7 +29,7 @@ from primitives import reuse as _reuse
 from primitives._args import backend_name, operands
 from primitives.lstm_plans import (  # noqa: F401  (public names)
     Geometry, SCHEMA, backward_nest, backward_plan, geometry, recurrent_nest, recurrent_plan)
-from primitives.lstm_layer import LSTM, _check_x, reads_w_ih
+from primitives.lstm_layer import LSTM, _check_x, reads_in_place
 from primitives.lstm_layer import (  # noqa: F401  (public names)
     block_weights, transpose_tiles, vnni_operands)
 
@@ -88,7 +88,7 @@ def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
                                                       config=config, init=False))
     T, N = x.shape[:2]
     layer.prepare(T, N)
-    in_place = reads_w_ih(layer.g, dtype, backend, x, w_ih, token)
+    in_place = reads_in_place(layer.g, dtype, backend, x, w_ih, w_hh, token)
     layer.set_weights(w_ih, w_hh, b, token, in_place)
     return layer
 

@@ -12,7 +12,8 @@ from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, operands, positive
 from primitives import fc
-from primitives.lstm_plans import backward_plan, geometry, projection_t_plan, recurrent_plan
+from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
+                                    recurrent_plan)
 
 
 def vnni_operands(g, dtype, backend):
@@ -23,17 +24,26 @@ def vnni_operands(g, dtype, backend):
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
 
 
-def reads_w_ih(g, dtype, backend, x, w_ih, token):
-    """Whether the functional forms read W_ih in place: the input projection as
-    lstm_plans.projection_t_nest (no W_ih^T tiles), backward-data from tiles
-    of W_ih made straight from it (one copy, not two). fc.reads_w's rule (one
-    source for the threshold) on the projection as an FC layer, all steps'
-    minibatch its rows: each W_ih element reused T N times, few enough that
-    copying x and G costs well under copying W_ih."""
-    return fc.reads_w(g.fc_input(), dtype, backend, x, w_ih, token)
+def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
+    """Which weights the functional forms read in place: a set of "w_ih", "w_hh".
+    W_ih: the input projection as lstm_plans.projection_t_nest (no W_ih^T
+    tiles), backward-data from tiles made straight from W_ih (one copy, not
+    two). fc.reads_w's rule (one source for the threshold) on the projection as
+    an FC layer, all steps' minibatch its rows: each W_ih element reused T N
+    times, few enough that copying x and G costs well under copying W_ih.
+    W_hh too where there is one step (T = 1; later steps' recurrent nest
+    streams W_hh's tiles) and the same rule holds for h0 W_hh^T: its product
+    joins the projection's (projection_t_nest's hidden), the step is the cell
+    alone (cell_plan), and backward-data makes W_hh's tiles straight from it."""
+    out = set()
+    if fc.reads_w(g.fc_input(), dtype, backend, x, w_ih, token):
+        out.add("w_ih")
+        if g.T == 1 and fc.reads_w(g.fc_hidden(1), dtype, backend, x, w_hh, token):
+            out.add("w_hh")
+    return frozenset(out)
 
 
-def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, wx=True):
+def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):
     """The layer's blocked weights for the forward: wx (W_ih^T tiles,
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
@@ -43,11 +53,12 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, wx=Tru
     alone never pays for them. The operands
     in `vnni` are packed in VNNI pairs (AMX), the transposes then made here.
     buffer(name, shape, dtype): where each copy goes (default: new arrays).
-    wx=False: no W_ih^T tiles (W_ih read in place, reads_w_ih; f32, no VNNI)."""
+    skip: "wx", "wh" not made (None): their weight read in place (reads_in_place;
+    f32, no VNNI)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
-    wx = buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab) if wx else None
-    wh = buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
+    wx = None if "wx" in skip else buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
+    wh = None if "wh" in skip else buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
     # gates of whole hidden blocks (K % bk == 0) need no padding of their own:
     # each matrix in one copy, else gate by gate
     gates = [slice(0, 4 * K)] if K % g.bk == 0 else [slice(q * K, (q + 1) * K) for q in range(4)]
@@ -56,8 +67,9 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, wx=Tru
         if wx is not None:
             to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
                       out=wx[tiles])
-        to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                  out=wh[tiles])
+        if wh is not None:
+            to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
+                      out=wh[tiles])
     bp = buffer("bp", (4, g.Kp), np.float32)
     bp[:, K:] = 0
     bp[:, :K] = b.reshape(4, K)
@@ -99,7 +111,7 @@ class LSTM:
         self._grad_tiles, self._grads = None, {}
         self._results = Recycler()
         self._wbufs, self._own = Buffers(), False
-        self._w_ih_in_place = False  # set_weights(in_place=): see reads_w_ih
+        self._in_place = frozenset()  # set_weights(in_place=): see reads_in_place
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -135,11 +147,11 @@ class LSTM:
             return
         self._own = token is None  # the copies sit in self._weight_buffer's buffers
         buffer = self._weight_buffer if self._own else None
-        wx = not self._w_ih_in_place
+        skip = frozenset(n for n, w in (("wx", "w_ih"), ("wh", "w_hh")) if w in self._in_place)
         self._blocked = _reuse.blocked(
-            token, ("lstm", g, self.dtype, self.vnni, wx), (self.w_ih, self.w_hh, self.b),
+            token, ("lstm", g, self.dtype, self.vnni, skip), (self.w_ih, self.w_hh, self.b),
             lambda: block_weights(self.w_ih, self.w_hh, self.b, g, self.dtype, self.vnni,
-                                  buffer, wx))
+                                  buffer, skip))
         self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
 
     def _weight_buffer(self, name, shape, dtype):
@@ -155,21 +167,21 @@ class LSTM:
         if name not in blocked:
             buffer = self._weight_buffer if self._own else None
             blocked[name] = transpose_tiles(blocked[of], name, buffer) if blocked[of] is not None \
-                else self._w_ih_blocks(buffer)
+                else self._tiles_of(name, buffer)
         return blocked[name]
 
-    def _w_ih_blocks(self, buffer):
-        """W_ih tiles [Cb][4Kb][bk][bc] straight from the plain W_ih (in place:
-        no W_ih^T tiles to transpose), one copy where the gates are whole
-        blocks, else gate by gate through a scratch copy."""
+    def _tiles_of(self, name, buffer):
+        """W_ih's or W_hh's tiles ([Cb or Kb][4Kb][bk][bc or bk]) straight from the
+        plain weight (read in place: no transposed tiles to transpose), one copy
+        where the gates are whole blocks, else gate by gate through a scratch copy."""
         g, K = self.g, self.K
-        shape = (g.Cb, 4 * g.Kb, g.bk, g.bc)
-        out = buffer("w_ih_tiles", shape, np.float32) if buffer else aligned_empty(shape,
-                                                                                   np.float32)
+        w, bs = (self.w_ih, g.bc) if name == "w_ih_tiles" else (self.w_hh, g.bk)
+        shape = (nblocks(w.shape[1], bs), 4 * g.Kb, g.bk, bs)
+        out = buffer(name, shape, np.float32) if buffer else aligned_empty(shape, np.float32)
         if K % g.bk == 0:
-            return to_blocks(self.w_ih, g.bk, g.bc, swap_grid=True, out=out)
+            return to_blocks(w, g.bk, bs, swap_grid=True, out=out)
         for q in range(4):
-            out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(self.w_ih[q * K:(q + 1) * K], g.bk, g.bc,
+            out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(w[q * K:(q + 1) * K], g.bk, bs,
                                                         swap_grid=True)
         return out
 
@@ -178,11 +190,11 @@ class LSTM:
     w_hh_tiles = property(lambda self: self._transposed("w_hh_tiles", "wh"),
                           doc="W_hh tiles [Kb][4Kb][bk][bk]")
 
-    def set_weights(self, w_ih, w_hh, b, token=None, in_place=False):
+    def set_weights(self, w_ih, w_hh, b, token=None, in_place=()):
         """Use these arrays as the weights (not copied), blocked as load_weights();
-        in_place: read W_ih in place, not blocked (see reads_w_ih; f32, no token)."""
+        in_place: the weights read in place, not blocked (reads_in_place; f32, no token)."""
         self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
-        self._w_ih_in_place = in_place
+        self._in_place = frozenset(in_place)
         self.load_weights(token)
 
     def _buffer(self, name, shape, dtype=np.float32):
@@ -210,10 +222,14 @@ class LSTM:
         else:
             self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G,
                                    b=self.bp)
-        t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
-        if self.h16 is not None:
-            t["h16"] = self.h16
-        self.plans["rec"].run(backend=self.backend, **t)
+        if self.wh is None:  # T = 1: h0 W_hh^T is in G already
+            cell_plan(g).run(backend=self.backend, G=self.G, c=self.c, h=self.h,
+                             z=np.zeros(max(g.bn, g.bk), np.float32))
+        else:
+            t = dict(G=self.G, c=self.c, h=self.h, wh=self.wh)
+            if self.h16 is not None:
+                t["h16"] = self.h16
+            self.plans["rec"].run(backend=self.backend, **t)
         y = self._steps_from_blocks(self.h[1:], self.K, "y")
         return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
                                     from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
@@ -226,8 +242,13 @@ class LSTM:
         xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, rows, g.bc, g.bn)))
         if g.K % g.bk:
             self.G.reshape(rows, 4, g.Kb, g.bn, g.bk)[:, :, -1, :, g.K % g.bk:] = 0
-        projection_t_plan(g).run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp,
-                                 yt=self._buffer("yt", (4 * g.Kb, rows, g.bk, g.bn)))
+        t = {}
+        if self.wh is None:  # T = 1, W_hh read in place too: h0's products join
+            t = dict(u=self.w_hh, ht=transpose_blocks(self.h[0], out=self._buffer(
+                "ht", (g.Kb, g.Nb, g.bk, g.bn))))
+        projection_t_plan(g, bool(t)).run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G,
+                                          b=self.bp, **t,
+                                          yt=self._buffer("yt", (4 * g.Kb, rows, g.bk, g.bn)))
 
     def _steps_to_blocks(self, a, bs, S, name, dtype=None):
         """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its

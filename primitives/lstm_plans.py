@@ -175,43 +175,77 @@ def backward_plan(g, dtype="f32", vnni=False):
 
 # ---------------------------------------------------------------- the input projection, W_ih in place
 
-def projection_t_nest(ex, loops, g, chunk):
+def projection_t_nest(ex, loops, g, chunk, hidden=False):
     """G[t n][q k] = x[t n] @ W_ih[q k]^T + b with W_ih (plain [4K, C], row-major
     as the caller gave it) read in place as the broadcast operand A: each tile
     computed transposed, W_ih's rows of gate q, block k @ x^T's tiles (xt
     [Cb][T*Nb][bc][bn]), into the scratch tile yt [4Kb][T*Nb][bk][bn], whose
     epilogue adds b per row and stores it transposed into G's tile. Gates
     whose K is not whole blocks have ragged row tiles (the layer zeroes G's
-    padding columns), C not whole blocks a ragged last call (xt is padded)."""
+    padding columns), C not whole blocks a ragged last call (xt is padded).
+    hidden (T = 1): the tile also gets h0 @ W_hh[q k]^T, W_hh (plain [4K, K],
+    tensor "u") read in place as A against h0^T's tiles (ht [Kb][Nb][bk][bn]),
+    so that the step itself is the cell alone (cell_nest)."""
     Nb, Kb, bk, bn, bc = g.T * g.Nb, g.Kb, g.bk, g.bn, g.bc
     G = g.layouts()[1]
     blocks = {}
+
+    def block(m, depth, beta, lda):
+        if (m, depth, beta, lda) not in blocks:
+            blocks[m, depth, beta, lda] = bplan.Block(m, bn, depth, lda=lda, ldb=bn, ldc=bn,
+                                                      beta=beta)
+        return blocks[m, depth, beta, lda]
+
     for phase, task, at in loops.walk():
         qk, n, c0 = at["k"], at["n"], at["c"]
         q, k = divmod(qk, Kb)
-        m = min(bk, g.K - k * bk)
+        m, row = min(bk, g.K - k * bk), q * g.K + k * bk
         ex.at(phase, task)
-        for rs, depth in reduction_calls(range(c0, min(c0 + chunk, g.Cb)), g.Cb, g.C, bc):
-            beta = 0.0 if rs[0] == 0 else 1.0
-            blk = blocks.get((m, depth, beta))
-            if blk is None:
-                blk = blocks[m, depth, beta] = bplan.Block(m, bn, depth, lda=g.C, ldb=bn,
-                                                           ldc=bn, beta=beta)
-            ops = ()
-            if rs[-1] == g.Cb - 1:
-                ops = (bplan.bias_rows("b", q * g.Kp + k * bk),
-                       bplan.store_t("G", G.at(n // g.Nb, n % g.Nb, q, k), bk))
-            ex.gemm(blk, "w", [(q * g.K + k * bk) * g.C + r * bc for r in rs],
-                    "xt", [(r * Nb + n) * bc * bn for r in rs],
-                    "yt", (qk * Nb + n) * bk * bn, ops=ops)
+        ends = (bplan.bias_rows("b", q * g.Kp + k * bk),
+                bplan.store_t("G", G.at(n // g.Nb, n % g.Nb, q, k), bk))
+        calls = [("w", "xt", g.C, g.Cb, bc, rs, depth, rs[0] == 0)
+                 for rs, depth in reduction_calls(range(c0, min(c0 + chunk, g.Cb)), g.Cb, g.C, bc)]
+        if hidden and c0 + chunk >= g.Cb:  # after the last chunk of C: h0's products
+            calls += [("u", "ht", g.K, Kb, bk, rs, depth, False)
+                      for j0 in range(0, Kb, chunk)
+                      for rs, depth in reduction_calls(range(j0, min(j0 + chunk, Kb)), Kb, g.K,
+                                                       bk)]
+        for i, (a, b, lda, nb, br, rs, depth, first) in enumerate(calls):
+            last = i == len(calls) - 1 and (rs[-1] == nb - 1)
+            ex.gemm(block(m, depth, 0.0 if first else 1.0, lda), a,
+                    [row * lda + r * br for r in rs], b, [(r * Nb + n) * br * bn for r in rs],
+                    "yt", (qk * Nb + n) * bk * bn, ops=ends if last else ())
 
 
-def projection_t_plan(g):
-    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt, G, b."""
+def projection_t_plan(g, hidden=False):
+    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt, G, b;
+    with hidden, u (plain W_hh) and ht too."""
     def record():
-        rec = bplan.Recorder(dict.fromkeys(("w", "xt", "yt", "G", "b"), "f32"), spec="KNc")
+        names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ())
+        rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec="KNc")
         loops = parse_spec("KNc", [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
                                    Loop("c", 0, g.Cb, T_CHUNK)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, T_CHUNK)
+        projection_t_nest(rec, loops, g, T_CHUNK, hidden)
         return rec.finish()
-    return _plans.get(("proj_t", g), record)
+    return _plans.get(("proj_t", g, hidden), record)
+
+
+def cell_plan(g):
+    """T = 1 with h0 W_hh^T already in G (projection_t_nest's hidden): the cell
+    alone on every block (n, k), as the epilogue of a call that adds 0 (a
+    1-deep product of the zeros z, at least max(bn, bk) of them) to the last
+    gate's tile: tensors G, c, h, z (f32)."""
+    def record():
+        state, G, _ = g.layouts()
+        rec = bplan.Recorder(dict.fromkeys(("G", "c", "h", "z"), "f32"), spec="NK")
+        blk = bplan.Block(g.bn, g.bk, 1, lda=1, ldb=g.bk, ldc=g.bk, beta=1.0)
+        for phase, task, at in parse_spec("NK", [Loop("n", 0, g.Nb, 1), Loop("k", 0, g.Kb, 1)],
+                                          where="cell: ").walk():
+            n, k = at["n"], at["k"]
+            rec.at(phase, task)
+            now, nxt = state.at(0, n, k), state.at(1, n, k)
+            rec.gemm(blk, "z", [0], "z", [0], "G", G.at(0, n, 3, k), ops=(
+                bplan.lstm_cell("G", G.at(0, n, 0, k), G.ld("q"), "c", now, "c", nxt, "h", nxt,
+                                g.bk),))
+        return rec.finish()
+    return _plans.get(("cell", g), record)
