@@ -49,7 +49,8 @@ constexpr int BWD_MAX_WARPS = 8;
  *   BWD_FEWER_SYNCS  dz_l goes to the shared slot of h_{l+2} (dead by then), so
  *                    one barrier per layer instead of two (L + 2 a tile, not 2 L)
  *   BWD_EARLY_DY     a tile's dy (bf16, full tiles) is loaded before its forward
- *                    is recomputed, not after: the load's latency hides behind it */
+ *                    is recomputed, not after (its latency hides behind it), and
+ *                    dy and x before the next tile's prefetch, which may evict them */
 #ifndef BWD_DW_SWIZZLE
 #define BWD_DW_SWIZZLE 0
 #endif
@@ -565,6 +566,12 @@ __device__ void backward(const mlp_cuda_args& p) {
     const int64_t row0 = tile * T + r0;
     uint32_t a[MT][W / 16][4];
     float acc[MT][W / 8][4];
+#if BWD_EARLY_DY  // this tile's dy and x before the next tile's prefetch can evict them from L1
+    const bool dy_dense = dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec);
+    uint32_t dyv[W / 8][2];
+    if (dy_dense) load_dy_dense<W>(dyv, p, row0, lane);
+    load_x<W, MT>(a, p, row0, lane);
+#endif
     {  // the block's next tile: x by the first half of the threads, dy by the second
       const int64_t next = (tile + gridDim.x) * T;
       const int half = blockDim.x / 2, i = threadIdx.x % half;
@@ -573,13 +580,10 @@ __device__ void backward(const mlp_cuda_args& p) {
       else
         prefetch_rows(p.dy, next, next + T, p.rows, K, p.dy_f32 ? 4 : 2, i, half);
     }
-    const bool dy_dense = dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec);
-    uint32_t dyv[W / 8][2];
-#if BWD_EARLY_DY
-    if (dy_dense) load_dy_dense<W>(dyv, p, row0, lane);
-#endif
     // the forward again, keeping every layer's input
+#if !BWD_EARLY_DY
     load_x<W, MT>(a, p, row0, lane);
+#endif
     store_a<W>(hs, r0, a[0], lane);
     const int fwd_layers = last == MLP_CUDA_ACT_NONE ? L - 1 : L;  // y only for act'(y)
 #pragma unroll 1
@@ -594,6 +598,10 @@ __device__ void backward(const mlp_cuda_args& p) {
     // dz of the last layer: dy * act'(y), y (f32) in acc
     {
       float dz[W / 8][4];
+#if !BWD_EARLY_DY
+      const bool dy_dense = dense_bf16<W>(row0 + 16, p.rows, K, p.dy_f32, p.dy_vec);
+      uint32_t dyv[W / 8][2];
+#endif
       if (dy_dense) {
 #if !BWD_EARLY_DY
         load_dy_dense<W>(dyv, p, row0, lane);
