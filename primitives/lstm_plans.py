@@ -8,7 +8,6 @@ from brgemm.layouts import Layout, nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from primitives._calls import blocks_per_call, reduction_calls
 from primitives import fc
-from primitives.fc_forward import T_CHUNK
 from primitives._config import settings
 
 
@@ -223,9 +222,10 @@ def projection_t_plan(g, hidden=False):
     def record():
         names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ())
         rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec="KNc")
+        chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
         loops = parse_spec("KNc", [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
-                                   Loop("c", 0, g.Cb, T_CHUNK)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, T_CHUNK, hidden)
+                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
+        projection_t_nest(rec, loops, g, chunk, hidden)
         return rec.finish()
     return _plans.get(("proj_t", g, hidden), record)
 
