@@ -12,6 +12,8 @@
 #   MLP_BWD_VARIANTS       "NAME=FLAG,FLAG ..." (default: the four below, each adds a macro)
 #   MLP_VARIANTS_COMPILE   torch.compile mode, "none" for none (default max-autotune-no-cudagraphs)
 #   MLP_VARIANTS_TIMEOUT   seconds for the timing process (default 240)
+#   MLP_VARIANTS_K         pytest -k of the tests per build (default "not stored": every
+#                          test that may run the recompute backward)
 set -uo pipefail
 py=${PYTHON:-${PY:-python3}}
 out=${OUT:-/tmp}
@@ -21,6 +23,7 @@ t0=$(date +%s)
 
 for v in $variants; do  # builds, in parallel
   name=${v%%=*} flags=${v#*=}
+  rm -f /tmp/mlp_bwd_$name.fatbin  # never an older build
   timeout 180 $py -c "import sys; from brgemm import _build_cuda as b; b.build(sys.argv[1], True, b.MLP_SOURCE, sys.argv[2].split(','))" \
     /tmp/mlp_bwd_$name.fatbin "$flags" > $out/mlp_build_$name.txt 2>&1 &
 done
@@ -29,7 +32,7 @@ built=""
 for v in $variants; do
   name=${v%%=*}
   if [ -s /tmp/mlp_bwd_$name.fatbin ] && ! grep -q "Error\|error" $out/mlp_build_$name.txt; then
-    built="$built $name"
+    built="$built $name"; rm -f $out/mlp_build_$name.txt  # (empty: $OUT returns 8 files only)
   else
     echo "variant $name: build failed (${v#*=})"; tail -5 $out/mlp_build_$name.txt
   fi
@@ -39,14 +42,14 @@ echo "variants built:${built:- none} in $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 for name in $built; do  # every test that may run the recompute backward, one process a build
   BRGEMM_MLP_FATBIN=/tmp/mlp_bwd_$name.fatbin timeout 150 $py -m pytest -q -p no:cacheprovider \
-    -k "not stored" tests/test_cuda_mlp.py > $out/mlp_tests_$name.txt 2>&1 &
+    -k "${MLP_VARIANTS_K:-not stored}" tests/test_cuda_mlp.py > $out/mlp_tests_$name.txt 2>&1 &
 done
 wait
 passed=""
 for name in $built; do
   summary=$(grep -E "passed|failed|skipped|error" $out/mlp_tests_$name.txt | tail -1)
   if grep -qE "[0-9]+ passed" <<< "$summary" && ! grep -qE "failed|error" <<< "$summary"; then
-    passed="$passed $name"
+    passed="$passed $name"; echo "variant $name: tests: $summary"
   else
     echo "variant $name: tests not passed (not timed): ${summary:-no summary (timeout?)}"
     grep -E "^(FAILED|ERROR)" $out/mlp_tests_$name.txt | head -5
