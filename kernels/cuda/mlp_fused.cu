@@ -52,16 +52,16 @@ constexpr int BWD_MAX_WARPS = 8;
  *                    is recomputed, not after (its latency hides behind it), and
  *                    dy and x before the next tile's prefetch, which may evict them */
 #ifndef BWD_DW_SWIZZLE
-#define BWD_DW_SWIZZLE 0
+#define BWD_DW_SWIZZLE 1
 #endif
 #ifndef BWD_WG_PIPE
-#define BWD_WG_PIPE 0
+#define BWD_WG_PIPE 1
 #endif
 #ifndef BWD_FEWER_SYNCS
-#define BWD_FEWER_SYNCS 0
+#define BWD_FEWER_SYNCS 1
 #endif
 #ifndef BWD_EARLY_DY
-#define BWD_EARLY_DY 0
+#define BWD_EARLY_DY 1
 #endif
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
