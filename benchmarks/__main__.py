@@ -6,7 +6,9 @@ sycl: the SYCL backend on the SYCL device here against our CPU backend (informat
 train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn;
 layouts: the functional forms' layout copies alone, at 1, 2 and --threads (default all) threads.
 conv, fc, lstm --vs torch: the functional forms against PyTorch's calls and our layer path.
-mlp: the fused MLP against our unfused one and PyTorch's (samples/s, TFLOP/s, a plot)."""
+mlp: the fused MLP against our unfused one and PyTorch's (samples/s, TFLOP/s, a plot);
+mlp --device cuda: on the GPU against PyTorch eager and torch.compile (benchmarks.gpu_mlp's
+main case, widths and batch sweep, with its plot)."""
 import argparse
 
 from benchmarks import conv, fc, kernel, layouts, lstm, mlp, plan, sycl, train
@@ -30,6 +32,8 @@ def main(argv=None):
                         help="pass (repeatable; default all)")
     parser.add_argument("--epochs", type=int, help="train: epochs of each model")
     parser.add_argument("--max-batch-log2", type=int, help="mlp: largest batch, as a power of 2")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="mlp: where the MLPs run (cuda: benchmarks.gpu_mlp's parts)")
     args = parser.parse_args(argv)
     if args.what == "all":  # the README's main job: each part against oneDNN
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
@@ -45,6 +49,13 @@ def main(argv=None):
         layouts.run(sorted({1, 2, args.threads or len(os.sched_getaffinity(0))}))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
+    elif args.what == "mlp" and args.device == "cuda":
+        import pathlib
+        from benchmarks import gpu_mlp  # imported here: it needs torch with CUDA
+        png = pathlib.Path(__file__).resolve().parent / "results" / "mlp-gpu-batch.png"
+        png.parent.mkdir(exist_ok=True)
+        for part in ("main", "widths", "batch"):
+            gpu_mlp.main(["--what", part] + (["--png", str(png)] if part == "batch" else []))
     elif args.what == "mlp":
         mlp.run(quick=args.quick, dtypes=args.dtype or ["f32"], threads=args.threads,
                 max_batch_log2=args.max_batch_log2)

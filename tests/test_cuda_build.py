@@ -114,3 +114,13 @@ def test_new_launch_settings_check_their_arguments():
         with pytest.raises(ValueError, match=f"^{name}: "):
             with machine.cuda_launch_settings(**kw):
                 pass
+
+
+def test_mlp_benchmark_on_cuda_says_why_without_a_gpu():
+    """`python -m benchmarks mlp --device cuda` where "cuda" is absent stops with
+    the backend's reason, before timing anything."""
+    if "cuda" in brgemm.backends():
+        pytest.skip("a CUDA device is here: the benchmark would run")
+    from benchmarks.__main__ import main
+    with pytest.raises(SystemExit, match="no CUDA backend here"):
+        main(["mlp", "--device", "cuda"])
