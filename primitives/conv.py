@@ -34,15 +34,15 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.layouts import (from_blocks, image_to_columns, nblocks, pick_block, to_blocks,
-                            transpose_blocks)
+from brgemm.layouts import (columns_to_image, from_blocks, image_to_columns, nblocks, pick_block,
+                            to_blocks, transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
 from primitives._calls import blocks_per_call
 from primitives._config import settings
-from primitives.conv_backward import backward_nest
+from primitives.conv_backward import backward_nest, columns_data_product
 from primitives.conv_forward import columns_product, pointwise_nest
 from primitives.conv_forward import forward_nest
 from primitives.conv_update import columns_update_product
@@ -88,22 +88,26 @@ def columns(g, dtype, backend):
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
 
-def columns_plan(g, dtype, bd, bp, update=False):
-    """The forward's plan where conv.columns applies (columns_product), or with
-    update its weight update's (columns_update_product): parallel over output
-    tiles, each reduced in calls of call_kb's size."""
+def columns_plan(g, dtype, bd, bp, pass_="fwd"):
+    """The plan of one pass where conv.columns applies: the forward's
+    (columns_product), backward-data's (columns_data_product) or the weight
+    update's (columns_update_product); parallel over output tiles, each reduced
+    in calls of call_kb's size. Backward-data walks w's column tiles outermost
+    (on res5a_branch2b at 2 threads, 1.21 ms against 1.55 the other way)."""
     def record():
-        product = (columns_update_product if update else columns_product)(g, bd, bp)
+        product = {"fwd": columns_product, "bwd": columns_data_product,
+                   "upd": columns_update_product}[pass_](g, bd, bp)
         (_, bi), (_, bj), (R, br) = (product.sizes[n] for n in (product.i, product.j, product.r))
-        per_call = blocks_per_call(g.call_kb[2 if update else 0], (bi + bj) * br, dtype)
-        spec = (product.i + product.j).upper() + product.r
+        per_call = blocks_per_call(g.call_kb[list(SCHEMA).index(pass_)], (bi + bj) * br, dtype)
+        outer = product.j + product.i if pass_ == "bwd" else product.i + product.j
+        spec = outer.upper() + product.r
         loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call if n == product.r
                                        else 1) for n in (product.i, product.j, product.r)])
         rec = bplan.Recorder({product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"},
                              spec=spec)
         product_nest(rec, loops, product, dtype, lambda *at: (), per_call)
         return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp, update), record)
+    return _plans.get((g, "columns", dtype, bd, bp, pass_), record)
 
 
 def stores_nchw(g, dtype, backend, out_dtype):
@@ -280,7 +284,11 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     # backward-data of a pointwise layer is the pointwise forward of w^T
     gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
     bp = pointwise(gt, dtype, backend)
-    if bp and dy.dtype == np.float32 and w.dtype == np.float32:
+    blocks = columns(g, dtype, backend)
+    if (blocks and token is None and x.dtype == np.float32 and w.dtype == np.float32
+            and w.flags.c_contiguous and g.R * g.S > 1):
+        dx = _columns_data(dy, w, g, *blocks)
+    elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
         dx = _pointwise(gt, dtype, backend, bp, dy, np.ascontiguousarray(w.reshape(g.K, g.C).T),
                         "dx")
     else:
@@ -298,7 +306,6 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
             plan(g, "bwd", dtype, "bwd" in vnni).run(backend=backend, dx=dxb, **t)
             unblock_x(dxb, g, x.dtype, out=dx)
-    blocks = columns(g, dtype, backend)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)
     dw = update_output(g, _scratch.get)
@@ -309,6 +316,19 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         plan(g, "upd", dtype, "upd" in vnni).run(
             backend=backend, dw=dw, **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
+
+
+def _columns_data(dy, w, g, bd, bp):
+    """dx where the forward reads w in place (columns): w read in place again,
+    against each image's dy transposed; dx^c summed into dx after."""
+    PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
+    dyt = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
+                      transpose=True, swap_grid=True,
+                      out=_scratch.get("dyt", (cols, g.K), np.float32))
+    dxc = _scratch.get("dxc", (cols, D), np.float32)  # all written: beta 0 first
+    columns_plan(g, "f32", bd, bp, "bwd").run(dyt=dyt, w=w, dxc=dxc)
+    return columns_to_image(dxc, (g.N, g.C, g.H, g.W), (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw),
+                            out=_results.empty("dx", (g.N, g.C, g.H, g.W), np.float32))
 
 
 def _columns_update(dy, x, g, bd, bp):
@@ -322,7 +342,7 @@ def _columns_update(dy, x, g, bd, bp):
     dyc = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       swap_grid=True, out=_scratch.get("dyc", (g.K, cols), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
-    columns_plan(g, "f32", bd, bp, update=True).run(dyc=dyc, xct=xct, dw=dw)
+    columns_plan(g, "f32", bd, bp, "upd").run(dyc=dyc, xct=xct, dw=dw)
     return dw
 
 

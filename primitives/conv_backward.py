@@ -1,8 +1,10 @@
 """2-D convolution, backward-data: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
 from brgemm import plan as bplan
-from brgemm.layouts import Layout
+from brgemm.layouts import Layout, matrix_tiles
 from primitives._calls import blocks_per_call
+from primitives.conv_forward import columns_operands
+from primitives.fc_nest import Product
 
 
 def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
@@ -42,3 +44,17 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                     "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],
                     "dx", dx.at(n, c, h, first + g.sw * u0) if tile is None else tile(task),
                     ops=epilogue(n, c, h - g.ph, u0) if last else ())
+
+
+def columns_data_product(g, bd, bp):
+    """dx^c (N P Q x C R S, plain: the im2col matrix's gradient, transposed) =
+    dy^t (N P Q x K, plain: each image's dy transposed) @ w (K x C R S, plain,
+    read in place): the tiled product (primitives.fc_nest) of conv.columns'
+    backward-data, before brgemm.layouts.columns_to_image sums dx^c into dx.
+    No weight copy."""
+    D, cols, weights, _, sizes = columns_operands(g, bd, bp)
+    return Product("p", "d", "k", a=("dyt", matrix_tiles(cols, g.K, bp, g.bk, ("p", "k"),
+                                                         plain=True)),
+                   b=("w", weights), c=("dxc", matrix_tiles(cols, D, bp, bd, ("p", "d"),
+                                                            plain=True)),
+                   sizes=sizes, epilogue=())

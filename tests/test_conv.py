@@ -70,8 +70,9 @@ def test_pointwise_forward_backward(rng):
 def test_columns_forward_backward(rng):
     """Weights that outweigh the images (N P Q <= K / 2): the forward reads w in
     place against x's im2col tiles, the update writes dW in w's layout from
-    them (conv.columns). Random sizes, strides and padding, ragged blocks, x
-    and dy as strided views."""
+    them (conv.columns), and backward-data (kernels over 1x1) reads w in place
+    again and sums its im2col gradient into dx. Random sizes, strides and
+    padding, ragged blocks, x and dy as strided views."""
     done = 0
     while done < 4:
         N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(16, 300))

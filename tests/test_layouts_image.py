@@ -157,6 +157,9 @@ def test_native_layer_rejects_bad_arguments():
                                            16, 16, p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_image_to_columns(p, 1, 4, 4, 4, strides, 4, 3, 3, 0, 1, 1, 1, 4, 4,
                                            16, 16, p, 4, 1) == EINVAL  # stride 0
+    f = ffi.cast("float *", p)
+    assert lib.brgemm_cpu_columns_to_image(f, 8, 1, 1, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, f,
+                                           1) == EINVAL  # ld < C R S
     assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_conv_weights_from_blocks(ffi.cast("float *", p), 0, 4, 4, 1, 4, 4, 0,
                                                    p, 4, 1) == EINVAL
@@ -276,3 +279,33 @@ def test_image_to_columns(rng, dtypes, threads):
         np.testing.assert_array_equal(t.view(view), ref.view(view))
     with pytest.raises(ValueError, match="^kernel"):
         L.image_to_columns(x, (H + 2 * ph + 1, 1), (1, 1), (ph, pw), 4, 4)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_columns_to_image(rng, threads):
+    """image_to_columns' adjoint (conv.columns' backward-data): each element of
+    the transposed im2col matrix summed into the pixel it was read from, taps
+    in the padding dropped; rows wider than C R S (a view) read in place."""
+    for it in range(8):
+        N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 12),
+                                       rng.integers(1, 12)))
+        ph, pw = (int(v) for v in rng.integers(0, 3, 2))
+        R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
+        sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+        print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw}")
+        P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
+        D, extra = C * R * S, int(rng.integers(0, 3))
+        xc = rng.standard_normal((N * P * Q, D + extra)).astype(np.float32)[:, :D]
+        got = L.columns_to_image(xc, (N, C, H, W), (R, S), (sh, sw), (ph, pw), threads=threads)
+        # the reference: the padded image's pixels, each tap's slice summed in float64
+        want = np.zeros((N, C, H + 2 * ph + sh * R, W + 2 * pw + sw * S))
+        taps = xc.astype(np.float64).reshape(N, P, Q, C, R, S)
+        for r in range(R):
+            for s in range(S):
+                want[:, :, r:r + sh * P:sh, s:s + sw * Q:sw] += taps[..., r, s].transpose(0, 3, 1, 2)
+        want = want[:, :, ph:ph + H, pw:pw + W]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="xc"):
+        L.columns_to_image(np.zeros((3, 9), np.float32), (1, 1, 3, 3), (3, 3), (1, 1), (0, 0))
+    with pytest.raises(ValueError, match="kernel"):
+        L.columns_to_image(np.zeros((1, 9), np.float32), (1, 1, 2, 2), (3, 3), (1, 1), (0, 0))

@@ -283,6 +283,15 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
                                 int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
                                 int64_t Q, int64_t bd, int64_t bp, void* dst, int dst_itemsize,
                                 int threads);
+/* columns_to_image: the transposed im2col matrix src [N P Q][ld] (row (n * P +
+ * p) * Q + q, column (c * R + r) * S + s: the gradient of the im2col matrix's
+ * element) -> dst [N][C][H][W] f32 (contiguous): each element summed into the
+ * pixel (p * sh + r - ph, q * sw + s - pw) it was copied from, where that lies
+ * in the image (image_to_columns' adjoint). */
+int brgemm_cpu_columns_to_image(const float* src, int64_t ld, int64_t N, int64_t C, int64_t H,
+                                int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw,
+                                int64_t ph, int64_t pw, int64_t P, int64_t Q, float* dst,
+                                int threads);
 /* Conv weights src [K][C][RS] (contiguous) -> [Kb][Cb][RS][bc][bk] tiles, or
  * with transposed [Cb][Kb][RS][bk][bc], zero-padded. */
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,

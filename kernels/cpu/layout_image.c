@@ -436,3 +436,37 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
   }
   return BRGEMM_OK;
 }
+
+int brgemm_cpu_columns_to_image(const float* src, int64_t ld, int64_t N, int64_t C, int64_t H,
+                                int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw,
+                                int64_t ph, int64_t pw, int64_t P, int64_t Q, float* dst,
+                                int threads) {
+  if (!src || !dst || N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || S < 1 || sh < 1 || sw < 1 ||
+      ph < 0 || pw < 0 || P < 1 || Q < 1 || ld < C * R * S)
+    return BRGEMM_EINVAL;
+  /* a task: the planes of `group` channels of one image, zeroed, then each
+   * pixel's row read once along (group R S contiguous floats) and its taps
+   * added where they land in the image; channels outermost, so each thread
+   * reads the columns of src a product split by columns left in its cache */
+  const int64_t group = 16, Cg = (C + group - 1) / group, RS = R * S;
+#pragma omp parallel for schedule(static) num_threads(brgemm_cpu_plan_threads(threads))
+  for (int64_t o = 0; o < N * Cg; ++o) {
+    const int64_t n = o % N, c0 = o / N * group, nc = brgemm_min64(group, C - c0);
+    float* planes = dst + (n * C + c0) * H * W;
+    memset(planes, 0, (size_t)(nc * H * W) * sizeof(float));
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t q = 0; q < Q; ++q) {
+        const float* row = src + ((n * P + p) * Q + q) * ld + c0 * RS;
+        for (int64_t r = 0; r < R; ++r) {
+          const int64_t h = p * sh + r - ph;
+          if (h < 0 || h >= H) continue;
+          for (int64_t s = 0; s < S; ++s) {
+            const int64_t w = q * sw + s - pw;
+            if (w < 0 || w >= W) continue;
+            for (int64_t c = 0; c < nc; ++c) planes[(c * H + h) * W + w] += row[c * RS + r * S + s];
+          }
+        }
+      }
+  }
+  return BRGEMM_OK;
+}
