@@ -92,6 +92,12 @@ class Linear(nn.Linear):
 _fused_nets = weakref.WeakKeyDictionary()  # MLP module -> {dtype: fc.MLP(fused=True)}
 
 
+def _layer_grads(net):
+    """net's gradients in its parameters' order: each layer's weight, then its bias."""
+    return [g for layer in net.layers
+            for g in (layer.grad_weight,) + ((layer.grad_bias,) if layer.bias is not None else ())]
+
+
 class _FusedMLPFunction(torch.autograd.Function):
     """The whole stack as one fc.MLP(fused=True) call: forward keeps what its
     backward reads (ctx holds it, so two forwards before one backward are fine)."""
@@ -114,11 +120,7 @@ class _FusedMLPFunction(torch.autograd.Function):
         net = ctx.net
         dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype).reshape(-1, dy.shape[-1])),
                                 ctx.state)
-        grads = []
-        for layer in net.layers:
-            grads.append(layer.grad_weight)
-            if layer.bias is not None:
-                grads.append(layer.grad_bias)
+        grads = _layer_grads(net)
         return (None, _tensor(dx).reshape(ctx.shape),
                 *(_cast(g, p) for g, p in zip(grads, ctx.params)))
 
@@ -144,11 +146,7 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
         net = ctx.net
         dx = net.fused.backward(dy.to(ctx.x_dtype).reshape(-1, dy.shape[-1]).contiguous(),
                                 ctx.state)
-        grads = []
-        for layer in net.layers:
-            grads.append(layer.grad_weight)
-            if layer.bias is not None:
-                grads.append(layer.grad_bias)
+        grads = _layer_grads(net)
         return (None, dx.reshape(ctx.shape),
                 *(g.to(p.dtype).reshape(p.shape) for g, p in zip(grads, ctx.params)))
 
