@@ -110,6 +110,14 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd"):
     return _plans.get((g, "columns", dtype, bd, bp, pass_), record)
 
 
+def _task_slots(floats):
+    """A nest's tile= for plans that store from the epilogue: each task (its
+    parallel loops' values) sums its tiles in one slot of `floats` of its own,
+    numbered in the order the tasks first come."""
+    slots = {}
+    return lambda task: slots.setdefault(task, len(slots)) * floats
+
+
 def stores_nchw(g, dtype, backend, out_dtype):
     """Whether the functional forward's plan stores y straight into the NCHW
     result (nchw_plan) instead of a pass of its own after it (unblock_y):
@@ -128,9 +136,7 @@ def nchw_plan(g, dtype, vnni):
         PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
         rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
                              spec=g.specs[0])
-        slots = {}  # task (its parallel loops' values) -> its slot
-        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
-                     tile=lambda task: slots.setdefault(task, len(slots)) * bq * g.bk,
+        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni, tile=_task_slots(bq * g.bk),
                      epilogue=lambda n, k, pixel: (
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
         return rec.finish()
@@ -153,9 +159,7 @@ def nchw_dx_plan(g, dtype, vnni):
         HW, bq = g.H * g.W, g.bs if g.span[1] else g.bq
         rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
                              spec=g.specs[1])
-        slots = {}  # task (its parallel loops' values) -> its slot
-        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
-                      tile=lambda task: slots.setdefault(task, len(slots)) * bq * g.bc,
+        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni, tile=_task_slots(bq * g.bc),
                       epilogue=lambda n, c, row, u0: (
                           bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
         return rec.finish()
