@@ -93,7 +93,7 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd"):
     (columns_product), backward-data's (columns_data_product) or the weight
     update's (columns_update_product); parallel over output tiles, each reduced
     in calls of call_kb's size. Backward-data walks w's column tiles outermost
-    (on res5a_branch2b at 2 threads, 1.21 ms against 1.55 the other way)."""
+    (faster than the other way on res5a_branch2b: benchmarks/RESULTS.md)."""
     def record():
         product = {"fwd": columns_product, "bwd": columns_data_product,
                    "upd": columns_update_product}[pass_](g, bd, bp)
@@ -170,8 +170,8 @@ def reads_dy(g, dtype, backend, dy):
     """Whether the functional weight update reads dy [N,K,P,Q] in place as its
     kernel's broadcast operand (dy_plan), rows P Q apart, instead of a
     pixels-last copy (dyt): f32 on the CPU backend, the row nest
-    (update_form "rows"), K whole blocks, dy f32 and C-contiguous. On the
-    EPYC, one thread, the plan ran as fast with either (within 1%)."""
+    (update_form "rows"), K whole blocks, dy f32 and C-contiguous. The plan
+    runs as fast on dy as on the copy (benchmarks/RESULTS.md): the copy is saved."""
     return (dtype == "f32" and backend == "cpu" and update_form(g) == "rows"
             and g.K % g.bk == 0 and dy.dtype == np.float32 and dy.flags.c_contiguous)
 

@@ -616,7 +616,7 @@ __device__ __forceinline__ void run_task(const brgemm_cuda_phase_args& args, int
                                          unsigned char* smem, uint32_t rank, uint32_t nranks) {
   /* the 128 x 256 entry takes none of the small-problem path's launch
      features (parts, tile caps, the kernel index, programmatic launch): the
-     GEMM measured 15-20% slower with them in its code */
+     GEMM measured slower with them in its code: benchmarks/RESULTS.md */
   constexpr bool SMALL = E != ENTRY_TC_WIDE;
   const int64_t* task_begin = (const int64_t*)args.task_begin;
   const int64_t first = SMALL && args.uniform ? task : task_begin[task];
