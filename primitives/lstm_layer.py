@@ -285,6 +285,10 @@ class LSTM:
             raise ValueError(f"dy: expected shape {(g.T, g.N, self.K)}, got "
                              f"{getattr(dy, 'shape', type(dy).__name__)}")
         ab, out_dtype = dtypes.NUMPY[self.dtype], dy.dtype
+        # the last backward's gradients let go of first: a plain one still held
+        # here would keep its recycled array (self._results) from being reused,
+        # and each call would fault in fresh pages for dW_ih and dW_hh
+        self._grad_tiles, self._grads = None, {}
         dyb = self._steps_to_blocks(dy.astype(np.float32, copy=False), g.bk, self.K, "dy")
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
         dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)

@@ -112,6 +112,26 @@ def test_functional_calls_rewrite_their_weight_copies(rng):
             check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, want_bwd, 1e-5)
 
 
+def test_functional_gradients_reuse_their_arrays(rng):
+    """Once the caller lets go of a backward's results, the next backward
+    writes into the same arrays (no fresh pages for dW_ih and dW_hh on every
+    call), and its results are right. Random sizes, hidden size whole blocks
+    (the weight gradients written plain) and not (converted from tiles)."""
+    cfg = {"fwd": {"bn": 16, "bc": 32, "bk": 16}}
+    for K in (16 * int(rng.integers(1, 4)), int(rng.integers(1, 40))):
+        T, N, C = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 70))
+        print(f"T={T} N={N} C={C} K={K}")
+        addresses, saved = [], lstm.Saved()
+        for _ in range(3):
+            a, d = make(rng, T, N, C, K, np.float32)
+            lstm.forward(**a, config=cfg, saved=saved)
+            grads = lstm.backward(**d, **a, config=cfg, saved=saved)
+            check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, reference(a, d)[1], 1e-5)
+            addresses.append([g.__array_interface__["data"][0] for g in grads[3:5]])
+            del grads
+        assert addresses[1] == addresses[2], (K % 16, addresses)
+
+
 class TestBadInput:
     T, N, C, K = 2, 3, 4, 5
 
