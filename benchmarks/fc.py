@@ -67,14 +67,14 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             func = {"fwd": lambda: fc.forward(x, w, dtype=dtype),
                     "bwd": lambda: fc.backward(dy, x, w, dtype=dtype), "upd": None}[p]
-            fns = [ours, job.run] + ([func] if func else [])
+            # the functional backward also does the update: the layer's is timed in
+            # the same rounds, so that both sides of func/ours share their drift
+            upd = [lambda: lin.update_blocked(dyb)] if p == "bwd" and func else []
+            fns = [ours, job.run] + ([func] if func else []) + upd
             times, spread = interleaved(fns, reps=5 if quick else 7)
             t_ours, t_dnn = times[0], times[1]
             t_func = times[2] if func else None
-            if p == "bwd" and t_func:  # the functional backward also does the update
-                t_func_ref = t_ours + interleaved([lambda: lin.update_blocked(dyb)], reps=3)[0][0]
-            else:
-                t_func_ref = t_ours
+            t_func_ref = t_ours + (times[3] if upd else 0.0)
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,
                           dtype=dtype, threads=threads, spread=max(spread[:2]), impl=job.impl,
                           func=flops / t_func * 1e-9 if t_func else None,
