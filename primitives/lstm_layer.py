@@ -210,11 +210,9 @@ class LSTM:
         T, N = _check_x(x, self.C, self.dtype)
         g = self.prepare(T, N)
         ab = dtypes.NUMPY[self.dtype]
-        h0 = _state(h0, N, self.K, "h0", x.dtype)
-        c0 = _state(c0, N, self.K, "c0", x.dtype)
         self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)
-        to_blocks(h0.astype(np.float32), g.bn, g.bk, out=self.h[0])
-        to_blocks(c0.astype(np.float32), g.bn, g.bk, out=self.c[0])
+        _state_tiles(h0, N, self.K, "h0", self.h[0])
+        _state_tiles(c0, N, self.K, "c0", self.c[0])
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
         if self.wx is None:
@@ -231,8 +229,8 @@ class LSTM:
                 t["h16"] = self.h16
             self.plans["rec"].run(backend=self.backend, **t)
         y = self._steps_from_blocks(self.h[1:], self.K, "y")
-        return (y.astype(x.dtype, copy=False), (from_blocks(self.h[T], N, self.K, dtype=x.dtype),
-                                    from_blocks(self.c[T], N, self.K, dtype=x.dtype)))
+        return (y.astype(x.dtype, copy=False), (self._plain_state(self.h[T], "hT", x.dtype),
+                                                self._plain_state(self.c[T], "cT", x.dtype)))
 
     def _project_in_place(self, g):
         """G = x W_ih^T + b reading the plain W_ih (lstm_plans.projection_t_nest):
@@ -261,6 +259,12 @@ class LSTM:
         for t in range(g.T):
             to_blocks(a[t], g.bn, bs, out=out[t * g.Nb:(t + 1) * g.Nb], dtype=dtype)
         return out
+
+    def _plain_state(self, tiles, name, dtype):
+        """A state's tiles [Nb][Kb][bn][bk] -> [N, K] of `dtype`, a result array."""
+        g = self.g
+        return from_blocks(tiles, g.N, self.K, dtype=dtype,
+                           out=self._results.empty(name, (g.N, self.K), dtype))
 
     def _steps_from_blocks(self, tiles, S, name):
         """[T*Nb][Sb][bn][bs] -> [T, N, S], a result array (see Recycler)."""
@@ -291,8 +295,9 @@ class LSTM:
         self._grad_tiles, self._grads = None, {}
         dyb = self._steps_to_blocks(dy.astype(np.float32, copy=False), g.bk, self.K, "dy")
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
-        dh = to_blocks(_state(dhT, g.N, self.K, "dhT", out_dtype).astype(np.float32), g.bn, g.bk)
-        dc = to_blocks(_state(dcT, g.N, self.K, "dcT", out_dtype).astype(np.float32), g.bn, g.bk)
+        state = (g.Nb, g.Kb, g.bn, g.bk)
+        dh = _state_tiles(dhT, g.N, self.K, "dhT", self._buffer("dhr", state))
+        dc = _state_tiles(dcT, g.N, self.K, "dcT", self._buffer("dc", state))
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
@@ -301,7 +306,7 @@ class LSTM:
             t["dG16"] = self._buffer("dG16", self.G.shape, ab)
         backward_plan(g, self.dtype, "h" in self.vnni).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
-        dh = aligned_empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+        dh = self._buffer("dh0", state)
         self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
         if plain_grads and self._plain_updates():
             self._weight_grads_plain(dG_in, g, dG)
@@ -309,8 +314,8 @@ class LSTM:
             self._weight_grads(dG_in, g, dG)
         dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
                                                                              copy=False)
-        return (dx, from_blocks(dh, g.N, self.K, dtype=out_dtype),
-                from_blocks(dc, g.N, self.K, dtype=out_dtype))
+        return (dx, self._plain_state(dh, "dh0", out_dtype),
+                self._plain_state(dc, "dc0", out_dtype))
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
@@ -414,11 +419,13 @@ def _check_x(x, C, dtype):
     return x.shape[:2]
 
 
-def _state(s, N, K, name, dtype):
+def _state_tiles(s, N, K, name, out):
+    """A state s [N, K] (None: zeros) as f32 tiles in `out` [Nb][Kb][bn][bk]."""
     if s is None:
-        return np.zeros((N, K), dtype)
+        out.fill(0)
+        return out
     if not isinstance(s, np.ndarray):
         raise TypeError(f"{name}: expected a numpy.ndarray, got {type(s).__name__}")
     if s.shape != (N, K):
         raise ValueError(f"{name}: expected shape ({N}, {K}), got {s.shape}")
-    return s
+    return to_blocks(s.astype(np.float32, copy=False), out.shape[2], out.shape[3], out=out)
