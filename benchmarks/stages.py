@@ -3,9 +3,9 @@ fc.forward / fc.backward (f32) on the quick shapes, their steps (layout
 copies, plans) replayed in the order the call makes them and each timed
 there, so every step finds the caches as the call leaves them; "other" is
 the whole call less its steps (Python: argument checks, plan look-up). N =
-threads for conv (one image per thread), as the benchmarks.
+threads for conv (one image per thread), as the benchmarks, unless --images.
 
-    python -m benchmarks.stages [--threads N]
+    python -m benchmarks.stages [--threads T] [--images N] [--only conv|fc]
 
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
@@ -14,6 +14,7 @@ layer path needs copies for); where the call takes another path
 marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost."""
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -56,9 +57,8 @@ def _line(name, pass_, path, whole, steps):
           + " + ".join(f"{n} {m:.3f}" for n, m in steps), flush=True)
 
 
-def _conv(threads):
+def _conv(N):
     rng = np.random.default_rng(0)
-    N = threads
     for (C, K, H, W, R, S, st, pd), name in read_shapes("resnet50_conv"):
         if name not in ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b"):
             continue
@@ -75,8 +75,8 @@ def _conv(threads):
         ui, dw = update_inputs(x, dy, g, "f32", buffer), update_output(g)
         pf, pb, pu = (conv.plan(g, p, "f32") for p in ("fwd", "bwd", "upd"))
         y, dx, dwp = np.empty((N, K, g.P, g.Q), np.float32), np.empty_like(x), np.empty_like(w)
-        path = "columns" if conv.columns(g, "f32", "cpu") else \
-            "pointwise" if conv.pointwise(g, "f32", "cpu") else "blocked"
+        path = "pointwise" if conv.pointwise(g, "f32", "cpu") else \
+            "columns" if conv.columns(g, "f32", "cpu") else "blocked"
         if conv.stores_nchw(g, "f32", "cpu", np.float32):  # the plan stores y itself
             pn = conv.nchw_plan(g, "f32", False)
             slots = np.empty(pn.extent["y"], np.float32)
@@ -111,6 +111,29 @@ def _conv(threads):
             ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd + [
             ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],
             lambda: conv.backward(dy, x, w, st, pd)))
+        if path == "pointwise":  # what the pointwise call's steps are
+            _line(name, "fwd", "pointwise*", *_steps([("plan", lambda: conv.pointwise_plan(
+                g, "f32", conv.pointwise(g, "f32", "cpu")).run(w=w, x=x, y=y))]))
+            _line(name, "bwd", "pointwise*", *_steps(_pointwise_backward(x, w, dy, g, dx)))
+
+
+def _pointwise_backward(x, w, dy, g, dx):
+    """The steps of conv.backward's pointwise path (1x1, stride 1): w^T's
+    tiles, backward-data's plan (dy and dx in place), x's transposed tiles,
+    the update's plan (dy in place, dW in w's layout) and its shares' sum."""
+    gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+    HW, bx = g.H * g.W, conv.pointwise_x_block(g)
+    bp, shares = conv.pointwise_update(g, "f32", "cpu", dy)
+    wt = L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True)
+    xt = L.to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True)
+    parts, dw = np.empty((shares, g.K * g.C), np.float32), np.empty(g.K * g.C, np.float32)
+    data = conv.pointwise_plan(gt, "f32", conv.pointwise(gt, "f32", "cpu"), False)
+    upd = conv.pointwise_update_plan(g, bp, shares)
+    return [("wt", lambda: L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=wt)),
+            ("plan+dx", lambda: data.run(w=wt, x=dy, y=dx)),
+            ("xt", lambda: L.to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True, out=xt)),
+            ("upd", lambda: upd.run(dy=dy, xt=xt, dw=parts))] + (
+        [("sum", lambda: L.column_sums(parts, out=dw))] if shares > 1 else [])
 
 
 def _columns_steps(x, w, g):
@@ -165,10 +188,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, help="threads (default: all cores)")
+    parser.add_argument("--images", type=int, help="conv's N (default: the threads)")
+    parser.add_argument("--only", choices=("conv", "fc"), help="one primitive's calls")
     args = parser.parse_args(argv)
     threads = set_threads(args.threads, onednn=False)
     print(f"functional calls' steps, f32, {threads} threads, {machine()}")
-    _conv(threads)
+    if args.only != "fc":
+        _conv(args.images or threads)
+    if args.only == "conv":
+        return
     _fc(threads)
 
 

@@ -34,8 +34,8 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.layouts import (columns_to_image, from_blocks, image_to_columns, nblocks, pick_block,
-                            to_blocks, transpose_blocks)
+from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
+                            pick_block, to_blocks, transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
@@ -43,9 +43,11 @@ from primitives._args import backend_name, fits
 from primitives._calls import blocks_per_call
 from primitives._config import settings
 from primitives.conv_backward import backward_nest, columns_data_product
-from primitives.conv_forward import columns_product, pointwise_nest
+from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest
-from primitives.conv_update import columns_update_product
+from primitives.conv_update import columns_update_product, pointwise_x_block
+from primitives.conv_pointwise import (pointwise, pointwise_plan, pointwise_update,  # noqa: F401
+                                       pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -58,21 +60,6 @@ from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
 
 # ---------------------------------------------------------------- the loop nests
-
-
-def pointwise(g, dtype, backend):
-    """The pixel block of the functional forward's pointwise plan, or None where
-    it does not apply. A 1x1 layer with stride 1 and no padding is a GEMM per
-    image on NCHW arrays as they are (pointwise_nest): it reads w in place and
-    writes y in place, where the blocked plan needs both copied. f32 on the
-    CPU backend, C a multiple of bc (x's tiles hold whole images), and images
-    of at least 512 pixels: on 14 x 14 and 7 x 7 images the kernel's short,
-    ragged pixel rows cost about what the copies save."""
-    HW = g.H * g.W
-    if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
-            or dtype != "f32" or backend != "cpu" or HW < 512):
-        return None
-    return pick_block(HW, 128, 16)
 
 
 def columns(g, dtype, backend):
@@ -185,16 +172,6 @@ def dy_plan(g):
     return _plans.get((g, "upd_dy", "f32"), record)
 
 
-def pointwise_plan(g, dtype, bp):
-    def record():
-        loops = parse_spec("NKP", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
-                                   Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
-        rec = bplan.Recorder({"w": dtype, "xt": dtype, "y": "f32"}, spec="NKP")
-        pointwise_nest(rec, loops, g, dtype, bp)
-        return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp), record)
-
-
 # ---------------------------------------------------------------- layouts
 # One parallel pass each in C (brgemm.layouts): padding, channel blocking,
 # transposition and the f32 -> bf16 rounding fused. `out`: a buffer to fill.
@@ -223,15 +200,30 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
                           blocked)
 
 
-def _pointwise(g, dtype, backend, bp, x, w, name):
-    """The pointwise plan of g on images x [N, C, H, W] and w (K x C, plain):
-    the result [N, K, H, W] (`name` among the returned arrays)."""
-    HW = g.H * g.W
-    xt = to_blocks(x.reshape(g.N * g.C, HW), g.bc, bp, swap_grid=True, out=_scratch.get(
-        name + "_tiles", (nblocks(HW, bp), g.N * g.Cb, g.bc, bp), dtypes.NUMPY[dtype]))
+def _pointwise(g, dtype, backend, bp, x, w, name, plain_w=True):
+    """The pointwise plan of g on images x [N, C, H, W] (read in place) and w
+    (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc] where not
+    plain_w): the result [N, K, H, W] (`name` among the returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
-    pointwise_plan(g, dtype, bp).run(backend=backend, w=w, xt=xt, y=y)
+    pointwise_plan(g, dtype, bp, plain_w).run(backend=backend, w=w, x=np.ascontiguousarray(x),
+                                              y=y)
     return y
+
+
+def _pointwise_update(dy, x, g, bp, shares):
+    """dW [K, C, 1, 1] of a 1x1 layer (pointwise_update): x's pixels
+    transposed into tiles [HWb][N][bp][C], dy read in place, the shares (if
+    more than one) summed into dW."""
+    HW = g.H * g.W
+    bx = pointwise_x_block(g)
+    xt = to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True, out=_scratch.get(
+        "xt", (nblocks(HW, bp), g.N * g.C // bx, bp, bx), np.float32))
+    dw = _results.empty("dw", (g.K, g.C, 1, 1), np.float32)
+    parts = dw if shares == 1 else _scratch.get("dw_shares", (shares, g.K * g.C), np.float32)
+    pointwise_update_plan(g, bp, shares).run(dy=dy, xt=xt, dw=parts)
+    if shares > 1:
+        column_sums(parts, out=dw.reshape(-1))
+    return dw
 
 
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
@@ -293,8 +285,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             and w.flags.c_contiguous and g.R * g.S > 1):
         dx = _columns_data(dy, w, g, *blocks)
     elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
-        dx = _pointwise(gt, dtype, backend, bp, dy, np.ascontiguousarray(w.reshape(g.K, g.C).T),
-                        "dx")
+        wt = to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=_scratch.get(
+            "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32))  # w^T as gt's tiles
+        dx = _pointwise(gt, dtype, backend, bp, dy, wt, "dx", plain_w=False)
     else:
         t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
                  dyp=block_y(dy, g, dtype, bordered=True,
@@ -310,6 +303,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
             plan(g, "bwd", dtype, "bwd" in vnni).run(backend=backend, dx=dxb, **t)
             unblock_x(dxb, g, x.dtype, out=dx)
+    upd = pointwise_update(g, dtype, backend, dy) if x.dtype == np.float32 else None
+    if upd:
+        return dx, _pointwise_update(dy, x, g, *upd)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)
     dw = update_output(g, _scratch.get)

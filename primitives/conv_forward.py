@@ -35,14 +35,15 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                     ops=epilogue(n, k, p * g.Q + q0) if last else ())
 
 
-def pointwise_nest(ex, loops, g, dtype, bp):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
-    broadcast operand) @ x[n] (C x HW), x as tiles xt [HWb][N*Cb][bc][bp]
-    (pixels innermost). No weight copy and no copy of y."""
+    broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
+    x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
+    blocks of bp. No copy of x or y, nor of a plain w."""
     HW, Cb = g.H * g.W, g.Cb
-    w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=True)
-    xt = Layout(HWb=nblocks(HW, bp), NCb=g.N * Cb, bc=g.bc, bp=bp)
+    w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
+    x = Layout(N=g.N, C=g.C, HW=HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.call_kb[0], (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():
@@ -51,12 +52,11 @@ def pointwise_nest(ex, loops, g, dtype, bp):
         ex.at(phase, task)
         for c0 in range(0, Cb, per_call):
             cs = range(c0, min(c0 + per_call, Cb))
-            ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=xt.ld("bc"), ldc=y.ld("K"),
+            ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=x.ld("C"), ldc=y.ld("K"),
                                 dtype=dtype, beta=0.0 if c0 == 0 else 1.0),
                     "w", [w.at(k, c) for c in cs],
-                    "xt", [xt.at(p, n * Cb + c) for c in cs],
+                    "x", [x.at(n, c * g.bc, p * bp) for c in cs],
                     "y", y.at(n, k * g.bk, p * bp))
-
 
 
 def columns_product(g, bd, bp):

@@ -211,3 +211,44 @@ def columns_update_product(g, bd, bp):
     xct = Layout(d=nblocks(D, bd), p=nblocks(cols, bp), bp=bp, bd=bd)
     return Product("k", "d", "p", a=("dyc", pixels), b=("xct", xct.transpose("p", "d", "bp", "bd")),
                    c=("dw", weights), sizes=sizes, epilogue=())
+
+
+def pointwise_update_nest(ex, loops, g, dtype, bp, shares):
+    """The weight update of a 1x1 layer with stride 1 and no padding (see
+    conv.pointwise_update): dw[j] (K x C, plain: w's own layout) = sum over
+    the j-th of `shares` parts of the (image, pixel block) pairs of dy[n] (K
+    x HW, plain NCHW, read in place as the broadcast operand, rows HW apart)
+    @ x[n]'s pixels transposed, as tiles xt [HWb][N * C / bx][bp][bx]
+    (brgemm.layouts.to_blocks of x's rows, transposed; bx = pointwise_x_block).
+    Ragged last pixel blocks in calls of their own; no copy of dy and no
+    weight tiles to unblock."""
+    HW, bx = g.H * g.W, pointwise_x_block(g)
+    dy = Layout(N=g.N, K=g.K, HW=HW)
+    xt = Layout(HWb=nblocks(HW, bp), N=g.N, Cx=g.C // bx, bp=bp, bx=bx)
+    dw = Layout(J=shares, K=g.K, C=g.C)
+    units = [(n, p) for n in range(g.N) for p in range(nblocks(HW, bp))]
+    share = -(-len(units) // shares)
+    for phase, task, at in loops.walk():
+        k, c, j = at["k"], at["c"], at["j"]
+        m, width = min(g.bk, g.K - k * g.bk), min(g.bc, g.C - c * g.bc)
+        cx, col = divmod(c * g.bc, bx)  # x's tile and column of the block's first channel
+        mine = units[j * share:(j + 1) * share]
+        ex.at(phase, task)
+        calls = []
+        for depth in sorted({min(bp, HW - p * bp) for _, p in mine}, reverse=True):
+            part = [(n, p) for n, p in mine if min(bp, HW - p * bp) == depth]
+            per_call = blocks_per_call(g.call_kb[2], (g.bk + g.bc) * depth, dtype)
+            calls += [(depth, part[i:i + per_call]) for i in range(0, len(part), per_call)]
+        for i, (depth, part) in enumerate(calls):
+            ex.gemm(bplan.Block(m, width, depth, lda=dy.ld("K"), ldb=bx, ldc=dw.ld("K"),
+                                dtype=dtype, beta=0.0 if i == 0 else 1.0),
+                    "dy", [dy.at(n, k * g.bk, p * bp) for n, p in part],
+                    "xt", [xt.at(p, n, cx, 0, col) for n, p in part],
+                    "dw", dw.at(j, k * g.bk, c * g.bc))
+
+
+def pointwise_x_block(g):
+    """The channels per tile of pointwise_update_nest's transposed x: bc where
+    it divides C (tiles of one image each; a transposed copy into C-wide
+    rows runs at half the speed), else C."""
+    return g.bc if g.C % g.bc == 0 else g.C

@@ -31,18 +31,21 @@ def _plant_empty_share(monkeypatch):
 
 
 def test_check_mode_exposes_an_unwritten_share(rng, monkeypatch):
+    # a 1x1 layer of stride 2: the row nest's shares (at stride 1 the update is
+    # conv.pointwise_update's, which splits its reduction its own way)
     x = rng.standard_normal((2, 16, 5, 5)).astype(np.float32)
     w = rng.standard_normal((8, 16, 1, 1)).astype(np.float32)
-    dy = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    dy = rng.standard_normal((2, 8, 3, 3)).astype(np.float32)
     want = torch.nn.grad.conv2d_weight(torch.tensor(x, dtype=torch.float64), w.shape,
-                                       torch.tensor(dy, dtype=torch.float64)).numpy()
+                                       torch.tensor(dy, dtype=torch.float64), stride=2).numpy()
     mag = torch.nn.grad.conv2d_weight(torch.tensor(np.abs(x), dtype=torch.float64), w.shape,
-                                      torch.tensor(np.abs(dy), dtype=torch.float64)).numpy()
-    _, dw = conv.backward(dy, x, w)
+                                      torch.tensor(np.abs(dy), dtype=torch.float64),
+                                      stride=2).numpy()
+    _, dw = conv.backward(dy, x, w, 2)
     assert np.all(np.abs(dw - want) <= 1e-5 * mag)          # the real geometry is right
 
     _plant_empty_share(monkeypatch)
-    _, dw = conv.backward(dy, x, w)
+    _, dw = conv.backward(dy, x, w, 2)
     assert np.isnan(dw).all()   # every weight sums in the empty share's NaN slice
 
     # the same bug with check mode off, on memory that happens to be zero: invisible
@@ -52,7 +55,7 @@ def test_check_mode_exposes_an_unwritten_share(rng, monkeypatch):
         def get(self, name, shape, dtype):
             return np.zeros(shape, dtype)
     monkeypatch.setattr(conv, "_scratch", Zeroed())
-    _, dw = conv.backward(dy, x, w)
+    _, dw = conv.backward(dy, x, w, 2)
     assert np.all(np.abs(dw - want) <= 1e-5 * mag)
 
 

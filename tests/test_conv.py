@@ -43,12 +43,15 @@ def magnitude(x, w, dy, stride, padding):
 
 
 def test_pointwise_forward_backward(rng):
-    """1x1, stride 1, no padding on images of 512 pixels or more: the forward
-    reads w and x's pixels without the blocked layouts (conv.pointwise), and
-    backward-data, the pointwise forward of w^T, writes dx in place. Random
-    sizes, K and C ragged against their blocks, a ragged last pixel block."""
+    """1x1, stride 1, no padding on images of 14 x 14 pixels or more: the
+    forward reads w and x in place and writes y in place (conv.pointwise),
+    and backward-data, the pointwise forward of w^T (its tiles), reads dy in
+    place and writes dx in place. Random sizes, K and C ragged against their
+    blocks, a ragged last pixel block."""
     for it in range(4):
-        N, H, W = int(rng.integers(1, 4)), int(rng.integers(23, 41)), int(rng.integers(23, 41))
+        N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
+        if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
+            H += 1
         C, K = 16 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
         if it % 2:  # backward-data's turn: K whole blocks, C ragged
             C, K = K, C
@@ -65,6 +68,37 @@ def test_pointwise_forward_backward(rng):
         for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
             assert got.dtype == np.float32 and got.shape == want.shape
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+
+
+def test_pointwise_update(rng):
+    """The weight update of 1x1 layers with stride 1 and no padding
+    (conv.pointwise_update): dy read in place, x's pixels transposed into
+    tiles of bc channels (C whole blocks) or of all C, dW written in w's
+    layout, its reduction split into shares or not; any image size (7 x 7,
+    ragged pixel blocks past 256 pixels), and forward and backward-data on
+    whichever path they take. Against float64."""
+    for it in range(6):
+        N, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
+        C, K = int(rng.integers(1, 90)), int(rng.integers(1, 90))
+        if it % 2:  # C whole blocks: x's tiles bc wide
+            C = 16 * int(rng.integers(1, 5))
+        if it == 4:  # 323 pixels: blocks of 256 and a ragged last one
+            H, W = 17, 19
+        cfg = {"fwd": {"bc": 16 * int(rng.integers(1, 5)), "bk": 16 * int(rng.integers(1, 5))}}
+        print(f"N={N} C={C} K={K} H={H} W={W} {cfg}")
+        g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
+        dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
+        bp, shares = conv.pointwise_update(g, "f32", "cpu", dy)  # the path under test
+        print(f"pixel block {bp}, {shares} shares, x tiles {conv.pointwise_x_block(g)} wide")
+        y = conv.forward(x, w, config=cfg)
+        dx, dw = conv.backward(dy, x, w, config=cfg)
+        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+    g = conv.geometry(2, 64, 64, 9, 9, 1, 1, (1, 1), (0, 0))
+    assert not conv.pointwise_update(g, "f32", "cpu", np.zeros((2, 64, 9, 18), np.float32)[..., ::2])
 
 
 def test_columns_forward_backward(rng):

@@ -1,0 +1,69 @@
+"""Convolution's pointwise paths: 1x1 layers with stride 1 and no padding,
+where each image's product is a GEMM on the NCHW arrays as they are. Which
+layers take them (pointwise, pointwise_update) and their plans; the nests
+are conv_forward.pointwise_nest and conv_update.pointwise_update_nest, the
+functional forms that run them are in primitives/conv.py."""
+import numpy as np
+
+from brgemm import plan as bplan
+from brgemm.layouts import nblocks, pick_block
+from brgemm.loopspec import Loop, parse_spec
+from brgemm.machine import cpu_threads
+from primitives.conv_forward import pointwise_nest
+from primitives.conv_plans import _plans
+from primitives.conv_update import pointwise_update_nest
+
+
+def pointwise(g, dtype, backend):
+    """The pixel block of the functional forward's pointwise plan, or None where
+    it does not apply. A 1x1 layer with stride 1 and no padding is a GEMM per
+    image on NCHW arrays as they are (pointwise_nest): it reads w and x in
+    place and writes y in place, where the blocked plan needs all three
+    copied. f32 on the CPU backend, C a multiple of bc, and images whose
+    pixels fill the kernel's 16-float vectors but for at most 1/16 of their
+    lanes (14 x 14 and larger; not 7 x 7, where 49 pixels leave 15 of 64
+    lanes empty and the layer's full tiles win: benchmarks/RESULTS.md)."""
+    HW = g.H * g.W
+    if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
+            or dtype != "f32" or backend != "cpu" or 16 * nblocks(HW, 16) - HW > HW // 16):
+        return None
+    return pick_block(HW, 112, 16)  # 112 beat 128 on 196 pixels (benchmarks/RESULTS.md)
+
+
+def pointwise_update(g, dtype, backend, dy):
+    """(pixel block, shares) of the functional weight update of a 1x1 layer
+    with stride 1 and no padding (pointwise_update_plan), or None: f32 on the
+    CPU backend, dy f32 and C-contiguous (read in place). dW = sum over images
+    of dy[n] (K x HW) @ x[n]^T, x's one copy the transposed tiles; dW comes
+    out in w's own layout. Shares of the reduction where there are fewer than
+    4 tiles a thread, as the layer's update (conv_plans.geometry)."""
+    if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or dtype != "f32"
+            or backend != "cpu" or dy.dtype != np.float32 or not dy.flags.c_contiguous):
+        return None
+    bp = pick_block(g.H * g.W, 256)
+    units = g.N * nblocks(g.H * g.W, bp)
+    shares = max(1, min(units, -(-4 * cpu_threads() // (g.Kb * g.Cb))))
+    return bp, -(-units // -(-units // shares))  # no share left without units
+
+
+def pointwise_plan(g, dtype, bp, plain_w=True):
+    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles."""
+    def record():
+        loops = parse_spec("NKP", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
+                                   Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
+        rec = bplan.Recorder({"w": dtype, "x": dtype, "y": "f32"}, spec="NKP")
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w)
+        return rec.finish()
+    return _plans.get((g, "pointwise", dtype, bp, plain_w), record)
+
+
+def pointwise_update_plan(g, bp, shares):
+    """The weight update conv.pointwise_update describes
+    (conv_update.pointwise_update_nest): a task per tile and share."""
+    def record():
+        loops = parse_spec("KCJ", [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1),
+                                   Loop("j", 0, shares, 1)])
+        rec = bplan.Recorder({"dy": "f32", "xt": "f32", "dw": "f32"}, spec="KCJ")
+        pointwise_update_nest(rec, loops, g, "f32", bp, shares)
+        return rec.finish()
+    return _plans.get((g, "pointwise_upd", bp, shares), record)
