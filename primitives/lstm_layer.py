@@ -2,6 +2,8 @@
 the kernel path wants it), buffers and plans kept from step to step, and the
 passes (forward, backward through time, weight update) over primitives.lstm_plans
 and fc's hoisted plans. Layouts and formulas: primitives/lstm.py."""
+import dataclasses
+
 import numpy as np
 
 from brgemm import dtypes
@@ -326,30 +328,48 @@ class LSTM:
         """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays
         (fc's plain update), where they apply: every gate's rows whole blocks
         (K a multiple of bk, so the padded gates are the plain rows) and no
-        VNNI packing of the streamed tiles. None where they do not."""
+        VNNI packing of the streamed tiles. None where they do not. Their rows
+        come in tiles of two hidden blocks (dG^T, 2 bk rows) and dW_hh's
+        columns in pairs too where Kb is even (h_prev, 2 bk columns): on bk x bk
+        and bk x bc kernels these plans ran 7-13% behind the tile plans
+        (benchmarks/RESULTS.md), on 2 bk rows as fast."""
         g = self.g
         if g.K % g.bk or "upd" in self.vnni:
             return None
         plans = self.__dict__.setdefault("_plain_plans", {})
         if g not in plans:
             plans.clear()
-            plans[g] = (fc.plan(self.gx, "upd", self.dtype, plain=True),
-                        fc.plan(g.fc_hidden(g.T), "upd", self.dtype, plain=True))
+            rows = 2 * g.bk
+            plans[g] = tuple(fc.plan(dataclasses.replace(geom, bk=rows), "upd", self.dtype,
+                                     plain=True)
+                             for geom in (self.gx, g.fc_hidden(g.T, g.hpair * g.bk)))
         return plans[g]
+
+    def _retile(self, tiles, br, bs, name, transpose=False):
+        """The matrix that `tiles` [Rb][Sb][tr][ts] hold (whole tiles, padding
+        included; transposed with transpose) in tiles of br x bs, into buffer
+        `name`: two parallel copies through a plain scratch matrix."""
+        Rb, Sb, tr, ts = tiles.shape
+        plain = from_blocks(tiles, Rb * tr, Sb * ts,
+                            out=self._buffer(name + "_plain", (Rb * tr, Sb * ts), tiles.dtype))
+        R, S = (Sb * ts, Rb * tr) if transpose else (Rb * tr, Sb * ts)
+        return to_blocks(plain, br, bs, transpose=transpose, out=self._buffer(
+            name, (nblocks(R, br), nblocks(S, bs), br, bs), tiles.dtype))
 
     def _weight_grads_plain(self, dG, g, dG32):
         """dW_ih = dG^T x and dW_hh = dG^T h_prev straight into plain arrays
         (see _plain_updates); db as _weight_grads leaves it."""
         upd_x, upd_h = self._plain_updates()
         rows = g.T * g.Nb
-        dGt = transpose_blocks(dG, out=self._buffer("dGt", (4 * g.Kb, rows, g.bk, g.bn),
-                                                     dG.dtype))
+        dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True)
         dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
         upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
+        hprev = hprev.reshape((rows, g.Kb, g.bn, g.bk))
+        if g.hpair > 1:
+            hprev = self._retile(hprev, g.bn, g.hpair * g.bk, "hpair")
         dw_hh = self._results.empty("grad_w_hh", (4 * self.K, self.K), np.float32)
-        upd_h.run(backend=self.backend, dyt=dGt, x=hprev.reshape((rows, g.Kb, g.bn, g.bk)),
-                  dw=dw_hh)
+        upd_h.run(backend=self.backend, dyt=dGt, x=hprev, dw=dw_hh)
         self._grad_tiles = dict(b=dG32)
         f32 = np.dtype(np.float32)
         self._grads = {("w_ih", f32): dw_ih, ("w_hh", f32): dw_hh}
