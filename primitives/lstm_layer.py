@@ -328,11 +328,9 @@ class LSTM:
         """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays
         (fc's plain update), where they apply: every gate's rows whole blocks
         (K a multiple of bk, so the padded gates are the plain rows) and no
-        VNNI packing of the streamed tiles. None where they do not. Their rows
-        come in tiles of two hidden blocks (dG^T, 2 bk rows) and dW_hh's
-        columns in pairs too where Kb is even (h_prev, 2 bk columns): on bk x bk
-        and bk x bc kernels these plans ran 7-13% behind the tile plans
-        (benchmarks/RESULTS.md), on 2 bk rows as fast."""
+        VNNI packing of the streamed tiles. None where they do not. Rows in
+        tiles of two hidden blocks (dG^T), dW_hh's columns paired where Kb is
+        even (h_prev): on bk-row kernels they ran 7-13% behind (RESULTS.md)."""
         g = self.g
         if g.K % g.bk or "upd" in self.vnni:
             return None
