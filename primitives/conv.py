@@ -27,6 +27,7 @@ the layout copies, conv_layer.py the layer; this module the functional forms
 and the tuner's search space, and it is where all of them are reached.
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -278,7 +279,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     ab = dtypes.NUMPY[dtype]
     vnni = vnni_passes(g, dtype, backend)
     # backward-data of a pointwise layer is the pointwise forward of w^T
-    gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+    gt = _transposed(g)
     bp = pointwise(gt, dtype, backend)
     blocks = columns(g, dtype, backend)
     if (blocks and token is None and x.dtype == np.float32 and w.dtype == np.float32
@@ -316,6 +317,13 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         plan(g, "upd", dtype, "upd" in vnni).run(
             backend=backend, dw=dw, **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
+
+
+@functools.lru_cache(maxsize=64)
+def _transposed(g):
+    """g with C and K swapped (backward-data as a forward): made once per
+    geometry, as dataclasses.replace costs microseconds a call."""
+    return dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
 
 
 def _columns_data(dy, w, g, bd, bp):
