@@ -120,20 +120,30 @@ def _conv(N):
 def _pointwise_backward(x, w, dy, g, dx):
     """The steps of conv.backward's pointwise path (1x1, stride 1): w^T's
     tiles, backward-data's plan (dy and dx in place), x's transposed tiles,
-    the update's plan (dy in place, dW in w's layout) and its shares' sum."""
+    the update's plan (dy in place, dW in w's layout) and its shares' sum;
+    where conv.pointwise_copies_dy, dy's tiles and x in place instead, then
+    dW^T transposed ("dw")."""
     gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
-    HW, bx = g.H * g.W, conv.pointwise_x_block(g)
-    bp, shares = conv.pointwise_update(g, "f32", "cpu", dy)
+    swap = conv.pointwise_copies_dy(g)
+    gu, a, b = (gt, x, dy) if swap else (g, dy, x)  # the update's geometry, in place, copied
+    HW, bx = g.H * g.W, conv.pointwise_x_block(gu)
+    bp, shares = conv.pointwise_update(gu, "f32", "cpu", a)
     wt = L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True)
-    xt = L.to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True)
+    bt = L.to_blocks(b.reshape(g.N * gu.C, HW), bp, bx, transpose=True)
     parts, dw = np.empty((shares, g.K * g.C), np.float32), np.empty(g.K * g.C, np.float32)
     data = conv.pointwise_plan(gt, "f32", conv.pointwise(gt, "f32", "cpu"), False)
-    upd = conv.pointwise_update_plan(g, bp, shares)
-    return [("wt", lambda: L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=wt)),
-            ("plan+dx", lambda: data.run(w=wt, x=dy, y=dx)),
-            ("xt", lambda: L.to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True, out=xt)),
-            ("upd", lambda: upd.run(dy=dy, xt=xt, dw=parts))] + (
-        [("sum", lambda: L.column_sums(parts, out=dw))] if shares > 1 else [])
+    upd = conv.pointwise_update_plan(gu, bp, shares)
+    steps = [("wt", lambda: L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=wt)),
+             ("plan+dx", lambda: data.run(w=wt, x=dy, y=dx)),
+             ("dyt" if swap else "xt", lambda: L.to_blocks(b.reshape(g.N * gu.C, HW), bp, bx,
+                                                         transpose=True, out=bt)),
+             ("upd", lambda: upd.run(dy=a, xt=bt, dw=parts))]
+    if shares > 1:
+        steps.append(("sum", lambda: L.column_sums(parts, out=dw)))
+    if swap:
+        steps.append(("dw", lambda: L.to_blocks(parts[0].reshape(g.C, g.K), g.K, g.C,
+                                                transpose=True)))
+    return steps
 
 
 def _columns_steps(x, w, g):

@@ -47,8 +47,8 @@ from primitives.conv_backward import backward_nest, columns_data_product
 from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest
 from primitives.conv_update import columns_update_product, pointwise_x_block
-from primitives.conv_pointwise import (pointwise, pointwise_plan, pointwise_update,  # noqa: F401
-                                       pointwise_update_plan)
+from primitives.conv_pointwise import (pointwise, pointwise_copies_dy, pointwise_plan,  # noqa: F401
+                                       pointwise_update, pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -211,19 +211,33 @@ def _pointwise(g, dtype, backend, bp, x, w, name, plain_w=True):
     return y
 
 
-def _pointwise_update(dy, x, g, bp, shares):
-    """dW [K, C, 1, 1] of a 1x1 layer (pointwise_update): x's pixels
-    transposed into tiles [HWb][N][bp][C], dy read in place, the shares (if
-    more than one) summed into dW."""
+def _pointwise_update(dy, x, g, bp, shares, out):
+    """dW (K x C) of a 1x1 layer (pointwise_update) into `out`: x's pixels
+    transposed into tiles [HWb][N C / bx][bp][bx], dy read in place, the
+    shares (if more than one) summed into `out`. With x and dy swapped and g
+    transposed, dW^T from dy's copy and x in place (pointwise_copies_dy)."""
     HW = g.H * g.W
     bx = pointwise_x_block(g)
     xt = to_blocks(x.reshape(g.N * g.C, HW), bp, bx, transpose=True, out=_scratch.get(
         "xt", (nblocks(HW, bp), g.N * g.C // bx, bp, bx), np.float32))
-    dw = _results.empty("dw", (g.K, g.C, 1, 1), np.float32)
-    parts = dw if shares == 1 else _scratch.get("dw_shares", (shares, g.K * g.C), np.float32)
+    parts = out if shares == 1 else _scratch.get("dw_shares", (shares, g.K * g.C), np.float32)
     pointwise_update_plan(g, bp, shares).run(dy=dy, xt=xt, dw=parts)
     if shares > 1:
-        column_sums(parts, out=dw.reshape(-1))
+        column_sums(parts, out=out.reshape(-1))
+    return out
+
+
+def _pointwise_dw(dy, x, g, upd):
+    """dW [K, C, 1, 1] of a 1x1 layer: the update on x's copy, or where
+    pointwise_copies_dy says so (and x is C-contiguous f32), on dy's: dW^T,
+    then transposed into dW."""
+    dw = _results.empty("dw", (g.K, g.C, 1, 1), np.float32)
+    gt = _transposed(g)
+    swapped = pointwise_copies_dy(g) and pointwise_update(gt, "f32", "cpu", x)
+    if not swapped:
+        return _pointwise_update(dy, x, g, *upd, out=dw)
+    dwt = _pointwise_update(x, dy, gt, *swapped, out=_scratch.get("dwt", (g.C, g.K), np.float32))
+    to_blocks(dwt, g.K, g.C, transpose=True, out=dw.reshape(1, 1, g.K, g.C))
     return dw
 
 
@@ -306,7 +320,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             unblock_x(dxb, g, x.dtype, out=dx)
     upd = pointwise_update(g, dtype, backend, dy) if x.dtype == np.float32 else None
     if upd:
-        return dx, _pointwise_update(dy, x, g, *upd)
+        return dx, _pointwise_dw(dy, x, g, upd)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)
     dw = update_output(g, _scratch.get)

@@ -46,6 +46,17 @@ def pointwise_update(g, dtype, backend, dy):
     return bp, -(-units // -(-units // shares))  # no share left without units
 
 
+def pointwise_copies_dy(g):
+    """Whether the pointwise weight update copies dy rather than x: it then
+    computes dW^T = sum of x[n] (read in place) @ dy[n]^T (the copy), and dW^T
+    is transposed after. Where dy's copy and that transpose (counted three
+    times: a K x C transpose runs at a third of a copy's speed or less) move
+    fewer elements than x's copy: layers that narrow the channels (C > K),
+    on images large enough (benchmarks/RESULTS.md)."""
+    HW = g.H * g.W
+    return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
+
+
 def pointwise_plan(g, dtype, bp, plain_w=True):
     """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles."""
     def record():

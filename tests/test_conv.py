@@ -75,8 +75,10 @@ def test_pointwise_update(rng):
     (conv.pointwise_update): dy read in place, x's pixels transposed into
     tiles of bc channels (C whole blocks) or of all C, dW written in w's
     layout, its reduction split into shares or not; any image size (7 x 7,
-    ragged pixel blocks past 256 pixels), and forward and backward-data on
-    whichever path they take. Against float64."""
+    ragged pixel blocks past 256 pixels); layers that narrow the channels on
+    large images the other way round (conv.pointwise_copies_dy: x in place,
+    dy copied, dW^T transposed), or with x a strided view, not; forward and
+    backward-data on whichever path they take. Against float64."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
         C, K = int(rng.integers(1, 90)), int(rng.integers(1, 90))
@@ -84,14 +86,20 @@ def test_pointwise_update(rng):
             C = 16 * int(rng.integers(1, 5))
         if it == 4:  # 323 pixels: blocks of 256 and a ragged last one
             H, W = 17, 19
+        if it in (2, 5):  # C > K on large images: dy is copied, dW^T transposed after
+            C, K, H, W = 16 * int(rng.integers(3, 6)), int(rng.integers(1, 17)), 16, 18
         cfg = {"fwd": {"bc": 16 * int(rng.integers(1, 5)), "bk": 16 * int(rng.integers(1, 5))}}
         print(f"N={N} C={C} K={K} H={H} W={W} {cfg}")
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        if it == 5:  # x a strided view: not read in place, so x is copied after all
+            x = rng.standard_normal((N, C, H, 2 * W)).astype(np.float32)[..., ::2]
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
         dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
         bp, shares = conv.pointwise_update(g, "f32", "cpu", dy)  # the path under test
-        print(f"pixel block {bp}, {shares} shares, x tiles {conv.pointwise_x_block(g)} wide")
+        assert conv.pointwise_copies_dy(g) or it not in (2, 5)
+        print(f"pixel block {bp}, {shares} shares, x tiles {conv.pointwise_x_block(g)} wide, "
+              f"copies dy: {conv.pointwise_copies_dy(g)}")
         y = conv.forward(x, w, config=cfg)
         dx, dw = conv.backward(dy, x, w, config=cfg)
         for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
