@@ -87,15 +87,21 @@ def _weights(w, g, dtype, role, token, vnni=False):
     return _reuse.blocked(token, ("fc", role, g, dtype, vnni), (w,), blocked)
 
 
-def reads_w(g, dtype, backend, x, w, token):
-    """Whether the forward reads W in place (fc_forward.forward_t): f32 on the
-    CPU backend, W C-contiguous and not kept blocked (reuse=), and a batch
-    small enough that copying x (N x C; y^T's tiles stay in cache) and storing
-    y^T transposed cost well under copying W (K x C): N (C + K) under half of
-    C K (at N = K / 2 the blocked path was ahead, at N = K / 4 even)."""
+def can_read_w(dtype, backend, x, w, token):
+    """Whether a plan may read W in place as the kernel's broadcast operand
+    (fc_forward.forward_t, lstm_plans.projection_t_nest): f32 on the CPU
+    backend, x f32, W f32, C-contiguous and not kept blocked (reuse=)."""
     return (dtype == "f32" and backend == "cpu" and token is None and x.dtype == np.float32
-            and w.dtype == np.float32 and w.flags.c_contiguous
-            and 2 * g.N * (g.C + g.K) < g.C * g.K)
+            and w.dtype == np.float32 and w.flags.c_contiguous)
+
+
+def reads_w(g, dtype, backend, x, w, token):
+    """Whether the forward reads W in place (fc_forward.forward_t): where it
+    can (can_read_w) and the batch is small enough that copying x (N x C; y^T's
+    tiles stay in cache) and storing y^T transposed cost well under copying W
+    (K x C): N (C + K) under half of C K (at N = K / 2 the blocked path was
+    ahead, at N = K / 4 even)."""
+    return can_read_w(dtype, backend, x, w, token) and 2 * g.N * (g.C + g.K) < g.C * g.K
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):

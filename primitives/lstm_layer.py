@@ -28,17 +28,16 @@ def vnni_operands(g, dtype, backend):
 
 def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
     """Which weights the functional forms read in place: a set of "w_ih", "w_hh".
-    W_ih: the input projection as lstm_plans.projection_t_nest (no W_ih^T
-    tiles), backward-data from tiles made straight from W_ih (one copy, not
-    two). fc.reads_w's rule (one source for the threshold) on the projection as
-    an FC layer, all steps' minibatch its rows: each W_ih element reused T N
-    times, few enough that copying x and G costs well under copying W_ih.
-    W_hh too where there is one step (T = 1; later steps' recurrent nest
-    streams W_hh's tiles) and the same rule holds for h0 W_hh^T: its product
-    joins the projection's (projection_t_nest's hidden), the step is the cell
-    alone (cell_plan), and backward-data makes W_hh's tiles straight from it."""
+    W_ih wherever fc.can_read_w allows: the input projection as
+    lstm_plans.projection_t_nest (no W_ih^T tiles; it also ran 8-14% faster than
+    the blocked projection on every shape measured, RESULTS.md), backward-data
+    from tiles made straight from W_ih (one copy, not two). W_hh too where
+    there is one step (T = 1; later steps' recurrent nest streams W_hh's tiles)
+    and fc.reads_w's rule holds for h0 W_hh^T: its product joins the
+    projection's (projection_t_nest's hidden), the step is the cell alone
+    (cell_plan), and backward-data makes W_hh's tiles straight from it."""
     out = set()
-    if fc.reads_w(g.fc_input(), dtype, backend, x, w_ih, token):
+    if fc.can_read_w(dtype, backend, x, w_ih, token):
         out.add("w_ih")
         if g.T == 1 and fc.reads_w(g.fc_hidden(1), dtype, backend, x, w_hh, token):
             out.add("w_hh")

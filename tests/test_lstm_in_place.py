@@ -46,14 +46,15 @@ def test_in_place_matches_torch_and_the_blocked_path(rng, monkeypatch, case):
             np.testing.assert_allclose(in_place, blocked, rtol=1e-5, atol=1e-5)
 
 
-def test_the_rule_reads_in_place_for_few_steps_of_a_small_batch():
+def test_the_rule_reads_w_ih_in_place_and_w_hh_for_one_step_of_a_small_batch():
     w = np.zeros((1, 1), np.float32)  # only the dtype and layout matter here
     x = np.zeros((1, 1, 1), np.float32)
     both, ih = {"w_ih", "w_hh"}, {"w_ih"}
-    for (T, N, C, K), want in (((1, 128, 2048, 1024), both), ((10, 64, 512, 512), set()),
-                               ((50, 64, 1024, 1024), set()), ((10, 64, 2048, 2048), ih),
-                               ((1, 64, 4096, 64), ih)):
+    for (T, N, C, K), want in (((1, 128, 2048, 1024), both), ((10, 64, 512, 512), ih),
+                               ((50, 64, 1024, 1024), ih), ((10, 64, 2048, 2048), ih),
+                               ((1, 64, 4096, 64), ih), ((1, 4096, 64, 64), ih)):
         g = lstm.geometry(T, N, C, K)
         assert reads_in_place(g, "f32", "cpu", x, w, w, None) == want, (T, N, C, K)
         assert not reads_in_place(g, "bf16", "cpu", x, w, w, None)  # f32 only
         assert not reads_in_place(g, "f32", "cpu", x, w, w, object())  # kept blocked wins
+        assert not reads_in_place(g, "f32", "cpu", x, np.zeros((2, 2), np.float32).T, w, None)
