@@ -4,15 +4,23 @@
 
 1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
    registers (four accumulators) and with its tile loads from L1.
-2. The Python call path: a 2x2x2 block (all overhead; and its binding's
-   share, the C call's alone, and the tile config load and release that
-   every API call pays), and on the 64x64x64 x16 block the API call against the same call from C, packed B and B
-   packed per call (the difference is the packing).
-3. Kernel variants from C, B packed: each step's tiles loaded by the step
-   before or by itself (BRGEMM_AMX_PIPE), prefetch distance (BRGEMM_AMX_PF),
-   bytes of blocks per pass over C (BRGEMM_AMX_L1), every other macro block
-   backwards (BRGEMM_AMX_REVERSE), interleaved, median % of the peak measured
-   in the same repetition."""
+2. The Python call path on a 2x2x2 block (all overhead): the API call, the
+   binding's call (pointers from the arrays, then C), the foreign call alone,
+   and the tile config load and release that every call pays.
+3. The 64x64x64 x16 block, B packed: the API call against the same call from
+   C, back to back, and with what the Python call path does between two calls
+   imitated in C (a wait as long as the 2x2x2 block's Python overhead, then
+   with lines of other memory written first), with the tiles released after
+   each call (the default) and kept configured (BRGEMM_AMX_KEEP=1). So the
+   API's loss splits into Python itself and what its pause does to the core.
+4. Kernel variants from C and through the API, B packed (each packed by its
+   own kernel): T1 load hints (BRGEMM_AMX_T1: 1 the operand the next macro
+   block does not share, 2 B, 3 A), our packed B in strips of 16 columns
+   (BRGEMM_AMX_BTILES), each step's tiles loaded by the step before
+   (BRGEMM_AMX_PIPE), interleaved, median % of the peak measured in the same
+   repetition. (Software prefetches, BRGEMM_AMX_PF, passes over chunks of
+   blocks, BRGEMM_AMX_L1, and the forward-only walk, BRGEMM_AMX_REVERSE=0,
+   lost or tied in earlier sessions: benchmarks/RESULTS.md.)"""
 import argparse
 import os
 import statistics
@@ -24,10 +32,10 @@ import brgemm
 from brgemm import machine
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
-# (BRGEMM_AMX_PIPE, BRGEMM_AMX_PF, BRGEMM_AMX_L1, BRGEMM_AMX_REVERSE); the first is the default
-VARIANTS = [("0", "0", "0", "1"), ("1", "0", "0", "1"), ("0", "0", "0", "0"),
-            ("0", "0", "32768", "1"), ("0", "1", "0", "1")]
-TUNABLES = ("BRGEMM_AMX_PIPE", "BRGEMM_AMX_PF", "BRGEMM_AMX_L1", "BRGEMM_AMX_REVERSE")
+TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_PIPE")
+VARIANTS = [("0", "0", "0"), ("1", "0", "0"), ("2", "0", "0"), ("3", "0", "0"),
+            ("0", "1", "0"), ("1", "1", "0"), ("2", "1", "0"), ("0", "0", "1")]  # first: default
+TOUCH = (16384, 65536)  # bytes written between two calls from C: an L1's worth, more
 
 
 def _data(m, n, k, count, rng):
@@ -61,16 +69,102 @@ def _timed_per_call(time_reps, seconds=0.05):
         reps *= 4
 
 
-def _kernel(m, n, k, variant, A, P, C):
-    """A Kernel whose native kernel for (A, P, C) is made with these tunables."""
-    os.environ.update(zip(TUNABLES, variant))  # read when the native kernel is made
+def _kernel(m, n, k, env, A, B, C):
+    """A Kernel and B packed by it, its native kernels made with these tunables
+    (read when a native kernel is made), the API's call on (A, B, C) included."""
+    os.environ.update(env)
     try:
         kern = brgemm.Kernel(m, n, k, dtype="bf16")
+        P = kern.pack_b(B)
         kern.time_native(A, P, C, 1)
-        return kern
+        kern(A, P, C)
+        return kern, P
     finally:
-        for name in TUNABLES:
+        for name in env:
             del os.environ[name]
+
+
+def _pct(flops, seconds, peak):
+    return 100 * flops / seconds * 1e-9 / peak
+
+
+def small_call(rng):
+    """Part 2; returns the API's Python overhead per call (seconds)."""
+    A, B, C = _data(2, 2, 2, 1, rng)
+    kern = brgemm.Kernel(2, 2, 2, dtype="bf16")
+    P = kern.pack_b(B)
+    api = _per_call(lambda: kern(A, P, C))
+    print(f"2x2x2 x1 block, Python API: {api * 1e6:.2f} us/call packed, "
+          f"{_per_call(lambda: kern(A, B, C)) * 1e6:.2f} us/call unpacked")
+    binding = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="binding"))
+    alone = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="pointers"))
+    native = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps))
+    print(f"  of which the binding (pointers + C) {binding * 1e6:.2f} us, the foreign call alone"
+          f" {alone * 1e6:.2f} us, from C {native * 1e6:.2f} us; a tile config load"
+          f" {machine.amx_config_seconds(False, 0.05) * 1e6:.3f} us, with a release after it"
+          f" {machine.amx_config_seconds(True, 0.05) * 1e6:.3f} us")
+    return max(api - native, 0.0)
+
+
+def big_call(rng, gap, reps):
+    """Part 3: the API's loss on 64x64x64 x16, split."""
+    m, n, k, count = SHAPES[0]
+    A, B, C = _data(m, n, k, count, rng)
+    flops = 2.0 * m * n * k * count
+    kerns = {keep: _kernel(m, n, k, {"BRGEMM_AMX_KEEP": keep}, A, B, C) for keep in ("0", "1")}
+    calls = 2000
+
+    def native(keep, **between):
+        kern, P = kerns[keep]
+        return kern.time_native(A, P, C, calls, **between) / calls
+
+    rows = {}
+    for keep, tag in (("0", ""), ("1", ", tiles kept")):
+        kern, P = kerns[keep]
+        rows[f"API{tag}"] = lambda kern=kern, P=P: _per_call(lambda: kern(A, P, C))
+        rows[f"Python loop on pointers{tag}"] = lambda kern=kern, P=P: _timed_per_call(
+            lambda r: kern.time_native(A, P, C, r, loop="pointers"))
+        rows[f"C back to back{tag}"] = lambda keep=keep: native(keep)
+        rows[f"C, {gap * 1e6:.2f} us apart{tag}"] = lambda keep=keep: native(keep, gap=gap)
+        for touch in TOUCH:
+            rows[f"C, {touch // 1024} KiB written, apart{tag}"] = \
+                lambda keep=keep, touch=touch: native(keep, gap=gap, touch=touch)
+    t = {name: [] for name in rows}
+    peaks = []
+    for _ in range(reps):
+        peaks.append(machine.amx_peak(0.05))
+        for name, fn in rows.items():
+            t[name].append(fn())
+    pk = statistics.median(peaks) or float("nan")  # no peak on the software tiles
+    print(f"{m}x{n}x{k} x{count}, B packed: ideal {flops / pk * 1e-3:.2f} us at the peak "
+          f"{pk:.0f} GF/s; median of {reps}")
+    for name, ts in t.items():
+        s = statistics.median(ts)
+        print(f"  {name:<40}{s * 1e6:8.2f} us/call {_pct(flops, s, pk):6.1f}% of peak")
+
+
+def variants(rng, reps):
+    """Part 4."""
+    print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, P loads a step "
+          "ahead")
+    names = [f"T1 {t1} BT{bt} P{p}" for t1, bt, p in VARIANTS]
+    print(f"{'block':<18}{'':>4}" + "".join(f"{x:>14}" for x in names))
+    for m, n, k, count in SHAPES:
+        A, B, C = _data(m, n, k, count, rng)
+        ks = [_kernel(m, n, k, dict(zip(TUNABLES, v)), A, B, C) for v in VARIANTS]
+        flops = 2.0 * m * n * k * count
+        calls = max(50, int(0.03 * 1e12 / flops))
+        pct_c, pct_api = [[] for _ in ks], [[] for _ in ks]
+        for _ in range(reps):
+            pk = machine.amx_peak(0.03) or float("nan")
+            for i, (kern, P) in enumerate(ks):
+                pct_c[i].append(_pct(flops, kern.time_native(A, P, C, calls) / calls, pk))
+                if (m, n, k, count) == SHAPES[0]:
+                    pct_api[i].append(_pct(flops, _per_call(lambda: kern(A, P, C), 0.03), pk))
+        for where, pct in (("C", pct_c), ("API", pct_api)):
+            if pct[0]:
+                print(f"{f'{m}x{n}x{k} x{count}':<18}{where:>4}"
+                      + "".join(f"{statistics.median(p):>13.1f}%" for p in pct), flush=True)
 
 
 def run(reps=5):
@@ -79,62 +173,12 @@ def run(reps=5):
     peak = machine.amx_peak(0.2)
     print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {machine.amx_step(False, 0.2):.1f}, "
           f"2x2 with tile loads from L1 {machine.amx_step(True, 0.2):.1f}")
-
-    A, B, C = _data(2, 2, 2, 1, rng)
-    kern = brgemm.Kernel(2, 2, 2, dtype="bf16")
-    P = kern.pack_b(B)
-    print(f"2x2x2 x1 block, Python API: {_per_call(lambda: kern(A, P, C)) * 1e6:.2f} us/call packed, "
-          f"{_per_call(lambda: kern(A, B, C)) * 1e6:.2f} us/call unpacked")
-    # the packed call's layers: the binding's call (three pointers from NumPy,
-    # then C), and the C function alone on pointers made beforehand
-    binding = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="binding"))
-    alone = _timed_per_call(lambda reps: kern.time_native(A, P, C, reps, loop="pointers"))
-    print(f"  of which the binding (pointers + C) {binding * 1e6:.2f}"
-          f" us, the C call alone {alone * 1e6:.2f} us;"
-          f" a tile config load {machine.amx_config_seconds(False, 0.05) * 1e6:.3f} us, with a release after"
-          f" it {machine.amx_config_seconds(True, 0.05) * 1e6:.3f} us")
-
-    m, n, k, count = SHAPES[0]
-    A, B, C = _data(m, n, k, count, rng)
-    kern = brgemm.Kernel(m, n, k, dtype="bf16")
-    P = kern.pack_b(B)
-    flops = 2.0 * m * n * k * count
-    rows = {"API packed": lambda: kern(A, P, C), "API per call": lambda: kern(A, B, C)}
-    t = {name: [] for name in list(rows) + ["C packed", "C per call", "peak"]}
-    for _ in range(reps):
-        t["peak"].append(machine.amx_peak(0.05))
-        for name, fn in rows.items():
-            t[name].append(_per_call(fn))
-        calls = 2000 if peak else 1
-        t["C packed"].append(kern.time_native(A, P, C, calls) / calls)
-        t["C per call"].append(kern.time_native(A, B, C, calls) / calls)
-    pk = statistics.median(t.pop("peak")) or float("nan")  # no peak on the software tiles
-    print(f"{m}x{n}x{k} x{count}: ideal {flops / pk * 1e-3:.2f} us at the peak {pk:.0f} GF/s")
-    for name, ts in t.items():
-        us = statistics.median(ts) * 1e6
-        print(f"  {name:<14}{us:8.2f} us/call {flops / us * 1e-3:8.1f} GF/s {flops / us * 1e-1 / pk:6.1f}% of peak")
-
-    print("variants from C, B packed: % of the peak (median); P next step's tiles loaded by the "
-          "step before, PF prefetch distance, L1 bytes per pass, R every other macro block backwards")
-    print(f"{'block':<18}" + "".join(f"{f'P{p} PF{pf} L1 {l1} R{r}':>22}"
-                                     for p, pf, l1, r in VARIANTS))
-    for m, n, k, count in SHAPES:
-        A, B, C = _data(m, n, k, count, rng)
-        P = brgemm.Kernel(m, n, k, dtype="bf16").pack_b(B)
-        ks = [_kernel(m, n, k, v, A, P, C) for v in VARIANTS]
-        flops = 2.0 * m * n * k * count
-        calls = max(50, int(0.03 * 1e12 / flops)) if peak else 1
-        pct = [[] for _ in VARIANTS]
-        for _ in range(reps):
-            pk = machine.amx_peak(0.03) or float("nan")
-            for i, kern in enumerate(ks):
-                pct[i].append(100 * flops * calls / kern.time_native(A, P, C, calls)
-                              * 1e-9 / pk)
-        print(f"{m}x{n}x{k} x{count:<6}" + "".join(f"{statistics.median(p):>21.1f}%" for p in pct),
-              flush=True)
+    overhead = small_call(rng)
+    big_call(rng, min(max(overhead, 0.5e-6), 1e-3), reps)
+    variants(rng, reps)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     run(parser.parse_args().reps)

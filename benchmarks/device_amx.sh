@@ -4,9 +4,10 @@
 # benchmark (AMX peak, one core), then bf16 layers against oneDNN 3.2 with AMX
 # allowed, 2 threads (and 16 with AMX16=1). Arguments pick the layers
 # (default: fc conv lstm; "none" for none). TESTS=0 skips the tests,
-# PART_TIMEOUT caps each layer run (seconds), L1_BUDGETS adds kernel runs,
+# PART_TIMEOUT caps each layer run (seconds), KERNEL_VARIANTS and L1_BUDGETS add kernel runs,
 # TIMEOUT_<part> and TIMEOUT16_<part> cap one part at 2 and 16 threads,
-# KERNEL=0 skips the kernel benchmark, PROFILE=1 adds benchmarks.amx_profile
+# KERNEL=0 skips the kernel benchmark, TEST_FILES replaces the test list,
+# VARIANT_TESTS reruns the AMX cases under tunables (below), PROFILE=1 adds benchmarks.amx_profile
 # (where a call's time goes, kernel variants) on one core. PASSES (e.g. "upd")
 # limits the layer runs to those passes; UPD_VARIANTS names BRGEMM_CONFIG files
 # (benchmarks/amx_upd/*.toml), each one more conv weight-update run at 2
@@ -19,20 +20,35 @@ device_onednn_setup
 device_machine
 device_build_cpu
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
-[ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider tests/amx_cases.py tests/test_kernel.py \
-  tests/test_kernel_errors.py tests/test_kernel_fuzz.py tests/test_kernel_bound.py tests/test_plan.py tests/test_layouts.py tests/test_layouts_image.py \
-  tests/test_fc.py tests/test_conv.py tests/test_conv_span.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py > $out/tests.txt 2>&1
+test_files=${TEST_FILES:-tests/amx_cases.py tests/test_kernel.py tests/test_kernel_errors.py \
+  tests/test_kernel_fuzz.py tests/test_kernel_bound.py tests/test_kernel_timing.py tests/test_plan.py \
+  tests/test_layouts.py tests/test_layouts_image.py tests/test_fc.py tests/test_conv.py \
+  tests/test_conv_span.py tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py}
+[ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider $test_files > $out/tests.txt 2>&1
 tests_rc=$?
+tests_summary=$(tail -1 $out/tests.txt 2>/dev/null)
 echo "tests exit $tests_rc"; tail -15 $out/tests.txt
-[ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
-# L1_BUDGETS: kernel runs with other BRGEMM_AMX_L1 values (bytes of A and B per pass; 0: one pass)
-for l1 in default ${L1_BUDGETS:-}; do
-  [ "${KERNEL:-1}" = 1 ] || break
-  [ $l1 = default ] && unset BRGEMM_AMX_L1 || export BRGEMM_AMX_L1=$l1
-  echo "BRGEMM_AMX_L1=$l1"
-  OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks kernel --dtype bf16 --quick 2>&1 | tee $out/kernel_bench_$l1.txt
+# VARIANT_TESTS: the AMX cases again under kernel tunables, one run per word
+# (assignments joined by commas, e.g. BRGEMM_AMX_T1=1,BRGEMM_AMX_BTILES=1)
+for v in ${VARIANT_TESTS:-}; do
+  echo "== amx_cases with $v: $(env ${v//,/ } timeout 60 $py -m pytest -q -x -p no:cacheprovider \
+    tests/amx_cases.py -k 'edges or random or depths or packing' 2>&1 | tail -1)" | tee -a $out/tests.txt
 done
-unset BRGEMM_AMX_L1
+[ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout ${TIMEOUT_profile:-120} $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
+# the kernel benchmark as built, then once per word of KERNEL_VARIANTS (tunables
+# joined by commas, as VARIANT_TESTS) and of L1_BUDGETS (BRGEMM_AMX_L1 values:
+# bytes of A and B per pass; 0: one pass)
+variants="default ${KERNEL_VARIANTS:-}"
+for l1 in ${L1_BUDGETS:-}; do variants="$variants BRGEMM_AMX_L1=$l1"; done
+i=0
+for v in $variants; do
+  [ "${KERNEL:-1}" = 1 ] || break
+  echo "kernel benchmark $i: $v" | tee $out/kernel_bench_$i.txt
+  [ $v = default ] && v=""
+  env ${v//,/ } OMP_NUM_THREADS=1 taskset -c 2 timeout 120 $py -m benchmarks kernel --dtype bf16 \
+    --quick 2>&1 | tee -a $out/kernel_bench_$i.txt
+  i=$((i + 1))
+done
 parts=${*:-fc conv lstm}
 pass_args=""
 for p in ${PASSES:-}; do pass_args="$pass_args --pass $p"; done
@@ -54,7 +70,8 @@ for v in ${UPD_VARIANTS:-}; do
 done
 # the reply keeps only the end of the output (and 8 files): repeat what matters
 echo "== summary"
-[ "${TESTS:-1}" = 1 ] && echo "tests exit $tests_rc: $(tail -1 $out/tests.txt)"
-grep -h "64x64x64 x16" $out/kernel_bench_*.txt 2>/dev/null
+[ "${TESTS:-1}" = 1 ] && echo "tests exit $tests_rc: $tests_summary"
+grep -h '^== amx_cases' $out/tests.txt 2>/dev/null
+grep -h "^kernel benchmark\|64x64x64 x16" $out/kernel_bench_*.txt 2>/dev/null
 for f in $out/*_bf16_amx_t*.txt; do [ -e "$f" ] && echo "$(basename $f .txt): $(grep -h '^geomean ours' $f | tr '\n' ' ')"; done
 [ -e $out/upd_variants.txt ] && grep -E '^== |^conv bf16|^geomean' $out/upd_variants.txt

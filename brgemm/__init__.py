@@ -5,7 +5,8 @@ from brgemm.backend import available as backends
 from brgemm.arrays import aligned_empty, to_device, to_host
 from brgemm.dtypes import bfloat16
 from brgemm.info import info
-from brgemm.kernel import Kernel, PackedB, brgemm
+from brgemm.kernel import Kernel, brgemm
+from brgemm.packed import PackedB
 
 __all__ = ["Kernel", "PackedB", "brgemm", "backends", "bfloat16", "aligned_empty", "to_device",
            "to_host", "BackendUnavailable", "info"]

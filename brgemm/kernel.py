@@ -22,6 +22,7 @@ from brgemm import dtypes
 from brgemm.backend import get as get_backend
 from brgemm.backend import resolve as resolve_backend
 from brgemm.lru import LRU
+from brgemm.packed import PackedB
 
 _LIMIT = 1 << 30  # dimensions and row strides the native layer accepts
 # libxsmm 1.17 addresses a block's rows and a batch stride with 32-bit byte
@@ -134,38 +135,6 @@ def _in_bounds(off, extent, size, name):
                          f"the buffer has {size}")
 
 
-class PackedB:
-    """B blocks already in the layout a kernel wants (VNNI pairs for bf16
-    dot products and AMX tiles, f32 where bf16 is widened): pack once, call
-    many times."""
-
-    def __init__(self, data, count, k, n, path):
-        self.data, self.count, self.k, self.n, self.path = data, count, k, n, path
-
-    def check(self, kern, count, k, n, name="B"):
-        """Everything a kernel's native code trusts about packed blocks: it reads
-        count blocks of kern.packed_elems elements each, back to back."""
-        if (self.k, self.n, self.path) != (k, n, kern.path):
-            raise ValueError(f"{name}: {self!r} was packed for another kernel "
-                             f"(this one: k={k}, n={n}, path={kern.path!r})")
-        if isinstance(self.count, bool) or not isinstance(self.count, (int, np.integer)):
-            raise TypeError(f"{name}: count {self.count!r} is not an int")
-        if self.count != count:
-            raise ValueError(f"{name}: has {self.count} packed blocks, A has {count}")
-        data, want = self.data, (count, kern.packed_elems)
-        if not isinstance(data, np.ndarray):
-            raise TypeError(f"{name}: packed data is a {type(data).__name__}, not a numpy.ndarray")
-        if data.dtype != kern.packed_dtype:
-            raise TypeError(f"{name}: packed data has dtype {data.dtype}, the {kern.path!r} "
-                            f"path packs {kern.packed_dtype}")
-        if data.shape != want or not data.flags.c_contiguous:
-            raise ValueError(f"{name}: packed data must be a C-contiguous {want} array "
-                             f"(what pack_b returns), got shape {data.shape}")
-
-    def __repr__(self):
-        return f"PackedB(count={self.count}, k={self.k}, n={self.n}, path={self.path!r})"
-
-
 class Kernel:
     """C = beta * C + alpha * sum_i A_i @ B_i for blocks A_i [m, k], B_i [k, n].
 
@@ -197,9 +166,10 @@ class Kernel:
         self._native = LRU(KERNELS_PER_OBJECT)  # (form, strides, dtype of C) -> JIT kernel
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
-        # the last geometry, its kernel, and the call bound to the last arrays
-        # (weak references to them and the backend's bound call), or None
-        self._strd_last = (None, None, None)
+        # the last stride-form call: weak references to A, B, C and a PackedB's
+        # data (None for an array B), their geometry, the backend's call bound
+        # to their addresses (None where it binds none) and the native kernel
+        self._strd_last = (_NO_REF, _NO_REF, _NO_REF, None, None, None, None)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -231,67 +201,53 @@ class Kernel:
     # -- stride form --
     def __call__(self, A, B, C):
         """Stride form: A [count, m, k], B [count, k, n] (or a PackedB), C [m, n]."""
-        if isinstance(A, np.ndarray) and isinstance(C, np.ndarray):
-            # shapes, strides and dtypes decide everything the checks decide, so
-            # calls on arrays of a geometry seen before skip straight to the kernel
-            if isinstance(B, np.ndarray):
-                data, packed = B, False
-                key = (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
-                       C.shape, C.strides, C.dtype)
-            elif isinstance(B, PackedB) and isinstance(B.data, np.ndarray):
-                data, packed = B.data, True
-                key = ("packed", A.shape, A.strides, A.dtype, B.count, B.k, B.n, B.path,
-                       data.shape, data.strides, data.dtype, C.shape, C.strides, C.dtype)
-            else:
-                data = None
-            if data is not None:
-                # the last geometry first: a loop of calls on the same arrays pays
-                # one tuple comparison instead of the cache's hashing
-                last_key, kern, bound = self._strd_last
-                if key != last_key:
-                    kern, bound = self._strd_seen.get(key), None
-                    if kern is None:
-                        kern = self._check_strd(A, B, C)
-                        if kern is _BY_ADDRESS:
-                            if packed:
-                                return self.addr(list(A), [data[i] for i in range(B.count)], C,
-                                                 packed=B)
-                            return self.addr(list(A), list(B), C)
-                        self._strd_seen.put(key, kern)
-                    self._strd_last = (key, kern, None)
+        a_ref, b_ref, c_ref, d_ref, geometry, call, kern = self._strd_last
+        same = A is a_ref() and B is b_ref() and C is c_ref()
+        if same or _stride_arrays(A, B, C):
+            packed = d_ref is not None if same else isinstance(B, PackedB)
+            data = B.data if packed else B
+            # all the checks decide from (inline: a call here costs as much as C's work
+            # on a small block)
+            geo = ((A.shape, A.strides, A.dtype, data.shape, data.strides, data.dtype,
+                    C.shape, C.strides, C.dtype, B.count, B.k, B.n, B.path) if packed else
+                   (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
+                    C.shape, C.strides, C.dtype))
+            # the last call's arrays, alive, so their memory has not moved (NumPy
+            # refuses to resize an array that has weak references), and of the
+            # same geometry: the native call is bound to their addresses
+            if same and geo == geometry and (d_ref is None or data is d_ref()):
                 if not C.flags.writeable:  # the one check the geometry does not decide
                     raise ValueError("C: is read-only; the kernel writes C in place")
-                # the same arrays as last time (alive, so their memory has not
-                # moved; the geometry above is theirs): their addresses are bound
-                if bound is None or bound[0]() is not A or bound[1]() is not data \
-                        or bound[2]() is not C:
-                    bound = self._bind(kern, key, A, data, C)
-                # C compares byte ranges for free; only when they meet is the exact
-                # (slower) element test needed, e.g. for interleaved views of one buffer
-                if bound is not None:
-                    rc = bound[3](A.shape[0], packed, True)
+                if call is not None:
+                    rc = call()
                     if not rc or kern.finish_strd(rc):
                         return C
-                elif kern.strd(A, data, C, A.shape[0], packed, True):
-                    return C
-                _no_overlap(C, A, "A")
-                _no_overlap(C, data, "B")
-                kern.strd(A, data, C, A.shape[0], packed)
-                return C
+                    return _strd_exact(kern, A, data, C, packed)
+                return _strd_run(kern, A, data, C, packed)
+            return self._strd_new(A, B, data, C, geo, packed)
         self._check_strd(A, B, C)  # raises, naming the argument that is not an array
         raise AssertionError("unreachable: _check_strd accepted a non-array")
 
-    def _bind(self, kern, key, A, data, C):
-        """The backend's call bound to these arrays' addresses, kept with weak
-        references to them (so a call on other arrays that reuse one's id
-        re-binds, and no array is kept alive), or None where the backend binds
-        nothing."""
+    def _strd_new(self, A, B, data, C, geo, packed):
+        """__call__ on arrays other than the last call's, or changed since: the
+        kernel of a geometry seen before, else every check; then the call bound."""
+        kern = self._strd_seen.get(geo)
+        if kern is None:
+            kern = self._check_strd(A, B, C)
+            if kern is _BY_ADDRESS:
+                if packed:
+                    return self.addr(list(A), [data[i] for i in range(B.count)], C, packed=B)
+                return self.addr(list(A), list(B), C)
+            self._strd_seen.put(geo, kern)
+        if not C.flags.writeable:  # the one check the geometry does not decide
+            raise ValueError("C: is read-only; the kernel writes C in place")
+        # weak references: no array is kept alive, and a new array that got a
+        # dead one's id does not match
         bind = getattr(kern, "bind_strd", None)
-        if bind is None:
-            return None
-        bound = (weakref.ref(A), weakref.ref(data), weakref.ref(C), bind(A, data, C))
-        self._strd_last = (key, kern, bound)
-        return bound
+        self._strd_last = (weakref.ref(A), weakref.ref(B), weakref.ref(C),
+                           weakref.ref(data) if packed else None, geo,
+                           None if bind is None else bind(A, data, C, A.shape[0], packed), kern)
+        return _strd_run(kern, A, data, C, packed)
 
     def _check_strd(self, A, B, C):
         """Every check of the stride form; returns the native kernel to run."""
@@ -318,15 +274,18 @@ class Kernel:
         return kern
 
     # -- timing (benchmarks) --
-    def time_native(self, A, B, C, reps, loop="native"):
+    def time_native(self, A, B, C, reps, loop="native", gap=0.0, touch=0):
         """Seconds for `reps` stride-form calls self(A, B, C) on the CPU, with the
         Python call path left out: the yardstick benchmarks hold the API against.
         The arguments are checked once, as __call__ checks them, and the same
         native kernel runs; C accumulates every call. loop says where the calls
-        come from: "native", back to back from C; "pointers", a Python loop on
-        pointers taken once (the foreign call alone); "binding", a Python loop
-        through the backend's binding (pointers taken from the arrays per call).
-        The Python loops make one more call first, untimed."""
+        come from: "native", from C; "pointers", a Python loop on pointers taken
+        once (the foreign call alone); "binding", a Python loop through the
+        backend's binding (pointers taken from the arrays per call). The Python
+        loops make one more call first, untimed. The native loop imitates a
+        caller between two calls when asked: it writes `touch` bytes of other
+        memory, then waits until `gap` seconds have passed, and counts the
+        calls' time alone."""
         if self.backend != "cpu":
             raise ValueError(f"backend: time_native times the CPU's native kernel; this "
                              f"Kernel runs on {self.backend!r}")
@@ -334,6 +293,14 @@ class Kernel:
             raise ValueError(f"reps: expected a positive int, got {reps!r}")
         if loop not in ("native", "pointers", "binding"):
             raise ValueError(f"loop: expected 'native', 'pointers' or 'binding', got {loop!r}")
+        if (gap or touch) and loop != "native":
+            raise ValueError(f"loop: gap and touch apply to the native loop, not {loop!r}")
+        gap = _scalar(gap, "gap")
+        if gap < 0 or gap > 1:
+            raise ValueError(f"gap: expected seconds in [0, 1], got {gap!r}")
+        if isinstance(touch, bool) or not isinstance(touch, (int, np.integer)) \
+                or not 0 <= touch <= _LIMIT:
+            raise ValueError(f"touch: expected bytes in [0, 2**30], got {touch!r}")
         for x, name in ((A, "A"), (C, "C")):
             if not isinstance(x, np.ndarray):
                 raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
@@ -344,7 +311,8 @@ class Kernel:
             raise ValueError("A: batch strides past 2**31 bytes run through the address form, "
                              "which time_native does not time; use contiguous blocks")
         packed = isinstance(B, PackedB)
-        return kern.time_strd(A, B.data if packed else B, C, A.shape[0], int(reps), packed, loop)
+        return kern.time_strd(A, B.data if packed else B, C, A.shape[0], int(reps), packed, loop,
+                              gap, int(touch))
 
     # -- address form --
     def addr(self, As, Bs, C, packed=None):
@@ -421,7 +389,37 @@ class Kernel:
         return self._kernel("strd", "f32", self.k, self.n, self.n).path
 
 
+_NOTHING = object()
+
+
+def _NO_REF():  # a weak reference to nothing any argument can be
+    return _NOTHING
+
+
 _BY_ADDRESS = object()  # _check_strd's answer when the strides need the address form
+
+
+def _stride_arrays(A, B, C):
+    """Whether the stride form's arguments are of the types it takes (else
+    _check_strd says which is not)."""
+    return isinstance(A, np.ndarray) and isinstance(C, np.ndarray) and (
+        isinstance(B, np.ndarray) or isinstance(B, PackedB) and isinstance(B.data, np.ndarray))
+
+
+def _strd_run(kern, A, data, C, packed):
+    """The checked stride form. C compares byte ranges for free; only when they
+    meet is the exact (slower) element test needed, e.g. for interleaved views
+    of one buffer."""
+    if kern.strd(A, data, C, A.shape[0], packed, True):
+        return C
+    return _strd_exact(kern, A, data, C, packed)
+
+
+def _strd_exact(kern, A, data, C, packed):
+    _no_overlap(C, A, "A")
+    _no_overlap(C, data, "B")
+    kern.strd(A, data, C, A.shape[0], packed)
+    return C
 _one_shot = LRU(64)
 
 

@@ -44,12 +44,18 @@ def test_model_kernel_tunables():
     """The kernel's other schedules: passes over chunks of blocks (C stored and
     reloaded between them, macro blocks in a snake), with each step's tiles
     loaded by the step itself (the default) and by the step before, with and
-    without software prefetches, forwards and every other macro block backwards."""
+    without software prefetches, forwards and every other macro block backwards,
+    with T1 load hints, our packed B in strips of 16 columns, and tiles kept
+    configured between calls."""
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
-                     dict(BRGEMM_AMX_PIPE="1")):
+                     dict(BRGEMM_AMX_PIPE="1"),
+                     dict(BRGEMM_AMX_T1="1", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_KEEP="1"),
+                     dict(BRGEMM_AMX_T1="2", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PIPE="1",
+                          BRGEMM_AMX_L1="6000"),
+                     dict(BRGEMM_AMX_T1="3", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PF="1")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)
-        assert _pytest(str(TESTS / "amx_cases.py"), "-k", "edges or random or depths",
+        assert _pytest(str(TESTS / "amx_cases.py"), "-k", "edges or random or depths or packing",
                        env=env) == 0, tunables
 
 

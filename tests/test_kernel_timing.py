@@ -19,13 +19,16 @@ def _case(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype,packed", [("f32", False), ("bf16", False), ("bf16", True)])
-@pytest.mark.parametrize("loop", ["native", "pointers", "binding"])
+@pytest.mark.parametrize("loop", ["native", "pointers", "binding", "apart"])
 def test_time_native_runs_the_stride_form(rng, dtype, packed, loop):
     m, n, k, count, A, B = _case(rng, dtype)
     kern = brgemm.Kernel(m, n, k, dtype=dtype)
     reps = int(rng.integers(1, 4))
     C = np.zeros((m, n), np.float32)
-    seconds = kern.time_native(A, kern.pack_b(B) if packed else B, C, reps, loop=loop)
+    # "apart": the native loop with memory written and a wait between calls
+    between = dict(gap=1e-6, touch=int(rng.integers(1, 5000))) if loop == "apart" else {}
+    loop = "native" if loop == "apart" else loop
+    seconds = kern.time_native(A, kern.pack_b(B) if packed else B, C, reps, loop=loop, **between)
     assert isinstance(seconds, float) and seconds >= 0
     # the Python loops make one call first, outside the timing (it checks that C accepts them)
     calls = reps + (loop != "native")
@@ -42,6 +45,16 @@ def test_time_native_checks_its_arguments(rng):
             kern.time_native(A, B, C, bad)
     with pytest.raises(ValueError, match=r"^loop: "):
         kern.time_native(A, B, C, 1, loop="python")
+    with pytest.raises(ValueError, match=r"^loop: "):  # waits apply to the native loop only
+        kern.time_native(A, B, C, 1, loop="pointers", gap=1e-6)
+    for bad in (-1e-6, 2.0, float("nan")):
+        with pytest.raises(ValueError, match=r"^gap: "):
+            kern.time_native(A, B, C, 1, gap=bad)
+    with pytest.raises(TypeError, match=r"^gap: "):
+        kern.time_native(A, B, C, 1, gap="1")
+    for bad in (-1, 1.5, True, 2**31):
+        with pytest.raises(ValueError, match=r"^touch: "):
+            kern.time_native(A, B, C, 1, touch=bad)
     with pytest.raises(TypeError, match=r"^A: "):
         kern.time_native(list(A), B, C, 1)
     with pytest.raises(TypeError, match=r"^B: "):

@@ -11,7 +11,6 @@ from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
 _run_strd, _OK, _EOVERLAP = lib.brgemm_cpu_run_strd, lib.BRGEMM_OK, lib.BRGEMM_EOVERLAP
-_run_strd_at = lib.brgemm_cpu_run_strd_at
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 
@@ -70,15 +69,15 @@ class CpuKernel:
             return False
         check(rc, "Kernel.__call__")
 
-    def bind_strd(self, A, B, C):
+    def bind_strd(self, A, B, C, count, b_packed):
         """The stride form on these arrays, their addresses taken now: a function
-        of (count, b_packed, check_overlap) returning 0 when done, else a code
-        for finish_strd. Valid while A, B and C live and keep their memory
-        (brgemm.Kernel re-binds when the arrays or their geometry change);
-        binds no reference to them. Converting three arrays to pointers costs
-        more than a small call itself, so calls on the same arrays skip it."""
-        a, b, c = (int(ffi.cast("uintptr_t", address(x))) for x in (A, B, C))
-        return functools.partial(_run_strd_at, self._k, a, b, c)
+        of no arguments returning 0 when done, else a code for finish_strd.
+        Valid while A, B and C live and keep their memory (brgemm.Kernel
+        re-binds when the arrays or their geometry change); binds no reference
+        to them. Converting three arrays to pointers costs more than a small
+        call itself, so calls on the same arrays skip it."""
+        a, b, c = (ffi.cast("void *", int(ffi.cast("uintptr_t", address(x)))) for x in (A, B, C))
+        return functools.partial(_run_strd, self._k, a, b, c, count, b_packed, True)
 
     def finish_strd(self, rc):
         """A bound call's nonzero code: False when C's byte range meets A's or B's
@@ -100,13 +99,13 @@ class CpuKernel:
                                      address(C), len(a_offsets), b_packed)
         check(rc, "Kernel.offs")
 
-    def time_strd(self, A, B, C, count, reps, b_packed=False, loop="native"):
+    def time_strd(self, A, B, C, count, reps, b_packed=False, loop="native", gap=0.0, touch=0):
         """Seconds for `reps` stride-form calls (brgemm.Kernel.time_native says
         what each loop measures); the native loop is the no-Python yardstick."""
         if loop == "native":
             seconds = ffi.new("double *")
             check(lib.brgemm_cpu_time_strd(self._k, address(A), address(B), address(C), count,
-                                           b_packed, reps, seconds), "time_native")
+                                           b_packed, reps, gap, touch, seconds), "time_native")
             return seconds[0]
         ptrs = (self._k, address(A), address(B), address(C), count, b_packed)
         # as __call__ calls: C's byte range compared with A's and B's in C, unless

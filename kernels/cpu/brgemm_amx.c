@@ -43,6 +43,7 @@
 #define TILE_RELEASE() _tile_release()
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TILE_LOAD_T1(t, p, stride) _tile_stream_loadd(t, p, stride)
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TILE_FAULTS() 0
@@ -55,7 +56,8 @@
  * which memory they read or write: order them against plain stores and loads */
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0 };
+enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0,
+       T1_MODE = 0, B_TILES = 0, KEEP_TILES = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -74,7 +76,20 @@ struct brgemm_amx_kernel {
   int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
   int pipelined;  /* load the next step's tiles between this step's products */
+  int t1;  /* which operand loads with the T1 hint (tileloaddt1): T1_* below */
+  int b_tiles;  /* our packed B: each 16-column strip apart (pack_b) */
+  int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
 };
+
+/* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
+ * (so the shared one stays in L1 for it); 2 always B; 3 always A */
+enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3 };
+
+/* Where a macro block's two B column tiles start in a B block (bytes) and the
+ * bytes between their pair rows: in VNNI rows ([kp/2][ld][2], both tiles in
+ * one row) or in our strips of 16 columns ([n/16][kp/2][16][2], each tile's
+ * rows back to back: BRGEMM_AMX_BTILES=1) */
+typedef struct { int64_t off[2], stride[2]; } b_cols;
 
 /* the config of a macro block of `rows` x `cols` (each in 1..32) */
 static void make_config(tile_config* t, int rows, int cols, int kc) {
@@ -140,6 +155,15 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
    * step loading its own (benchmarks/RESULTS.md), so off by default. */
   const char* pipe = getenv("BRGEMM_AMX_PIPE");
   kr->pipelined = (pipe ? atoi(pipe) != 0 : PIPELINED) && kr->pf == 0;
+  /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: schedules under test
+   * (benchmarks/amx_profile.py; benchmarks/RESULTS.md says what they gave) */
+  const char* t1 = getenv("BRGEMM_AMX_T1");
+  kr->t1 = t1 ? atoi(t1) : T1_MODE;
+  if (kr->t1 < T1_NONE || kr->t1 > T1_A) kr->t1 = T1_NONE;
+  const char* bt = getenv("BRGEMM_AMX_BTILES");
+  kr->b_tiles = bt ? atoi(bt) != 0 : B_TILES;
+  const char* keep = getenv("BRGEMM_AMX_KEEP");
+  kr->keep = keep ? atoi(keep) != 0 : KEEP_TILES;
   const int last_rows = (int)(d->m % MB ? d->m % MB : MB), last_cols = (int)(d->n % NB ? d->n % NB : NB);
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
@@ -183,15 +207,33 @@ static void interleave(const uint16_t* r0, const uint16_t* r1, int64_t n, uint16
 }
 #endif
 
-/* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on */
+/* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on; with
+ * b_tiles the same per strip of 16 columns (the last one narrower), strips
+ * back to back: [n/16][kp/2][16][2] */
 static void pack_b(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out) {
   const uint16_t* src = (const uint16_t*)b;
   uint16_t* dst = (uint16_t*)out;
-  for (int64_t p = 0; p < kr->kp / 2; ++p) {
-    const int64_t r = 2 * p;
-    interleave(r < kr->k ? src + r * ldb : NULL, r + 1 < kr->k ? src + (r + 1) * ldb : NULL, kr->n,
-               dst + p * kr->n * 2);
+  const int64_t strip = kr->b_tiles ? TILE : kr->n;
+  for (int64_t j = 0; j < kr->n; j += strip) {
+    const int64_t w = kr->n - j < strip ? kr->n - j : strip;
+    for (int64_t p = 0; p < kr->kp / 2; ++p) {
+      const int64_t r = 2 * p;
+      interleave(r < kr->k ? src + r * ldb + j : NULL,
+                 r + 1 < kr->k ? src + (r + 1) * ldb + j : NULL, w, dst + j * kr->kp + p * w * 2);
+    }
   }
+}
+
+/* the B tiles of the macro block at column j0: in VNNI rows sb bytes apart, or
+ * in our strips */
+static b_cols b_columns(const brgemm_amx_kernel* kr, int64_t j0, int64_t sb, int strips) {
+  b_cols bc;
+  for (int t = 0; t < 2; ++t) {
+    const int64_t j = j0 + t * TILE, w = kr->n - j < TILE ? kr->n - j : TILE;
+    bc.off[t] = strips ? j * kr->kp * 2 : j * 4;
+    bc.stride[t] = strips ? w * 4 : sb;
+  }
+  return bc;
 }
 
 /* m x k block (row stride lda) -> m x kp, zero columns from k on */
@@ -221,57 +263,84 @@ static void release(void) {
   tiles_loaded = 0;
 }
 
+/* After a public run: release the tiles, or with keep (BRGEMM_AMX_KEEP=1)
+ * leave them configured but load the config again on the next run, since
+ * other code (oneDNN in PyTorch, say) may load its own in between. */
+static void finish(const brgemm_amx_kernel* kr) {
+  if (kr->keep)
+    tiles_loaded = 0;
+  else
+    release();
+}
+
 static int64_t faults(void) { return TILE_FAULTS(); }
+
+/* a tile load, with the T1 hint when t1 (tile numbers must be constants) */
+#define LOAD(t1, t, p, stride)                 \
+  do {                                         \
+    if (t1)                                    \
+      TILE_LOAD_T1(t, p, stride);              \
+    else                                       \
+      TILE_LOAD(t, p, stride);                 \
+  } while (0)
+
+/* What one macro block reads: A rows (stride sa bytes) from row i0, B tiles
+ * where bc says, and which operand loads with the T1 hint. */
+typedef struct {
+  const uint16_t* const* a;
+  const uint16_t* const* b;
+  int64_t sa, count, nk, i0;
+  b_cols bc;
+  int two_rows, two_cols, back, t1a, t1b;
+} operands;
 
 /* A macro block's steps (block i, k chunk kk: four products), with each tile
  * loaded for the next step right after this step's last product that reads
  * it, so that each load has one or two products ahead of it (BRGEMM_AMX_PIPE=1).
  * If the tile unit waited for a step's own loads before its first product,
  * this would hide them; on the Xeon it ran no faster (benchmarks/RESULTS.md). */
-static void pipelined_steps(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
-                            const uint16_t* const* b, int64_t sb, int64_t count, int64_t nk,
-                            int64_t i0, int64_t j0, int two_rows, int two_cols, int back) {
+static void pipelined_steps(const brgemm_amx_kernel* kr, const operands* o) {
   int64_t ii = 0, q = 0;
-#define STEP_AT(ai, bi)                                                        \
+  const int64_t count = o->count, nk = o->nk, sa = o->sa, sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
+  const int two_rows = o->two_rows, two_cols = o->two_cols, ta = o->t1a, tb = o->t1b;
+#define STEP_AT(ai, b0, b1)                                                    \
   do {                                                                         \
-    const int64_t i_ = back ? count - 1 - ii : ii;                             \
-    const int64_t kk_ = (back ? nk - 1 - q : q) * kr->kc;                      \
-    ai = (const char*)a[i_] + i0 * sa + kk_ * 2;                               \
-    bi = (const char*)b[i_] + j0 * 4 + kk_ / 2 * sb;                           \
+    const int64_t i_ = o->back ? count - 1 - ii : ii;                          \
+    const int64_t kk_ = (o->back ? nk - 1 - q : q) * kr->kc;                   \
+    ai = (const char*)o->a[i_] + o->i0 * sa + kk_ * 2;                         \
+    b0 = (const char*)o->b[i_] + o->bc.off[0] + kk_ / 2 * sb0;                 \
+    b1 = (const char*)o->b[i_] + o->bc.off[1] + kk_ / 2 * sb1;                 \
   } while (0)
-  const char *ai, *bi;
-  STEP_AT(ai, bi);
-  TILE_LOAD(4, ai, sa);
-  TILE_LOAD(6, bi, sb);
-  if (two_cols) TILE_LOAD(7, bi + TILE * 4, sb);
-  if (two_rows) TILE_LOAD(5, ai + TILE * sa, sa);
+  const char *ai, *b0, *b1;
+  STEP_AT(ai, b0, b1);
+  LOAD(ta, 4, ai, sa);
+  LOAD(tb, 6, b0, sb0);
+  if (two_cols) LOAD(tb, 7, b1, sb1);
+  if (two_rows) LOAD(ta, 5, ai + TILE * sa, sa);
   for (int64_t left = count * nk - 1; left >= 0; --left) {
     if (left) {
       if (++q == nk) q = 0, ++ii;
-      STEP_AT(ai, bi);
+      STEP_AT(ai, b0, b1);
     }
     TILE_DP(0, 4, 6);
     if (two_cols) TILE_DP(1, 4, 7);
-    if (left) TILE_LOAD(4, ai, sa);
+    if (left) LOAD(ta, 4, ai, sa);
     if (two_rows) TILE_DP(2, 5, 6);
-    if (left) TILE_LOAD(6, bi, sb);
+    if (left) LOAD(tb, 6, b0, sb0);
     if (two_rows && two_cols) TILE_DP(3, 5, 7);
-    if (left && two_cols) TILE_LOAD(7, bi + TILE * 4, sb);
-    if (left && two_rows) TILE_LOAD(5, ai + TILE * sa, sa);
+    if (left && two_cols) LOAD(tb, 7, b1, sb1);
+    if (left && two_rows) LOAD(ta, 5, ai + TILE * sa, sa);
   }
 #undef STEP_AT
 }
 
 /* One macro block: rows x cols of the f32 accumulator acc (row stride sacc
  * bytes) at (i0, j0) += the blocks' products; `load` reads acc first, else
- * starts from zero. a[i]: A rows, stride sa bytes; b[i]: VNNI pair rows of B,
- * stride sb bytes. */
-static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
-                        const uint16_t* const* b, int64_t sb, int64_t count, float* acc,
-                        int64_t sacc, int load, int64_t i0, int64_t j0, int rows, int cols,
-                        int back) {
-  const int two_rows = rows > TILE, two_cols = cols > TILE;
-  char* cb = (char*)acc + i0 * sacc + j0 * 4;
+ * starts from zero. */
+static void macro_block(const brgemm_amx_kernel* kr, const operands* o, float* acc, int64_t sacc,
+                        int load, int64_t j0) {
+  const int two_rows = o->two_rows, two_cols = o->two_cols, ta = o->t1a, tb = o->t1b;
+  char* cb = (char*)acc + o->i0 * sacc + j0 * 4;
   if (load) {
     TILE_LOAD(0, cb, sacc);
     if (two_cols) TILE_LOAD(1, cb + TILE * 4, sacc);
@@ -285,35 +354,40 @@ static void macro_block(const brgemm_amx_kernel* kr, const uint16_t* const* a, i
   }
   /* back: blocks and k chunks in reverse, so that this macro block starts on
    * the lines the last one read last, which L1 still holds */
-  const int64_t pf = back ? -kr->pf : kr->pf, nk = kr->kp / kr->kc;
+  const int64_t pf = o->back ? -kr->pf : kr->pf, nk = o->nk, count = o->count, sa = o->sa;
+  const int64_t sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
   if (kr->pipelined) {
-    pipelined_steps(kr, a, sa, b, sb, count, nk, i0, j0, two_rows, two_cols, back);
+    pipelined_steps(kr, o);
   } else {
     for (int64_t ii = 0; ii < count; ++ii) {
-      const int64_t i = back ? count - 1 - ii : ii;
-      const char* ai = (const char*)a[i] + i0 * sa;
-      const char* bi = (const char*)b[i] + j0 * 4;
+      const int64_t i = o->back ? count - 1 - ii : ii;
+      const char* ai = (const char*)o->a[i] + o->i0 * sa;
+      const char* b0 = (const char*)o->b[i] + o->bc.off[0];
+      const char* b1 = (const char*)o->b[i] + o->bc.off[1];
       /* software prefetches (off by default): a later block's lines of this
        * macro block, one k chunk's share at each step */
-      const char* an = pf && i + pf >= 0 && i + pf < count ? (const char*)a[i + pf] + i0 * sa : NULL;
-      const char* bn = an ? (const char*)b[i + pf] + j0 * 4 : NULL;
+      const int ahead = pf && i + pf >= 0 && i + pf < count;
       for (int64_t q = 0; q < nk; ++q) {
-        const int64_t kk = (back ? nk - 1 - q : q) * kr->kc;
-        if (an) {
-          for (int r = 0; r < rows; ++r)
-            for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + kk * 2 + x);
-          for (int64_t p = 0; p < kr->kc / 2; ++p)
-            for (int64_t x = 0; x < cols * 4; x += 64) PREFETCH(bn + (kk / 2 + p) * sb + x);
+        const int64_t kk = (o->back ? nk - 1 - q : q) * kr->kc;
+        if (ahead) {
+          const char* an = (const char*)o->a[i + pf] + o->i0 * sa + kk * 2;
+          for (int r = 0; r < (two_rows ? 2 : 1) * TILE; ++r)
+            for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + x);
+          for (int t = 0; t < (two_cols ? 2 : 1); ++t) {
+            const char* bn = (const char*)o->b[i + pf] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
+            for (int64_t p = 0; p < kr->kc / 2; ++p)
+              for (int64_t x = 0; x < TILE * 4; x += 64) PREFETCH(bn + p * o->bc.stride[t] + x);
+          }
         }
-        TILE_LOAD(4, ai + kk * 2, sa);
-        TILE_LOAD(6, bi + kk / 2 * sb, sb);
+        LOAD(ta, 4, ai + kk * 2, sa);
+        LOAD(tb, 6, b0 + kk / 2 * sb0, sb0);
         TILE_DP(0, 4, 6);
         if (two_cols) {
-          TILE_LOAD(7, bi + kk / 2 * sb + TILE * 4, sb);
+          LOAD(tb, 7, b1 + kk / 2 * sb1, sb1);
           TILE_DP(1, 4, 7);
         }
         if (two_rows) {
-          TILE_LOAD(5, ai + TILE * sa + kk * 2, sa);
+          LOAD(ta, 5, ai + TILE * sa + kk * 2, sa);
           TILE_DP(2, 5, 6);
           if (two_cols) TILE_DP(3, 5, 7);
         }
@@ -375,26 +449,38 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
     }
   }
   const int64_t sa = (pad ? kr->kp : kr->lda) * 2;
-  const int64_t sb = (kr->b_vnni ? kr->ldb : kr->n) * 4;
+  const int ours = b_packed || pack;  /* B in pack_b's layout, else VNNI rows ldb apart */
+  const int64_t sb = (ours ? kr->n : kr->ldb) * 4;
   const int64_t sacc = (kr->direct ? kr->ldc : kr->n) * 4;
   MEMORY_BARRIER();  /* packed blocks and C written before the tiles read them */
   /* blocks in chunks whose A and B stay in L1 while every macro block of C
    * passes over them; the accumulators go back to acc between chunks */
+  const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
   for (int64_t b0 = 0; b0 < count; b0 += kr->chunk) {
     const int64_t nb = count - b0 < kr->chunk ? count - b0 : kr->chunk;
     const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
-    const int64_t col_blocks = (kr->n + NB - 1) / NB;
-    for (int64_t i0 = 0; i0 < kr->m; i0 += MB) {
+    for (int64_t ib = 0; ib < row_blocks; ++ib) {
+      const int64_t i0 = ib * MB;
       const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
       /* a snake over C: the next macro block shares its A rows or its B
        * columns with the last one, which are still in L1 */
-      const int back = (i0 / MB) & 1;
+      const int back = ib & 1;
       for (int64_t jb = 0; jb < col_blocks; ++jb) {
         const int64_t j0 = (back ? col_blocks - 1 - jb : jb) * NB;
         const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
         use_config(&kr->cfg[rows < MB][cols < NB]);
-        macro_block(kr, ap + b0, sa, bp + b0, sb, nb, acc, sacc, load, i0, j0, rows, cols,
-                    kr->reverse && (int)(((i0 / MB) * col_blocks + jb) & 1));
+        /* T1_UNSHARED: the next macro block shares A along a row of the
+         * snake, B where it turns; the last one shares nothing */
+        const int next_a = jb + 1 < col_blocks, next_b = !next_a && ib + 1 < row_blocks;
+        const int t1 = kr->t1;
+        const operands o = {
+            .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
+            .bc = b_columns(kr, j0, sb, ours && kr->b_tiles),
+            .two_rows = rows > TILE, .two_cols = cols > TILE,
+            .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
+            .t1a = t1 == T1_A || (t1 == T1_UNSHARED && next_b),
+            .t1b = t1 == T1_B || (t1 == T1_UNSHARED && next_a)};
+        macro_block(kr, &o, acc, sacc, load, j0);
       }
     }
   }
@@ -492,7 +578,7 @@ float brgemm_amx_probe_config_release(long iters) { return probe_config(iters, 1
 #endif
 
 const brgemm_amx_impl IMPL = {IMPL_NAME, create, destroy, takes_vnni_b, packed_b_elems, pack_b,
-                              run, release, faults};
+                              run, release, finish, faults};
 
 #ifndef BRGEMM_AMX_MODEL
 #pragma GCC pop_options

@@ -32,6 +32,8 @@ typedef struct {
              void* c, int64_t count, int b_packed);
   /* forget this thread's tile state (tilerelease) */
   void (*release)(void);
+  /* after a public run of this kernel: release, or keep the tiles (BRGEMM_AMX_KEEP) */
+  void (*finish)(const brgemm_amx_kernel* kernel);
   /* model only: tile instructions the hardware would fault on (tests assert 0) */
   int64_t (*faults)(void);
 } brgemm_amx_impl;

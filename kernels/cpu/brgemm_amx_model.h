@@ -92,6 +92,7 @@ static void model_dp(int c, int a, int b) {
 #define TILE_RELEASE() memset(&model, 0, sizeof(model))
 #define TILE_ZERO(t) model_zero(t)
 #define TILE_LOAD(t, p, stride) model_load(t, p, stride)
+#define TILE_LOAD_T1(t, p, stride) model_load(t, p, stride)  /* a cache hint: the same load */
 #define TILE_STORE(t, p, stride) model_store(t, p, stride)
 #define TILE_DP(c, a, b) model_dp(c, a, b)
 #define PREFETCH(p) ((void)(p))

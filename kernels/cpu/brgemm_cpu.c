@@ -470,24 +470,19 @@ int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kr, char which) {
 }
 
 /* The public runs leave no tile state behind (the plan executor releases per
- * thread when a run ends, so its calls keep their tile config loaded). */
+ * thread when a run ends, so its calls keep their tile config loaded), unless
+ * a kernel made with BRGEMM_AMX_KEEP=1 keeps its tiles (brgemm_amx.c). */
 int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kr, const void* a, const void* b, void* c,
                         int64_t count, int b_packed, int check_overlap) {
   int rc = run_strd_(kr, a, b, c, count, b_packed, check_overlap);
-  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->finish(kr->amx_kernel);
   return rc;
-}
-
-int brgemm_cpu_run_strd_at(const brgemm_cpu_kernel* kr, uintptr_t a, uintptr_t b, uintptr_t c,
-                           int64_t count, int b_packed, int check_overlap) {
-  return brgemm_cpu_run_strd(kr, (const void*)a, (const void*)b, (void*)c, count, b_packed,
-                             check_overlap);
 }
 
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kr, const void* const* a, const void* const* b,
                         void* c, int64_t count, int b_packed) {
   int rc = run_addr_(kr, a, b, c, count, b_packed);
-  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->finish(kr->amx_kernel);
   return rc;
 }
 
@@ -495,6 +490,6 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kr, const void* a, const void* 
                         const int64_t* a_offs, const int64_t* b_offs, void* c, int64_t count,
                         int b_packed) {
   int rc = run_offs_(kr, a, b, a_offs, b_offs, c, count, b_packed);
-  if (kr && kr->path == PATH_BF16_AMX) kr->amx->release();
+  if (kr && kr->path == PATH_BF16_AMX) kr->amx->finish(kr->amx_kernel);
   return rc;
 }

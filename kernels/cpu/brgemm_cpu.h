@@ -136,11 +136,6 @@ int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kernel, const void* b, int64_t ld
  * they meet: a cheap test; the caller decides on exact element overlap. */
 int brgemm_cpu_run_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
                         void* c, int64_t count, int b_packed, int check_overlap);
-/* The same with the addresses as integers: what the Python binding keeps
- * between calls on the same arrays (making pointers of arrays costs more than
- * the call itself; brgemm/backend/cpu.py). */
-int brgemm_cpu_run_strd_at(const brgemm_cpu_kernel* kernel, uintptr_t a, uintptr_t b, uintptr_t c,
-                           int64_t count, int b_packed, int check_overlap);
 int brgemm_cpu_run_addr(const brgemm_cpu_kernel* kernel, const void* const* a,
                         const void* const* b, void* c, int64_t count, int b_packed);
 int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const void* b,
@@ -303,10 +298,14 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
                                         int64_t RS, int64_t bk, int64_t bc, int c_rows,
                                         void* dst, int dst_itemsize, int threads);
 
-/* Benchmark support: run the stride form `reps` times back to back from C
- * and store the elapsed seconds; the yardstick for the Python call path. */
+/* Benchmark support: run the stride form `reps` times from C and store the
+ * elapsed seconds; the yardstick for the Python call path. With gap > 0 or
+ * touch > 0, between two calls write `touch` bytes of other memory and wait
+ * until `gap` seconds have passed (as the Python call path would), and store
+ * the calls' seconds alone. */
 int brgemm_cpu_time_strd(const brgemm_cpu_kernel* kernel, const void* a, const void* b, void* c,
-                         int64_t count, int b_packed, int64_t reps, double* seconds);
+                         int64_t count, int b_packed, int64_t reps, double gap, int64_t touch,
+                         double* seconds);
 
 /* libxsmm's target ("hsw", "skx", "cpx", ...). Static string. */
 const char* brgemm_cpu_arch(void);
