@@ -15,12 +15,13 @@
    API's loss splits into Python itself and what its pause does to the core.
 4. Kernel variants from C and through the API, B packed (each packed by its
    own kernel): T1 load hints (BRGEMM_AMX_T1: 1 the operand the next macro
-   block does not share, 2 B, 3 A), our packed B in strips of 16 columns
-   (BRGEMM_AMX_BTILES), each step's tiles loaded by the step before
-   (BRGEMM_AMX_PIPE), interleaved, median % of the peak measured in the same
-   repetition. (Software prefetches, BRGEMM_AMX_PF, passes over chunks of
-   blocks, BRGEMM_AMX_L1, and the forward-only walk, BRGEMM_AMX_REVERSE=0,
-   lost or tied in earlier sessions: benchmarks/RESULTS.md.)"""
+   block does not share, 2 B, 3 A), B packed in strips of 16 columns
+   (BRGEMM_AMX_BTILES), passes over chunks of blocks small enough that the
+   shared operand of the next macro block stays in L1 (BRGEMM_AMX_L1: bytes of
+   A and B per pass), interleaved, median % of the peak measured in the same
+   repetition. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
+   software prefetches, BRGEMM_AMX_PF, and the forward-only walk,
+   BRGEMM_AMX_REVERSE=0, lost or tied: benchmarks/RESULTS.md.)"""
 import argparse
 import os
 import statistics
@@ -32,9 +33,10 @@ import brgemm
 from brgemm import machine
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
-TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_PIPE")
-VARIANTS = [("0", "0", "0"), ("1", "0", "0"), ("2", "0", "0"), ("3", "0", "0"),
-            ("0", "1", "0"), ("1", "1", "0"), ("2", "1", "0"), ("0", "0", "1")]  # first: default
+TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_L1")
+# the first is the default; L1 131072 and 65536: passes over 8 and 4 blocks of 64x64x64
+VARIANTS = [("0", "0", "0"), ("2", "1", "0"), ("1", "1", "0"), ("0", "0", "131072"),
+            ("2", "1", "131072"), ("1", "1", "131072"), ("2", "1", "65536"), ("1", "1", "65536")]
 TOUCH = (16384, 65536)  # bytes written between two calls from C: an L1's worth, more
 
 
@@ -145,10 +147,10 @@ def big_call(rng, gap, reps):
 
 def variants(rng, reps):
     """Part 4."""
-    print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, P loads a step "
-          "ahead")
-    names = [f"T1 {t1} BT{bt} P{p}" for t1, bt, p in VARIANTS]
-    print(f"{'block':<18}{'':>4}" + "".join(f"{x:>14}" for x in names))
+    print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, L1 bytes per "
+          "pass")
+    names = [f"T1 {t1} BT{bt} {int(l1) // 1024}K" for t1, bt, l1 in VARIANTS]
+    print(f"{'block':<18}{'':>4}" + "".join(f"{x:>15}" for x in names))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
         ks = [_kernel(m, n, k, dict(zip(TUNABLES, v)), A, B, C) for v in VARIANTS]
@@ -164,7 +166,7 @@ def variants(rng, reps):
         for where, pct in (("C", pct_c), ("API", pct_api)):
             if pct[0]:
                 print(f"{f'{m}x{n}x{k} x{count}':<18}{where:>4}"
-                      + "".join(f"{statistics.median(p):>13.1f}%" for p in pct), flush=True)
+                      + "".join(f"{statistics.median(p):>14.1f}%" for p in pct), flush=True)
 
 
 def run(reps=5):

@@ -50,7 +50,8 @@ def test_model_kernel_tunables():
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
                      dict(BRGEMM_AMX_PIPE="1"),
-                     dict(BRGEMM_AMX_T1="1", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_KEEP="1"),
+                     dict(BRGEMM_AMX_T1="1", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_KEEP="1",
+                          BRGEMM_AMX_L1="20000"),
                      dict(BRGEMM_AMX_T1="2", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PIPE="1",
                           BRGEMM_AMX_L1="6000"),
                      dict(BRGEMM_AMX_T1="3", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PF="1")):

@@ -58,6 +58,8 @@
 
 enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0,
        T1_MODE = 0, B_TILES = 0, KEEP_TILES = 0 };
+/* the same two for runs on B packed ahead (Kernel.pack_b), whose layout is ours */
+enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -72,12 +74,12 @@ struct brgemm_amx_kernel {
   float alpha, beta;
   int direct;  /* f32 C, alpha 1, beta 0 or 1: tiles load and store C itself */
   int b_vnni;  /* B blocks arrive as VNNI pairs in place (desc.b_vnni) */
-  int64_t chunk;  /* blocks per pass over C's macro blocks */
+  int64_t chunk[2];  /* blocks per pass over C's macro blocks [b_packed] */
   int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
   int pipelined;  /* load the next step's tiles between this step's products */
-  int t1;  /* which operand loads with the T1 hint (tileloaddt1): T1_* below */
-  int b_tiles;  /* our packed B: each 16-column strip apart (pack_b) */
+  int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
+  int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
 };
 
@@ -142,9 +144,11 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
    * did where we measured (benchmarks/RESULTS.md). Both stay as tunables,
    * as does BRGEMM_AMX_REVERSE=0 (every macro block walks forwards). */
   const char* budget = getenv("BRGEMM_AMX_L1");
-  const int64_t l1 = budget ? atol(budget) : L1_BUDGET;
   const int64_t per_block = (d->m * kp + kp * d->n) * 2;
-  kr->chunk = l1 > 0 && per_block < l1 ? l1 / per_block : l1 > 0 ? 1 : INT64_MAX;
+  for (int packed = 0; packed < 2; ++packed) {
+    const int64_t l1 = budget ? atol(budget) : packed ? L1_BUDGET_PACKED : L1_BUDGET;
+    kr->chunk[packed] = l1 > 0 && per_block < l1 ? l1 / per_block : l1 > 0 ? 1 : INT64_MAX;
+  }
   const char* pf = getenv("BRGEMM_AMX_PF");
   kr->pf = pf ? atol(pf) : PF_DIST;
   if (kr->pf < 0) kr->pf = 0;
@@ -158,8 +162,10 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: schedules under test
    * (benchmarks/amx_profile.py; benchmarks/RESULTS.md says what they gave) */
   const char* t1 = getenv("BRGEMM_AMX_T1");
-  kr->t1 = t1 ? atoi(t1) : T1_MODE;
-  if (kr->t1 < T1_NONE || kr->t1 > T1_A) kr->t1 = T1_NONE;
+  for (int packed = 0; packed < 2; ++packed) {
+    kr->t1[packed] = t1 ? atoi(t1) : packed ? T1_MODE_PACKED : T1_MODE;
+    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_A) kr->t1[packed] = T1_NONE;
+  }
   const char* bt = getenv("BRGEMM_AMX_BTILES");
   kr->b_tiles = bt ? atoi(bt) != 0 : B_TILES;
   const char* keep = getenv("BRGEMM_AMX_KEEP");
@@ -207,13 +213,14 @@ static void interleave(const uint16_t* r0, const uint16_t* r1, int64_t n, uint16
 }
 #endif
 
-/* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on; with
- * b_tiles the same per strip of 16 columns (the last one narrower), strips
+/* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on; in
+ * strips, the same per strip of 16 columns (the last one narrower), strips
  * back to back: [n/16][kp/2][16][2] */
-static void pack_b(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out) {
+static void pack_b_as(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out,
+                      int strips) {
   const uint16_t* src = (const uint16_t*)b;
   uint16_t* dst = (uint16_t*)out;
-  const int64_t strip = kr->b_tiles ? TILE : kr->n;
+  const int64_t strip = strips ? TILE : kr->n;
   for (int64_t j = 0; j < kr->n; j += strip) {
     const int64_t w = kr->n - j < strip ? kr->n - j : strip;
     for (int64_t p = 0; p < kr->kp / 2; ++p) {
@@ -222,6 +229,12 @@ static void pack_b(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void
                  r + 1 < kr->k ? src + (r + 1) * ldb + j : NULL, w, dst + j * kr->kp + p * w * 2);
     }
   }
+}
+
+/* B packed ahead of runs that say b_packed: in strips with b_tiles (packing per
+ * call keeps VNNI rows, whose packing is faster) */
+static void pack_b(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out) {
+  pack_b_as(kr, b, ldb, out, kr->b_tiles);
 }
 
 /* the B tiles of the macro block at column j0: in VNNI rows sb bytes apart, or
@@ -444,7 +457,7 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
       ap[i] = (const uint16_t*)mine;
     }
     if (pack) {
-      pack_b(kr, b[i], kr->ldb, mine + a_blk);
+      pack_b_as(kr, b[i], kr->ldb, mine + a_blk, 0);
       bp[i] = (const uint16_t*)(mine + a_blk);
     }
   }
@@ -456,8 +469,9 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
   /* blocks in chunks whose A and B stay in L1 while every macro block of C
    * passes over them; the accumulators go back to acc between chunks */
   const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
-  for (int64_t b0 = 0; b0 < count; b0 += kr->chunk) {
-    const int64_t nb = count - b0 < kr->chunk ? count - b0 : kr->chunk;
+  const int64_t chunk = kr->chunk[b_packed != 0];
+  for (int64_t b0 = 0; b0 < count; b0 += chunk) {
+    const int64_t nb = count - b0 < chunk ? count - b0 : chunk;
     const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
     for (int64_t ib = 0; ib < row_blocks; ++ib) {
       const int64_t i0 = ib * MB;
@@ -472,10 +486,10 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
         /* T1_UNSHARED: the next macro block shares A along a row of the
          * snake, B where it turns; the last one shares nothing */
         const int next_a = jb + 1 < col_blocks, next_b = !next_a && ib + 1 < row_blocks;
-        const int t1 = kr->t1;
+        const int t1 = kr->t1[b_packed != 0];
         const operands o = {
             .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
-            .bc = b_columns(kr, j0, sb, ours && kr->b_tiles),
+            .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
             .two_rows = rows > TILE, .two_cols = cols > TILE,
             .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
             .t1a = t1 == T1_A || (t1 == T1_UNSHARED && next_b),
