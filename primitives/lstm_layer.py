@@ -245,9 +245,9 @@ class LSTM:
         if self.wh is None:  # T = 1, W_hh read in place too: h0's products join
             t = dict(u=self.w_hh, ht=transpose_blocks(self.h[0], out=self._buffer(
                 "ht", (g.Kb, g.Nb, g.bk, g.bn))))
-        projection_t_plan(g, bool(t)).run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G,
-                                          b=self.bp, **t,
-                                          yt=self._buffer("yt", (4 * g.Kb, rows, g.bk, g.bn)))
+        plan = projection_t_plan(g, bool(t))
+        plan.run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp, **t,
+                 yt=self._buffer("yt", (plan.extent["yt"],)))
 
     def _steps_to_blocks(self, a, bs, S, name, dtype=None):
         """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its

@@ -6,6 +6,7 @@ import dataclasses
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.machine import cpu_threads
 from primitives._calls import blocks_per_call, reduction_calls
 from primitives import fc
 from primitives._config import settings
@@ -174,12 +175,13 @@ def backward_plan(g, dtype="f32", vnni=False):
 
 # ---------------------------------------------------------------- the input projection, W_ih in place
 
-def projection_t_nest(ex, loops, g, chunk, hidden=False):
+def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False):
     """G[t n][q k] = x[t n] @ W_ih[q k]^T + b with W_ih (plain [4K, C], row-major
     as the caller gave it) read in place as the broadcast operand A: each tile
     computed transposed, W_ih's rows of gate q, block k @ x^T's tiles (xt
-    [Cb][T*Nb][bc][bn]), into the scratch tile yt [4Kb][T*Nb][bk][bn], whose
-    epilogue adds b per row and stores it transposed into G's tile. Gates
+    [Cb][T*Nb][bc][bn]), into a scratch tile of yt, whose epilogue adds b per
+    row and stores it transposed into G's tile: one tile per task where a task
+    walks its n blocks in turn (spec "Knc"), else one per (q k, n). Gates
     whose K is not whole blocks have ragged row tiles (the layer zeroes G's
     padding columns), C not whole blocks a ragged last call (xt is padded).
     hidden (T = 1): the tile also gets h0 @ W_hh[q k]^T, W_hh (plain [4K, K],
@@ -200,6 +202,7 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False):
         q, k = divmod(qk, Kb)
         m, row = min(bk, g.K - k * bk), q * g.K + k * bk
         ex.at(phase, task)
+        yt = (qk if per_task else qk * Nb + n) * bk * bn
         ends = (bplan.bias_rows("b", q * g.Kp + k * bk),
                 bplan.store_t("G", G.at(n // g.Nb, n % g.Nb, q, k), bk))
         calls = [("w", "xt", g.C, g.Cb, bc, rs, depth, rs[0] == 0)
@@ -213,21 +216,27 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False):
             last = i == len(calls) - 1 and (rs[-1] == nb - 1)
             ex.gemm(block(m, depth, 0.0 if first else 1.0, lda), a,
                     [row * lda + r * br for r in rs], b, [(r * Nb + n) * br * bn for r in rs],
-                    "yt", (qk * Nb + n) * bk * bn, ops=ends if last else ())
+                    "yt", yt, ops=ends if last else ())
 
 
 def projection_t_plan(g, hidden=False):
-    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt, G, b;
-    with hidden, u (plain W_hh) and ht too."""
+    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt (scratch,
+    plan.extent["yt"] floats), G, b; with hidden, u (plain W_hh) and ht too.
+    Tasks are the gate blocks q k, each walking the minibatch blocks in turn
+    with one scratch tile, where there are at least 4 of them a thread (yt
+    then a tile per gate block, not a copy of G's size); else (q k, n) pairs."""
+    per_task = 4 * g.Kb >= 4 * cpu_threads()
+    spec = "Knc" if per_task else "KNc"
+
     def record():
         names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ())
-        rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec="KNc")
+        rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec=spec)
         chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
-        loops = parse_spec("KNc", [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
-                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, chunk, hidden)
+        loops = parse_spec(spec, [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
+                                  Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
+        projection_t_nest(rec, loops, g, chunk, hidden, per_task)
         return rec.finish()
-    return _plans.get(("proj_t", g, hidden), record)
+    return _plans.get(("proj_t", g, hidden, spec), record)
 
 
 def cell_plan(g):

@@ -46,6 +46,27 @@ def test_in_place_matches_torch_and_the_blocked_path(rng, monkeypatch, case):
             np.testing.assert_allclose(in_place, blocked, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", range(3))
+def test_in_place_projection_either_task_split(rng, monkeypatch, case):
+    """projection_t_plan's two task splits (gate blocks walking the minibatch
+    with one scratch tile each, or one task per tile: chosen by the thread
+    count) give the same results, and torch's."""
+    from primitives import lstm_plans
+    T, N, C, K = (int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 100)),
+                  int(rng.integers(1, 50)))
+    print(f"T={T} N={N} C={C} K={K}")
+    a, d = make(rng, T, N, C, K, np.float32)
+    fwd, bwd = reference(a, d)
+    got = []
+    for threads in (1, 10 ** 6):  # every split per task, then none
+        monkeypatch.setattr(lstm_plans, "cpu_threads", lambda t=threads: t)
+        y, (hT, cT) = lstm.forward(**a, config=CFG)
+        check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
+        got.append((y.copy(), hT.copy(), cT.copy()))
+    for one, other in zip(*got):
+        np.testing.assert_array_equal(one, other)
+
+
 def test_the_rule_reads_w_ih_in_place_and_w_hh_for_one_step_of_a_small_batch():
     w = np.zeros((1, 1), np.float32)  # only the dtype and layout matter here
     x = np.zeros((1, 1, 1), np.float32)
