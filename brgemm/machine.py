@@ -94,7 +94,8 @@ _KEEP = object()  # a launch setting left as it is
 
 @contextlib.contextmanager
 def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
-                         split_tiles=_KEEP, uniform_args=_KEEP, programmatic_launch=_KEEP):
+                         split_tiles=_KEEP, uniform_args=_KEEP, programmatic_launch=_KEEP,
+                         clustered_pdl=_KEEP, tma_loads=_KEEP, tma_persistent=_KEEP):
     """Within the block, plans run on "cuda" launch their phases with these
     settings, and the old ones come back after it (process-wide, not per
     thread). max_cluster: the most blocks of a thread-block cluster that share
@@ -109,14 +110,21 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     applies. uniform_args: a uniform phase's kernel index in the launch
     argument (True, the default). programmatic_launch: launches on device
     tensors may start while the stream's previous kernel ends (True, the
-    default). A BackendUnavailable where CUDA does not run here."""
+    default); clustered_pdl: so may launches in clusters (True, the default;
+    False: single blocks only). tma_loads: unsplit uniform phases read their operands
+    through tensor maps (the bulk tensor copy engine, a producer warp) where
+    they qualify (False, the default: cp.async); tma_persistent: those launch
+    at most one round of blocks, each taking several parts in turn (False).
+    A BackendUnavailable where CUDA does not run here."""
     if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
                                      or not isinstance(max_cluster, int) or max_cluster < 1):
         raise ValueError(f"max_cluster: expected a positive int, got {max_cluster!r}")
     if small_tiles is not _KEEP and small_tiles is not None and not isinstance(small_tiles, bool):
         raise ValueError(f"small_tiles: expected True, False or None, got {small_tiles!r}")
-    for name, v in (("wide_tiles", wide_tiles), ("uniform_args", uniform_args),
-                    ("programmatic_launch", programmatic_launch)):
+    flags = (("wide_tiles", wide_tiles), ("uniform_args", uniform_args),
+             ("programmatic_launch", programmatic_launch), ("clustered_pdl", clustered_pdl),
+             ("tma_loads", tma_loads), ("tma_persistent", tma_persistent))
+    for name, v in flags:
         if v is not _KEEP and not isinstance(v, bool):
             raise ValueError(f"{name}: expected True or False, got {v!r}")
     if split_tiles is not _KEEP and split_tiles not in (None, False) and not (
@@ -129,9 +137,7 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
                          f"tc_split, got {split_tiles!r}")
     cuda = get("cuda")
     new = {k: v for k, v in (("max_cluster", max_cluster), ("small_tiles", small_tiles),
-                             ("wide_tiles", wide_tiles), ("split_tiles", split_tiles),
-                             ("uniform_args", uniform_args),
-                             ("programmatic_launch", programmatic_launch)) if v is not _KEEP}
+                             ("split_tiles", split_tiles)) + flags if v is not _KEEP}
     old = {k: getattr(cuda, k) for k in new}
     for k, v in new.items():
         setattr(cuda, k, v)

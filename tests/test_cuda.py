@@ -341,17 +341,21 @@ def test_small_problem_path(rng, monkeypatch, trial):
                                       outs[0]["y"].bfloat16().float().cpu().numpy())
 
 
-@pytest.mark.parametrize("small_path", [True, False])
-def test_programmatic_launch_chain(rng, monkeypatch, small_path):
+@pytest.mark.parametrize("small_path, clustered, tma", [(True, True, False), (False, True, False),
+                                                      (True, False, False), (True, True, True)])
+def test_programmatic_launch_chain(rng, monkeypatch, small_path, clustered, tma):
     """Layers run back to back on one stream, each reading the bf16 output the
     launch before it wrote (programmatic launch: each may start before the
     previous one ends and must wait before its first read): every layer
-    matches float64 of its own input, on the small-problem path and off it."""
+    matches float64 of its own input, on the small-problem path and off it,
+    clustered launches programmatic or not, on the TMA path or not."""
     if not cuda.has_tensor_cores():
         pytest.skip("this GPU has no wgmma path (sm_90a)")
     monkeypatch.setattr(cuda, "split_tiles", None if small_path else False)
+    monkeypatch.setattr(cuda, "clustered_pdl", clustered)
+    monkeypatch.setattr(cuda, "tma_loads", tma)
     N, C = 64 * int(rng.integers(1, 5)), 128 * int(rng.integers(1, 7))
-    print(f"N={N} C=K={C} small path {small_path}")
+    print(f"N={N} C=K={C} small path {small_path} clustered PDL {clustered} TMA {tma}")
     g = fc.geometry(N, C, C, config={"fwd": {"spec": "NKc", "chunk": 1 << 20}},
                     blocks=(64, 64, 64), path="cuda")
     p = fc.plan(g, "fwd", "bf16", activation="relu", bf16_out=True)

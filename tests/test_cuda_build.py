@@ -110,7 +110,9 @@ def test_new_launch_settings_check_their_arguments():
                      ({"split_tiles": (64, 64, 9, "tc")}, "split_tiles"),
                      ({"split_tiles": True}, "split_tiles"),
                      ({"uniform_args": 1}, "uniform_args"),
-                     ({"programmatic_launch": None}, "programmatic_launch")):
+                     ({"programmatic_launch": None}, "programmatic_launch"),
+                     ({"clustered_pdl": 1}, "clustered_pdl"), ({"tma_loads": "yes"}, "tma_loads"),
+                     ({"tma_persistent": None}, "tma_persistent")):
         with pytest.raises(ValueError, match=f"^{name}: "):
             with machine.cuda_launch_settings(**kw):
                 pass

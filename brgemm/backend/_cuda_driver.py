@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from brgemm._c_header import cdef_text
+from brgemm.backend._cuda_tma import MAP_BF16, MAP_L2_256B, MAP_SWIZZLE_128B
 from brgemm.backend._device_replay import once
 from brgemm.constants import DTYPE_CODE  # noqa: F401  (cuda.py's kernel rows)
 
@@ -67,6 +68,10 @@ typedef struct {
 } CUlaunchConfig;
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
 CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction f, const CUlaunchConfig *config);
+CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned int rank, void *address,
+                                const uint64_t *dims, const uint64_t *strides,
+                                const unsigned int *box, const unsigned int *element_strides,
+                                int interleave, int swizzle, int l2_promotion, int oob_fill);
 """
 DLPACK_CDEF = """
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
@@ -129,11 +134,15 @@ class _Device:
         # (function, dynamic shared memory) of the entry points: phases with
         # tensor-core tiles up to 128 x 128 (tc_split: in clusters), with
         # 64-row tensor-core tiles only (two blocks per multiprocessor, alone or
-        # in clusters), with 128 x 256 tensor-core tiles, and the rest (generic only)
+        # in clusters), with 128 x 256 tensor-core tiles, and the rest (generic
+        # only); tc_tma and tc_small_tma: uniform phases fed by tensor maps
+        # (a producer warp more: their blocks are TMA_THREADS)
         self.entry = {name: self._function(b"brgemm_cuda_phase_" + name.encode(),
                                            b"brgemm_cuda_smem" + suffix.encode())
                       for name, suffix in (("tc", ""), ("tc_split", ""), ("tc_small", "_small"),
-                                           ("tc_wide", "_wide"), ("generic", "_generic"))}
+                                           ("tc_wide", "_wide"), ("generic", "_generic"),
+                                           ("tc_tma", "_tma"), ("tc_small_tma", "_small_tma"))}
+        self._per_sm = {}
         self._clusters = {}
         from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records
         for ctype, numpy_dtype in (("brgemm_plan_call", _CALL), ("brgemm_plan_op", _OP)):
@@ -156,7 +165,7 @@ class _Device:
         it before touching tensors)."""
         fn, smem = self.entry[entry]
         if cluster == 1 and not programmatic:
-            threads = self.cu.BRGEMM_CUDA_THREADS
+            threads = self.threads(entry)
             self.check(self.cu.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem,
                                               self.ffi.cast("CUstream", s), params, self.ffi.NULL),
                        "cuLaunchKernel")
@@ -180,11 +189,40 @@ class _Device:
             attr[n].value.flag = 1
             n += 1
         config.gridDimX, config.gridDimY, config.gridDimZ = blocks, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = self.cu.BRGEMM_CUDA_THREADS, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.threads(entry), 1, 1
         config.sharedMemBytes = self.entry[entry][1]
         config.hStream = self.ffi.cast("CUstream", s)
         config.attrs, config.numAttrs = attr, n
         return config, attr
+
+    def threads(self, entry):
+        """The threads of a block of an entry point."""
+        return self.cu.BRGEMM_CUDA_TMA_THREADS if entry.endswith("_tma") \
+            else self.cu.BRGEMM_CUDA_THREADS
+
+    def blocks_per_sm(self, entry):
+        """How many blocks of an entry point one SM holds at once."""
+        if entry not in self._per_sm:
+            n = self.ffi.new("int *")
+            fn, smem = self.entry[entry]
+            self.check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                n, fn, self.threads(entry), smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            self._per_sm[entry] = max(n[0], 1)
+        return self._per_sm[entry]
+
+    def tensor_map(self, out, address, ld, rows, box_rows):
+        """Encode into `out` (uint64_t[16]) the tensor map of the bf16 array
+        [rows][ld] at `address`: 128-byte swizzle, boxes of 64 columns by
+        box_rows rows, zeros outside it."""
+        ffi = self.ffi
+        raw = ffi.new("char[192]")  # the driver wants the map 64-byte aligned
+        at = ffi.cast("char *", (int(ffi.cast("uintptr_t", raw)) + 63) // 64 * 64)
+        dims, strides = ffi.new("uint64_t[2]", [ld, rows]), ffi.new("uint64_t[1]", [ld * 2])
+        box, unit = ffi.new("unsigned int[2]", [64, box_rows]), ffi.new("unsigned int[2]", [1, 1])
+        self.check(self.cu.cuTensorMapEncodeTiled(at, MAP_BF16, 2, ffi.cast("void *", address),
+                                                  dims, strides, box, unit, 0, MAP_SWIZZLE_128B,
+                                                  MAP_L2_256B, 0), "cuTensorMapEncodeTiled")
+        ffi.memmove(out, at, 128)
 
     def max_clusters(self, entry, cluster):
         """How many clusters of `cluster` blocks of an entry point the GPU

@@ -28,6 +28,7 @@ import numpy as np
 from brgemm.backend._device_replay import DeviceReplay
 from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
 from brgemm.backend._cuda_small import Launch, small_path
+from brgemm.backend._cuda_tma import Maps, phase_operands, tile_rows
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
     device, stream, synchronize  # noqa: F401
 from brgemm.dtypes import ITEMSIZE
@@ -63,7 +64,7 @@ from brgemm.constants import OP_RECORD as _OP_DTYPE  # noqa: E402
 class _Tables:
     """A plan's tables on the device, and the launches of its phases."""
 
-    def __init__(self, blocks, calls, a_offs, b_offs, ops, task_begin, phase_begin):
+    def __init__(self, blocks, calls, a_offs, b_offs, ops, task_begin, phase_begin, extents=None):
         dev = device()
         ffi = dev.ffi
         desc = ffi.new("brgemm_cuda_block[]", max(len(blocks), 1))
@@ -86,15 +87,23 @@ class _Tables:
         self.phase_begin = [int(p) for p in phase_begin]
         self.phases = _phase_shapes(blocks, calls, paths, task_begin, self.phase_begin,
                                     dev.cu.BRGEMM_CUDA_PATH_TC, dev.cu.BRGEMM_CUDA_PATH_MEM_OPS)
+        # the TMA path's tensor views per phase (extents: elements per tensor slot)
+        for ph, ops in zip(self.phases, phase_operands(
+                blocks, calls, a_offs, b_offs, self.phase_begin, extents,
+                [ph["kernel"] if ph["all_tc"] else None for ph in self.phases])):
+            ph["tma"] = ops
+        self._maps = Maps(dev)
         self._launches = {}  # (allow_tc, settings) -> [Launch] per phase
         self.args = ffi.new("brgemm_cuda_phase_args *")
         for name, buf in self._bufs.items():
             setattr(self.args, name, buf.address)
         self.params = ffi.new("void *[1]", [self.args])
+        self.params_tma = ffi.new("void *[2]", [self.args, ffi.NULL])
 
     def launch_details(self, allow_tc):
         """How every phase launches (a Launch each), as the settings say now."""
-        key = (allow_tc, max_cluster, small_tiles, wide_tiles, split_tiles, uniform_args)
+        key = (allow_tc, max_cluster, small_tiles, wide_tiles, split_tiles, uniform_args,
+               tma_loads, tma_persistent)
         if key not in self._launches:
             self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
         return self._launches[key]
@@ -126,10 +135,18 @@ class _Tables:
             kernel = self.phases[p]["kernel"]
             a.uniform = int(kernel is not None and uniform_args)
             a.kernel = kernel if a.uniform else 0
+            a.tasks, params, blocks = n_tasks, self.params, n_tasks * ln.parts * ln.cluster
+            if ln.entry.endswith("_tma"):  # the uniform phase's kernel and its tensor maps
+                a.uniform, a.kernel, params = 1, kernel, self.params_tma
+                ops = self.phases[p]["tma"]
+                self.params_tma[1] = self._maps.get(ops, addresses,
+                                                    tile_rows(ln.entry, self.phases[p]["m"], ln.tile))
+                if tma_persistent:  # at most one round of blocks, each taking several parts
+                    blocks = min(blocks, dev.sm_count * dev.blocks_per_sm(ln.entry))
             try:
-                dev.launch(ln.entry, n_tasks * ln.parts * ln.cluster, ln.cluster, self.params, s,
-                           programmatic and programmatic_launch and ln.cluster == 1
-                           and ln.entry != "tc_wide")
+                dev.launch(ln.entry, blocks, ln.cluster, params, s,
+                           programmatic and programmatic_launch and ln.entry != "tc_wide"
+                           and (ln.cluster == 1 or clustered_pdl))
             except Exception as e:
                 raise type(e)(f"phase {p}: {e}") from None
             launches += 1
@@ -153,15 +170,26 @@ wide_tiles = True
 split_tiles = None
 # plan runs on device tensors launch their phases with programmatic dependent
 # launch: each may start while the stream's previous kernel ends (the kernel
-# reads its tables meanwhile and waits before touching tensors). Not yet in
-# clusters (a chain of clustered launches with it gave a wrong layer on the
-# H200, from a missing barrier in the split tile's epilogue found afterwards,
-# not from the launch: to turn on after a GPU check) nor on the 128 x 256
-# entry (whose code has no wait: the GEMM was slower with the small path's changes)
+# reads its tables meanwhile and waits before touching tensors); in clusters
+# where clustered_pdl says; never on the 128 x 256 entry (whose code has no
+# wait: the GEMM was slower with the small path's changes)
 programmatic_launch = True
 # a phase whose tasks are one call each of one kernel shape passes that
 # shape's index in the launch argument (the kernel skips two dependent table reads)
 uniform_args = True
+# programmatic launch for clustered launches too (the split tile's block
+# barrier restored; about 1 us a call on the split FC passes of the H200:
+# benchmarks/RESULTS.md)
+clustered_pdl = True
+# uniform phases on unsplit launches whose operands tensor maps can describe
+# (brgemm/backend/_cuda_tma.py) read them with the bulk tensor copy engine: a
+# producer warp and mbarrier stages instead of cp.async and a block barrier
+# per k-step (entries tc_tma, tc_small_tma); False: the cp.async path
+tma_loads = False
+# with tma_loads: at most one round of blocks, each taking several parts of
+# the phase in turn (the producer loads the next one's first steps during
+# this one's epilogue)
+tma_persistent = False
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -215,11 +243,13 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
 
 def _launch_shape(phase, allow_tc):
     """The Launch of one phase: the small-problem path's where it applies."""
-    small = small_path(phase, allow_tc, device(), split_tiles, max_cluster)
-    if small is not None:
-        return small
-    entry, size = _entry_and_cluster(phase, allow_tc)
-    return Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
+    ln = small_path(phase, allow_tc, device(), split_tiles, max_cluster)
+    if ln is None:
+        entry, size = _entry_and_cluster(phase, allow_tc)
+        ln = Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
+    if tma_loads and phase.get("tma") and ln.cluster == 1 and ln.entry in ("tc", "tc_small"):
+        ln = ln._replace(entry=ln.entry + "_tma")
+    return ln
 
 
 def _entry_and_cluster(phase, allow_tc):
@@ -381,7 +411,8 @@ class PlanReplay(DeviceReplay):
         plan.require("cuda", max_op=DEVICE_OPS, b_vnni=True)
         super().__init__(plan)
         self.tables = _Tables(plan.blocks, plan.calls, *plan.byte_offsets(), plan.ops,
-                              plan.task_begin, plan.phase_begin)
+                              plan.task_begin, plan.phase_begin,
+                              [plan.extent[name] for name in plan.tensors])
 
     def adopt(self, arrays):
         """Device tensors of other libraries (DLPack) as DeviceArray views."""

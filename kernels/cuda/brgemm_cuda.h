@@ -15,6 +15,7 @@
 
 enum { BRGEMM_CUDA_MAX_TENSORS = 32 };  /* tensor slots a launch can bind */
 enum { BRGEMM_CUDA_THREADS = 256 };     /* threads per block: two warpgroups */
+enum { BRGEMM_CUDA_TMA_THREADS = 288 }; /* the TMA entries': and a producer warp */
 
 /* per call (brgemm_cuda_phase_args.call_path), set by the host */
 enum {
@@ -53,6 +54,16 @@ typedef struct {
   int32_t uniform;         /* 1: task t is call t alone, of kernel shape `kernel`
                               (its task range and kernel index are not read) */
   int32_t kernel;
+  int32_t tasks;           /* the tasks of this launch (read by the TMA entries,
+                              whose blocks may take several: see tma_tile.cuh) */
 } brgemm_cuda_phase_args;
+
+/* the TMA entries' second parameter: two CUtensorMap (cuTensorMapEncodeTiled),
+ * A's tensor and B's, each a 2-D bf16 array [rows][ld] (64-byte aligned in
+ * the kernel's parameter space; the device code declares it so) */
+typedef struct {
+  uint64_t a[16];
+  uint64_t b[16];
+} brgemm_cuda_tma_maps;
 
 #endif

@@ -55,6 +55,17 @@ extern "C" __device__ int brgemm_cuda_record_bytes[4] = {
     (int)sizeof(brgemm_plan_call), (int)sizeof(brgemm_plan_op)};
 
 #define THREADS BRGEMM_CUDA_THREADS
+#define TMA_THREADS BRGEMM_CUDA_TMA_THREADS  /* the consumers' two warpgroups + the producer warp */
+static_assert(TMA_THREADS == THREADS + 32, "the TMA entries have one producer warp");
+
+/* the TMA entries' two 2-D tensor maps (CUtensorMap, 128 bytes each), A's
+ * tensor and B's: the host's brgemm_cuda_tma_maps, 64-byte aligned as
+ * cp.async.bulk.tensor wants them in the parameter space */
+struct alignas(64) TmaMaps {
+  uint64_t a[16];
+  uint64_t b[16];
+};
+static_assert(sizeof(TmaMaps) == sizeof(brgemm_cuda_tma_maps), "the maps are the host's");
 
 struct Call {
   const brgemm_cuda_block* kd;
@@ -284,6 +295,10 @@ __device__ __noinline__ void generic_tile(const Call& c, int64_t i0, int64_t j0,
 #define STAGE_BUDGET (STAGES * 32768)
 #define STAGE_BUDGET_SMALL (4 * 24576)
 #define STAGE_BUDGET_WIDE (4 * 49152)
+/* the TMA entries' stages and staged C tile (tma_tile.cuh): one block per SM
+ * (4 stages of 128 x 128), two per SM (3 stages of 64 x 128) */
+#define STAGE_BUDGET_TMA (200 * 1024)
+#define STAGE_BUDGET_SMALL_TMA (108 * 1024)
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
@@ -575,6 +590,8 @@ __device__ __forceinline__ void tc_call(const brgemm_cuda_phase_args& args, cons
                                nranks);
   }
 }
+
+#include "tma_tile.cuh"
 #endif
 
 /* ------------------------------------------------------------ the launch */
@@ -586,10 +603,15 @@ extern "C" __device__ int brgemm_cuda_smem_generic = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem = STAGE_BUDGET + 1024;
 extern "C" __device__ int brgemm_cuda_smem_small = STAGE_BUDGET_SMALL + 1024;
 extern "C" __device__ int brgemm_cuda_smem_wide = STAGE_BUDGET_WIDE + 1024;
+/* the TMA entries: their stages and C tile, then 2 mbarriers a stage */
+extern "C" __device__ int brgemm_cuda_smem_tma = STAGE_BUDGET_TMA + 1024 + 256;
+extern "C" __device__ int brgemm_cuda_smem_small_tma = STAGE_BUDGET_SMALL_TMA + 1024 + 256;
 #else
 extern "C" __device__ int brgemm_cuda_smem = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem_small = SMEM_GENERIC;
 extern "C" __device__ int brgemm_cuda_smem_wide = SMEM_GENERIC;
+extern "C" __device__ int brgemm_cuda_smem_tma = SMEM_GENERIC;
+extern "C" __device__ int brgemm_cuda_smem_small_tma = SMEM_GENERIC;
 #endif
 
 /* the entry points: tensor-core tiles up to 128 x 128 (one block per SM),
@@ -714,3 +736,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   run_phase<ENTRY_GENERIC, false>(args);
 }
 
+
+/* Uniform phases whose operands the host described as tensor maps (see
+ * tma_tile.cuh): the tile by the kernel shape and the launch's caps, as
+ * run_task picks it (the host reads the same to size A's box); on the
+ * 64-row entry (two blocks per SM) 64-row tiles. */
+template <bool SMALL>
+__device__ __forceinline__ void run_phase_tma(const brgemm_cuda_phase_args& args,
+                                              const TmaMaps& maps) {
+#if BRGEMM_TC
+  let_next_launch_start();
+  const brgemm_cuda_block* kd = &((const brgemm_cuda_block*)args.blocks)[args.kernel];
+  const bool rows128 = kd->m > 64 && args.tile_m > 64, cols128 = kd->n > 64 && args.tile_n > 64;
+  unsigned char* smem = aligned_smem();
+  if constexpr (SMALL) {
+    if (cols128) tma_phase<64, 128, STAGE_BUDGET_SMALL_TMA, 4>(args, maps, smem);
+    else tma_phase<64, 64, STAGE_BUDGET_SMALL_TMA, 4>(args, maps, smem);
+  } else if (rows128) {
+    if (cols128) tma_phase<128, 128, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+    else tma_phase<128, 64, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+  } else {
+    if (cols128) tma_phase<64, 128, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+    else tma_phase<64, 64, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+  }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, 1)
+    brgemm_cuda_phase_tc_tma(const __grid_constant__ brgemm_cuda_phase_args args,
+                             const __grid_constant__ TmaMaps maps) {
+  run_phase_tma<false>(args, maps);
+}
+
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, 2)
+    brgemm_cuda_phase_tc_small_tma(const __grid_constant__ brgemm_cuda_phase_args args,
+                                   const __grid_constant__ TmaMaps maps) {
+  run_phase_tma<true>(args, maps);
+}

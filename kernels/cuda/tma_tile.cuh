@@ -1,0 +1,248 @@
+/* The tensor-core path fed by the bulk tensor copy engine (TMA), included by
+ * brgemm_plan.cu (sm_90a only) after its tile code.
+ *
+ * For uniform phases (task t is call t alone, one kernel shape) whose A and B
+ * blocks each lie in one tensor of the phase's row stride: the host describes
+ * each of the two tensors as a 2-D array [rows][ld] of bf16 (a tensor map,
+ * 128-byte swizzle: the layout wgmma reads, as the cp.async path writes it),
+ * so a block offset becomes (row, column) coordinates. One producer warp
+ * (warp 8, one thread) walks the block's work (units blockIdx.x,
+ * blockIdx.x + gridDim.x, ...; a unit is one part of one task, its tiles
+ * part, part + parts, ...) and issues each k-step's copies into the next free
+ * stage; the two consumer warpgroups wait on that stage's "full" mbarrier,
+ * issue wgmma, and release the stage on its "empty" mbarrier once the wgmma
+ * that read it is done. No block-wide barrier per k-step; the producer runs
+ * ahead into the next tile (or unit) while the consumers finish this one
+ * through a C tile staged in shared memory of its own (coalesced stores;
+ * stores straight from the accumulators measured slower on the H200).
+ *
+ * The host guarantees (brgemm/backend/_cuda_tma.py): k a multiple of 64 (a
+ * box never reads past a block's k), each block's columns inside its row
+ * (column + k <= lda for A, column + n <= ldb for B) and rows inside the
+ * map; rows and columns a tile reads past m or n are other data or zeros
+ * (outside the map), and their results are never stored. No split over a
+ * cluster, no memory-order ops. */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* one arrival that also expects `bytes` of copies to complete on the barrier */
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* wait until the barrier's phase of this parity has completed */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nTMA_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra TMA_WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+/* a box of the 2-D tensor map at (column c0, row c1) into shared memory at
+ * dst, completing on the mbarrier */
+__device__ __forceinline__ void tma_load(uint32_t dst, const void* map, int32_t c0, int32_t c1,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+/* the consumers alone (the producer warp never comes): named barrier 1 */
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");  /* THREADS */
+}
+
+/* the C tile staged in shared memory for coalesced stores (apart from the
+ * stages, which the producer refills meanwhile): BM rows of BN + 8 floats */
+template <int BM, int BN>
+__host__ __device__ constexpr int tma_staging_bytes() { return BM * (BN + 8) * 4; }
+
+/* the stages a BM x BN tile takes on the TMA path out of `budget` bytes
+ * (stages and the C tile) */
+template <int BM, int BN>
+__host__ __device__ constexpr int tma_stages(int budget, int most) {
+  return stages_for<BM, BN>(budget - tma_staging_bytes<BM, BN>(), most);
+}
+
+/* step bookkeeping shared by the producer and the consumers: the stage slot
+ * and the parity of its barriers' current phase */
+struct Ring {
+  int slot = 0;
+  uint32_t phase = 0;
+  template <int NS>
+  __device__ __forceinline__ void next() {
+    if (++slot == NS) slot = 0, phase ^= 1u;
+  }
+};
+
+/* the producer thread: every k-step of every tile of this block's units */
+template <int BM, int BN, int NS>
+__device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, const TmaMaps& maps,
+                                            uint32_t stages, uint32_t full, uint32_t empty) {
+  using S = Stage<BM, BN>;
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.a) : "memory");
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.b) : "memory");
+  Ring ring;
+  const int64_t units = args.tasks * args.parts;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const Call c = make_call(args, args.task0 + u / args.parts, true);
+    if (u == blockIdx.x) wait_for_previous_launch();  /* before the first tensor read */
+    const brgemm_cuda_block* kd = c.kd;
+    const int64_t lda = kd->lda, ldb = kd->ldb, k = kd->k;
+    const int cols = (int)((kd->n + BN - 1) / BN), tiles = (int)((kd->m + BM - 1) / BM) * cols;
+    for (int t = (int)(u % args.parts); t < tiles; t += args.parts) {
+      const int i0 = t / cols * BM, j0 = t % cols * BN;
+      for (int64_t b = 0; b < c.count; ++b) {
+        /* the blocks' first elements as (column, row) of their tensors */
+        const uint64_t ea = c.ao[b] / 2, eb = c.bo[b] / 2;
+        int32_t ac, ar, bc, br;
+        if ((ea | eb) >> 32 == 0) {  /* 32-bit divisions where they do (lda, ldb < 2^31) */
+          ac = (int32_t)((uint32_t)ea % (uint32_t)lda), ar = (int32_t)((uint32_t)ea / (uint32_t)lda);
+          bc = (int32_t)((uint32_t)eb % (uint32_t)ldb), br = (int32_t)((uint32_t)eb / (uint32_t)ldb);
+        } else {
+          ac = (int32_t)(ea % lda), ar = (int32_t)(ea / lda);
+          bc = (int32_t)(eb % ldb), br = (int32_t)(eb / ldb);
+        }
+        ar += i0, bc += j0;
+        for (int32_t k0 = 0; k0 < k; k0 += TK) {
+          mbar_wait(empty + 8 * ring.slot, ring.phase ^ 1u);  /* the consumers are done with it */
+          const uint32_t st = stages + ring.slot * S::BYTES, bar = full + 8 * ring.slot;
+          mbar_expect(bar, S::BYTES);
+          tma_load(st, &maps.a, ac + k0, ar, bar);
+#pragma unroll
+          for (int q = 0; q < BN / 64; ++q)
+            tma_load(st + S::A_BYTES + q * S::B_REGION, &maps.b, bc + 64 * q, br + k0, bar);
+          ring.next<NS>();
+        }
+      }
+    }
+  }
+}
+
+/* the consumers' epilogue of one tile from the staged C tile (row stride
+ * LD floats): alpha, beta, the ops, the store; four columns a thread with
+ * 16-byte stores in the common case (f32 C, no ops), as tc_tile's */
+template <int BM, int BN, int LD>
+__device__ __forceinline__ void tma_store(const Call& c, const float* tile, int64_t i0, int64_t j0) {
+  const brgemm_cuda_block* kd = c.kd;
+  const int tid = threadIdx.x;
+  const int rows = (int)min((int64_t)BM, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
+  const int64_t ldc = kd->ldc;
+  if (kd->dtype_c == BRGEMM_F32 && c.n_ops == 0 && cols % 4 == 0 && ldc % 4 == 0 &&
+      ((uintptr_t)c.C & 15) == 0) {
+    const float alpha = kd->alpha, beta = kd->beta;
+    for (int e = tid * 4; e < rows * BN; e += THREADS * 4) {
+      const int r = e / BN, col = e % BN;
+      if (col >= cols) continue;
+      float4 v = *(const float4*)&tile[r * LD + col];
+      float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
+      v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
+      if (beta != 0.0f) {
+        const float4 old = *at;
+        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
+                        v.w + beta * old.w);
+      }
+      *at = v;
+    }
+    return;
+  }
+  for (int e = tid; e < rows * BN; e += THREADS) {
+    const int r = e / BN, col = e % BN;
+    if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
+  }
+}
+
+/* the consumers: every tile of this block's units, in the producer's order */
+template <int BM, int BN, int NS>
+__device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, uint32_t stages,
+                                            uint32_t full, uint32_t empty, float* tile) {
+  using S = Stage<BM, BN>;
+  constexpr int LD = BN + 8;
+  constexpr int WN = BM == 128 ? BN : 64;
+  constexpr bool SPLIT_K = BM == 64 && BN == 64;
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
+  Ring ring;
+  const int64_t units = args.tasks * args.parts;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const Call c = make_call(args, args.task0 + u / args.parts, true);
+    if (u == blockIdx.x) wait_for_previous_launch();  /* before the first C access */
+    const brgemm_cuda_block* kd = c.kd;
+    const int64_t steps = c.count * (kd->k / TK);
+    const int cols = (int)((kd->n + BN - 1) / BN), tiles = (int)((kd->m + BM - 1) / BM) * cols;
+    for (int t = (int)(u % args.parts); t < tiles; t += args.parts) {
+      float acc[WN / 2];
+#pragma unroll
+      for (int e = 0; e < WN / 2; ++e) acc[e] = 0.0f;
+      int prev = -1;  /* the stage the wgmma group still in flight reads */
+      for (int64_t s = 0; s < steps; ++s) {
+        mbar_wait(full + 8 * ring.slot, ring.phase);  /* its copies have landed */
+        const uint32_t st = stages + ring.slot * S::BYTES;
+        const uint32_t a0 = st + row0 * 128, b0 = st + S::A_BYTES + (col0 / 64) * S::B_REGION;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = SPLIT_K ? 2 * wg : 0; kk < (SPLIT_K ? 2 * wg + 2 : TK / 16); ++kk) {
+          const uint64_t da = smem_desc(a0 + kk * 32, 16, 1024);
+          const uint64_t db = smem_desc(b0 + kk * 2048, S::B_REGION, 1024);
+          if constexpr (WN == 128) wgmma_m64n128k16(acc, da, db);
+          else wgmma_m64n64k16(acc, da, db);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        /* the previous step's wgmma has read its stage: one arrival per warpgroup */
+        if (prev >= 0 && tid % 128 == 0) mbar_arrive(empty + 8 * prev);
+        prev = ring.slot;
+        ring.next<NS>();
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      if (prev >= 0 && tid % 128 == 0) mbar_arrive(empty + 8 * prev);
+      /* accumulator layout of m64nN: warp w of the group holds rows 16 w + lane / 4
+         (+ 8), columns 8 t + 2 (lane % 4) (+ 1) in d[4 t .. 4 t + 3] */
+      const int warp = (tid % 128) / 32, lane = tid % 32;
+      consumers_sync();  /* the last tile's stores have read the staged tile */
+      for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
+        if (!SPLIT_K || wg == pass) {
+#pragma unroll
+          for (int t = 0; t < WN / 8; ++t)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
+              float2* at = (float2*)&tile[r * LD + col];
+              const float2 v = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
+              *at = pass ? make_float2(at->x + v.x, at->y + v.y) : v;  /* the k halves summed */
+            }
+        }
+        consumers_sync();
+      }
+      tma_store<BM, BN, LD>(c, tile, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN);
+    }
+  }
+}
+
+/* one phase on the TMA path: barriers set up, then the producer warp and
+ * the consumers part ways (budget: the stages' bytes; the barriers follow) */
+template <int BM, int BN, int BUDGET, int MOST>
+__device__ __forceinline__ void tma_phase(const brgemm_cuda_phase_args& args, const TmaMaps& maps,
+                                          unsigned char* smem) {
+  constexpr int NS = tma_stages<BM, BN>(BUDGET, MOST);
+  static_assert(NS >= 2 && NS * Stage<BM, BN>::BYTES + tma_staging_bytes<BM, BN>() <= BUDGET,
+                "the stages and the C tile fit the budget");
+  const uint32_t stages = smem_addr(smem), full = stages + BUDGET, empty = full + 8 * NS;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < NS; ++s) {
+      mbar_init(full + 8 * s, 1);   /* the producer's arrival (and the copies' bytes) */
+      mbar_init(empty + 8 * s, 2);  /* one arrival per consumer warpgroup */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= THREADS) {
+    if (threadIdx.x == THREADS) tma_produce<BM, BN, NS>(args, maps, stages, full, empty);
+    return;
+  }
+  tma_consume<BM, BN, NS>(args, stages, full, empty,
+                          (float*)(smem + NS * Stage<BM, BN>::BYTES));
+}

@@ -1,0 +1,148 @@
+"""The CUDA backend's TMA path (kernels/cuda/tma_tile.cuh, brgemm/backend/
+_cuda_tma.py): which phases qualify (runs anywhere), and on an sm_90a GPU
+the same results as the cp.async path, bit for bit, and as float64 within
+the f32 accumulation's bound, on random FC plans and GEMM-shaped ones."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from brgemm.backend import _cuda_tma
+from primitives import fc, gemm
+
+
+def operands_of(p):
+    """_cuda_tma.phase_operands of a plan, every call taken as a tensor-core one."""
+    from brgemm.backend import cuda
+    paths = np.ones(len(p.calls), np.uint8)
+    phases = cuda._phase_shapes(p.blocks, p.calls, paths, p.task_begin, p.phase_begin, 1, 2)
+    a, b = p.byte_offsets()
+    return _cuda_tma.phase_operands(p.blocks, p.calls, a, b, [int(x) for x in p.phase_begin],
+                                    [p.extent[n] for n in p.tensors],
+                                    [ph["kernel"] for ph in phases])
+
+
+def test_which_phases_qualify():
+    """Runs anywhere: every bf16 FC pass on the library's cuda blocks
+    qualifies (one tensor each for A and B, whole rows); k not a multiple of
+    64, several calls per task, or A blocks that wrap a row of the view do not."""
+    for N, C, K in ((256, 1024, 1024), (256, 768, 3072), (1024, 1024, 1024)):
+        g = fc.geometry(N, C, K, path="cuda")
+        for pass_ in ("fwd", "bwd", "upd"):
+            (ops,) = operands_of(fc.plan(g, pass_, "bf16"))
+            assert ops is not None and ops["a"] != ops["b"], (N, C, K, pass_)
+    cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": 128, "bk": 32, "kc": 512}}
+    assert operands_of(gemm.plan(512, 512, 512, "bf16", cfg)) == [None]  # k 32, 16 calls a task
+    cfg["fwd"].update(bk=64, kc=512)
+    (ops,) = operands_of(gemm.plan(512, 384, 512, "bf16", cfg))
+    assert ops == dict(a=0, b=1, lda=512, ldb=384, a_rows=512, b_rows=512)
+    p = gemm.plan(512, 384, 512, "bf16", cfg)
+    p.blocks[0] = dataclasses.replace(p.blocks[0], lda=480)  # k 448 + 64 > 480: a row wraps
+    assert operands_of(p) == [None]
+
+
+cuda_only = pytest.mark.skipif("cuda" not in __import__("brgemm").backends(),
+                               reason="no CUDA device here")
+
+
+@cuda_only
+@pytest.mark.parametrize("trial", range(8))
+def test_tma_path_matches_cp_async(rng, monkeypatch, trial):
+    """Random FC passes (forward with bias, ReLU and a bf16 copy) on the TMA
+    entries, alone or persistent, small-problem path or not: the same bits
+    as the cp.async path's launch of the same tiles, and float64 within the
+    bound."""
+    torch = pytest.importorskip("torch")
+    from brgemm.backend import cuda
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    monkeypatch.setattr(cuda, "max_cluster", 1)  # the TMA path takes unsplit launches
+    monkeypatch.setattr(cuda, "small_tiles", (None, True)[trial % 2])
+    monkeypatch.setattr(cuda, "split_tiles", (None, False)[trial // 2 % 2])
+    persistent = bool(trial // 4)
+    pass_ = ("fwd", "bwd", "upd")[trial % 3]
+    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
+    N, C, K = (b * int(rng.integers(1, 5)) for b in blocks)
+    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} persistent {persistent}")
+    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
+                    blocks=blocks, path="cuda")
+    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
+    p = fc.plan(g, pass_, "bf16", **ops)
+    layouts = {"x": (g.Nb, g.Cb, g.bn, g.bc), "w": (g.Kb, g.Cb, g.bc, g.bk),
+               "dy": (g.Nb, g.Kb, g.bn, g.bk), "wt": (g.Cb, g.Kb, g.bk, g.bc),
+               "xt": (g.Cb, g.Nb, g.bc, g.bn), "b": (g.Kb * g.bk,)}
+    ins = {name: torch.randn(layouts[name], device="cuda") for name in p.tensors
+           if name not in p.written}
+    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    outs, entries = [], []
+    for tma in (False, True):
+        monkeypatch.setattr(cuda, "tma_loads", tma)
+        monkeypatch.setattr(cuda, "tma_persistent", persistent)
+        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
+               for name in p.written}
+        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        p.run(backend="cuda", **ins, **out)
+        outs.append(out)
+        entries.append(p.replay("cuda").tables.launch_details(True)[0])
+    torch.cuda.synchronize()
+    print(entries)
+    assert entries[1].entry == entries[0].entry + "_tma"
+    assert entries[1][1:] == entries[0][1:]
+    for name in p.written:
+        np.testing.assert_array_equal(outs[1][name].float().cpu().numpy(),
+                                      outs[0][name].float().cpu().numpy())
+    d = {name: t.double().cpu().numpy() for name, t in ins.items()}
+    eq, a, b, out = {"fwd": ("ncij,kcjl->nkil", "x", "w", "y"),
+                     "bwd": ("nkij,ckjl->ncil", "dy", "wt", "dx"),
+                     "upd": ("cnij,nkjl->kcil", "xt", "dy", "dw")}[pass_]
+    ref = np.einsum(eq, d[a], d[b])
+    if pass_ == "fwd":
+        ref = np.maximum(ref + d["b"].reshape(g.Kb, 1, g.bk), 0)
+    tol = 1e-5 * np.einsum(eq, np.abs(d[a]), np.abs(d[b])) + 2.0 ** -23 * np.abs(ref) + 1e-30
+    got = outs[1][out].cpu().numpy().reshape(ref.shape)
+    assert np.all(np.abs(got - ref) <= tol)
+
+
+@cuda_only
+@pytest.mark.parametrize("c_dtype", ["f32", "bf16"])
+def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
+    """A GEMM-shaped plan of one block shape whose m and n need not be
+    multiples of the tile (the boxes read rows and columns past the block,
+    whose results are dropped),
+    f32 or bf16 C, alpha and beta, on the TMA path: as the cp.async path."""
+    torch = pytest.importorskip("torch")
+    from brgemm.backend import cuda
+    from brgemm.recorder import Recorder
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    bm, bn = int(rng.choice([64, 96, 128, 192])), int(rng.choice([64, 80, 128, 192]))
+    M, N, K = bm * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5)), 64 * int(rng.integers(1, 9))
+    print(f"M={M} N={N} K={K} blocks {bm} x {bn} C {c_dtype}")
+    rec = Recorder({"A": "bf16", "B": "bf16", "C": c_dtype})
+    task = 0
+    for i in range(0, M, bm):
+        for j in range(0, N, bn):
+            rec.at((0,), (task,))
+            task += 1
+            blk = gemm.Block(bm, bn, 64, lda=K, ldb=N, ldc=N, dtype="bf16",
+                             c_dtype=c_dtype, alpha=0.5, beta=0.25)
+            rec.gemm(blk, "A", [i * K + k for k in range(0, K, 64)], "B",
+                     [k * N + j for k in range(0, K, 64)], "C", i * N + j)
+    p = rec.finish()
+    A = torch.randn(M, K, device="cuda").bfloat16()
+    B = torch.randn(K, N, device="cuda").bfloat16()
+    C0 = torch.randn(M, N, device="cuda")
+    C0 = C0.bfloat16() if c_dtype == "bf16" else C0
+    outs = []
+    for tma in (False, True):
+        monkeypatch.setattr(cuda, "tma_loads", tma)
+        C = C0.clone()
+        p.run(backend="cuda", A=A, B=B, C=C)
+        outs.append(C.float().cpu().numpy())
+        print(p.replay("cuda").tables.launch_details(True))
+    assert p.replay("cuda").tables.launch_details(True)[0].entry.endswith("_tma")
+    np.testing.assert_array_equal(outs[1], outs[0])
+    ref = 0.5 * (A.double() @ B.double()).cpu().numpy() + 0.25 * C0.double().cpu().numpy()
+    tol = (2.0 ** -7 if c_dtype == "bf16" else 1e-5) * (
+        0.5 * (A.double().abs() @ B.double().abs()).cpu().numpy() + np.abs(ref)) + 1e-30
+    assert np.all(np.abs(outs[1] - ref) <= tol)
