@@ -5,7 +5,9 @@
 # CUDA tests and every backend-parametrized test on "cuda", then time the
 # CUDA backend against PyTorch. Logs go to $OUT. Run from the repository root;
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
-# Arguments: benchmarks.gpu options (default: all of it). VARIANTS="5 6": also
+# Arguments: benchmarks.gpu options (default: all of it). TMA_FIRST=1: the TMA
+# path's tests first (the benchmark skips that path if they fail, the suite
+# does not run them again). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
 # of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
@@ -20,7 +22,7 @@ nvcc --version | tail -1
 t0=$(date +%s)
 device_build_cpu
 $py brgemm/_build_cuda.py || exit 1
-command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA), HMMA in the fused MLP's: $(cuobjdump -sass brgemm/_mlp_cuda.fatbin | grep -c HMMA)"
+command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA), UTMALDG: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c UTMALDG), HMMA in the fused MLP's: $(cuobjdump -sass brgemm/_mlp_cuda.fatbin | grep -c HMMA)"
 echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'
 if [ "${1:-}" = mlp ]; then
@@ -59,10 +61,18 @@ if [ -z "${SUITE_ONLY:-}" ]; then  # SUITE_ONLY=1: these run within the suite be
   timeout 90 $py -m pytest -q -x -p no:cacheprovider tests/test_cuda.py tests/test_device_backends.py tests/test_cuda_build.py > $OUT/gpu_tests.txt 2>&1
   echo "CUDA tests exit $? in $(( $(date +%s) - t0 )) s"; tail -5 $OUT/gpu_tests.txt
 fi
+suite_skip=()
+if [ -n "${TMA_FIRST:-}" ]; then  # the TMA path's tests alone first; the benchmark skips it if they fail
+  t0=$(date +%s)
+  timeout ${TMA_TIMEOUT:-120} $py -m pytest -q -p no:cacheprovider tests/test_cuda_tma.py > $OUT/tma_tests.txt 2>&1; rc=$?
+  echo "TMA tests exit $rc in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed|Error|^E " $OUT/tma_tests.txt | head -20
+  [ $rc = 0 ] || set -- "$@" --skip-tma
+  suite_skip=(--ignore tests/test_cuda_tma.py)
+fi
 t0=$(date +%s)
-timeout 150 $py -m pytest -q -p no:cacheprovider -k cuda tests/ > $OUT/suite_cuda.txt 2>&1
-echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|Error" $OUT/suite_cuda.txt | tail -8
-timeout 300 $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+timeout ${SUITE_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider -k cuda tests/ ${suite_skip[@]+"${suite_skip[@]}"} > $OUT/suite_cuda.txt 2>&1
+echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed|Error" $OUT/suite_cuda.txt | tail -12
+timeout ${BENCH_TIMEOUT:-300} $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
 for st in ${VARIANTS:-}; do
   $py -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue
   echo "--- STAGES=$st"; BRGEMM_CUDA_FATBIN=/tmp/v$st.fatbin timeout 60 $py -m benchmarks.gpu --what gemm 2>&1 | tail -4

@@ -1,6 +1,6 @@
 """The CUDA backend against PyTorch (cuBLAS, cuDNN) in the same run, on the same GPU.
 
-    python -m benchmarks.gpu [--quick] [--what gemm,fc,conv,lstm] [--dtypes bf16,f32]
+    python -m benchmarks.gpu [--quick] [--what gemm,fc,fcgemm,conv,lstm] [--dtypes bf16,f32]
 
 Ours: a recorded plan replayed on PyTorch device tensors (DLPack, no copies),
 every tensor of the plan's size filled with random data. Both sides are
@@ -10,6 +10,7 @@ replays. Layout conversions are not timed (ours reads blocked layouts, as
 the layer classes keep them). GEMM checks its result against torch first.
 """
 import argparse
+import dataclasses
 import statistics
 
 import numpy as np
@@ -20,6 +21,7 @@ import brgemm
 from benchmarks.common import read_shapes
 from brgemm.machine import (cuda_has_tensor_cores, cuda_launch_settings, cuda_launches,
                             cuda_max_clusters, device_name, unavailable_reason)
+from brgemm.recorder import Recorder
 from primitives import conv, fc, gemm, lstm
 
 
@@ -118,7 +120,7 @@ def paired_row(name, flops, ours_fn, theirs_fn, mode, what):
     return ratio
 
 
-def run_gemm(quick, dtypes):
+def run_gemm(quick, dtypes, skip_tma=False):
     """GEMM-shaped plans: C = A @ B as 128 x 256 blocks (f32: 128 x 128), the
     whole K in one call."""
     print(f"\nGEMM plans on {device_name('cuda')} (ours: f32 C; torch: C in the input dtype); "
@@ -146,17 +148,35 @@ def run_gemm(quick, dtypes):
         theirs, s_theirs = graph_time(theirs_fn, reps, batches=5)
         print(f"  each side alone (5 batches of {reps}): ours {ours * 1e3:.1f} us (spread "
               f"{s_ours:.2f}), torch {theirs * 1e3:.1f} us ({s_theirs:.2f}), {theirs / ours:.2f}")
+        if dtype == "bf16":  # the same plan on 128 x 128 tiles: cp.async, then TMA
+            for name, kw in (("128x128 cp.async", {}), ("128x128 tma", {"tma_loads": True}),
+                             ("128x128 tma persistent", {"tma_loads": True,
+                                                         "tma_persistent": True}))[
+                                                             :1 if skip_tma else 3]:
+                with cuda_launch_settings(wide_tiles=False, **kw):
+                    C.fill_(float("nan"))
+                    p.run(backend="cuda", A=A, B=B, C=C)
+                    err = ((C - ref).abs().max() / ref.abs().max()).item()
+                    t, sp = graph_time(replay(p, dict(A=A, B=B, C=C)), reps, batches=5)
+                    print(f"  {name} [{launch_text(p)}]: {t * 1e3:.1f} us (spread {sp:.2f}), "
+                          f"{theirs / t:.2f} of torch alone, error {err:.1e}")
 
 
 # the FC blocks tried per shape and pass, best kept: (bn, bc, bk)
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
              (128, 128, 256)]
 # launches timed on the library's blocks of each bf16 pass besides its default:
-# the launch before the small-problem path, no kernel index in the launch
-# argument, no programmatic launch; with --variants also the small-problem
-# path forced to (tile rows, columns, cluster, entry)
-VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False}),
-            ("no PDL", {"programmatic_launch": False})]
+# no programmatic launch, none in clusters (as before this session), the TMA path
+# (alone, persistent); with --variants also the launch before the
+# small-problem path, no kernel index in the launch argument, and the
+# small-problem path forced to (tile rows, columns, cluster, entry)
+VARIANTS = [("no PDL", {"programmatic_launch": False}),
+            ("no clustered PDL", {"clustered_pdl": False}), ("tma", {"tma_loads": True}),
+            ("tma persistent", {"tma_loads": True, "tma_persistent": True})]
+OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False})]
+# the launches timed against torch in paired rounds besides the default (in-graph)
+PAIRED = [("tma", {"tma_loads": True}),
+          ("tma persistent", {"tma_loads": True, "tma_persistent": True})]
 FORCED = [
     (f"{tm}x{tn} c{size} {entry}", {"split_tiles": (tm, tn, size, entry)})
     for tm, tn, size, entry in ((64, 64, 1, "tc"), (64, 64, 1, "tc_small"), (64, 64, 2, "tc_small"),
@@ -178,7 +198,7 @@ def in_graph(fn):
     return graph_time(fn, outer, inner, batches=5)[0]
 
 
-def run_fc(quick, dtypes, blocks=False, forced=False):
+def run_fc(quick, dtypes, blocks=False, forced=False, skip_tma=False):
     """Per shape and pass: the library's own blocks (fc.toml's "cuda" tables,
     what fc.Linear on "cuda" takes) against torch, timed both ways; then the
     best of FC_BLOCKS (benchmark-side tuning, shown for comparison; with
@@ -203,11 +223,17 @@ def run_fc(quick, dtypes, blocks=False, forced=False):
                 what = f"{theirs_name[pass_]}; blocks {(g.bn, g.bc, g.bk)}; {launch_text(p)}"
                 for mode in MODES:
                     paired_row(f"{label} {mode[:2]}", flops, ours, theirs_fn[pass_], mode, what)
+                for vname, kw in PAIRED if dtype == "bf16" and not skip_tma else ():
+                    with cuda_launch_settings(**kw):
+                        paired_row(f"{label} in {vname}", flops, ours, theirs_fn[pass_],
+                                   "in-graph", f"{theirs_name[pass_]}; {launch_text(p)}")
                 if blocks:
                     best_blocks(N, C, K, pass_, dtype, theirs_fn[pass_])
                 if dtype == "bf16":
                     times = []
-                    for vname, kw in VARIANTS + (FORCED if forced else []):
+                    for vname, kw in VARIANTS + (OLD_VARIANTS + FORCED if forced else []):
+                        if skip_tma and kw.get("tma_loads"):
+                            continue
                         with cuda_launch_settings(**kw):
                             shape = launch_text(p)
                             if vname[0].isdigit() and shape == launch_text_default(p):
@@ -232,6 +258,49 @@ def best_blocks(N, C, K, pass_, dtype, theirs_fn):
 def launch_text_default(p):
     with cuda_launch_settings(split_tiles=False):
         return launch_text(p)
+
+
+def bf16_gemm_plan(M, N, K, bm, bn):
+    """C[M,N] = A @ B as a GEMM-shaped plan (gemm.nest, spec IJk, the whole K
+    in one call of 64-deep blocks) writing bf16 C, as torch.matmul does."""
+    class BF16C:  # the nest's calls with a bf16 C
+        def __init__(self, rec):
+            self.rec = rec
+
+        def at(self, phase, task):
+            self.rec.at(phase, task)
+
+        def gemm(self, blk, *args, **kw):
+            self.rec.gemm(dataclasses.replace(blk, c_dtype="bf16"), *args, **kw)
+    rec = Recorder({"A": "bf16", "B": "bf16", "C": "bf16"}, spec="IJk")
+    gemm.nest(BF16C(rec), gemm.loops("IJk", M, N, K, bm, bn, K), M, N, K, bm, bn, 64, K, "bf16")
+    return rec.finish()
+
+
+def run_fc_gemm(quick, dtypes, skip_tma=False):
+    """The FC shapes' three products as plain GEMM-shaped plans (row-major A
+    [M,K], B [K,N], bf16 C, 128 x 128 blocks) against torch.matmul (bf16 C):
+    fwd M,N,K = N,K,C; bwd N,C,K; upd K,C,N."""
+    print("\nFC shapes as GEMM-shaped plans, bf16 C both sides (ours: 128 x 128 blocks); "
+          "in-graph, 9 alternating rounds")
+    print(HEAD)
+    shapes = read_shapes("fc_sizes")[:2] if quick else read_shapes("fc_sizes")
+    for (N, C, K), name in shapes:
+        for pass_, (M, Nn, Kk) in (("fwd", (N, K, C)), ("bwd", (N, C, K)), ("upd", (K, C, N))):
+            p = bf16_gemm_plan(M, Nn, Kk, 128, 128)
+            A = torch.randn(M, Kk, device="cuda").bfloat16()
+            B = torch.randn(Kk, Nn, device="cuda").bfloat16()
+            Cm = torch.full((M, Nn), float("nan"), device="cuda").bfloat16()
+            ref = torch.matmul(A.float(), B.float())
+            for vname, kw in [("default", {})] + ([] if skip_tma else PAIRED):
+                with cuda_launch_settings(**kw):
+                    Cm.fill_(float("nan"))
+                    p.run(backend="cuda", A=A, B=B, C=Cm)
+                    err = ((Cm.float() - ref).abs().max() / ref.abs().max()).item()
+                    assert err < 1e-2, f"{name} {pass_} {vname}: relative error {err:.2e}"
+                    paired_row(f"{name} {pass_} {vname[:8]}", 2 * M * Nn * Kk,
+                               replay(p, dict(A=A, B=B, C=Cm)), lambda: torch.matmul(A, B),
+                               "in-graph", f"matmul {M}x{Nn}x{Kk}; {launch_text(p)}")
 
 
 # forward for the GPU: every loop parallel (a task per output row block), one
@@ -288,7 +357,10 @@ def main(argv=None):
     parser.add_argument("--blocks", action="store_true",
                         help="FC: also the best of FC_BLOCKS per pass")
     parser.add_argument("--variants", action="store_true",
-                        help="FC: also the small-problem path forced to each of FORCED")
+                        help="FC: also OLD_VARIANTS and the small-problem path forced to each "
+                             "of FORCED")
+    parser.add_argument("--skip-tma", action="store_true",
+                        help="time no launch on the TMA path")
     args = parser.parse_args(argv)
     if "cuda" not in brgemm.backends():
         raise SystemExit(f"no CUDA backend here: {unavailable_reason('cuda')}")
@@ -301,7 +373,9 @@ def main(argv=None):
                for size in range(1, 9)})
     for what in args.what.split(","):
         extra = {"blocks": args.blocks, "forced": args.variants} if what == "fc" else {}
-        {"gemm": run_gemm, "fc": run_fc, "conv": run_conv, "lstm": run_lstm}[what](
+        extra = {**extra, "skip_tma": args.skip_tma} if what in ("gemm", "fc", "fcgemm") else extra
+        {"gemm": run_gemm, "fc": run_fc, "fcgemm": run_fc_gemm, "conv": run_conv,
+         "lstm": run_lstm}[what](
             args.quick, args.dtypes.split(","), **extra)
 
 
