@@ -148,11 +148,8 @@ def run_gemm(quick, dtypes, skip_tma=False):
         theirs, s_theirs = graph_time(theirs_fn, reps, batches=5)
         print(f"  each side alone (5 batches of {reps}): ours {ours * 1e3:.1f} us (spread "
               f"{s_ours:.2f}), torch {theirs * 1e3:.1f} us ({s_theirs:.2f}), {theirs / ours:.2f}")
-        if dtype == "bf16":  # the same plan on 128 x 128 tiles: cp.async, then TMA
-            for name, kw in (("128x128 cp.async", {}), ("128x128 tma", {"tma_loads": True}),
-                             ("128x128 tma persistent", {"tma_loads": True,
-                                                         "tma_persistent": True}))[
-                                                             :1 if skip_tma else 3]:
+        if dtype == "bf16":  # the same plan on 128 x 128 tiles (GEMM_TILES)
+            for name, kw in GEMM_TILES[:1 if skip_tma else 3]:
                 with cuda_launch_settings(wide_tiles=False, **kw):
                     C.fill_(float("nan"))
                     p.run(backend="cuda", A=A, B=B, C=C)
@@ -170,13 +167,17 @@ FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 
 # (alone, persistent); with --variants also the launch before the
 # small-problem path, no kernel index in the launch argument, and the
 # small-problem path forced to (tile rows, columns, cluster, entry)
+TMA = {"tma_loads": True, "tma_persistent": False}
+TMA_PERSISTENT = {"tma_loads": True, "tma_persistent": True}
 VARIANTS = [("no PDL", {"programmatic_launch": False}),
-            ("no clustered PDL", {"clustered_pdl": False}), ("tma", {"tma_loads": True}),
-            ("tma persistent", {"tma_loads": True, "tma_persistent": True})]
+            ("no clustered PDL", {"clustered_pdl": False}), ("tma", TMA),
+            ("tma persistent", TMA_PERSISTENT)]
 OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False})]
 # the launches timed against torch in paired rounds besides the default (in-graph)
-PAIRED = [("tma", {"tma_loads": True}),
-          ("tma persistent", {"tma_loads": True, "tma_persistent": True})]
+PAIRED = [("tma", TMA), ("tma persistent", TMA_PERSISTENT)]
+# the GEMM plans also on 128 x 128 tiles: cp.async, then TMA
+GEMM_TILES = [("128x128 cp.async", {"tma_loads": False}), ("128x128 tma", TMA),
+              ("128x128 tma persistent", TMA_PERSISTENT)]
 FORCED = [
     (f"{tm}x{tn} c{size} {entry}", {"split_tiles": (tm, tn, size, entry)})
     for tm, tn, size, entry in ((64, 64, 1, "tc"), (64, 64, 1, "tc_small"), (64, 64, 2, "tc_small"),

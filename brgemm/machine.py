@@ -113,8 +113,9 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     default); clustered_pdl: so may launches in clusters (True, the default;
     False: single blocks only). tma_loads: unsplit uniform phases read their operands
     through tensor maps (the bulk tensor copy engine, a producer warp) where
-    they qualify (False, the default: cp.async); tma_persistent: those launch
-    at most one round of blocks, each taking several parts in turn (False).
+    they qualify (False, the default, unless BRGEMM_CUDA_TMA=1: cp.async);
+    tma_persistent: those launch at most one round of blocks, each taking
+    several parts in turn (True, the default).
     A BackendUnavailable where CUDA does not run here."""
     if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
                                      or not isinstance(max_cluster, int) or max_cluster < 1):

@@ -116,7 +116,8 @@ def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
     if not cuda.has_tensor_cores():
         pytest.skip("this GPU has no wgmma path (sm_90a)")
     bm, bn = int(rng.choice([64, 96, 128, 192])), int(rng.choice([64, 80, 128, 192]))
-    M, N, K = bm * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5)), 64 * int(rng.integers(1, 9))
+    M, N = bm * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5))
+    K = 64 * int(rng.integers(1, 9))
     print(f"M={M} N={N} K={K} blocks {bm} x {bn} C {c_dtype}")
     rec = Recorder({"A": "bf16", "B": "bf16", "C": c_dtype})
     task = 0

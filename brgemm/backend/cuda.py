@@ -19,9 +19,12 @@ module's DeviceArray are used in place. Work goes on PyTorch's current stream
 when PyTorch has started CUDA (so replays can be captured in a CUDA graph),
 else on the legacy default stream; device-tensor runs do not wait for the GPU.
 
-Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0.
+Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0. BRGEMM_CUDA_TMA=1:
+the TMA path on (tma_loads below; brgemm.machine.cuda_launch_settings sets it
+per block of code).
 """
 import ctypes
+import os
 
 import numpy as np
 
@@ -138,9 +141,8 @@ class _Tables:
             a.tasks, params, blocks = n_tasks, self.params, n_tasks * ln.parts * ln.cluster
             if ln.entry.endswith("_tma"):  # the uniform phase's kernel and its tensor maps
                 a.uniform, a.kernel, params = 1, kernel, self.params_tma
-                ops = self.phases[p]["tma"]
-                self.params_tma[1] = self._maps.get(ops, addresses,
-                                                    tile_rows(ln.entry, self.phases[p]["m"], ln.tile))
+                rows = tile_rows(ln.entry, self.phases[p]["m"], ln.tile)
+                self.params_tma[1] = self._maps.get(self.phases[p]["tma"], addresses, rows)
                 if tma_persistent:  # at most one round of blocks, each taking several parts
                     blocks = min(blocks, dev.sm_count * dev.blocks_per_sm(ln.entry))
             try:
@@ -184,12 +186,14 @@ clustered_pdl = True
 # uniform phases on unsplit launches whose operands tensor maps can describe
 # (brgemm/backend/_cuda_tma.py) read them with the bulk tensor copy engine: a
 # producer warp and mbarrier stages instead of cp.async and a block barrier
-# per k-step (entries tc_tma, tc_small_tma); False: the cp.async path
-tma_loads = False
+# per k-step (entries tc_tma, tc_small_tma); False: the cp.async path. Off
+# unless BRGEMM_CUDA_TMA=1 until the whole GPU suite has run with it on
+# (faster on 11 of the 12 FC passes it takes: benchmarks/RESULTS.md)
+tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "0") == "1"
 # with tma_loads: at most one round of blocks, each taking several parts of
 # the phase in turn (the producer loads the next one's first steps during
-# this one's epilogue)
-tma_persistent = False
+# this one's epilogue; as fast or faster on every FC pass measured)
+tma_persistent = True
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
