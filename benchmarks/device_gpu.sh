@@ -7,7 +7,8 @@
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
 # Arguments: benchmarks.gpu options (default: all of it). TMA_FIRST=1: the TMA
 # path's tests first (the benchmark skips that path if they fail, the suite
-# does not run them again). VARIANTS="5 6": also
+# does not run them again); BRGEMM_CUDA_TMA=1: everything with the TMA path on
+# (brgemm/backend/cuda.py tma_loads). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
 # of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
