@@ -1,30 +1,38 @@
-"""Where a functional call's time goes: conv.forward / conv.backward and
-fc.forward / fc.backward (f32) on the quick shapes, their steps (layout
+"""Where a functional call's time goes: conv.forward / conv.backward,
+fc.forward / fc.backward and lstm.forward / lstm.backward (f32; one
+lstm.Saved between them) on the quick shapes, their steps (layout
 copies, plans) replayed in the order the call makes them and each timed
 there, so every step finds the caches as the call leaves them; "other" is
 the whole call less its steps (Python: argument checks, plan look-up). N =
 threads for conv (one image per thread), as the benchmarks, unless --images.
 
-    python -m benchmarks.stages [--threads T] [--images N] [--only conv|fc]
+    python -m benchmarks.stages [--threads T] [--images N] [--only conv|fc|lstm]
 
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
 (conv.columns, conv.pointwise, fc.reads_w) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
-(conv.columns on small images, fc.reads_w), to show what it would cost."""
+(conv.columns on small images, fc.reads_w), to show what it would cost.
+lstm's lines (forward, and forward+backward as a training step makes them)
+are the calls themselves under the profiler: each layout copy and plan run,
+by the method that made it, in ms a call (means of 15 calls; the call's
+median without the profiler first)."""
 import argparse
+import cProfile
+import collections
 import dataclasses
+import pstats
 import statistics
 import time
 
 import numpy as np
 
-from benchmarks.common import machine, read_shapes, set_threads
+from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
 from brgemm import layouts as L
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
-from primitives import conv, fc
+from primitives import conv, fc, lstm
 from primitives.conv_plans import update_inputs, update_output
 
 
@@ -194,20 +202,69 @@ def _fc(threads):
             lambda: fc.backward(dy, x, w)))
 
 
+_NATIVE = {("plan.py", "run"): "plan", ("layouts.py", "to_blocks"): "to_blocks",
+           ("layouts.py", "from_blocks"): "from_blocks",
+           ("layouts.py", "transpose_blocks"): "transpose", ("layouts.py", "column_sums"): "sums"}
+
+
+def _profiled(fn, rounds=15):
+    """(median ms of fn(), [(step, ms a call)]): each plan run and layout copy
+    inside fn, named by what ran and the method that called it."""
+    for _ in range(2):
+        fn()
+    t = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    prof = cProfile.Profile(time.perf_counter)
+    prof.runcall(lambda: [fn() for _ in range(rounds)])
+    steps = collections.Counter()
+    for (path, _, name), (*_, callers) in pstats.Stats(prof).stats.items():
+        what = _NATIVE.get((path.rsplit("/", 1)[-1], name))
+        for (cpath, _, caller), (*_, cumulative) in (callers.items() if what else ()):
+            if "/primitives/" in cpath:
+                steps[f"{what} in {caller}"] += 1e3 * cumulative / rounds
+    return 1e3 * statistics.median(t), sorted(steps.items(), key=lambda kv: -kv[1])
+
+
+def _lstm():
+    rng = np.random.default_rng(0)
+    for (T, N, C, K), name in quick_shapes("gnmt_lstm", True, ("small_t10_n64",
+                                                                "single_step_t1")):
+        x, h0, c0, dy, dhT, dcT, w_ih, w_hh, b = (
+            rng.standard_normal(s).astype(np.float32) for s in (
+                (T, N, C), (N, K), (N, K), (T, N, K), (N, K), (N, K), (4 * K, C), (4 * K, K),
+                (4 * K,)))
+        saved = lstm.Saved()
+
+        def fwd():
+            lstm.forward(x, h0, c0, w_ih, w_hh, b, saved=saved)
+
+        def fwd_bwd():  # as a training step: the backward's weight tiles come after a forward
+            fwd()
+            lstm.backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, saved=saved)
+        fwd()
+        path = "+".join(sorted(saved.layer._in_place)) or "blocked"
+        _line(name, "fwd", path, *_profiled(fwd))
+        _line(name, "f+b", path, *_profiled(fwd_bwd))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, help="threads (default: all cores)")
     parser.add_argument("--images", type=int, help="conv's N (default: the threads)")
-    parser.add_argument("--only", choices=("conv", "fc"), help="one primitive's calls")
+    parser.add_argument("--only", choices=("conv", "fc", "lstm"), help="one primitive's calls")
     args = parser.parse_args(argv)
     threads = set_threads(args.threads, onednn=False)
     print(f"functional calls' steps, f32, {threads} threads, {machine()}")
-    if args.only != "fc":
+    if args.only in (None, "conv"):
         _conv(args.images or threads)
-    if args.only == "conv":
-        return
-    _fc(threads)
+    if args.only in (None, "fc"):
+        _fc(threads)
+    if args.only in (None, "lstm"):
+        _lstm()
 
 
 if __name__ == "__main__":
