@@ -27,7 +27,6 @@ the layout copies, conv_layer.py the layer; this module the functional forms
 and the tuner's search space, and it is where all of them are reached.
 """
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -35,6 +34,7 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
+from brgemm.lru import LRU
 from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
                             pick_block, to_blocks, transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
@@ -333,11 +333,14 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
 
 
-@functools.lru_cache(maxsize=64)
+_TRANSPOSED = LRU(64)
+
+
 def _transposed(g):
     """g with C and K swapped (backward-data as a forward): made once per
     geometry, as dataclasses.replace costs microseconds a call."""
-    return dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
+    return _TRANSPOSED.get_or_make(g, lambda: dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk,
+                                                                  bk=g.bc))
 
 
 def _columns_data(dy, w, g, bd, bp):
