@@ -16,8 +16,8 @@ marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost.
 lstm's lines (forward, and forward+backward as a training step makes them)
 are the calls themselves under the profiler: each layout copy and plan run,
-by the method that made it, in ms a call (means of 15 calls; the call's
-median without the profiler first)."""
+by the method that made it, medians of 15 calls profiled one by one (the
+call's median without the profiler first)."""
 import argparse
 import cProfile
 import collections
@@ -208,8 +208,9 @@ _NATIVE = {("plan.py", "run"): "plan", ("layouts.py", "to_blocks"): "to_blocks",
 
 
 def _profiled(fn, rounds=15):
-    """(median ms of fn(), [(step, ms a call)]): each plan run and layout copy
-    inside fn, named by what ran and the method that called it."""
+    """(median ms of fn(), [(step, median ms)]): each plan run and layout copy
+    inside fn, named by what ran and the method that called it, each call
+    profiled on its own (a median is robust to a call that other work delayed)."""
     for _ in range(2):
         fn()
     t = []
@@ -217,15 +218,20 @@ def _profiled(fn, rounds=15):
         t0 = time.perf_counter()
         fn()
         t.append(time.perf_counter() - t0)
-    prof = cProfile.Profile(time.perf_counter)
-    prof.runcall(lambda: [fn() for _ in range(rounds)])
-    steps = collections.Counter()
-    for (path, _, name), (*_, callers) in pstats.Stats(prof).stats.items():
-        what = _NATIVE.get((path.rsplit("/", 1)[-1], name))
-        for (cpath, _, caller), (*_, cumulative) in (callers.items() if what else ()):
-            if "/primitives/" in cpath:
-                steps[f"{what} in {caller}"] += 1e3 * cumulative / rounds
-    return 1e3 * statistics.median(t), sorted(steps.items(), key=lambda kv: -kv[1])
+    steps = collections.defaultdict(list)
+    for _ in range(rounds):
+        prof = cProfile.Profile(time.perf_counter)
+        prof.runcall(fn)
+        this = collections.Counter()
+        for (path, _, name), (*_, callers) in pstats.Stats(prof).stats.items():
+            what = _NATIVE.get((path.rsplit("/", 1)[-1], name))
+            for (cpath, _, caller), (*_, cumulative) in (callers.items() if what else ()):
+                if "/primitives/" in cpath:
+                    this[f"{what} in {caller}"] += 1e3 * cumulative
+        for step, ms in this.items():
+            steps[step].append(ms)
+    medians = {step: statistics.median(ms) for step, ms in steps.items()}
+    return 1e3 * statistics.median(t), sorted(medians.items(), key=lambda kv: -kv[1])
 
 
 def _lstm():
@@ -245,7 +251,8 @@ def _lstm():
             fwd()
             lstm.backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, saved=saved)
         fwd()
-        path = "+".join(sorted(saved.layer._in_place)) or "blocked"
+        path = "+".join(sorted(lstm.reads_in_place(saved.layer.g, "f32", "cpu", x, w_ih, w_hh,
+                                                   None))) or "blocked"
         _line(name, "fwd", path, *_profiled(fwd))
         _line(name, "f+b", path, *_profiled(fwd_bwd))
 
