@@ -23,7 +23,8 @@ span rows (conv_update.update_flat_nest).
 
 Each pass's loop nest has a file of its own (conv_forward.py, conv_backward.py,
 conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
-the layout copies, conv_layer.py the layer; this module the functional forms
+the layout copies, conv_layer.py the layer, conv_pointwise.py the rules and
+plans of the 1x1 layers' in-place paths; this module the functional forms
 and the tuner's search space, and it is where all of them are reached.
 """
 import dataclasses
