@@ -45,9 +45,10 @@ def test_model_kernel_tunables():
     reloaded between them, macro blocks in a snake), with each step's tiles
     loaded by the step itself (the default) and by the step before, with and
     without software prefetches, forwards and every other macro block backwards,
-    with T1 load hints, our packed B in strips of 16 columns, and tiles kept
-    configured between calls."""
-    for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1"),
+    with T1 load hints or none, B packed ahead in strips of 16 columns (the
+    default) or in VNNI rows, and tiles kept configured between calls."""
+    for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1", BRGEMM_AMX_BTILES="0",
+                          BRGEMM_AMX_T1="0"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
                      dict(BRGEMM_AMX_PIPE="1"),
                      dict(BRGEMM_AMX_T1="1", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_KEEP="1",

@@ -19,6 +19,9 @@
  * rows or its B columns with the last), and every other one walks the blocks
  * backwards, starting on the lines its neighbour read last (no gain was
  * measurable on the shared host; cheap, so it stays: benchmarks/RESULTS.md).
+ * With B packed ahead, B's tiles load with the T1 hint, which leaves A's
+ * lines in L1 for the next macro block along a row of the snake where A's
+ * panel fits there (RESULTS.md: 28x64x64 x9).
  *
  * Built twice: as is (AMX, with AVX-512 packing) and with BRGEMM_AMX_MODEL,
  * where the tile instructions are plain C (brgemm_amx_model.h). */
@@ -57,9 +60,11 @@
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0,
-       T1_MODE = 0, B_TILES = 0, KEEP_TILES = 0 };
-/* the same two for runs on B packed ahead (Kernel.pack_b), whose layout is ours */
-enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 0 };
+       T1_MODE = 0, B_TILES = 1, KEEP_TILES = 0 };
+/* the same two for runs on B packed ahead (Kernel.pack_b): B's tiles load with
+ * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
+ * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
+enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -159,8 +164,9 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
    * step loading its own (benchmarks/RESULTS.md), so off by default. */
   const char* pipe = getenv("BRGEMM_AMX_PIPE");
   kr->pipelined = (pipe ? atoi(pipe) != 0 : PIPELINED) && kr->pf == 0;
-  /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: schedules under test
-   * (benchmarks/amx_profile.py; benchmarks/RESULTS.md says what they gave) */
+  /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: load hints, B packed
+   * ahead in strips (the default), tiles kept between calls (no faster:
+   * benchmarks/RESULTS.md, benchmarks/amx_profile.py) */
   const char* t1 = getenv("BRGEMM_AMX_T1");
   for (int packed = 0; packed < 2; ++packed) {
     kr->t1[packed] = t1 ? atoi(t1) : packed ? T1_MODE_PACKED : T1_MODE;
@@ -215,7 +221,7 @@ static void interleave(const uint16_t* r0, const uint16_t* r1, int64_t n, uint16
 
 /* k x n bf16 block (row stride ldb) -> [kp/2][n][2], zero rows from k on; in
  * strips, the same per strip of 16 columns (the last one narrower), strips
- * back to back: [n/16][kp/2][16][2] */
+ * back to back: [n/16][kp/2][16][2], so that each B tile is 1 KiB in a row */
 static void pack_b_as(const brgemm_amx_kernel* kr, const void* b, int64_t ldb, void* out,
                       int strips) {
   const uint16_t* src = (const uint16_t*)b;

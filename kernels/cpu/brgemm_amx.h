@@ -5,8 +5,10 @@
  * packing and remainders run on machines without AMX, in the tests. Both
  * trust their arguments: brgemm_cpu.c checked them.
  *
- * B is read as VNNI pairs: a packed block is [kp/2][n][2] bf16, kp = k
- * rounded up so that the tile's k chunks divide it (zero rows below k). */
+ * B is read as VNNI pairs: a block packed per call is [kp/2][n][2] bf16, kp =
+ * k rounded up so that the tile's k chunks divide it (zero rows below k); one
+ * packed ahead (pack_b) is the same in strips of 16 columns, [n/16][kp/2][16][2]
+ * (BRGEMM_AMX_BTILES=0: as per call). */
 #ifndef BRGEMM_AMX_H
 #define BRGEMM_AMX_H
 #include <stddef.h>

@@ -125,8 +125,9 @@ int64_t brgemm_cpu_packed_b_elems(const brgemm_cpu_kernel* kernel);
 /* Element size in bytes of a packed B. */
 int brgemm_cpu_packed_b_itemsize(const brgemm_cpu_kernel* kernel);
 /* Pack one k x n block b (row stride ldb, dtype_ab) into out: VNNI pairs
- * [k/2][n][2] for bf16-vnni, [kp/2][n][2] with zero rows from k to kp for
- * bf16-amx (kp from brgemm_cpu_packed_b_elems / n), f32 for bf16-via-f32. */
+ * [k/2][n][2] for bf16-vnni, [kp/2][n][2] with zero rows from k to kp in
+ * strips of 16 columns, [n/16][kp/2][16][2], for bf16-amx (kp from
+ * brgemm_cpu_packed_b_elems / n; brgemm_amx.h), f32 for bf16-via-f32. */
 int brgemm_cpu_pack_b(const brgemm_cpu_kernel* kernel, const void* b, int64_t ldb, void* out);
 
 /* The three forms. With b_packed, B blocks are packed blocks (contiguous,
