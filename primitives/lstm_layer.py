@@ -289,7 +289,7 @@ class LSTM:
         if not isinstance(dy, np.ndarray) or dy.shape != (g.T, g.N, self.K):
             raise ValueError(f"dy: expected shape {(g.T, g.N, self.K)}, got "
                              f"{getattr(dy, 'shape', type(dy).__name__)}")
-        ab, out_dtype = dtypes.NUMPY[self.dtype], dy.dtype
+        ab, out_dtype = dtypes.NUMPY[self.dtype], operands(self.dtype, dy, names=("dy",), ndim=3)
         # the last backward's gradients let go of first: a plain one still held
         # here would keep its recycled array (self._results) from being reused,
         # and each call would fault in fresh pages for dW_ih and dW_hh

@@ -168,6 +168,9 @@ class TestBadInput:
     def test_backward(self):
         with pytest.raises(ValueError, match=r"^dy: expected shape \(2, 3, 5\)"):
             lstm.backward(np.ones((3, 3, 5), np.float32), None, None, **self.args())
+        for bad in (np.ones((2, 3, 5)), np.ones((2, 3, 5), object)):  # dy's dtype: the results'
+            with pytest.raises(TypeError, match="^dy: expected dtype"):
+                lstm.backward(bad, None, None, **self.args())
         with pytest.raises(ValueError, match="^dy: call forward first"):
             lstm.LSTM(4, 5).backward(np.ones((2, 3, 5), np.float32))
 
