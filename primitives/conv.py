@@ -301,8 +301,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             and w.flags.c_contiguous and g.R * g.S > 1):
         dx = _columns_data(dy, w, g, *blocks)
     elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
-        wt = to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=_scratch.get(
-            "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32))  # w^T as gt's tiles
+        wt = _reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
+            w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else _scratch.get(
+                "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
         dx = _pointwise(gt, dtype, backend, bp, dy, wt, "dx", plain_w=False)
     else:
         t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni),

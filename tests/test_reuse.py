@@ -62,6 +62,27 @@ def test_conv_key(rng):
         close(dw, tw.grad.numpy(), 144)
 
 
+def test_conv_pointwise_key(rng):
+    """A 1x1 layer's backward-data keeps its w^T tiles under the key (the
+    forward reads w in place): rebuilt when the version moves, after w
+    changed in place."""
+    x = rng.standard_normal((2, 32, 16, 16)).astype(np.float32)
+    w0 = rng.standard_normal((48, 32, 1, 1)).astype(np.float32)
+    w = w0.copy()
+    dy = rng.standard_normal((2, 48, 16, 16)).astype(np.float32)
+    g = conv.geometry(2, 32, 48, 16, 16, 1, 1, (1, 1), (0, 0))
+    assert conv.pointwise(g, "f32", "cpu")  # the path under test
+    for version in (0, 0, 1, 1):
+        w[...] = w0 * (-0.5 if version else 1.0)  # changed in place: the version moves
+        tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w.copy()).requires_grad_()
+        torch.nn.functional.conv2d(tx, tw).backward(torch.from_numpy(dy))
+        key = reuse.Key("conv-pointwise-test", version)
+        close(conv.forward(x, w, reuse=key), torch.nn.functional.conv2d(tx, tw).detach().numpy(), 32)
+        dx, dw = conv.backward(dy, x, w, reuse=key)
+        close(dx, tx.grad.numpy(), 48)
+        close(dw, tw.grad.numpy(), 512)
+
+
 def lstm_data(rng, T, N, C, K):
     r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     return dict(x=r(T, N, C), h0=r(N, K), c0=r(N, K), w_ih=r(4 * K, C) / 4, w_hh=r(4 * K, K) / 4,
