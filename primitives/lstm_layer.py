@@ -156,8 +156,7 @@ class LSTM:
         self.wx, self.wh, self.bp = (self._blocked[k] for k in ("wx", "wh", "bp"))
 
     def _weight_buffer(self, name, shape, dtype):
-        """A buffer for one blocked weight copy (block_weights' buffer), kept
-        across loads; unlike _buffer's, prepare() keeps them (same shapes)."""
+        """A blocked weight copy's buffer (block_weights'), kept by prepare() too."""
         return self._wbufs.get(name, shape, dtype)
 
     def _transposed(self, name, of):
@@ -199,10 +198,8 @@ class LSTM:
         self.load_weights(token)
 
     def _buffer(self, name, shape, dtype=np.float32):
-        """A buffer this layer reuses across steps (kept per name; prepare()
-        drops them): fresh pages would cost a fault each on first write.
-        Each use writes the whole buffer (the plans' outputs are full tiles);
-        in check mode every hand-out is NaN-filled to prove it."""
+        """A buffer reused across calls (fresh pages cost a fault each; prepare()
+        drops them), all written by each use (check mode NaN-fills each hand-out)."""
         return self._bufs.get(name, shape, dtype)
 
     # -- forward --
@@ -343,33 +340,38 @@ class LSTM:
         return plans[g]
 
     def _retile(self, tiles, br, bs, name, transpose=False):
-        """The matrix that `tiles` [Rb][Sb][tr][ts] hold (whole tiles, padding
-        included; transposed with transpose) in tiles of br x bs, into buffer
-        `name`: two parallel copies through a plain scratch matrix."""
+        """(plain, tiles): the matrix `tiles` [Rb][Sb][tr][ts] hold (padding
+        included), plain in a scratch buffer and in tiles of br x bs (of its
+        transpose with transpose) in buffer `name`: two parallel copies."""
         Rb, Sb, tr, ts = tiles.shape
         plain = from_blocks(tiles, Rb * tr, Sb * ts,
                             out=self._buffer(name + "_plain", (Rb * tr, Sb * ts), tiles.dtype))
         R, S = (Sb * ts, Rb * tr) if transpose else (Rb * tr, Sb * ts)
-        return to_blocks(plain, br, bs, transpose=transpose, out=self._buffer(
+        return plain, to_blocks(plain, br, bs, transpose=transpose, out=self._buffer(
             name, (nblocks(R, br), nblocks(S, bs), br, bs), tiles.dtype))
 
     def _weight_grads_plain(self, dG, g, dG32):
         """dW_ih = dG^T x and dW_hh = dG^T h_prev straight into plain arrays
-        (see _plain_updates); db as _weight_grads leaves it."""
+        (see _plain_updates); db from the plain dG made on the way (f32), else
+        as _weight_grads leaves it."""
         upd_x, upd_h = self._plain_updates()
         rows = g.T * g.Nb
-        dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True)
+        plain, dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True)
+        f32 = np.dtype(np.float32)
+        # db: the plain dG's column sums (padding rows zero), while it is in cache
+        db = column_sums(plain, out=self._results.empty("grad_b", (4 * self.K,), np.float32)) \
+            if dG is dG32 else None
         dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
         upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((rows, g.Kb, g.bn, g.bk))
         if g.hpair > 1:
-            hprev = self._retile(hprev, g.bn, g.hpair * g.bk, "hpair")
+            hprev = self._retile(hprev, g.bn, g.hpair * g.bk, "hpair")[1]
         dw_hh = self._results.empty("grad_w_hh", (4 * self.K, self.K), np.float32)
         upd_h.run(backend=self.backend, dyt=dGt, x=hprev, dw=dw_hh)
-        self._grad_tiles = dict(b=dG32)
-        f32 = np.dtype(np.float32)
         self._grads = {("w_ih", f32): dw_ih, ("w_hh", f32): dw_hh}
+        self._grad_tiles = dict(b=dG32) if db is None else {}
+        self._grads.update({} if db is None else {("b", f32): db})
 
     def _weight_grads(self, dG, g, dG32):
         dwx = self._buffer("dwx", (4 * g.Kb, g.Cb, g.bc, g.bk))
