@@ -19,9 +19,9 @@ module's DeviceArray are used in place. Work goes on PyTorch's current stream
 when PyTorch has started CUDA (so replays can be captured in a CUDA graph),
 else on the legacy default stream; device-tensor runs do not wait for the GPU.
 
-Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0. BRGEMM_CUDA_TMA=1:
-the TMA path on (tma_loads below; brgemm.machine.cuda_launch_settings sets it
-per block of code).
+Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0. BRGEMM_CUDA_TMA=1,
+BRGEMM_CUDA_VEC_STORES=1: tma_loads, vec_stores below on (as
+brgemm.machine.cuda_launch_settings sets them per block of code).
 """
 import ctypes
 import os
@@ -129,6 +129,7 @@ class _Tables:
             self.args.tensors[i] = a
         allow_tc = all(a % 16 == 0 for a in addresses)
         self.args.allow_tc = int(allow_tc)
+        self.args.vec_stores = int(vec_stores)
         for p, ln in enumerate(self.launch_details(allow_tc)):
             n_tasks = self.phase_begin[p + 1] - self.phase_begin[p]
             if n_tasks == 0:
@@ -179,21 +180,21 @@ programmatic_launch = True
 # a phase whose tasks are one call each of one kernel shape passes that
 # shape's index in the launch argument (the kernel skips two dependent table reads)
 uniform_args = True
-# programmatic launch for clustered launches too (the split tile's block
-# barrier restored; about 1 us a call on the split FC passes of the H200:
-# benchmarks/RESULTS.md)
+# programmatic launch for clustered launches too (about 1 us a call on the
+# split FC passes of the H200: benchmarks/RESULTS.md)
 clustered_pdl = True
-# uniform phases on unsplit launches whose operands tensor maps can describe
-# (brgemm/backend/_cuda_tma.py) read them with the bulk tensor copy engine: a
-# producer warp and mbarrier stages instead of cp.async and a block barrier
-# per k-step (entries tc_tma, tc_small_tma); False: the cp.async path. Off
-# unless BRGEMM_CUDA_TMA=1 until the whole GPU suite has run with it on
-# (faster on 11 of the 12 FC passes it takes: benchmarks/RESULTS.md)
+# uniform phases whose operands tensor maps can describe (_cuda_tma.py) read
+# them with the bulk tensor copy engine, a producer warp and mbarrier stages
+# (entries *_tma); off unless BRGEMM_CUDA_TMA=1 until the whole GPU suite has
+# run with it on (faster on 11 of the 12 FC passes it takes: RESULTS.md)
 tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "0") == "1"
 # with tma_loads: at most one round of blocks, each taking several parts of
 # the phase in turn (the producer loads the next one's first steps during
 # this one's epilogue; as fast or faster on every FC pass measured)
 tma_persistent = True
+# bf16 C, and f32 C with ops in registers, stored several elements a thread
+# (f32 C without ops always is); off unless BRGEMM_CUDA_VEC_STORES=1
+vec_stores = os.environ.get("BRGEMM_CUDA_VEC_STORES", "0") == "1"
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.

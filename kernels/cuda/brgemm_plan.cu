@@ -78,6 +78,7 @@ struct Call {
   const brgemm_plan_op* ops;
   int32_t n_ops;
   bool reg_ops;                 /* apply the ops in registers before the store */
+  bool vec;                     /* the launch's vec_stores */
   const uint64_t* tensors;
 };
 
@@ -159,12 +160,12 @@ __device__ __forceinline__ void finish(const Call& c, int64_t i, int64_t j, floa
   float v = kd->alpha * acc;
   if (kd->dtype_c == BRGEMM_BF16) {
     uint16_t* p = (uint16_t*)c.C + e;
-    if (kd->beta != 0.0f) v += kd->beta * bf16_to_f32(*p);
+    if (kd->beta != 0.0f) v = fmaf(kd->beta, bf16_to_f32(*p), v);  /* as store_vec */
     *p = f32_to_bf16(v);
     return;  /* ops need an f32 C (the recorder checks) */
   }
   float* p = (float*)c.C + e;
-  if (kd->beta != 0.0f) v += kd->beta * *p;
+  if (kd->beta != 0.0f) v = fmaf(kd->beta, *p, v);
   if (c.reg_ops)
     for (int32_t o = 0; o < c.n_ops; ++o) v = op_value(&c.ops[o], v, i, j, c.tensors);
   *p = v;
@@ -191,6 +192,7 @@ __device__ __forceinline__ Call make_call(const brgemm_cuda_phase_args& args, in
   c.ops = (const brgemm_plan_op*)args.ops + call->op_begin;
   c.n_ops = call->op_count;
   c.reg_ops = !(((const uint8_t*)args.call_path)[ci] & BRGEMM_CUDA_PATH_MEM_OPS);
+  c.vec = args.vec_stores != 0;
   c.tensors = args.tensors;
   return c;
 }
@@ -426,6 +428,140 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   if (k0 >= k) k0 = 0, ++b;
 }
 
+/* ---- the epilogue of a tile staged in shared memory (both tensor-core paths) */
+
+/* op on V consecutive values of row i, columns j .. j + V - 1 of the C block:
+ * op_value's effect on each (ops are element-wise), with 8- or 16-byte
+ * accesses where the addresses allow */
+template <int V>
+__device__ __forceinline__ void op_values(const brgemm_plan_op* op, float (&v)[V], int64_t i,
+                                          int64_t j, const uint64_t* t) {
+  switch (op->code) {
+    case BRGEMM_OP_BIAS: {
+      const float* b = f32_at(t, op, 0) + j;
+      if (((uintptr_t)b & 15) == 0) {
+#pragma unroll
+        for (int q = 0; q < V; q += 4) {
+          const float4 w = *(const float4*)(b + q);
+          v[q] += w.x, v[q + 1] += w.y, v[q + 2] += w.z, v[q + 3] += w.w;
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) v[q] += b[q];
+      }
+      break;
+    }
+    case BRGEMM_OP_STORE_BF16: {
+      uint16_t* p = bf16_at(t, op, 0) + i * op->ld + j;
+      if (((uintptr_t)p & (2 * V - 1)) == 0) {
+        uint32_t w[V / 2];
+#pragma unroll
+        for (int q = 0; q < V / 2; ++q)
+          w[q] = (uint32_t)f32_to_bf16(v[2 * q]) | (uint32_t)f32_to_bf16(v[2 * q + 1]) << 16;
+        if constexpr (V == 8) *(uint4*)p = make_uint4(w[0], w[1], w[2], w[3]);
+        else *(uint2*)p = make_uint2(w[0], w[1]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) p[q] = f32_to_bf16(v[q]);
+      }
+      break;
+    }
+    default:
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] = op_value(op, v[q], i, j + q, t);
+  }
+}
+
+/* rows r0 .. rows - 1, columns 0 .. cols - 1 of the staged tile (row stride
+ * LD floats) to C, V consecutive columns a thread: alpha, beta (C read in
+ * its dtype), the ops (f32 C), one 16-byte store (8-byte: V 4 of bf16) of
+ * V elements. The caller has checked that cols, ldc and C's address allow it. */
+template <int V, int BN, int LD>
+__device__ __forceinline__ void store_vec(const Call& c, const float* tile, int64_t i0, int64_t j0,
+                                          int r0, int rows, int cols) {
+  const brgemm_cuda_block* kd = c.kd;
+  const float alpha = kd->alpha, beta = kd->beta;
+  const int64_t ldc = kd->ldc;
+  const bool bf16 = kd->dtype_c == BRGEMM_BF16;
+  const int n_ops = c.reg_ops && !bf16 ? c.n_ops : 0;  /* ops need an f32 C (the recorder checks) */
+  for (int e = r0 * BN + (int)threadIdx.x * V; e < rows * BN; e += THREADS * V) {
+    const int r = e / BN, col = e % BN;
+    if (col >= cols) continue;
+    float v[V];
+#pragma unroll
+    for (int q = 0; q < V; q += 4) {
+      const float4 w = *(const float4*)&tile[r * LD + col + q];
+      v[q] = alpha * w.x, v[q + 1] = alpha * w.y, v[q + 2] = alpha * w.z, v[q + 3] = alpha * w.w;
+    }
+    const int64_t at = (i0 + r) * ldc + j0 + col;
+    if (bf16) {
+      uint16_t* p = (uint16_t*)c.C + at;
+      uint32_t w[V / 2];
+      if (beta != 0.0f) {
+        if constexpr (V == 8) {
+          const uint4 old = *(const uint4*)p;
+          w[0] = old.x, w[1] = old.y, w[2] = old.z, w[3] = old.w;
+        } else {
+          const uint2 old = *(const uint2*)p;
+          w[0] = old.x, w[1] = old.y;
+        }
+#pragma unroll
+        for (int q = 0; q < V / 2; ++q) {
+          v[2 * q] = fmaf(beta, __uint_as_float(w[q] << 16), v[2 * q]);
+          v[2 * q + 1] = fmaf(beta, __uint_as_float(w[q] & 0xffff0000u), v[2 * q + 1]);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < V / 2; ++q)
+        w[q] = (uint32_t)f32_to_bf16(v[2 * q]) | (uint32_t)f32_to_bf16(v[2 * q + 1]) << 16;
+      if constexpr (V == 8) *(uint4*)p = make_uint4(w[0], w[1], w[2], w[3]);
+      else *(uint2*)p = make_uint2(w[0], w[1]);
+    } else {
+      float* p = (float*)c.C + at;
+      if (beta != 0.0f) {
+#pragma unroll
+        for (int q = 0; q < V; q += 4) {
+          const float4 old = *(const float4*)(p + q);
+          v[q] = fmaf(beta, old.x, v[q]), v[q + 1] = fmaf(beta, old.y, v[q + 1]);
+          v[q + 2] = fmaf(beta, old.z, v[q + 2]), v[q + 3] = fmaf(beta, old.w, v[q + 3]);
+        }
+      }
+      for (int o = 0; o < n_ops; ++o) op_values<V>(&c.ops[o], v, i0 + r, j0 + col, c.tensors);
+#pragma unroll
+      for (int q = 0; q < V; q += 4)
+        *(float4*)(p + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);
+    }
+  }
+}
+
+/* the epilogue of rows r0 .. r1 - 1 of a BN-column tile staged in shared
+ * memory (row stride LD floats) at (i0, j0) of the call's C block: several
+ * elements a thread where the tile's columns, ldc and C's alignment allow
+ * (f32 C without register ops always; bf16 C, and f32 C with register ops,
+ * with the launch's vec_stores), else finish() per element. Rows and columns
+ * past the block are not stored. */
+template <int BN, int LD>
+__device__ __noinline__ void store_tile(const Call& c, const float* tile, int64_t i0, int64_t j0,
+                                           int r0, int r1) {
+  const brgemm_cuda_block* kd = c.kd;
+  const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
+  const int64_t ldc = kd->ldc;
+  const uintptr_t a = (uintptr_t)c.C;
+  if (kd->dtype_c == BRGEMM_F32) {
+    if ((c.n_ops == 0 || !c.reg_ops || c.vec) && cols % 4 == 0 && ldc % 4 == 0 && (a & 15) == 0)
+      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+  } else if (c.vec) {
+    if (cols % 8 == 0 && ldc % 8 == 0 && (a & 15) == 0)
+      return store_vec<8, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+    if (cols % 4 == 0 && ldc % 4 == 0 && (a & 7) == 0)
+      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+  }
+  for (int e = r0 * BN + (int)threadIdx.x; e < rows * BN; e += THREADS) {
+    const int r = e / BN, col = e % BN;
+    if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
+  }
+}
+
 /* a BM x BN tile at (i0, j0); SPLIT (and a launch in clusters): this block's
  * share (rank of nranks) of its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
  * 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w takes half of each
@@ -536,34 +672,7 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
        no rank reads this one's, and its stages may refill) follows the stores */
     cluster_arrive();
   }
-  const brgemm_cuda_block* kd = c.kd;
-  const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
-  const int64_t ldc = kd->ldc;
-  if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols % 4 == 0 &&
-      ldc % 4 == 0 && ((uintptr_t)c.C & 15) == 0) {
-    /* the common case, four columns a thread: alpha, beta and a 16-byte store
-       (tiles of 256 columns often cover fewer: those past n are skipped) */
-    const float alpha = kd->alpha, beta = kd->beta;
-    for (int e = r0 * BN + tid * 4; e < rows * BN; e += THREADS * 4) {
-      const int r = e / BN, col = e % BN;
-      if (col >= cols) continue;
-      float4 v = *(const float4*)&tile[r * LD + col];
-      float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
-      v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
-      if (beta != 0.0f) {
-        const float4 old = *at;
-        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
-                        v.w + beta * old.w);
-      }
-      *at = v;
-    }
-    if (split) cluster_wait();
-    return;
-  }
-  for (int e = r0 * BN + tid; e < rows * BN; e += THREADS) {
-    const int r = e / BN, col = e % BN;
-    if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
-  }
+  store_tile<BN, LD>(c, tile, i0, j0, r0, r1);
   if (split) cluster_wait();
 }
 

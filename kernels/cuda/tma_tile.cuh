@@ -122,39 +122,6 @@ __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, 
   }
 }
 
-/* the consumers' epilogue of one tile from the staged C tile (row stride
- * LD floats): alpha, beta, the ops, the store; four columns a thread with
- * 16-byte stores in the common case (f32 C, no ops), as tc_tile's */
-template <int BM, int BN, int LD>
-__device__ __forceinline__ void tma_store(const Call& c, const float* tile, int64_t i0, int64_t j0) {
-  const brgemm_cuda_block* kd = c.kd;
-  const int tid = threadIdx.x;
-  const int rows = (int)min((int64_t)BM, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
-  const int64_t ldc = kd->ldc;
-  if (kd->dtype_c == BRGEMM_F32 && c.n_ops == 0 && cols % 4 == 0 && ldc % 4 == 0 &&
-      ((uintptr_t)c.C & 15) == 0) {
-    const float alpha = kd->alpha, beta = kd->beta;
-    for (int e = tid * 4; e < rows * BN; e += THREADS * 4) {
-      const int r = e / BN, col = e % BN;
-      if (col >= cols) continue;
-      float4 v = *(const float4*)&tile[r * LD + col];
-      float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
-      v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
-      if (beta != 0.0f) {
-        const float4 old = *at;
-        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
-                        v.w + beta * old.w);
-      }
-      *at = v;
-    }
-    return;
-  }
-  for (int e = tid; e < rows * BN; e += THREADS) {
-    const int r = e / BN, col = e % BN;
-    if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
-  }
-}
-
 /* the consumers: every tile of this block's units, in the producer's order */
 template <int BM, int BN, int NS>
 __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, uint32_t stages,
@@ -217,7 +184,7 @@ __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, 
         }
         consumers_sync();
       }
-      tma_store<BM, BN, LD>(c, tile, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN);
+      store_tile<BN, LD>(c, tile, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN, 0, BM);
     }
   }
 }
