@@ -8,7 +8,9 @@
 # Arguments: benchmarks.gpu options (default: all of it). TMA_FIRST=1: the TMA
 # path's tests first (the benchmark skips that path if they fail, the suite
 # does not run them again); BRGEMM_CUDA_TMA=1: everything with the TMA path on
-# (brgemm/backend/cuda.py tma_loads). VARIANTS="5 6": also
+# (brgemm/backend/cuda.py tma_loads). SUITE_PATHS: the suite's test paths
+# (default tests/); SUITE_ENV="A=1 B=1": environment of the suite alone
+# (e.g. BRGEMM_CUDA_TMA=1 BRGEMM_CUDA_VEC_STORES=1). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
 # of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
@@ -71,9 +73,10 @@ if [ -n "${TMA_FIRST:-}" ]; then  # the TMA path's tests alone first; the benchm
   suite_skip=(--ignore tests/test_cuda_tma.py)
 fi
 t0=$(date +%s)
-timeout ${SUITE_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider -k cuda tests/ ${suite_skip[@]+"${suite_skip[@]}"} > $OUT/suite_cuda.txt 2>&1
+env ${SUITE_ENV:-} timeout ${SUITE_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider -k cuda ${SUITE_PATHS:-tests/} ${suite_skip[@]+"${suite_skip[@]}"} > $OUT/suite_cuda.txt 2>&1
 echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed|Error" $OUT/suite_cuda.txt | tail -12
 timeout ${BENCH_TIMEOUT:-300} $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+[ -n "${GEMM_QUICK:-}" ] && timeout 40 $py -m benchmarks.gpu --what gemm --dtypes bf16 --quick --skip-tma 2>&1 | tee $OUT/gpu_gemm.txt  # GEMM_QUICK=1: the 4096^3 GEMM too
 for st in ${VARIANTS:-}; do
   $py -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue
   echo "--- STAGES=$st"; BRGEMM_CUDA_FATBIN=/tmp/v$st.fatbin timeout 60 $py -m benchmarks.gpu --what gemm 2>&1 | tail -4

@@ -163,18 +163,21 @@ def run_gemm(quick, dtypes, skip_tma=False):
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
              (128, 128, 256)]
 # launches timed on the library's blocks of each bf16 pass besides its default:
-# no programmatic launch, none in clusters (as before this session), the TMA path
-# (alone, persistent); with --variants also the launch before the
-# small-problem path, no kernel index in the launch argument, and the
-# small-problem path forced to (tile rows, columns, cluster, entry)
+# vectorized stores, the TMA path not persistent; with --variants also the
+# launch before the small-problem path, no kernel index in the launch
+# argument, no programmatic launch (none in clusters), and the small-problem
+# path forced to (tile rows, columns, cluster, entry)
 TMA = {"tma_loads": True, "tma_persistent": False}
 TMA_PERSISTENT = {"tma_loads": True, "tma_persistent": True}
-VARIANTS = [("no PDL", {"programmatic_launch": False}),
-            ("no clustered PDL", {"clustered_pdl": False}), ("tma", TMA),
-            ("tma persistent", TMA_PERSISTENT)]
-OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False})]
+VEC = {"vec_stores": True}  # several C elements a thread for bf16 C and register ops
+TMA_VEC = {**TMA_PERSISTENT, **VEC}
+TMA_VEC_SPLIT = {**TMA_VEC, "tma_split": True}  # clustered launches on TMA too
+VARIANTS = [("vec", VEC), ("tma not persistent", TMA)]
+OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False}),
+                ("no PDL", {"programmatic_launch": False}),
+                ("no clustered PDL", {"clustered_pdl": False})]
 # the launches timed against torch in paired rounds besides the default (in-graph)
-PAIRED = [("tma", TMA), ("tma persistent", TMA_PERSISTENT)]
+PAIRED = [("tma", TMA_PERSISTENT), ("tma vec", TMA_VEC), ("tma vec split", TMA_VEC_SPLIT)]
 # the GEMM plans also on 128 x 128 tiles: cp.async, then TMA
 GEMM_TILES = [("128x128 cp.async", {"tma_loads": False}), ("128x128 tma", TMA),
               ("128x128 tma persistent", TMA_PERSISTENT)]
@@ -293,13 +296,13 @@ def run_fc_gemm(quick, dtypes, skip_tma=False):
             B = torch.randn(Kk, Nn, device="cuda").bfloat16()
             Cm = torch.full((M, Nn), float("nan"), device="cuda").bfloat16()
             ref = torch.matmul(A.float(), B.float())
-            for vname, kw in [("default", {})] + ([] if skip_tma else PAIRED):
+            for vname, kw in [("default", {}), ("vec", VEC)] + ([] if skip_tma else PAIRED):
                 with cuda_launch_settings(**kw):
                     Cm.fill_(float("nan"))
                     p.run(backend="cuda", A=A, B=B, C=Cm)
                     err = ((Cm.float() - ref).abs().max() / ref.abs().max()).item()
                     assert err < 1e-2, f"{name} {pass_} {vname}: relative error {err:.2e}"
-                    paired_row(f"{name} {pass_} {vname[:8]}", 2 * M * Nn * Kk,
+                    paired_row(f"{name} {pass_} {vname[:13]}", 2 * M * Nn * Kk,
                                replay(p, dict(A=A, B=B, C=Cm)), lambda: torch.matmul(A, B),
                                "in-graph", f"matmul {M}x{Nn}x{Kk}; {launch_text(p)}")
 

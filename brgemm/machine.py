@@ -96,7 +96,7 @@ _KEEP = object()  # a launch setting left as it is
 def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
                          split_tiles=_KEEP, uniform_args=_KEEP, programmatic_launch=_KEEP,
                          clustered_pdl=_KEEP, tma_loads=_KEEP, tma_persistent=_KEEP,
-                         vec_stores=_KEEP):
+                         vec_stores=_KEEP, tma_split=_KEEP):
     """Within the block, plans run on "cuda" launch their phases with these
     settings, and the old ones come back after it (process-wide, not per
     thread). max_cluster: the most blocks of a thread-block cluster that share
@@ -116,7 +116,8 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     through tensor maps (the bulk tensor copy engine, a producer warp) where
     they qualify (False, the default, unless BRGEMM_CUDA_TMA=1: cp.async);
     tma_persistent: those launch at most one round of blocks, each taking
-    several parts in turn (True, the default). vec_stores: the tensor-core
+    several parts in turn (True, the default); tma_split: clustered launches
+    take it too (False, the default, unless BRGEMM_CUDA_TMA_SPLIT=1). vec_stores: the tensor-core
     epilogue stores several elements a thread for bf16 C and for f32 C with
     ops too (False, the default, unless BRGEMM_CUDA_VEC_STORES=1).
     A BackendUnavailable where CUDA does not run here."""
@@ -128,7 +129,7 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     flags = (("wide_tiles", wide_tiles), ("uniform_args", uniform_args),
              ("programmatic_launch", programmatic_launch), ("clustered_pdl", clustered_pdl),
              ("tma_loads", tma_loads), ("tma_persistent", tma_persistent),
-             ("vec_stores", vec_stores))
+             ("vec_stores", vec_stores), ("tma_split", tma_split))
     for name, v in flags:
         if v is not _KEEP and not isinstance(v, bool):
             raise ValueError(f"{name}: expected True or False, got {v!r}")

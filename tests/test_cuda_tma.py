@@ -147,3 +147,54 @@ def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
     tol = (2.0 ** -7 if c_dtype == "bf16" else 1e-5) * (
         0.5 * (A.double().abs() @ B.double().abs()).cpu().numpy() + np.abs(ref)) + 1e-30
     assert np.all(np.abs(outs[1] - ref) <= tol)
+
+
+# forced small-problem launches in clusters: (tile rows, columns, cluster, entry)
+SPLIT_LAUNCHES = [(64, 64, 2, "tc_small"), (64, 128, 2, "tc_small"), (64, 64, 4, "tc_small"),
+                  (128, 128, 2, "tc_split"), (128, 64, 4, "tc_split"), (64, 64, 2, "tc_split")]
+
+
+@cuda_only
+@pytest.mark.parametrize("trial", range(6))
+def test_tma_split_matches_cp_async(rng, monkeypatch, trial):
+    """Clustered launches that split each tile's k-steps (tma_split): the TMA
+    entries in clusters give the same bits as the cp.async launch of the same
+    tiles and clusters, on random FC passes (forward with bias, ReLU and a
+    bf16 copy), vectorized stores or not."""
+    torch = pytest.importorskip("torch")
+    from brgemm.backend import cuda
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    launch = SPLIT_LAUNCHES[trial]
+    pass_ = ("fwd", "bwd", "upd")[trial % 3]
+    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
+    N, C, K = (b * int(rng.integers(1, 3)) for b in blocks)
+    vec = bool(rng.integers(2))
+    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} launch {launch} vec_stores {vec}")
+    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
+                    blocks=blocks, path="cuda")
+    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
+    p = fc.plan(g, pass_, "bf16", **ops)
+    ins = {name: torch.randn(max(p.extent[name], 1), device="cuda") for name in p.tensors
+           if name not in p.written}
+    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    monkeypatch.setattr(cuda, "split_tiles", launch)
+    monkeypatch.setattr(cuda, "vec_stores", vec)
+    monkeypatch.setattr(cuda, "tma_split", True)
+    outs, entries = [], []
+    for tma in (False, True):
+        monkeypatch.setattr(cuda, "tma_loads", tma)
+        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
+               for name in p.written}
+        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        p.run(backend="cuda", **ins, **out)
+        outs.append({name: t.float().cpu().numpy() for name, t in out.items()})
+        entries.append(p.replay("cuda").tables.launch_details(True)[0])
+    torch.cuda.synchronize()
+    print(entries)
+    if entries[0].cluster == 1:
+        pytest.skip("the small-problem path does not apply to this plan")
+    assert entries[1].entry.endswith("split_tma") and entries[1][1:] == entries[0][1:]
+    for name in p.written:
+        assert not np.isnan(outs[1][name]).any(), name
+        np.testing.assert_array_equal(outs[1][name], outs[0][name])

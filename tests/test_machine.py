@@ -108,6 +108,7 @@ def test_cuda_launches_follow_the_settings():
     shapes = machine.cuda_launches(p)
     assert [t for t, _, _ in shapes] == list(np.diff(p.phase_begin))
     assert all(entry in ("generic", "tc", "tc_small", "tc_split", "tc_wide", "tc_tma",
-                         "tc_small_tma") and cluster >= 1 for _, entry, cluster in shapes)
+                         "tc_small_tma", "tc_split_tma", "tc_small_split_tma")
+               and cluster >= 1 for _, entry, cluster in shapes)
     with machine.cuda_launch_settings(max_cluster=1):
         assert all(cluster == 1 for _, _, cluster in machine.cuda_launches(p))

@@ -135,13 +135,15 @@ class _Device:
         # tensor-core tiles up to 128 x 128 (tc_split: in clusters), with
         # 64-row tensor-core tiles only (two blocks per multiprocessor, alone or
         # in clusters), with 128 x 256 tensor-core tiles, and the rest (generic
-        # only); tc_tma and tc_small_tma: uniform phases fed by tensor maps
-        # (a producer warp more: their blocks are TMA_THREADS)
+        # only); *_tma: uniform phases fed by tensor maps (a producer warp
+        # more: their blocks are TMA_THREADS), *_split_tma in clusters
         self.entry = {name: self._function(b"brgemm_cuda_phase_" + name.encode(),
                                            b"brgemm_cuda_smem" + suffix.encode())
                       for name, suffix in (("tc", ""), ("tc_split", ""), ("tc_small", "_small"),
                                            ("tc_wide", "_wide"), ("generic", "_generic"),
-                                           ("tc_tma", "_tma"), ("tc_small_tma", "_small_tma"))}
+                                           ("tc_tma", "_tma"), ("tc_small_tma", "_small_tma"),
+                                           ("tc_split_tma", "_tma"),
+                                           ("tc_small_split_tma", "_small_tma"))}
         self._per_sm = {}
         self._clusters = {}
         from brgemm.constants import CALL_RECORD as _CALL, OP_RECORD as _OP  # the plan's records

@@ -54,9 +54,15 @@ def _operands(blk, calls, a_offs, b_offs, extents):
     return dict(a=a, b=b, lda=lda, ldb=ldb, a_rows=a_rows, b_rows=b_rows) if ok else None
 
 
+# the TMA entry of each cp.async entry a qualifying phase may take: unsplit,
+# and (with the backend's tma_split) in clusters
+TMA_ENTRY = {("tc", False): "tc_tma", ("tc_small", False): "tc_small_tma",
+             ("tc_split", True): "tc_split_tma", ("tc_small", True): "tc_small_split_tma"}
+
+
 def tile_rows(entry, m, tile):
     """The rows of the tiles the TMA entry runs (run_phase_tma's choice): A's box."""
-    return 128 if entry == "tc_tma" and m > 64 and tile[0] > 64 else 64
+    return 128 if entry in ("tc_tma", "tc_split_tma") and m > 64 and tile[0] > 64 else 64
 
 
 class Maps:

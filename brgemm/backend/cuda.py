@@ -31,7 +31,7 @@ import numpy as np
 from brgemm.backend._device_replay import DeviceReplay
 from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_device  # noqa: F401
 from brgemm.backend._cuda_small import Launch, small_path
-from brgemm.backend._cuda_tma import Maps, phase_operands, tile_rows
+from brgemm.backend._cuda_tma import TMA_ENTRY, Maps, phase_operands, tile_rows
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
     device, stream, synchronize  # noqa: F401
 from brgemm.dtypes import ITEMSIZE
@@ -106,7 +106,7 @@ class _Tables:
     def launch_details(self, allow_tc):
         """How every phase launches (a Launch each), as the settings say now."""
         key = (allow_tc, max_cluster, small_tiles, wide_tiles, split_tiles, uniform_args,
-               tma_loads, tma_persistent)
+               tma_loads, tma_persistent, tma_split)
         if key not in self._launches:
             self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
         return self._launches[key]
@@ -144,7 +144,7 @@ class _Tables:
                 a.uniform, a.kernel, params = 1, kernel, self.params_tma
                 rows = tile_rows(ln.entry, self.phases[p]["m"], ln.tile)
                 self.params_tma[1] = self._maps.get(self.phases[p]["tma"], addresses, rows)
-                if tma_persistent:  # at most one round of blocks, each taking several parts
+                if tma_persistent and ln.cluster == 1:  # one round of blocks, several parts each
                     blocks = min(blocks, dev.sm_count * dev.blocks_per_sm(ln.entry))
             try:
                 dev.launch(ln.entry, blocks, ln.cluster, params, s,
@@ -172,13 +172,11 @@ wide_tiles = True
 # every phase that qualifies (benchmarks/gpu.py compares them).
 split_tiles = None
 # plan runs on device tensors launch their phases with programmatic dependent
-# launch: each may start while the stream's previous kernel ends (the kernel
-# reads its tables meanwhile and waits before touching tensors); in clusters
-# where clustered_pdl says; never on the 128 x 256 entry (whose code has no
-# wait: the GEMM was slower with the small path's changes)
+# launch (each may start while the stream's previous kernel ends; the kernel
+# waits before touching tensors); in clusters where clustered_pdl says; never
+# on the 128 x 256 entry (the GEMM was slower with the small path's changes)
 programmatic_launch = True
-# a phase whose tasks are one call each of one kernel shape passes that
-# shape's index in the launch argument (the kernel skips two dependent table reads)
+# uniform phases pass their kernel index in the launch argument (two table reads less)
 uniform_args = True
 # programmatic launch for clustered launches too (about 1 us a call on the
 # split FC passes of the H200: benchmarks/RESULTS.md)
@@ -188,10 +186,11 @@ clustered_pdl = True
 # (entries *_tma); off unless BRGEMM_CUDA_TMA=1 until the whole GPU suite has
 # run with it on (faster on 11 of the 12 FC passes it takes: RESULTS.md)
 tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "0") == "1"
-# with tma_loads: at most one round of blocks, each taking several parts of
-# the phase in turn (the producer loads the next one's first steps during
-# this one's epilogue; as fast or faster on every FC pass measured)
+# with tma_loads: unclustered launches as one round of blocks, each taking
+# several parts in turn (as fast or faster on every FC pass measured)
 tma_persistent = True
+# with tma_loads: clustered (split) launches too (off until a GPU run)
+tma_split = os.environ.get("BRGEMM_CUDA_TMA_SPLIT", "0") == "1"
 # bf16 C, and f32 C with ops in registers, stored several elements a thread
 # (f32 C without ops always is); off unless BRGEMM_CUDA_VEC_STORES=1
 vec_stores = os.environ.get("BRGEMM_CUDA_VEC_STORES", "0") == "1"
@@ -252,8 +251,9 @@ def _launch_shape(phase, allow_tc):
     if ln is None:
         entry, size = _entry_and_cluster(phase, allow_tc)
         ln = Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
-    if tma_loads and phase.get("tma") and ln.cluster == 1 and ln.entry in ("tc", "tc_small"):
-        ln = ln._replace(entry=ln.entry + "_tma")
+    entry = TMA_ENTRY.get((ln.entry, ln.cluster > 1))
+    if tma_loads and phase.get("tma") and entry and (ln.cluster == 1 or tma_split):
+        ln = ln._replace(entry=entry)
     return ln
 
 

@@ -428,6 +428,24 @@ __device__ __forceinline__ void next_step(int64_t& b, int64_t& k0, int64_t k) {
   if (k0 >= k) k0 = 0, ++b;
 }
 
+/* rows r0 .. r1 - 1 of a split tile staged in every rank's shared memory
+ * (row stride LD floats), summed in rank order into this rank's: its
+ * threads (THREADS) take four columns each */
+template <int BN, int LD>
+__device__ __forceinline__ void sum_ranks(float* tile, int r0, int r1, uint32_t nranks) {
+  const uint32_t base = smem_addr(tile);
+  for (int e = r0 * BN + (int)threadIdx.x * 4; e < r1 * BN; e += THREADS * 4) {
+    const int r = e / BN, col = e % BN;
+    const uint32_t at = base + (r * LD + col) * 4;
+    float4 v = cluster_load4(cluster_addr(at, 0));
+    for (uint32_t q = 1; q < nranks; ++q) {
+      const float4 w = cluster_load4(cluster_addr(at, q));
+      v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+    }
+    *(float4*)&tile[r * LD + col] = v;  /* rows only this rank reads */
+  }
+}
+
 /* ---- the epilogue of a tile staged in shared memory (both tensor-core paths) */
 
 /* op on V consecutive values of row i, columns j .. j + V - 1 of the C block:
@@ -656,17 +674,7 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
   if (split) {
     r0 = BM * rank / nranks, r1 = BM * (rank + 1) / nranks;
     cluster_sync();  /* every rank's partial tile is in its shared memory */
-    const uint32_t base = smem_addr(tile);
-    for (int e = r0 * BN + tid * 4; e < r1 * BN; e += THREADS * 4) {
-      const int r = e / BN, col = e % BN;
-      const uint32_t at = base + (r * LD + col) * 4;
-      float4 v = cluster_load4(cluster_addr(at, 0));
-      for (uint32_t q = 1; q < nranks; ++q) {
-        const float4 w = cluster_load4(cluster_addr(at, q));
-        v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
-      }
-      *(float4*)&tile[r * LD + col] = v;  /* rows only this rank reads */
-    }
+    sum_ranks<BN, LD>(tile, r0, r1, nranks);
     __syncthreads();  /* the sums are in: the per-element epilogue reads other threads' */
     /* this rank reads no other's tile any more; the wait for the others (then
        no rank reads this one's, and its stages may refill) follows the stores */
@@ -850,7 +858,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
  * tma_tile.cuh): the tile by the kernel shape and the launch's caps, as
  * run_task picks it (the host reads the same to size A's box); on the
  * 64-row entry (two blocks per SM) 64-row tiles. */
-template <bool SMALL>
+template <bool SMALL, bool SPLIT>
 __device__ __forceinline__ void run_phase_tma(const brgemm_cuda_phase_args& args,
                                               const TmaMaps& maps) {
 #if BRGEMM_TC
@@ -859,14 +867,14 @@ __device__ __forceinline__ void run_phase_tma(const brgemm_cuda_phase_args& args
   const bool rows128 = kd->m > 64 && args.tile_m > 64, cols128 = kd->n > 64 && args.tile_n > 64;
   unsigned char* smem = aligned_smem();
   if constexpr (SMALL) {
-    if (cols128) tma_phase<64, 128, STAGE_BUDGET_SMALL_TMA, 4>(args, maps, smem);
-    else tma_phase<64, 64, STAGE_BUDGET_SMALL_TMA, 4>(args, maps, smem);
+    if (cols128) tma_phase<64, 128, STAGE_BUDGET_SMALL_TMA, 4, SPLIT>(args, maps, smem);
+    else tma_phase<64, 64, STAGE_BUDGET_SMALL_TMA, 4, SPLIT>(args, maps, smem);
   } else if (rows128) {
-    if (cols128) tma_phase<128, 128, STAGE_BUDGET_TMA, 12>(args, maps, smem);
-    else tma_phase<128, 64, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+    if (cols128) tma_phase<128, 128, STAGE_BUDGET_TMA, 12, SPLIT>(args, maps, smem);
+    else tma_phase<128, 64, STAGE_BUDGET_TMA, 12, SPLIT>(args, maps, smem);
   } else {
-    if (cols128) tma_phase<64, 128, STAGE_BUDGET_TMA, 12>(args, maps, smem);
-    else tma_phase<64, 64, STAGE_BUDGET_TMA, 12>(args, maps, smem);
+    if (cols128) tma_phase<64, 128, STAGE_BUDGET_TMA, 12, SPLIT>(args, maps, smem);
+    else tma_phase<64, 64, STAGE_BUDGET_TMA, 12, SPLIT>(args, maps, smem);
   }
 #endif
 }
@@ -874,11 +882,24 @@ __device__ __forceinline__ void run_phase_tma(const brgemm_cuda_phase_args& args
 extern "C" __global__ void __launch_bounds__(TMA_THREADS, 1)
     brgemm_cuda_phase_tc_tma(const __grid_constant__ brgemm_cuda_phase_args args,
                              const __grid_constant__ TmaMaps maps) {
-  run_phase_tma<false>(args, maps);
+  run_phase_tma<false, false>(args, maps);
 }
 
 extern "C" __global__ void __launch_bounds__(TMA_THREADS, 2)
     brgemm_cuda_phase_tc_small_tma(const __grid_constant__ brgemm_cuda_phase_args args,
                                    const __grid_constant__ TmaMaps maps) {
-  run_phase_tma<true>(args, maps);
+  run_phase_tma<true, false>(args, maps);
+}
+
+/* the same in clusters that split each tile's k-steps (as tc_split, tc_small) */
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, 1)
+    brgemm_cuda_phase_tc_split_tma(const __grid_constant__ brgemm_cuda_phase_args args,
+                                   const __grid_constant__ TmaMaps maps) {
+  run_phase_tma<false, BRGEMM_TC>(args, maps);
+}
+
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, 2)
+    brgemm_cuda_phase_tc_small_split_tma(const __grid_constant__ brgemm_cuda_phase_args args,
+                                         const __grid_constant__ TmaMaps maps) {
+  run_phase_tma<true, BRGEMM_TC>(args, maps);
 }

@@ -20,8 +20,10 @@
  * box never reads past a block's k), each block's columns inside its row
  * (column + k <= lda for A, column + n <= ldb for B) and rows inside the
  * map; rows and columns a tile reads past m or n are other data or zeros
- * (outside the map), and their results are never stored. No split over a
- * cluster, no memory-order ops. */
+ * (outside the map), and their results are never stored. No memory-order
+ * ops. In a cluster (SPLIT entries) the blocks split each tile's k-steps and
+ * sum the partial tiles as tc_tile does; no persistence there (one round of
+ * clusters, the producer warp in each tile's cluster barriers). */
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -78,24 +80,34 @@ struct Ring {
   }
 };
 
-/* the producer thread: every k-step of every tile of this block's units */
-template <int BM, int BN, int NS>
+/* the producer thread: every k-step of every tile of this block's units;
+ * SPLIT (a launch in clusters): this rank's share of each tile's k-steps, as
+ * tc_tile takes it, and the whole producer warp joins the consumers' three
+ * cluster barriers of each tile (its thread THREADS issues the copies) */
+template <int BM, int BN, int NS, bool SPLIT>
 __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, const TmaMaps& maps,
                                             uint32_t stages, uint32_t full, uint32_t empty) {
   using S = Stage<BM, BN>;
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.a) : "memory");
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.b) : "memory");
+  const bool issuer = !SPLIT || threadIdx.x == THREADS;
+  uint32_t rank = 0, nranks = 1;
+  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
+  if (issuer) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.a) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&maps.b) : "memory");
+  }
   Ring ring;
-  const int64_t units = args.tasks * args.parts;
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+  const int64_t units = args.tasks * args.parts, unit0 = blockIdx.x / nranks;
+  for (int64_t u = unit0; u < units; u += gridDim.x / nranks) {
     const Call c = make_call(args, args.task0 + u / args.parts, true);
-    if (u == blockIdx.x) wait_for_previous_launch();  /* before the first tensor read */
+    if (u == unit0 && issuer) wait_for_previous_launch();  /* before the first tensor read */
     const brgemm_cuda_block* kd = c.kd;
-    const int64_t lda = kd->lda, ldb = kd->ldb, k = kd->k;
+    const int64_t lda = kd->lda, ldb = kd->ldb, k = kd->k, ksteps = k / TK;
+    const int64_t first = SPLIT ? c.count * ksteps * rank / nranks : 0;
+    const int64_t last = SPLIT ? c.count * ksteps * (rank + 1) / nranks : c.count * ksteps;
     const int cols = (int)((kd->n + BN - 1) / BN), tiles = (int)((kd->m + BM - 1) / BM) * cols;
     for (int t = (int)(u % args.parts); t < tiles; t += args.parts) {
       const int i0 = t / cols * BM, j0 = t % cols * BN;
-      for (int64_t b = 0; b < c.count; ++b) {
+      for (int64_t b = SPLIT ? first / ksteps : 0; issuer && b * ksteps < last; ++b) {
         /* the blocks' first elements as (column, row) of their tensors */
         const uint64_t ea = c.ao[b] / 2, eb = c.bo[b] / 2;
         int32_t ac, ar, bc, br;
@@ -107,7 +119,11 @@ __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, 
           bc = (int32_t)(eb % ldb), br = (int32_t)(eb / ldb);
         }
         ar += i0, bc += j0;
-        for (int32_t k0 = 0; k0 < k; k0 += TK) {
+        /* this rank's k-steps of block b */
+        const int32_t kb = SPLIT && b * ksteps < first ? (int32_t)(first - b * ksteps) * TK : 0;
+        const int32_t ke = SPLIT && (b + 1) * ksteps > last ? (int32_t)(last - b * ksteps) * TK
+                                                             : (int32_t)k;
+        for (int32_t k0 = kb; k0 < ke; k0 += TK) {
           mbar_wait(empty + 8 * ring.slot, ring.phase ^ 1u);  /* the consumers are done with it */
           const uint32_t st = stages + ring.slot * S::BYTES, bar = full + 8 * ring.slot;
           mbar_expect(bar, S::BYTES);
@@ -118,12 +134,18 @@ __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, 
           ring.next<NS>();
         }
       }
+      if (SPLIT && nranks > 1) {  /* the partial tiles in, the sums read, the stores done */
+        __syncwarp();
+        cluster_sync();
+        cluster_arrive();
+        cluster_wait();
+      }
     }
   }
 }
 
 /* the consumers: every tile of this block's units, in the producer's order */
-template <int BM, int BN, int NS>
+template <int BM, int BN, int NS, bool SPLIT>
 __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, uint32_t stages,
                                             uint32_t full, uint32_t empty, float* tile) {
   using S = Stage<BM, BN>;
@@ -132,13 +154,16 @@ __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, 
   constexpr bool SPLIT_K = BM == 64 && BN == 64;
   const int tid = threadIdx.x, wg = tid / 128;
   const int row0 = BM == 128 ? 64 * wg : 0, col0 = BM == 128 || SPLIT_K ? 0 : 64 * wg;
+  uint32_t rank = 0, nranks = 1;
+  if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
   Ring ring;
-  const int64_t units = args.tasks * args.parts;
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+  const int64_t units = args.tasks * args.parts, unit0 = blockIdx.x / nranks;
+  for (int64_t u = unit0; u < units; u += gridDim.x / nranks) {
     const Call c = make_call(args, args.task0 + u / args.parts, true);
-    if (u == blockIdx.x) wait_for_previous_launch();  /* before the first C access */
+    if (u == unit0) wait_for_previous_launch();  /* before the first C access */
     const brgemm_cuda_block* kd = c.kd;
-    const int64_t steps = c.count * (kd->k / TK);
+    const int64_t all = c.count * (kd->k / TK);  /* this rank's share, as the producer's */
+    const int64_t steps = SPLIT ? all * (rank + 1) / nranks - all * rank / nranks : all;
     const int cols = (int)((kd->n + BN - 1) / BN), tiles = (int)((kd->m + BM - 1) / BM) * cols;
     for (int t = (int)(u % args.parts); t < tiles; t += args.parts) {
       float acc[WN / 2];
@@ -184,14 +209,25 @@ __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, 
         }
         consumers_sync();
       }
-      store_tile<BN, LD>(c, tile, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN, 0, BM);
+      /* a split tile: this rank finishes rows r0 .. r1 of the sum over the ranks,
+         between the cluster barriers the producer warp joins too (as tc_tile) */
+      int r0 = 0, r1 = BM;
+      if (SPLIT && nranks > 1) {
+        r0 = BM * rank / nranks, r1 = BM * (rank + 1) / nranks;
+        cluster_sync();
+        sum_ranks<BN, LD>(tile, r0, r1, nranks);
+        consumers_sync();
+        cluster_arrive();
+      }
+      store_tile<BN, LD>(c, tile, (int64_t)(t / cols) * BM, (int64_t)(t % cols) * BN, r0, r1);
+      if (SPLIT && nranks > 1) cluster_wait();
     }
   }
 }
 
 /* one phase on the TMA path: barriers set up, then the producer warp and
  * the consumers part ways (budget: the stages' bytes; the barriers follow) */
-template <int BM, int BN, int BUDGET, int MOST>
+template <int BM, int BN, int BUDGET, int MOST, bool SPLIT>
 __device__ __forceinline__ void tma_phase(const brgemm_cuda_phase_args& args, const TmaMaps& maps,
                                           unsigned char* smem) {
   constexpr int NS = tma_stages<BM, BN>(BUDGET, MOST);
@@ -207,9 +243,9 @@ __device__ __forceinline__ void tma_phase(const brgemm_cuda_phase_args& args, co
   }
   __syncthreads();
   if (threadIdx.x >= THREADS) {
-    if (threadIdx.x == THREADS) tma_produce<BM, BN, NS>(args, maps, stages, full, empty);
+    if (SPLIT || threadIdx.x == THREADS) tma_produce<BM, BN, NS, SPLIT>(args, maps, stages, full, empty);
     return;
   }
-  tma_consume<BM, BN, NS>(args, stages, full, empty,
+  tma_consume<BM, BN, NS, SPLIT>(args, stages, full, empty,
                           (float*)(smem + NS * Stage<BM, BN>::BYTES));
 }
