@@ -163,16 +163,16 @@ def run_gemm(quick, dtypes, skip_tma=False):
 FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 128, 128),
              (128, 128, 256)]
 # launches timed on the library's blocks of each bf16 pass besides its default:
-# vectorized stores, the TMA path not persistent; with --variants also the
+# the TMA path not persistent; with --variants also the
 # launch before the small-problem path, no kernel index in the launch
 # argument, no programmatic launch (none in clusters), and the small-problem
 # path forced to (tile rows, columns, cluster, entry)
 TMA = {"tma_loads": True, "tma_persistent": False}
 TMA_PERSISTENT = {"tma_loads": True, "tma_persistent": True}
-VEC = {"vec_stores": True}  # several C elements a thread for bf16 C and register ops
+VEC = {"vec_stores": True}  # TMA entries: several C elements a thread for bf16 C, register ops
 TMA_VEC = {**TMA_PERSISTENT, **VEC}
 TMA_VEC_SPLIT = {**TMA_VEC, "tma_split": True}  # clustered launches on TMA too
-VARIANTS = [("vec", VEC), ("tma not persistent", TMA)]
+VARIANTS = [("tma not persistent", TMA)]
 OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False}),
                 ("no PDL", {"programmatic_launch": False}),
                 ("no clustered PDL", {"clustered_pdl": False})]
@@ -296,7 +296,7 @@ def run_fc_gemm(quick, dtypes, skip_tma=False):
             B = torch.randn(Kk, Nn, device="cuda").bfloat16()
             Cm = torch.full((M, Nn), float("nan"), device="cuda").bfloat16()
             ref = torch.matmul(A.float(), B.float())
-            for vname, kw in [("default", {}), ("vec", VEC)] + ([] if skip_tma else PAIRED):
+            for vname, kw in [("default", {})] + ([] if skip_tma else PAIRED):
                 with cuda_launch_settings(**kw):
                     Cm.fill_(float("nan"))
                     p.run(backend="cuda", A=A, B=B, C=Cm)

@@ -117,7 +117,7 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     they qualify (False, the default, unless BRGEMM_CUDA_TMA=1: cp.async);
     tma_persistent: those launch at most one round of blocks, each taking
     several parts in turn (True, the default); tma_split: clustered launches
-    take it too (False, the default, unless BRGEMM_CUDA_TMA_SPLIT=1). vec_stores: the tensor-core
+    take it too (False, the default, unless BRGEMM_CUDA_TMA_SPLIT=1). vec_stores: the TMA entries'
     epilogue stores several elements a thread for bf16 C and for f32 C with
     ops too (False, the default, unless BRGEMM_CUDA_VEC_STORES=1).
     A BackendUnavailable where CUDA does not run here."""

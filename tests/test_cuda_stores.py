@@ -1,7 +1,7 @@
-"""The tensor-core epilogue's stores (kernels/cuda/brgemm_plan.cu store_tile):
+"""The TMA entries' epilogue stores (kernels/cuda/brgemm_plan.cu store_tile):
 with vec_stores on, several C elements a thread for bf16 C and for f32 C
 with ops in registers; on an sm_90a GPU the same bits as the per-element
-epilogue (vec_stores off) on both tile paths (cp.async, TMA), and float64
+epilogue (vec_stores off; the cp.async entries always), and float64
 within the bound, on random GEMM-shaped plans: bf16 or f32 C, alpha, beta,
 ops, blocks the tiles overhang, row strides and C offsets that allow
 16-byte, 8-byte or only single-element stores."""

@@ -191,8 +191,8 @@ tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "0") == "1"
 tma_persistent = True
 # with tma_loads: clustered (split) launches too (off until a GPU run)
 tma_split = os.environ.get("BRGEMM_CUDA_TMA_SPLIT", "0") == "1"
-# bf16 C, and f32 C with ops in registers, stored several elements a thread
-# (f32 C without ops always is); off unless BRGEMM_CUDA_VEC_STORES=1
+# TMA entries: bf16 C and f32 C with register ops stored several elements a
+# thread (as f32 C without ops always is); off unless BRGEMM_CUDA_VEC_STORES=1
 vec_stores = os.environ.get("BRGEMM_CUDA_VEC_STORES", "0") == "1"
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill

@@ -56,7 +56,7 @@ typedef struct {
   int32_t kernel;
   int32_t tasks;           /* the tasks of this launch (read by the TMA entries,
                               whose blocks may take several: see tma_tile.cuh) */
-  int32_t vec_stores;      /* 1: the tensor-core epilogue stores several C
+  int32_t vec_stores;      /* 1: the TMA entries' epilogue stores several C
                               elements a thread in every case that allows it
                               (bf16 C, ops in registers); 0: only f32 C without
                               register ops (the code before this flag) */

@@ -446,7 +446,8 @@ __device__ __forceinline__ void sum_ranks(float* tile, int r0, int r1, uint32_t 
   }
 }
 
-/* ---- the epilogue of a tile staged in shared memory (both tensor-core paths) */
+/* ---- the epilogue of a tile staged in shared memory (the TMA entries take store_tile with
+ * vec_stores; tc_tile always store_plain) */
 
 /* op on V consecutive values of row i, columns j .. j + V - 1 of the C block:
  * op_value's effect on each (ops are element-wise), with 8- or 16-byte
@@ -553,31 +554,61 @@ __device__ __forceinline__ void store_vec(const Call& c, const float* tile, int6
 }
 
 /* the epilogue of rows r0 .. r1 - 1 of a BN-column tile staged in shared
- * memory (row stride LD floats) at (i0, j0) of the call's C block: several
- * elements a thread where the tile's columns, ldc and C's alignment allow
- * (f32 C without register ops always; bf16 C, and f32 C with register ops,
- * with the launch's vec_stores), else finish() per element. Rows and columns
- * past the block are not stored. */
+ * memory (row stride LD floats) at (i0, j0) of the call's C block, as it
+ * was before vec_stores (inline in the tile code; the launch's default):
+ * f32 C without register ops four elements a thread, the rest finish() per
+ * element. Rows and columns past the block are not stored. */
 template <int BN, int LD>
-__device__ __noinline__ void store_tile(const Call& c, const float* tile, int64_t i0, int64_t j0,
-                                           int r0, int r1) {
+__device__ __forceinline__ void store_plain(const Call& c, const float* tile, int64_t i0,
+                                            int64_t j0, int r0, int r1) {
   const brgemm_cuda_block* kd = c.kd;
   const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
   const int64_t ldc = kd->ldc;
-  const uintptr_t a = (uintptr_t)c.C;
-  if (kd->dtype_c == BRGEMM_F32) {
-    if ((c.n_ops == 0 || !c.reg_ops || c.vec) && cols % 4 == 0 && ldc % 4 == 0 && (a & 15) == 0)
-      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
-  } else if (c.vec) {
-    if (cols % 8 == 0 && ldc % 8 == 0 && (a & 15) == 0)
-      return store_vec<8, BN, LD>(c, tile, i0, j0, r0, rows, cols);
-    if (cols % 4 == 0 && ldc % 4 == 0 && (a & 7) == 0)
-      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+  if (kd->dtype_c == BRGEMM_F32 && (c.n_ops == 0 || !c.reg_ops) && cols % 4 == 0 &&
+      ldc % 4 == 0 && ((uintptr_t)c.C & 15) == 0) {
+    const float alpha = kd->alpha, beta = kd->beta;
+    for (int e = r0 * BN + (int)threadIdx.x * 4; e < rows * BN; e += THREADS * 4) {
+      const int r = e / BN, col = e % BN;
+      if (col >= cols) continue;
+      float4 v = *(const float4*)&tile[r * LD + col];
+      float4* at = (float4*)((float*)c.C + (i0 + r) * ldc + j0 + col);
+      v = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
+      if (beta != 0.0f) {
+        const float4 old = *at;
+        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
+                        v.w + beta * old.w);
+      }
+      *at = v;
+    }
+    return;
   }
   for (int e = r0 * BN + (int)threadIdx.x; e < rows * BN; e += THREADS) {
     const int r = e / BN, col = e % BN;
     if (col < cols) finish(c, i0 + r, j0 + col, tile[r * LD + col]);
   }
+}
+
+/* the same with the launch's vec_stores (a call of its own: inline, its code
+ * spilled registers in the 64-row entry): several elements a thread where the
+ * tile's columns, ldc and C's alignment allow (bf16 C, f32 C with register
+ * ops too), else as store_plain */
+template <int BN, int LD>
+__device__ __noinline__ void store_tile(const Call& c, const float* tile, int64_t i0, int64_t j0,
+                                        int r0, int r1) {
+  const brgemm_cuda_block* kd = c.kd;
+  const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
+  const int64_t ldc = kd->ldc;
+  const uintptr_t a = (uintptr_t)c.C;
+  if (kd->dtype_c == BRGEMM_F32) {
+    if (cols % 4 == 0 && ldc % 4 == 0 && (a & 15) == 0)
+      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+  } else {
+    if (cols % 8 == 0 && ldc % 8 == 0 && (a & 15) == 0)
+      return store_vec<8, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+    if (cols % 4 == 0 && ldc % 4 == 0 && (a & 7) == 0)
+      return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
+  }
+  store_plain<BN, LD>(c, tile, i0, j0, r0, r1);
 }
 
 /* a BM x BN tile at (i0, j0); SPLIT (and a launch in clusters): this block's
@@ -680,7 +711,9 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
        no rank reads this one's, and its stages may refill) follows the stores */
     cluster_arrive();
   }
-  store_tile<BN, LD>(c, tile, i0, j0, r0, r1);
+  /* the code before vec_stores: its stores here spilled registers in the
+     64-row and 128 x 256 entries (vec_stores applies to the TMA entries) */
+  store_plain<BN, LD>(c, tile, i0, j0, r0, r1);
   if (split) cluster_wait();
 }
 
