@@ -18,7 +18,8 @@
    block does not share, 2 B, 3 A), B packed in strips of 16 columns
    (BRGEMM_AMX_BTILES), passes over chunks of blocks small enough that the
    shared operand of the next macro block stays in L1 (BRGEMM_AMX_L1: bytes of
-   A and B per pass), interleaved, median % of the peak measured in the same
+   A and B per pass), the ping-pong passes over 16 x 32 macro blocks
+   (BRGEMM_AMX_SWAP), interleaved, median % of the peak measured in the same
    repetition. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
    software prefetches, BRGEMM_AMX_PF, and the forward-only walk,
    BRGEMM_AMX_REVERSE=0, lost or tied: benchmarks/RESULTS.md.)"""
@@ -33,11 +34,12 @@ import brgemm
 from brgemm import machine
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
-TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_L1")
+TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_L1", "BRGEMM_AMX_SWAP")
 # the first is the default for B packed ahead, the second the schedule before it;
-# L1 131072 and 65536: passes over 8 and 4 blocks of 64x64x64
-VARIANTS = [("2", "1", "0"), ("0", "0", "0"), ("1", "1", "0"), ("0", "1", "0"), ("2", "0", "0"),
-            ("0", "0", "131072"), ("2", "1", "65536"), ("1", "1", "65536")]
+# L1 65536: passes over 4 blocks of 64x64x64 (SWAP: its passes' bytes, 0 = 64 KiB)
+VARIANTS = [("2", "1", "0", "0"), ("0", "0", "0", "0"), ("1", "1", "0", "0"),
+            ("0", "1", "0", "0"), ("2", "0", "0", "0"), ("2", "1", "65536", "0"),
+            ("0", "1", "0", "1"), ("0", "1", "32768", "1"), ("0", "1", "98304", "1")]
 TOUCH = (16384, 65536)  # bytes written between two calls from C: an L1's worth, more
 
 
@@ -149,9 +151,10 @@ def big_call(rng, gap, reps):
 def variants(rng, reps):
     """Part 4."""
     print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, L1 bytes per "
-          "pass")
-    names = [f"T1 {t1} BT{bt} {int(l1) // 1024}K" for t1, bt, l1 in VARIANTS]
-    print(f"{'block':<18}{'':>4}" + "".join(f"{x:>15}" for x in names))
+          "pass, SW ping-pong passes")
+    names = [f"T1 {t1} BT{bt} {int(l1) // 1024}K" + (" SW" if sw == "1" else "")
+             for t1, bt, l1, sw in VARIANTS]
+    print(f"{'block':<18}{'':>4}" + "".join(f"{x:>17}" for x in names))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
         ks = [_kernel(m, n, k, dict(zip(TUNABLES, v)), A, B, C) for v in VARIANTS]
@@ -167,7 +170,7 @@ def variants(rng, reps):
         for where, pct in (("C", pct_c), ("API", pct_api)):
             if pct[0]:
                 print(f"{f'{m}x{n}x{k} x{count}':<18}{where:>4}"
-                      + "".join(f"{statistics.median(p):>14.1f}%" for p in pct), flush=True)
+                      + "".join(f"{statistics.median(p):>16.1f}%" for p in pct), flush=True)
 
 
 def run(reps=5):

@@ -32,7 +32,7 @@ echo "tests exit $tests_rc"; tail -15 $out/tests.txt
 # (assignments joined by commas, e.g. BRGEMM_AMX_T1=1,BRGEMM_AMX_BTILES=1)
 for v in ${VARIANT_TESTS:-}; do
   echo "== amx_cases with $v: $(env ${v//,/ } timeout 60 $py -m pytest -q -x -p no:cacheprovider \
-    tests/amx_cases.py -k 'edges or random or depths or packing' 2>&1 | tail -1)" | tee -a $out/tests.txt
+    tests/amx_cases.py -k 'edges or random or depths or packing or whole' 2>&1 | tail -1)" | tee -a $out/tests.txt
 done
 [ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout ${TIMEOUT_profile:-120} $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
 # the kernel benchmark as built, then once per word of KERNEL_VARIANTS (tunables

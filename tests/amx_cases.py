@@ -75,6 +75,16 @@ def test_random(rng, case):
     run_case(rng, m, n, k, count, form, alpha, beta, c_dtype, packed=form == "strd" and case % 3 == 0)
 
 
+@pytest.mark.parametrize("m,n", [(16, 64), (32, 32), (48, 96), (64, 64), (80, 32)])
+def test_whole_macro_blocks(rng, m, n):
+    """Shapes of whole 16 x 32 macro blocks (BRGEMM_AMX_SWAP's): passes over
+    chunks of blocks, with beta 0, 1 and other, f32 and bf16 C, B packed or not."""
+    for case in range(4):
+        alpha, beta = [(1.0, 0.0), (1.0, 1.0), (0.5, 2.0), (1.0, 1.0)][case]
+        run_case(rng, m, n, int(rng.choice([32, 64, 33])), int(rng.integers(1, 10)), "strd", alpha,
+                 beta, [np.float32, brgemm.bfloat16][case % 2], packed=case >= 2)
+
+
 def test_packing_is_vnni_pairs_with_zero_rows(rng):
     m, n, k = 5, 21, 35  # odd k: a zero partner row; k > 32 without an even divisor >= 16: padded
     B = bf16(rng, (2, k, n))

@@ -86,6 +86,11 @@ struct brgemm_amx_kernel {
   int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
   int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
+  /* BRGEMM_AMX_SWAP=1 on a kernel whose C splits into two or more whole 16 x 32
+   * macro blocks: the ping-pong passes below, pp_chunk blocks each */
+  int pingpong;
+  int64_t pp_chunk;
+  tile_config pp_cfg;
 };
 
 /* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
@@ -180,6 +185,15 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
       make_config(&kr->cfg[em][en], em ? last_rows : MB, en ? last_cols : NB, (int)kc);
+  const char* swap = getenv("BRGEMM_AMX_SWAP");
+  kr->pingpong = swap && atoi(swap) != 0 && d->m % TILE == 0 && d->n % NB == 0 &&
+                 d->m / TILE * (d->n / NB) >= 2;
+  /* its passes: BRGEMM_AMX_L1's bytes of A and B, else 64 KiB (B's share stays
+   * in L1 while every row of macro blocks passes over it) */
+  const int64_t pp_budget = budget ? atol(budget) : 65536;
+  kr->pp_chunk = pp_budget > per_block ? pp_budget / per_block : 1;
+  make_config(&kr->pp_cfg, TILE, NB, (int)kc);  /* tiles 0-3 whole, 4 A, 6-7 B */
+  kr->pp_cfg.rows[2] = kr->pp_cfg.rows[3] = TILE, kr->pp_cfg.colsb[2] = kr->pp_cfg.colsb[3] = 64;
   return kr;
 }
 
@@ -439,6 +453,98 @@ static void combine(const brgemm_amx_kernel* kr, const float* acc, void* c) {
   }
 }
 
+/* ---- ping-pong passes (BRGEMM_AMX_SWAP=1) ----
+ * Macro blocks of 16 x 32 (two C tiles), visited chunk by chunk of blocks (a
+ * snake over C in each), with two sets of C tiles in turn (tmm0-1, tmm2-3):
+ * while one set accumulates a visit, the other stores the last visit's C and
+ * loads (or zeroes) the next one's, so that C goes back to acc between passes
+ * without the tile unit waiting on it. A chunk's B is read by every row of
+ * macro blocks, from L1 after the first; a row's A by both its column pairs.
+ * One A tile (tmm4) and two B tiles (tmm6, 7) per step of two products.
+ * Needs whole macro blocks and two of them at least (consecutive visits never
+ * meet on one macro block). Not measured yet (benchmarks/amx_profile.py). */
+
+typedef struct { int64_t b0, nb, i0, j0; } pp_visit;
+
+static pp_visit pp_at(const brgemm_amx_kernel* kr, int64_t v, int64_t count) {
+  const int64_t pairs = kr->n / NB, per = kr->m / TILE * pairs;
+  const int64_t c = v / per, r = v % per / pairs, jp = v % per % pairs;
+  const pp_visit x = {c * kr->pp_chunk,
+                      count - c * kr->pp_chunk < kr->pp_chunk ? count - c * kr->pp_chunk : kr->pp_chunk,
+                      r * TILE, ((r & 1) ? pairs - 1 - jp : jp) * NB};
+  return x;
+}
+
+/* step s of visit x (block b0 + s / nk, k chunk s % nk) into C tiles c0, c1 */
+#define PP_STEP(c0, c1, s)                                                                \
+  do {                                                                                    \
+    const int64_t i_ = x.b0 + (s) / nk, kk_ = (s) % nk * kr->kc;                          \
+    TILE_LOAD(4, (const char*)a[i_] + x.i0 * sa + kk_ * 2, sa);                           \
+    TILE_LOAD(6, (const char*)b[i_] + bc.off[0] + kk_ / 2 * bc.stride[0], bc.stride[0]);  \
+    TILE_DP(c0, 4, 6);                                                                    \
+    TILE_LOAD(7, (const char*)b[i_] + bc.off[1] + kk_ / 2 * bc.stride[1], bc.stride[1]);  \
+    TILE_DP(c1, 4, 7);                                                                    \
+  } while (0)
+
+/* visit x on tiles c0, c1; after its first step, tiles o0, o1 store the last
+ * visit's C and take the next visit's */
+#define PP_VISIT(c0, c1, o0, o1)                                                          \
+  do {                                                                                    \
+    PP_STEP(c0, c1, 0);                                                                   \
+    if (v > 0) {                                                                          \
+      char* cb_ = (char*)acc + prev.i0 * sacc + prev.j0 * 4;                              \
+      TILE_STORE(o0, cb_, sacc);                                                          \
+      TILE_STORE(o1, cb_ + TILE * 4, sacc);                                               \
+    }                                                                                     \
+    if (v + 1 < nv) {                                                                     \
+      char* cn_ = (char*)acc + next.i0 * sacc + next.j0 * 4;                              \
+      if (next.b0 > 0 || load_first) {                                                    \
+        TILE_LOAD(o0, cn_, sacc);                                                         \
+        TILE_LOAD(o1, cn_ + TILE * 4, sacc);                                              \
+      } else {                                                                            \
+        TILE_ZERO(o0);                                                                    \
+        TILE_ZERO(o1);                                                                    \
+      }                                                                                   \
+    }                                                                                     \
+    for (int64_t s = 1; s < x.nb * nk; ++s) PP_STEP(c0, c1, s);                          \
+  } while (0)
+
+static void pingpong(const brgemm_amx_kernel* kr, const uint16_t* const* a, int64_t sa,
+                     const uint16_t* const* b, int64_t sb, int strips, int64_t count, float* acc,
+                     int64_t sacc, int load_first) {
+  const int64_t nk = kr->kp / kr->kc, chunks = (count + kr->pp_chunk - 1) / kr->pp_chunk;
+  const int64_t nv = chunks * (kr->m / TILE) * (kr->n / NB);
+  use_config(&kr->pp_cfg);
+  pp_visit prev = {0, 0, 0, 0}, x = pp_at(kr, 0, count);
+  char* c0 = (char*)acc + x.i0 * sacc + x.j0 * 4;
+  if (load_first) {
+    TILE_LOAD(0, c0, sacc);
+    TILE_LOAD(1, c0 + TILE * 4, sacc);
+  } else {
+    TILE_ZERO(0);
+    TILE_ZERO(1);
+  }
+  for (int64_t v = 0; v < nv; ++v) {
+    const b_cols bc = b_columns(kr, x.j0, sb, strips);
+    const pp_visit next = v + 1 < nv ? pp_at(kr, v + 1, count) : x;
+    if (v & 1)
+      PP_VISIT(2, 3, 0, 1);
+    else
+      PP_VISIT(0, 1, 2, 3);
+    prev = x, x = next;
+  }
+  char* cl = (char*)acc + prev.i0 * sacc + prev.j0 * 4;
+  if (nv & 1) {
+    TILE_STORE(0, cl, sacc);
+    TILE_STORE(1, cl + TILE * 4, sacc);
+  } else {
+    TILE_STORE(2, cl, sacc);
+    TILE_STORE(3, cl + TILE * 4, sacc);
+  }
+}
+#undef PP_VISIT
+#undef PP_STEP
+
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* const* b, void* c,
@@ -472,6 +578,13 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
   const int64_t sb = (ours ? kr->n : kr->ldb) * 4;
   const int64_t sacc = (kr->direct ? kr->ldc : kr->n) * 4;
   MEMORY_BARRIER();  /* packed blocks and C written before the tiles read them */
+  if (kr->pingpong) {
+    pingpong(kr, ap, sa, bp, sb, b_packed && kr->b_tiles, count, acc, sacc,
+             kr->direct && kr->beta == 1.0f);
+    MEMORY_BARRIER();
+    if (!kr->direct) combine(kr, acc, c);
+    return BRGEMM_OK;
+  }
   /* blocks in chunks whose A and B stay in L1 while every macro block of C
    * passes over them; the accumulators go back to acc between chunks */
   const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
