@@ -1,6 +1,6 @@
 """Where the time of a bf16 AMX kernel call goes, on one core (run on an AMX host).
 
-    python -m benchmarks.amx_profile [--reps N]
+    python -m benchmarks.amx_profile [--reps N] [--parts 2 3 4]
 
 1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
    registers (four accumulators) and with its tile loads from L1.
@@ -173,18 +173,24 @@ def variants(rng, reps):
                       + "".join(f"{statistics.median(p):>16.1f}%" for p in pct), flush=True)
 
 
-def run(reps=5):
+def run(reps=5, parts=(1, 2, 3, 4)):
     rng = np.random.default_rng()
     print(brgemm.info())
     peak = machine.amx_peak(0.2)
     print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {machine.amx_step(False, 0.2):.1f}, "
           f"2x2 with tile loads from L1 {machine.amx_step(True, 0.2):.1f}")
-    overhead = small_call(rng)
-    big_call(rng, min(max(overhead, 0.5e-6), 1e-3), reps)
-    variants(rng, reps)
+    if 2 in parts or 3 in parts:
+        overhead = small_call(rng)
+        if 3 in parts:
+            big_call(rng, min(max(overhead, 0.5e-6), 1e-3), reps)
+    if 4 in parts:
+        variants(rng, reps)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=5)
-    run(parser.parse_args().reps)
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4],
+                        help="which of the parts above (1, the ceilings, always runs)")
+    args = parser.parse_args()
+    run(args.reps, args.parts)

@@ -7,7 +7,8 @@
 # PART_TIMEOUT caps each layer run (seconds), KERNEL_VARIANTS and L1_BUDGETS add kernel runs,
 # TIMEOUT_<part> and TIMEOUT16_<part> cap one part at 2 and 16 threads,
 # KERNEL=0 skips the kernel benchmark, TEST_FILES replaces the test list,
-# VARIANT_TESTS reruns the AMX cases under tunables (below), PROFILE=1 adds benchmarks.amx_profile
+# VARIANT_TESTS reruns the AMX cases under tunables (below), PROFILE=1 adds
+# benchmarks.amx_profile (PROFILE_ARGS: its arguments)
 # (where a call's time goes, kernel variants) on one core. PASSES (e.g. "upd")
 # limits the layer runs to those passes; UPD_VARIANTS names BRGEMM_CONFIG files
 # (benchmarks/amx_upd/*.toml), each one more conv weight-update run at 2
@@ -16,7 +17,7 @@
 # repository root.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
-device_onednn_setup
+[ "${*:-fc conv lstm}" = none ] || device_onednn_setup  # oneDNN for the layer runs only
 device_machine
 device_build_cpu
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
@@ -34,7 +35,7 @@ for v in ${VARIANT_TESTS:-}; do
   echo "== amx_cases with $v: $(env ${v//,/ } timeout 60 $py -m pytest -q -x -p no:cacheprovider \
     tests/amx_cases.py -k 'edges or random or depths or packing or whole' 2>&1 | tail -1)" | tee -a $out/tests.txt
 done
-[ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout ${TIMEOUT_profile:-120} $py -m benchmarks.amx_profile 2>&1 | tee $out/amx_profile.txt
+[ "${PROFILE:-0}" = 1 ] && OMP_NUM_THREADS=1 taskset -c 2 timeout ${TIMEOUT_profile:-120} $py -m benchmarks.amx_profile ${PROFILE_ARGS:-} 2>&1 | tee $out/amx_profile.txt
 # the kernel benchmark as built, then once per word of KERNEL_VARIANTS (tunables
 # joined by commas, as VARIANT_TESTS) and of L1_BUDGETS (BRGEMM_AMX_L1 values:
 # bytes of A and B per pass; 0: one pass)
