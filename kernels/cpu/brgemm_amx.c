@@ -462,7 +462,8 @@ static void combine(const brgemm_amx_kernel* kr, const float* acc, void* c) {
  * macro blocks, from L1 after the first; a row's A by both its column pairs.
  * One A tile (tmm4) and two B tiles (tmm6, 7) per step of two products.
  * Needs whole macro blocks and two of them at least (consecutive visits never
- * meet on one macro block). Not measured yet (benchmarks/amx_profile.py). */
+ * meet on one macro block). Slower than the default on the Xeon (1.5 tile
+ * loads per product; benchmarks/RESULTS.md), so off. */
 
 typedef struct { int64_t b0, nb, i0, j0; } pp_visit;
 
