@@ -149,8 +149,8 @@ def _pointwise_backward(x, w, dy, g, dx):
     if shares > 1:
         steps.append(("sum", lambda: L.column_sums(parts, out=dw)))
     if swap:
-        steps.append(("dw", lambda: L.to_blocks(parts[0].reshape(g.C, g.K), g.K, g.C,
-                                                transpose=True)))
+        dwp = np.empty((g.K, g.C, 1, 1), np.float32)
+        steps.append(("dw", lambda: conv.dw_from_transposed(parts[0].reshape(g.C, g.K), dwp)))
     return steps
 
 
