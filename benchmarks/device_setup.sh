@@ -7,7 +7,8 @@
 # and installs the carried cffi and pycparser wheels into /tmp/site (not with PY).
 # device_onednn_setup unpacks the carried oneDNN 3.2 wheels (ONEDNN_ROOT);
 # device_machine prints (and saves) the CPU and its vector extensions;
-# device_build_cpu builds the CPU extension against the carried libxsmm.
+# device_build_cpu builds the CPU extension against the carried libxsmm
+# (BUILT=1: not again, where an earlier script of the same call built it).
 out=${OUT:-/tmp}
 py=${PY:-python3}
 DEVCARRY=${DEVCARRY:-.devcarry}
@@ -33,6 +34,7 @@ device_machine() {
 }
 
 device_build_cpu() {
+  [ -n "${BUILT:-}" ] && ls brgemm/_brgemm_cpu*.so >/dev/null 2>&1 && return 0
   LIBXSMM_LIBDIR=$DEVCARRY/lib LIBXSMM_INCDIR=$DEVCARRY/include $py brgemm/_build_cpu.py \
     > $out/build.txt 2>&1 || { tail -30 $out/build.txt; exit 1; }
 }
