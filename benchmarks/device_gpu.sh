@@ -10,7 +10,8 @@
 # does not run them again); BRGEMM_CUDA_TMA=1: everything with the TMA path on
 # (brgemm/backend/cuda.py tma_loads). SUITE_PATHS: the suite's test paths
 # (default tests/); SUITE_ENV="A=1 B=1": environment of the suite alone
-# (e.g. BRGEMM_CUDA_TMA=1 BRGEMM_CUDA_VEC_STORES=1). VARIANTS="5 6": also
+# (e.g. BRGEMM_CUDA_TMA=1 BRGEMM_CUDA_VEC_STORES=1). CUDA_PREBUILT=1: use the
+# brgemm/*.fatbin that travelled (built here with the same nvcc). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
 # of benchmarks.gpu_mlp, remaining arguments passed on; see that branch);
@@ -24,7 +25,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 nvcc --version | tail -1
 t0=$(date +%s)
 device_build_cpu
-$py brgemm/_build_cuda.py || exit 1
+if [ -n "${CUDA_PREBUILT:-}" ] && [ -f brgemm/_brgemm_cuda.fatbin ]; then  # fatbins built elsewhere with the same nvcc, carried
+  echo "carried fatbins: $(ls -l brgemm/*.fatbin | awk '{print $5, $9}' | tr '\n' ' ')"
+else
+  $py brgemm/_build_cuda.py || exit 1
+fi
 command -v cuobjdump >/dev/null && echo "HGMMA in SASS: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c HGMMA), UTMALDG: $(cuobjdump -sass brgemm/_brgemm_cuda.fatbin | grep -c UTMALDG), HMMA in the fused MLP's: $(cuobjdump -sass brgemm/_mlp_cuda.fatbin | grep -c HMMA)"
 echo "build: $(( $(date +%s) - t0 )) s"
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.backends(), machine.device_name("cuda"), "wgmma:", machine.cuda_has_tensor_cores())'

@@ -491,6 +491,15 @@ __device__ __forceinline__ void op_values(const brgemm_plan_op* op, float (&v)[V
   }
 }
 
+/* 16 bytes of shared memory; not volatile: the staged tile does not change
+ * while it is read, so the loads may be scheduled early */
+__device__ __forceinline__ float4 shared_load4(uint32_t addr) {
+  float4 v;
+  asm("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+
 /* rows r0 .. rows - 1, columns 0 .. cols - 1 of the staged tile (row stride
  * LD floats) to C, V consecutive columns a thread: alpha, beta (C read in
  * its dtype), the ops (f32 C), one 16-byte store (8-byte: V 4 of bf16) of
@@ -503,13 +512,14 @@ __device__ __forceinline__ void store_vec(const Call& c, const float* tile, int6
   const int64_t ldc = kd->ldc;
   const bool bf16 = kd->dtype_c == BRGEMM_BF16;
   const int n_ops = c.reg_ops && !bf16 ? c.n_ops : 0;  /* ops need an f32 C (the recorder checks) */
+  const uint32_t ts = smem_addr(tile);  /* shared loads: a generic pointer (this is a call of its own) */
   for (int e = r0 * BN + (int)threadIdx.x * V; e < rows * BN; e += THREADS * V) {
     const int r = e / BN, col = e % BN;
     if (col >= cols) continue;
     float v[V];
 #pragma unroll
     for (int q = 0; q < V; q += 4) {
-      const float4 w = *(const float4*)&tile[r * LD + col + q];
+      const float4 w = shared_load4(ts + (r * LD + col + q) * 4);
       v[q] = alpha * w.x, v[q + 1] = alpha * w.y, v[q + 2] = alpha * w.z, v[q + 3] = alpha * w.w;
     }
     const int64_t at = (i0 + r) * ldc + j0 + col;
