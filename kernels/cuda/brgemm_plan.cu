@@ -447,7 +447,7 @@ __device__ __forceinline__ void sum_ranks(float* tile, int r0, int r1, uint32_t 
 }
 
 /* ---- the epilogue of a tile staged in shared memory (the TMA entries take store_tile with
- * vec_stores; tc_tile always store_plain) */
+ * vec_stores, inline; tc_tile always store_plain) */
 
 /* op on V consecutive values of row i, columns j .. j + V - 1 of the C block:
  * op_value's effect on each (ops are element-wise), with 8- or 16-byte
@@ -512,7 +512,7 @@ __device__ __forceinline__ void store_vec(const Call& c, const float* tile, int6
   const int64_t ldc = kd->ldc;
   const bool bf16 = kd->dtype_c == BRGEMM_BF16;
   const int n_ops = c.reg_ops && !bf16 ? c.n_ops : 0;  /* ops need an f32 C (the recorder checks) */
-  const uint32_t ts = smem_addr(tile);  /* shared loads: a generic pointer (this is a call of its own) */
+  const uint32_t ts = smem_addr(tile);  /* shared loads, whatever the compiler knows of `tile` */
   for (int e = r0 * BN + (int)threadIdx.x * V; e < rows * BN; e += THREADS * V) {
     const int r = e / BN, col = e % BN;
     if (col >= cols) continue;
@@ -598,21 +598,22 @@ __device__ __forceinline__ void store_plain(const Call& c, const float* tile, in
   }
 }
 
-/* the same with the launch's vec_stores (a call of its own: inline, its code
- * spilled registers in the 64-row entry): several elements a thread where the
- * tile's columns, ldc and C's alignment allow (bf16 C, f32 C with register
- * ops too), else as store_plain */
+/* the same, and with the launch's vec_stores (the TMA entries alone: in tc_tile
+ * its code spilled registers in the 64-row and 128 x 256 entries, and as a
+ * call of its own it slowed every path on the H200, its caller's too):
+ * several elements a thread where the tile's columns, ldc and C's alignment
+ * allow (bf16 C, f32 C with register ops too), else as store_plain */
 template <int BN, int LD>
-__device__ __noinline__ void store_tile(const Call& c, const float* tile, int64_t i0, int64_t j0,
+__device__ __forceinline__ void store_tile(const Call& c, const float* tile, int64_t i0, int64_t j0,
                                         int r0, int r1) {
   const brgemm_cuda_block* kd = c.kd;
   const int rows = (int)min((int64_t)r1, kd->m - i0), cols = (int)min((int64_t)BN, kd->n - j0);
   const int64_t ldc = kd->ldc;
   const uintptr_t a = (uintptr_t)c.C;
-  if (kd->dtype_c == BRGEMM_F32) {
+  if (c.vec && kd->dtype_c == BRGEMM_F32) {
     if (cols % 4 == 0 && ldc % 4 == 0 && (a & 15) == 0)
       return store_vec<4, BN, LD>(c, tile, i0, j0, r0, rows, cols);
-  } else {
+  } else if (c.vec) {
     if (cols % 8 == 0 && ldc % 8 == 0 && (a & 15) == 0)
       return store_vec<8, BN, LD>(c, tile, i0, j0, r0, rows, cols);
     if (cols % 4 == 0 && ldc % 4 == 0 && (a & 7) == 0)

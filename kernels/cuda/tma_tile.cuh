@@ -220,8 +220,7 @@ __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, 
         cluster_arrive();
       }
       const int64_t i0 = (int64_t)(t / cols) * BM, j0 = (int64_t)(t % cols) * BN;
-      if (c.vec) store_tile<BN, LD>(c, tile, i0, j0, r0, r1);
-      else store_plain<BN, LD>(c, tile, i0, j0, r0, r1);
+      store_tile<BN, LD>(c, tile, i0, j0, r0, r1);
       if (SPLIT && nranks > 1) cluster_wait();
     }
   }
