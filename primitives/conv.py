@@ -48,8 +48,8 @@ from primitives.conv_backward import backward_nest, columns_data_product
 from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest
 from primitives.conv_update import columns_update_product, pointwise_x_block
-from primitives.conv_pointwise import (pointwise, pointwise_copies_dy, pointwise_plan,  # noqa: F401
-                                       pointwise_update, pointwise_update_plan)
+from primitives.conv_pointwise import (dw_from_transposed, pointwise, pointwise_copies_dy,  # noqa: F401
+                                       pointwise_plan, pointwise_update, pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -77,17 +77,25 @@ def columns(g, dtype, backend):
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
 
+# conv.columns' plans read COLUMNS_CALLS times the pass's call_kb per kernel
+# call: their C tiles (bp x bd, 32 KiB) cost more to reload between calls than
+# the layer's (benchmarks/RESULTS.md: res5a_branch2b's backward-data 8% faster)
+COLUMNS_CALLS = 16
+
+
 def columns_plan(g, dtype, bd, bp, pass_="fwd"):
     """The plan of one pass where conv.columns applies: the forward's
     (columns_product), backward-data's (columns_data_product) or the weight
     update's (columns_update_product); parallel over output tiles, each reduced
-    in calls of call_kb's size. Backward-data walks w's column tiles outermost
-    (faster than the other way on res5a_branch2b: benchmarks/RESULTS.md)."""
+    in calls of COLUMNS_CALLS times call_kb's size. Backward-data walks w's
+    column tiles outermost (faster than the other way on res5a_branch2b:
+    benchmarks/RESULTS.md)."""
     def record():
         product = {"fwd": columns_product, "bwd": columns_data_product,
                    "upd": columns_update_product}[pass_](g, bd, bp)
         (_, bi), (_, bj), (R, br) = (product.sizes[n] for n in (product.i, product.j, product.r))
-        per_call = blocks_per_call(g.call_kb[list(SCHEMA).index(pass_)], (bi + bj) * br, dtype)
+        per_call = blocks_per_call(COLUMNS_CALLS * g.call_kb[list(SCHEMA).index(pass_)],
+                                   (bi + bj) * br, dtype)
         outer = product.j + product.i if pass_ == "bwd" else product.i + product.j
         spec = outer.upper() + product.r
         loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call if n == product.r
@@ -96,7 +104,7 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd"):
                              spec=spec)
         product_nest(rec, loops, product, dtype, lambda *at: (), per_call)
         return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp, pass_), record)
+    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS), record)
 
 
 def _task_slots(floats):
@@ -239,16 +247,6 @@ def _pointwise_dw(dy, x, g, upd):
         return _pointwise_update(dy, x, g, *upd, out=dw)
     dwt = _pointwise_update(x, dy, gt, *swapped, out=_scratch.get("dwt", (g.C, g.K), np.float32))
     return dw_from_transposed(dwt, dw)
-
-
-def dw_from_transposed(dwt, dw):
-    """dW^T (C x K) transposed into dW [K, C, 1, 1]: in row tiles of 16 (in
-    parallel, 3 times a one-tile transpose's speed: benchmarks/RESULTS.md)
-    where 16 divides K, else as one tile."""
-    C, K = dwt.shape
-    rows = 16 if K % 16 == 0 else K
-    to_blocks(dwt, rows, C, transpose=True, out=dw.reshape(K // rows, 1, rows, C))
-    return dw
 
 
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):

@@ -6,7 +6,7 @@ functional forms that run them are in primitives/conv.py."""
 import numpy as np
 
 from brgemm import plan as bplan
-from brgemm.layouts import nblocks, pick_block
+from brgemm.layouts import nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from primitives.conv_forward import pointwise_nest
@@ -81,3 +81,13 @@ def pointwise_update_plan(g, bp, shares):
         pointwise_update_nest(rec, loops, g, "f32", bp, shares)
         return rec.finish()
     return _plans.get((g, "pointwise_upd", bp, shares), record)
+
+
+def dw_from_transposed(dwt, dw):
+    """dW^T (C x K) transposed into dW [K, C, 1, 1]: in row tiles of 16 (in
+    parallel, 3 times a one-tile transpose's speed: benchmarks/RESULTS.md)
+    where 16 divides K, else as one tile."""
+    C, K = dwt.shape
+    rows = 16 if K % 16 == 0 else K
+    to_blocks(dwt, rows, C, transpose=True, out=dw.reshape(K // rows, 1, rows, C))
+    return dw
