@@ -345,6 +345,17 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
   return err;
 }
 
+/* image_to_columns' zeros: a run of a few elements (an image's edge column,
+ * one per output row on small images) stored inline, not through memset */
+static inline void zero_run(char* dst, int64_t n, int size) {
+  if (n <= 0) return;
+  if (size == 4 && n <= 8) {
+    for (int64_t i = 0; i < n; ++i) ((volatile float*)dst)[i] = 0.0f;
+    return;
+  }
+  memset(dst, 0, (size_t)(n * size));
+}
+
 int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
                                 const int64_t* strides, int src_itemsize, int64_t R, int64_t S,
                                 int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
@@ -392,14 +403,14 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
           /* [e0, e1): the span's elements inside rows h to pe's, the rest zeros */
           const int64_t e0 = brgemm_min64(start < h * W ? h * W - start : 0, len);
           const int64_t e1 = end - start < e0 ? e0 : brgemm_min64(len, end - start);
-          brgemm_zero(out, e0, di);
+          zero_run(out, e0, di);
           memcpy(out + e0 * di, (const char*)src + (n * sn + c * sc + start + e0) * si,
                  (size_t)((e1 - e0) * di));
-          brgemm_zero(out + e1 * di, len - e1, di);
+          zero_run(out + e1 * di, len - e1, di);
           for (int64_t at = 0, qs = q; at < len; at += Q - qs, qs = 0) {
             const int64_t qe = brgemm_min64(Q, qs + len - at);
-            if (lo > qs) brgemm_zero(out + at * di, brgemm_min64(lo, qe) - qs, di);
-            if (hi < qe) brgemm_zero(out + (at + (hi > qs ? hi : qs) - qs) * di,
+            if (lo > qs) zero_run(out + at * di, brgemm_min64(lo, qe) - qs, di);
+            if (hi < qe) zero_run(out + (at + (hi > qs ? hi : qs) - qs) * di,
                                      qe - (hi > qs ? hi : qs), di);
           }
           j += len;
@@ -410,7 +421,7 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
         }
         const int64_t a = brgemm_min64(lo > q ? lo - q : 0, run);
         const int64_t b = h < 0 || h >= H ? a : brgemm_min64(hi > q ? hi - q : 0, run);
-        brgemm_zero(out, a, di);
+        zero_run(out, a, di);
         if (b > a) {
           const char* in = (const char*)src + (n * sn + c * sc + h * srow +
                                                ((q + a) * sw + s - pw) * scol) * si;
@@ -425,14 +436,14 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
             brgemm_window(in, 0, sw * scol, si, out + a * di, run, di, 1, b - a);
           }
         }
-        brgemm_zero(out + (b > a ? b : a) * di, run - (b > a ? b : a), di);
+        zero_run(out + (b > a ? b : a) * di, run - (b > a ? b : a), di);
         j += run;
         q = 0;
         if (++p == P) p = 0, ++n;
       }
-      brgemm_zero(row + nj * di, bp - nj, di);
+      zero_run(row + nj * di, bp - nj, di);
     }
-    brgemm_zero(tile + nd * bp * di, (bd - nd) * bp, di);
+    zero_run(tile + nd * bp * di, (bd - nd) * bp, di);
   }
   return BRGEMM_OK;
 }
