@@ -7,10 +7,10 @@
 # DEVCARRY points at the .devcarry folder (cffi wheels, libxsmm).
 # Arguments: benchmarks.gpu options (default: all of it). TMA_FIRST=1: the TMA
 # path's tests first (the benchmark skips that path if they fail, the suite
-# does not run them again); BRGEMM_CUDA_TMA=1: everything with the TMA path on
+# does not run them again); BRGEMM_CUDA_TMA=0: everything with the TMA path off
 # (brgemm/backend/cuda.py tma_loads). SUITE_PATHS: the suite's test paths
 # (default tests/); SUITE_ENV="A=1 B=1": environment of the suite alone
-# (e.g. BRGEMM_CUDA_TMA=1 BRGEMM_CUDA_VEC_STORES=1). CUDA_PREBUILT=1: use the
+# (e.g. BRGEMM_CUDA_TMA=0 BRGEMM_CUDA_VEC_STORES=0). CUDA_PREBUILT=1: use the
 # brgemm/*.fatbin that travelled (built here with the same nvcc). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts

@@ -96,7 +96,7 @@ _KEEP = object()  # a launch setting left as it is
 def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
                          split_tiles=_KEEP, uniform_args=_KEEP, programmatic_launch=_KEEP,
                          clustered_pdl=_KEEP, tma_loads=_KEEP, tma_persistent=_KEEP,
-                         vec_stores=_KEEP, tma_split=_KEEP):
+                         vec_stores=_KEEP, tma_split=_KEEP, tma_parts=_KEEP):
     """Within the block, plans run on "cuda" launch their phases with these
     settings, and the old ones come back after it (process-wide, not per
     thread). max_cluster: the most blocks of a thread-block cluster that share
@@ -112,14 +112,16 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     argument (True, the default). programmatic_launch: launches on device
     tensors may start while the stream's previous kernel ends (True, the
     default); clustered_pdl: so may launches in clusters (True, the default;
-    False: single blocks only). tma_loads: unsplit uniform phases read their operands
+    False: single blocks only). tma_loads: uniform phases read their operands
     through tensor maps (the bulk tensor copy engine, a producer warp) where
-    they qualify (False, the default, unless BRGEMM_CUDA_TMA=1: cp.async);
-    tma_persistent: those launch at most one round of blocks, each taking
-    several parts in turn (True, the default); tma_split: clustered launches
-    take it too (False, the default, unless BRGEMM_CUDA_TMA_SPLIT=1). vec_stores: the TMA entries'
-    epilogue stores several elements a thread for bf16 C and for f32 C with
-    ops too (False, the default, unless BRGEMM_CUDA_VEC_STORES=1).
+    they qualify (True, the default, unless BRGEMM_CUDA_TMA=0; False:
+    cp.async); tma_parts: launches that deal each task's tiles out over several
+    blocks too (False, the default); tma_persistent: those launch at most
+    one round of blocks, each taking several parts in turn (True, the
+    default); tma_split: clustered launches take it too (True, the default,
+    unless BRGEMM_CUDA_TMA_SPLIT=0). vec_stores: the TMA entries' epilogue
+    stores several elements a thread for bf16 C and for f32 C with ops too
+    (True, the default, unless BRGEMM_CUDA_VEC_STORES=0).
     A BackendUnavailable where CUDA does not run here."""
     if max_cluster is not _KEEP and (isinstance(max_cluster, bool)
                                      or not isinstance(max_cluster, int) or max_cluster < 1):
@@ -129,7 +131,7 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     flags = (("wide_tiles", wide_tiles), ("uniform_args", uniform_args),
              ("programmatic_launch", programmatic_launch), ("clustered_pdl", clustered_pdl),
              ("tma_loads", tma_loads), ("tma_persistent", tma_persistent),
-             ("vec_stores", vec_stores), ("tma_split", tma_split))
+             ("vec_stores", vec_stores), ("tma_split", tma_split), ("tma_parts", tma_parts))
     for name, v in flags:
         if v is not _KEEP and not isinstance(v, bool):
             raise ValueError(f"{name}: expected True or False, got {v!r}")

@@ -70,6 +70,7 @@ def test_vec_stores_gemm_plans(rng, monkeypatch, trial):
     Y0 = torch.randn(M, ldy, device="cuda").bfloat16()
     monkeypatch.setattr(cuda, "tma_loads", tma)
     monkeypatch.setattr(cuda, "max_cluster", 1 if tma else 8)  # the TMA path takes unsplit launches
+    monkeypatch.setattr(cuda, "tma_parts", True)  # and tiles dealt over blocks too, here
     outs = []
     for vec in (False, True):
         monkeypatch.setattr(cuda, "vec_stores", vec)
@@ -112,6 +113,7 @@ def test_vec_stores_fc_forward(rng, monkeypatch, trial):
            if name not in p.written}
     ins = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in ins.items()}
     monkeypatch.setattr(cuda, "tma_loads", tma)
+    monkeypatch.setattr(cuda, "tma_parts", True)
     outs = []
     for vec in (False, True):
         monkeypatch.setattr(cuda, "vec_stores", vec)

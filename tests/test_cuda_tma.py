@@ -57,6 +57,7 @@ def test_tma_path_matches_cp_async(rng, monkeypatch, trial):
     if not cuda.has_tensor_cores():
         pytest.skip("this GPU has no wgmma path (sm_90a)")
     monkeypatch.setattr(cuda, "max_cluster", 1)  # the TMA path takes unsplit launches
+    monkeypatch.setattr(cuda, "tma_parts", True)  # and tiles dealt over blocks too, here
     monkeypatch.setattr(cuda, "small_tiles", (None, True)[trial % 2])
     monkeypatch.setattr(cuda, "split_tiles", (None, False)[trial // 2 % 2])
     persistent = bool(trial // 4)
@@ -134,6 +135,7 @@ def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
     B = torch.randn(K, N, device="cuda").bfloat16()
     C0 = torch.randn(M, N, device="cuda")
     C0 = C0.bfloat16() if c_dtype == "bf16" else C0
+    monkeypatch.setattr(cuda, "tma_parts", True)  # few tasks: tiles may be dealt over blocks
     outs = []
     for tma in (False, True):
         monkeypatch.setattr(cuda, "tma_loads", tma)
@@ -181,6 +183,7 @@ def test_tma_split_matches_cp_async(rng, monkeypatch, trial):
     monkeypatch.setattr(cuda, "split_tiles", launch)
     monkeypatch.setattr(cuda, "vec_stores", vec)
     monkeypatch.setattr(cuda, "tma_split", True)
+    monkeypatch.setattr(cuda, "tma_parts", True)
     outs, entries = [], []
     for tma in (False, True):
         monkeypatch.setattr(cuda, "tma_loads", tma)

@@ -19,9 +19,8 @@ module's DeviceArray are used in place. Work goes on PyTorch's current stream
 when PyTorch has started CUDA (so replays can be captured in a CUDA graph),
 else on the legacy default stream; device-tensor runs do not wait for the GPU.
 
-Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0. BRGEMM_CUDA_TMA=1,
-BRGEMM_CUDA_VEC_STORES=1: tma_loads, vec_stores below on (as
-brgemm.machine.cuda_launch_settings sets them per block of code).
+Device choice: BRGEMM_CUDA_DEVICE (an ordinal), else 0. The launch settings
+below: brgemm.machine.cuda_launch_settings, per block of code.
 """
 import ctypes
 import os
@@ -106,7 +105,7 @@ class _Tables:
     def launch_details(self, allow_tc):
         """How every phase launches (a Launch each), as the settings say now."""
         key = (allow_tc, max_cluster, small_tiles, wide_tiles, split_tiles, uniform_args,
-               tma_loads, tma_persistent, tma_split)
+               tma_loads, tma_persistent, tma_split, tma_parts)
         if key not in self._launches:
             self._launches[key] = [_launch_shape(ph, allow_tc) for ph in self.phases]
         return self._launches[key]
@@ -171,29 +170,29 @@ wide_tiles = True
 # False never; or (tile rows, tile columns, cluster size, entry) forced for
 # every phase that qualifies (benchmarks/gpu.py compares them).
 split_tiles = None
-# plan runs on device tensors launch their phases with programmatic dependent
-# launch (each may start while the stream's previous kernel ends; the kernel
-# waits before touching tensors); in clusters where clustered_pdl says; never
-# on the 128 x 256 entry (the GEMM was slower with the small path's changes)
+# runs on device tensors launch with programmatic dependent launch (each may
+# start while the stream's previous kernel ends; the kernel waits before
+# touching tensors); never on the 128 x 256 entry (the GEMM was slower)
 programmatic_launch = True
 # uniform phases pass their kernel index in the launch argument (two table reads less)
 uniform_args = True
-# programmatic launch for clustered launches too (about 1 us a call on the
-# split FC passes of the H200: benchmarks/RESULTS.md)
+# programmatic launch for clustered launches too (benchmarks/RESULTS.md)
 clustered_pdl = True
 # uniform phases whose operands tensor maps can describe (_cuda_tma.py) read
 # them with the bulk tensor copy engine, a producer warp and mbarrier stages
-# (entries *_tma); off unless BRGEMM_CUDA_TMA=1 until the whole GPU suite has
-# run with it on (faster on 11 of the 12 FC passes it takes: RESULTS.md)
-tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "0") == "1"
+# (entries *_tma); BRGEMM_CUDA_TMA=0 turns it off
+tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "1") != "0"
+# with tma_loads: launches that deal a task's tiles over blocks (parts > 1)
+# too; off: every such FC pass ran slower on TMA (benchmarks/RESULTS.md)
+tma_parts = False
 # with tma_loads: unclustered launches as one round of blocks, each taking
 # several parts in turn (as fast or faster on every FC pass measured)
 tma_persistent = True
-# with tma_loads: clustered (split) launches too (off until a GPU run)
-tma_split = os.environ.get("BRGEMM_CUDA_TMA_SPLIT", "0") == "1"
+# with tma_loads: clustered (split) launches too (BRGEMM_CUDA_TMA_SPLIT=0: not)
+tma_split = os.environ.get("BRGEMM_CUDA_TMA_SPLIT", "1") != "0"
 # TMA entries: bf16 C and f32 C with register ops stored several elements a
-# thread (as f32 C without ops always is); off unless BRGEMM_CUDA_VEC_STORES=1
-vec_stores = os.environ.get("BRGEMM_CUDA_VEC_STORES", "0") == "1"
+# thread (as f32 C without ops always is); BRGEMM_CUDA_VEC_STORES=0: not
+vec_stores = os.environ.get("BRGEMM_CUDA_VEC_STORES", "1") != "0"
 
 # The split cost model, in k-steps of one tile: a tile pays its pipeline fill
 # and epilogue once, and one more for the sum over the cluster when split.
@@ -252,7 +251,8 @@ def _launch_shape(phase, allow_tc):
         entry, size = _entry_and_cluster(phase, allow_tc)
         ln = Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
     entry = TMA_ENTRY.get((ln.entry, ln.cluster > 1))
-    if tma_loads and phase.get("tma") and entry and (ln.cluster == 1 or tma_split):
+    if tma_loads and phase.get("tma") and entry and (ln.parts == 1 or tma_parts) and (
+            ln.cluster == 1 or tma_split):
         ln = ln._replace(entry=entry)
     return ln
 
