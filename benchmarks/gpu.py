@@ -169,15 +169,13 @@ FC_BLOCKS = [(64, 64, 64), (64, 64, 128), (128, 64, 128), (64, 128, 128), (128, 
 # path forced to (tile rows, columns, cluster, entry)
 TMA = {"tma_loads": True, "tma_persistent": False}
 TMA_PERSISTENT = {"tma_loads": True, "tma_persistent": True}
-VEC = {"vec_stores": True}  # TMA entries: several C elements a thread for bf16 C, register ops
-TMA_VEC = {**TMA_PERSISTENT, **VEC}
-TMA_VEC_SPLIT = {**TMA_VEC, "tma_split": True}  # clustered launches on TMA too
 VARIANTS = [("tma not persistent", TMA)]
 OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_args": False}),
                 ("no PDL", {"programmatic_launch": False}),
                 ("no clustered PDL", {"clustered_pdl": False})]
-# the launches timed against torch in paired rounds besides the default (in-graph)
-PAIRED = [("tma", TMA_PERSISTENT), ("tma vec", TMA_VEC), ("tma vec split", TMA_VEC_SPLIT)]
+# the launches timed against torch in paired rounds besides the default (in-graph;
+# the default has TMA loads, TMA in clusters and vectorized stores on)
+PAIRED = [("cp.async", {"tma_loads": False}), ("tma no split", {"tma_split": False})]
 # the GEMM plans also on 128 x 128 tiles: cp.async, then TMA
 GEMM_TILES = [("128x128 cp.async", {"tma_loads": False}), ("128x128 tma", TMA),
               ("128x128 tma persistent", TMA_PERSISTENT)]
