@@ -4,7 +4,15 @@ functional forms and the LSTM layer, both dtypes, every backend. The
 reference follows the library's bf16 roundings (h for the recurrent GEMM, dG
 for the GEMMs that read it) and is itself checked against torch.nn.LSTM.
 Sizes from 1 up, layer-sized hidden sizes, random block sizes, loop orders,
-call sizes and hoisted-GEMM configs, some cases at 1, 2 or 3 threads."""
+call sizes and hoisted-GEMM configs, some cases at 1, 2 or 3 threads.
+
+Step by step: each step's reference starts from the library's own previous
+h (its y) and dG (read from the engine), each of which is checked itself, so
+every step is verified. Carried through the whole recurrence instead, the
+per-element bounds (sound, but worst case in every sign) grow by about
+sum_j |W_hh[k, j]| times the gates' slopes a step (7-13x at K = 256) and
+overflowed to NaN by T = 8 (BRGEMM_SWEEP_SEED=831585944, sycl-bf16-functional),
+though the library's error stayed at a bf16 step (the same as cpu's and float64's)."""
 import numpy as np
 import pytest
 import torch
@@ -26,7 +34,8 @@ class LSTMRef:
     def _gemm_input(self, a):
         return a.bf16() if self.bf16 else a
 
-    def forward(self, x, h0, c0):
+    def forward(self, x, h0, c0, h_lib=None):
+        """h_lib [T, N, K]: the library's h (its y); step t+1 then starts from it."""
         K = self.K
         h_in, c = self._gemm_input(Approx(h0)), Approx(c0)
         self.x, self.h_in, self.c, self.gates, ys = x, [h_in], [c], [], []
@@ -37,16 +46,18 @@ class LSTMRef:
             g = G[:, 2 * K:3 * K].tanh()
             c = f * c + i * g
             h = o * c.tanh()
-            h_in = self._gemm_input(h)
+            h_in = self._gemm_input(h if h_lib is None else Approx(h_lib[t]))
             self.gates.append((i, f, g, o))
             self.c.append(c)
             self.h_in.append(h_in)
             ys.append(h)
         return stack(ys), ys[-1], c
 
-    def backward(self, dy, dhT, dcT):
+    def backward(self, dy, dhT, dcT, dG_lib=None):
+        """dG_lib [T, N, 4K]: the library's dG operand (bf16 for bf16); step t-1
+        then starts from its step t. self.dG: the reference's, to check it by."""
         T, K = dy.shape[0], self.K
-        dc, dG_in, dG = Approx(dcT), [None] * T, [None] * T
+        dc, dG_in, dG, self.dG = Approx(dcT), [None] * T, [None] * T, [None] * T
         for t in reversed(range(T)):
             dhr = Approx(dhT) if t == T - 1 else matmul(dG_in[t + 1], self.w_hh)
             dh = dhr + dy[t]
@@ -60,7 +71,10 @@ class LSTMRef:
             dc = dc * f
             dG[t] = Approx(np.concatenate([a.v for a in (dgi, dgf, dgg, dgo)], 1),
                            np.concatenate([a.e for a in (dgi, dgf, dgg, dgo)], 1))
-            dG_in[t] = self._gemm_input(dG[t])
+            dG_in[t] = self.dG[t] = self._gemm_input(dG[t])
+            if dG_lib is not None:
+                dG_in[t] = Approx(dG_lib[t])
+        self.dG = stack(self.dG)
         N = dy.shape[1]
         rows = lambda parts: Approx(np.concatenate([p.v for p in parts]),  # noqa: E731
                                     np.concatenate([p.e for p in parts]))
@@ -71,6 +85,17 @@ class LSTMRef:
         dw_hh = matmul(dG_all.T, rows(self.h_in[:T]))
         db = dG32.sum(0)
         return dx, dh0, dc, dw_ih, dw_hh, db
+
+
+def library_dG(layer):
+    """The dG operand the layer's last backward left in its workspace (bf16 for
+    bf16: what its GEMMs read), plain: [T, N, 4K] in the gate order i, f, g, o.
+    Read from the workspace's dict: Buffers.get would hand it out NaN-filled."""
+    g = layer.g
+    buf = layer._bufs._bufs["dG16" if layer.dtype == "bf16" else "dG"]
+    tiles = buf[:layer.G.size].reshape(g.T, g.Nb, 4, g.Kb, g.bn, g.bk)
+    plain = tiles.transpose(0, 1, 4, 2, 3, 5).reshape(g.T, g.Nb * g.bn, 4, g.Kb * g.bk)
+    return plain[:, :g.N, :, :g.K].reshape(g.T, g.N, 4 * g.K).astype(np.float64)
 
 
 def torch_reference(x, h0, c0, w_ih, w_hh, b, dy, dhT, dcT):
@@ -145,8 +170,10 @@ def run_case(rng, backend, dtype, form, context):
         if form == "functional":
             y, (hT, cT) = lstm.forward(**{k: cast(v) for k, v in a.items()}, dtype=dtype,
                                        backend=backend, config=config)
+            saved = lstm.Saved()  # a fresh one: the backward runs its forward again
             grads = lstm.backward(**{k: cast(v) for k, v in {**d, **a}.items()}, dtype=dtype,
-                                  backend=backend, config=config)
+                                  backend=backend, config=config, saved=saved)
+            layer = saved.layer
         else:
             layer = lstm.LSTM(C, K, dtype=dtype, backend=backend, config=config)
             layer.w_ih, layer.w_hh, layer.b = (a[k].astype(np.float32) for k in ("w_ih", "w_hh", "b"))
@@ -159,12 +186,14 @@ def run_case(rng, backend, dtype, form, context):
     zeros = np.zeros((N, K))
     full = {k: zeros if v is None else v for k, v in {**a, **d}.items()}
     ref = LSTMRef(full["w_ih"], full["w_hh"], full["b"], dtype == "bf16")
-    fwd = ref.forward(Approx(full["x"]), full["h0"], full["c0"])
-    bwd = ref.backward(Approx(full["dy"]), full["dhT"], full["dcT"])
+    fwd = ref.forward(Approx(full["x"]), full["h0"], full["c0"], np.asarray(y, np.float64))
+    dG = library_dG(layer)
+    bwd = ref.backward(Approx(full["dy"]), full["dhT"], full["dcT"], dG)
     rounded = np.dtype(in_dtype) == brgemm.bfloat16
     for name, got, want in zip(("y", "hT", "cT"), (y, hT, cT), fwd):
         assert got.dtype == in_dtype, context
         assert_close(name, got, want, rounded, context)
+    assert_close("dG", dG, ref.dG, False, context)
     names = ("dx", "dh0", "dc0", "dw_ih", "dw_hh", "db")
     for i, (name, got, want) in enumerate(zip(names, grads, bwd)):
         assert_close(name, got, want, rounded and (form == "functional" or i < 3), context)

@@ -83,9 +83,9 @@ class Approx:
 
     def bf16(self):
         """Rounded to bf16 by both sides: equal where the values are, else up to
-        one step apart on top of their difference."""
+        one step apart on top of their difference (a NaN bound stays NaN)."""
         v = round_bf16(self.v)
-        return Approx(v, np.where(self.e > 0, self.e + bf16_step(np.abs(self.v) + self.e), 0.0))
+        return Approx(v, np.where(self.e == 0, 0.0, self.e + bf16_step(np.abs(self.v) + self.e)))
 
     # -- shapes --
     def __getitem__(self, idx):
@@ -132,10 +132,18 @@ def linear(value, magnitude):
 
 def assert_close(name, got, want, rounded=False, context=""):
     """|got - want.v| <= want.e per element (+ half a bf16 step of the result if
-    the library rounded it to bf16 on the way out); NaN or inf anywhere fails."""
+    the library rounded it to bf16 on the way out); NaN or inf anywhere fails,
+    in the reference's value or bound too (an overflowed error model checks nothing)."""
     got = np.asarray(got, np.float64)
     if got.shape != want.v.shape:
         raise AssertionError(f"{name}: shape {got.shape}, expected {want.v.shape}. {context}")
+    finite = np.isfinite(want.v) & np.isfinite(want.e)
+    if not finite.all():
+        at = tuple(int(i) for i in np.argwhere(~finite)[0])
+        raise AssertionError(
+            f"{name}: the reference itself is not finite ({int((~finite).sum())} of "
+            f"{got.size} elements; first at {at}: value {want.v[at]:.3g}, bound "
+            f"{want.e[at]:.3g}): the error model overflowed, nothing was checked. {context}")
     bound = want.e + (0.5 * bf16_step(np.abs(want.v) + want.e) if rounded else 0.0)
     bound = bound * (1 + 1e-9) + 1e-300
     err = np.abs(got - want.v)
