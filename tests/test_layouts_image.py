@@ -242,6 +242,18 @@ def test_image_to_planes(rng, dtypes, threads):
         L.image_to_planes(x, bc, (sh, sw), Hs, Ws, Hs * Ws - 1, top, left)
 
 
+def random_conv(rng, max_c):
+    """A random image batch and convolution for the im2col tests: N, C (under
+    max_c), H, W, then the kernel, stride and padding (the kernel fits the
+    padded image)."""
+    N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, max_c), rng.integers(1, 12),
+                                   rng.integers(1, 12)))
+    ph, pw = (int(v) for v in rng.integers(0, 3, 2))
+    R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
+    sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+    return N, C, H, W, (R, S), (sh, sw), (ph, pw)
+
+
 @pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_image_to_columns(rng, dtypes, threads):
@@ -250,11 +262,7 @@ def test_image_to_columns(rng, dtypes, threads):
     rows and columns; views read in place."""
     src, dst = dtypes
     for it in range(8):
-        N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 20), rng.integers(1, 12),
-                                       rng.integers(1, 12)))
-        ph, pw = (int(v) for v in rng.integers(0, 3, 2))
-        R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
-        sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+        N, C, H, W, (R, S), (sh, sw), (ph, pw) = random_conv(rng, 20)
         bd, bp = (int(v) for v in rng.integers(1, 40, 2))
         big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
         x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
@@ -287,11 +295,7 @@ def test_columns_to_image(rng, threads):
     the transposed im2col matrix summed into the pixel it was read from, taps
     in the padding dropped; rows wider than C R S (a view) read in place."""
     for it in range(8):
-        N, C, H, W = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 12),
-                                       rng.integers(1, 12)))
-        ph, pw = (int(v) for v in rng.integers(0, 3, 2))
-        R, S = int(rng.integers(1, H + 2 * ph + 1)), int(rng.integers(1, W + 2 * pw + 1))
-        sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+        N, C, H, W, (R, S), (sh, sw), (ph, pw) = random_conv(rng, 40)
         print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw}")
         P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
         D, extra = C * R * S, int(rng.integers(0, 3))
