@@ -189,7 +189,9 @@ class Fused:
             # them through state() (fresh ones cost a page fault per page)
             self.g = self.saved = None
         g = geometry(N, self.sizes, self.acts, self.has_bias, self.dtype, train, self.config)
-        out16 = x.dtype == dtypes.bfloat16  # a bf16 caller gets y in bf16, from the plan
+        # y leaves the plan in bf16 for a bf16 caller, and for a bf16 MLP whatever
+        # the caller's dtype: the unfused MLP's last layer rounds its y to bf16 too
+        out16 = x.dtype == dtypes.bfloat16 or self.dtype == "bf16"
         pl = Places(g, train, out16)
         t = {"x": x if x.dtype == ab and x.flags.c_contiguous else convert(x, ab),
              "w": self._weights(pl, False)}
@@ -210,7 +212,8 @@ class Fused:
         plan(g, "fwd", train, out16).run(**t)
         self.last = g
         self.g, self.saved = (g, t) if train else (None, None)
-        return t["y16"] if out16 else t["y"]
+        return t["y"] if not out16 else t["y16"] if x.dtype == dtypes.bfloat16 else \
+            t["y16"].astype(x.dtype)
 
     def state(self):
         """What backward reads of the last training forward (for backward(state=))."""
@@ -225,7 +228,7 @@ class Fused:
                              f"{(g.N, self.sizes[-1]) if g else '(call forward first)'}, "
                              f"got {dy.shape}")
         ab = dtypes.NUMPY[self.dtype]
-        out16 = dy.dtype == dtypes.bfloat16  # dx in bf16, from the plan
+        out16 = dy.dtype == dtypes.bfloat16 or self.dtype == "bf16"  # dx in bf16, as y
         pl = Places(g, True, out16)
         dz = dy
         if self.acts[-1] is not None:
@@ -260,7 +263,8 @@ class Fused:
             layer._fused_dw = dw[pl.w_off[l]:pl.w_off[l] + layer.K * layer.C].reshape(layer.K,
                                                                                     layer.C)
             layer.db = db[pl.b_off[l]:pl.b_off[l] + layer.K] if g.has_bias else None
-        return t["dx16"] if out16 else t["dx"]
+        return t["dx"] if not out16 else t["dx16"] if dy.dtype == dtypes.bfloat16 else \
+            t["dx16"].astype(dy.dtype)
 
 
 # ---------------------------------------------------------------- tuning

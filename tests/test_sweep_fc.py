@@ -193,6 +193,10 @@ def run_layers(rng, backend, dtype, context, stack):
         d = ref.backward(d)
     assert y.dtype == dx.dtype == in_dtype, context
     rounded = np.dtype(in_dtype) == brgemm.bfloat16
+    if dtype == "bf16":  # a bf16 layer's y and dx are bf16 values, fused or not, any in_dtype
+        for name, r in (("y", y), ("dx", dx)):
+            as_bf16 = r.astype(brgemm.bfloat16).astype(r.dtype)
+            assert np.array_equal(as_bf16, r, equal_nan=True), f"{name}: not bf16 values. {context}"
     # bf16: y and dx are the rounded activations themselves (h and d above)
     assert_close("y", y, h if dtype == "bf16" else refs[-1].y, rounded and dtype != "bf16",
                  context)
