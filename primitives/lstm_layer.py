@@ -209,8 +209,8 @@ class LSTM:
         g = self.prepare(T, N)
         ab = dtypes.NUMPY[self.dtype]
         self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)
-        _state_tiles(h0, N, self.K, "h0", self.h[0])
-        _state_tiles(c0, N, self.K, "c0", self.c[0])
+        _state_tiles(h0, N, self.K, "h0", self.h[0], self.dtype)
+        _state_tiles(c0, N, self.K, "c0", self.c[0], self.dtype)
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
         if self.wx is None:
@@ -294,8 +294,8 @@ class LSTM:
         dyb = self._steps_to_blocks(dy.astype(np.float32, copy=False), g.bk, self.K, "dy")
         dyb = dyb.reshape((g.T, g.Nb, g.Kb, g.bn, g.bk))
         state = (g.Nb, g.Kb, g.bn, g.bk)
-        dh = _state_tiles(dhT, g.N, self.K, "dhT", self._buffer("dhr", state))
-        dc = _state_tiles(dcT, g.N, self.K, "dcT", self._buffer("dc", state))
+        dh = _state_tiles(dhT, g.N, self.K, "dhT", self._buffer("dhr", state), self.dtype)
+        dc = _state_tiles(dcT, g.N, self.K, "dcT", self._buffer("dc", state), self.dtype)
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
@@ -438,13 +438,12 @@ def _check_x(x, C, dtype):
     return x.shape[:2]
 
 
-def _state_tiles(s, N, K, name, out):
+def _state_tiles(s, N, K, name, out, dtype):
     """A state s [N, K] (None: zeros) as f32 tiles in `out` [Nb][Kb][bn][bk]."""
     if s is None:
         out.fill(0)
         return out
-    if not isinstance(s, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(s).__name__}")
+    operands(dtype, s, names=(name,), ndim=None)
     if s.shape != (N, K):
         raise ValueError(f"{name}: expected shape ({N}, {K}), got {s.shape}")
     return to_blocks(s.astype(np.float32, copy=False), out.shape[2], out.shape[3], out=out)

@@ -164,6 +164,13 @@ class TestBadInput:
             lstm.forward(**self.args(w_hh=[[1.0]]))
         with pytest.raises(ValueError, match="^dtype"):
             lstm.forward(**self.args(), dtype="f16")
+        for name in ("h0", "c0"):  # states take the dtypes x takes, nothing converted silently
+            for bad in (np.ones((3, 5)), np.ones((3, 5), np.int32),
+                        np.ones((3, 5), brgemm.bfloat16)):
+                with pytest.raises(TypeError, match=f"^{name}: expected dtype"):
+                    lstm.forward(**self.args(**{name: bad}))
+            with pytest.raises(TypeError, match=f"^{name}: expected a numpy.ndarray"):
+                lstm.forward(**self.args(**{name: [[0.0] * 5] * 3}))
 
     def test_backward(self):
         with pytest.raises(ValueError, match=r"^dy: expected shape \(2, 3, 5\)"):
@@ -171,6 +178,10 @@ class TestBadInput:
         for bad in (np.ones((2, 3, 5)), np.ones((2, 3, 5), object)):  # dy's dtype: the results'
             with pytest.raises(TypeError, match="^dy: expected dtype"):
                 lstm.backward(bad, None, None, **self.args())
+        for name in ("dhT", "dcT"):
+            with pytest.raises(TypeError, match=f"^{name}: expected dtype"):
+                lstm.backward(np.ones((2, 3, 5), np.float32), **{"dhT": None, "dcT": None,
+                              name: np.ones((3, 5))}, **self.args())
         with pytest.raises(ValueError, match="^dy: call forward first"):
             lstm.LSTM(4, 5).backward(np.ones((2, 3, 5), np.float32))
 
