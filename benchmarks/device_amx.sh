@@ -13,6 +13,9 @@
 # limits the layer runs to those passes; UPD_VARIANTS names BRGEMM_CONFIG files
 # (benchmarks/amx_upd/*.toml), each one more conv weight-update run at 2
 # threads (and 16 with AMX16=1), logged together in upd_variants.txt.
+# LAYER_VARIANTS: kernel tunables (joined by commas, as VARIANT_TESTS), each
+# one more 2-thread run of each layer part right after its default run (of the
+# parts in VARIANT_PARTS, default all), logged together in layer_variants.txt.
 # Expects .devcarry as device_cpu.sh and device_onednn.sh do; run from the
 # repository root.
 set -uo pipefail
@@ -58,6 +61,12 @@ for what in $parts; do
   t2=TIMEOUT_$what t16=TIMEOUT16_$what
   t2=${!t2:-${PART_TIMEOUT:-150}}
   taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 $pass_args 2>&1 | tee -a $out/${what}_bf16_amx_t2.txt
+  for v in ${LAYER_VARIANTS:-}; do
+    case " ${VARIANT_PARTS:-$parts} " in *" $what "*) ;; *) continue ;; esac
+    echo "== $what with $v" | tee -a $out/layer_variants.txt
+    env ${v//,/ } taskset -c 2,3 timeout $t2 $py -m benchmarks $what --dtype bf16 --quick --threads 2 \
+      $pass_args 2>&1 | tee -a $out/layer_variants.txt
+  done
   if [ "${AMX16:-0}" = 1 ]; then
     timeout ${!t16:-$t2} $py -m benchmarks $what --dtype bf16 --quick --threads 16 $pass_args 2>&1 | tee -a $out/${what}_bf16_amx_t16.txt
   fi
@@ -76,3 +85,4 @@ grep -h '^== amx_cases' $out/tests.txt 2>/dev/null
 grep -h "^kernel benchmark\|64x64x64 x16" $out/kernel_bench_*.txt 2>/dev/null
 for f in $out/*_bf16_amx_t*.txt; do [ -e "$f" ] && echo "$(basename $f .txt): $(grep -h '^geomean ours' $f | tr '\n' ' ')"; done
 [ -e $out/upd_variants.txt ] && grep -E '^== |^conv bf16|^geomean' $out/upd_variants.txt
+[ -e $out/layer_variants.txt ] && grep -E '^== |^geomean ours' $out/layer_variants.txt

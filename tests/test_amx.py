@@ -64,6 +64,14 @@ def test_model_kernel_tunables():
                        "edges or random or depths or packing or whole", env=env) == 0, tunables
 
 
+def test_model_in_place_t1_hints():
+    """The layers' VNNI weights read in place with each T1 load hint
+    (BRGEMM_AMX_T1_INPLACE), against the same references as by default."""
+    for mode in ("1", "2", "3"):
+        env = dict(os.environ, BRGEMM_AMX="model", BRGEMM_AMX_T1_INPLACE=mode)
+        assert _pytest(str(TESTS / "amx_cases.py"), "-k", "vnni", env=env) == 0, mode
+
+
 def test_model_primitives_bf16():
     """FC, conv and LSTM bf16, layer and functional forms, on the model's tiles."""
     env = dict(os.environ, BRGEMM_AMX="model")

@@ -65,6 +65,9 @@ enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIP
  * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
  * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
 enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2 };
+/* runs on B as VNNI pairs in place (the layers' weights, desc.b_vnni):
+ * BRGEMM_AMX_T1_INPLACE overrides this one alone */
+enum { T1_MODE_INPLACE = 0 };
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -172,9 +175,14 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: load hints, B packed
    * ahead in strips (the default), tiles kept between calls (no faster:
    * benchmarks/RESULTS.md, benchmarks/amx_profile.py) */
-  const char* t1 = getenv("BRGEMM_AMX_T1");
+  const char *t1 = getenv("BRGEMM_AMX_T1"), *t1_inplace = getenv("BRGEMM_AMX_T1_INPLACE");
   for (int packed = 0; packed < 2; ++packed) {
-    kr->t1[packed] = t1 ? atoi(t1) : packed ? T1_MODE_PACKED : T1_MODE;
+    const int inplace = !packed && d->b_vnni;
+    kr->t1[packed] = inplace && t1_inplace ? atoi(t1_inplace)
+                     : t1                  ? atoi(t1)
+                     : packed              ? T1_MODE_PACKED
+                     : inplace             ? T1_MODE_INPLACE
+                                           : T1_MODE;
     if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_A) kr->t1[packed] = T1_NONE;
   }
   const char* bt = getenv("BRGEMM_AMX_BTILES");
