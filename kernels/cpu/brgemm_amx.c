@@ -65,8 +65,9 @@ enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIP
  * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
  * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
 enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2 };
-/* runs on B as VNNI pairs in place (the layers' weights, desc.b_vnni):
- * BRGEMM_AMX_T1_INPLACE overrides this one alone */
+/* runs on B as VNNI pairs in place (the layers' weights, desc.b_vnni), which
+ * BRGEMM_AMX_T1_INPLACE sets alone: no hint, since B's T1 hint made the FC
+ * layers slower and conv no faster (benchmarks/RESULTS.md, ninth session) */
 enum { T1_MODE_INPLACE = 0 };
 
 typedef struct {
