@@ -123,6 +123,8 @@ def test_columns_forward_backward(rng):
         H, W, R, S = (int(v) for v in rng.integers(1, 9, 4))
         stride, padding = tuple(int(v) for v in rng.integers(1, 3, 2)), \
             tuple(int(v) for v in rng.integers(0, 2, 2))
+        if done == 0:  # more pixels than one of backward-data's blocks (COLUMNS_DATA_PIXELS)
+            N, C, K, H, W, R, S, stride, padding = 3, 5, 300, 7, 7, 3, 3, (1, 1), (1, 1)
         if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
             continue
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding)
