@@ -1,5 +1,7 @@
 """2-D convolution, backward-data: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
+import functools
+
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles
 from primitives._calls import blocks_per_call
@@ -21,6 +23,12 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     wt = Layout(Cb=g.Cb, Kb=g.Kb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
     dx = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     bq, rows = (g.bs, g.H) if g.span[1] else (g.bq, 1)
+
+    @functools.cache  # one Block per shape (conv_forward.forward_nest says why)
+    def block(m, beta):
+        return bplan.Block(m, g.bc, g.bk, lda=dyp.ld("Qp"), ldb=wt.ld("bk"),
+                           ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=beta,
+                           b_vnni=vnni)  # C's rows: pixels sw apart
     for phase, task, at in loops.walk():
         n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
         rho, u0 = ru % g.sw, (ru // g.sw) * bq     # loop u runs over residue x pixel block
@@ -36,9 +44,7 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
         per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
         for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
             last = epilogue is not None and i + per_call >= len(taps)
-            ex.gemm(bplan.Block(m, g.bc, g.bk, lda=dyp.ld("Qp"), ldb=wt.ld("bk"),
-                                ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=0.0 if i == 0 else 1.0,
-                                b_vnni=vnni),  # C's rows: pixels sw apart
+            ex.gemm(block(m, 0.0 if i == 0 else 1.0),
                     "dyp", [dyp.at(n, k, (h - r) // g.sh + g.bp, u0 + (first - s) // g.sw + g.bw)
                             for k, r, s in taps[i:i + per_call]],
                     "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],

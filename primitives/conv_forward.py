@@ -1,5 +1,7 @@
 """2-D convolution, forward: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
+import functools
+
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
 from primitives._calls import blocks_per_call
@@ -17,17 +19,20 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
     y = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
     bq, row = (g.bs, g.P * g.Q) if g.span[0] else (g.bq, g.Q)
+    taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
+
+    @functools.cache  # one Block per shape: made per call, they took a third of the recording
+    def block(m, beta):
+        return bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"), ldc=y.ld("Q"),
+                           dtype=dtype, beta=beta, b_vnni=vnni)  # A's rows: pixels sw apart
     for phase, task, at in loops.walk():
         n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
         m = min(bq, row - q0)
         ex.at(phase, task)
-        taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
         per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
         for i in range(0, len(taps), per_call):
             last = epilogue is not None and i + per_call >= len(taps)
-            ex.gemm(bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
-                                ldc=y.ld("Q"), dtype=dtype, beta=0.0 if i == 0 else 1.0,
-                                b_vnni=vnni),  # A's rows: pixels sw apart
+            ex.gemm(block(m, 0.0 if i == 0 else 1.0),
                     "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s)
                           for c, r, s in taps[i:i + per_call]],
                     "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
