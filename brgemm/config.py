@@ -34,6 +34,11 @@ PASSES = ("fwd", "bwd", "upd", "pipeline")  # pipeline: fused nests (mlp)
 # the kernel paths (Kernel.path on the CPU; "cuda" for NVIDIA GPUs), which may
 # qualify a pass: ["bf16-amx".fwd]
 PATHS = ("f32", "bf16-amx", "bf16-vnni", "bf16-via-f32", "cuda")
+# what the CPU may add to its kernel path ("<path>@<cpu>", brgemm.info.kernel_path):
+# ["f32@amx".fwd] applies after ["f32".fwd], on CPUs with AMX tiles (Xeons of
+# Sapphire Rapids' generation on), whose caches and memory differ from the
+# AVX-512 machines that the unqualified tables were tuned on
+CPUS = ("amx",)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -128,11 +133,14 @@ def _check(values: Mapping, src: str, table: str, schema: Mapping[str, Any]) -> 
 
 
 def _path_tables(data: Mapping, path: str | None, pass_: str) -> list[tuple[str, dict]]:
-    """The file's ["<path>".<pass>] table, when the kernel runs that path here."""
-    table = data.get(path) if path else None
-    if isinstance(table, Mapping) and isinstance(table.get(pass_), Mapping):
-        return [(f'"{path}".{pass_}', table[pass_])]
-    return []
+    """The file's ["<path>".<pass>] table, when the kernel runs that path here;
+    for a path with a CPU qualifier, "<base>@<cpu>", the base path's table first."""
+    out = []
+    for key in ([path.partition("@")[0]] if path and "@" in path else []) + [path]:
+        table = data.get(key) if key else None
+        if isinstance(table, Mapping) and isinstance(table.get(pass_), Mapping):
+            out.append((f'"{key}".{pass_}', table[pass_]))
+    return out
 
 
 def _layers(data: Mapping, src: str, primitive: str, pass_: str,
@@ -140,9 +148,10 @@ def _layers(data: Mapping, src: str, primitive: str, pass_: str,
             ) -> tuple[dict, dict, dict, dict]:
     """(pass values, values of the table for `shape`, the same two of the
     path-qualified tables) of one file, checked."""
-    for other in PATHS:  # every path's tables are checked, on any machine
-        if other != path:
-            _values(_path_tables(data, other, pass_), src, shape, schema)
+    applied = {path, path.partition("@")[0]} if path else set()
+    for other in PATHS + tuple(f"{p}@{cpu}" for p in PATHS for cpu in CPUS):
+        if other not in applied:  # every path's tables are checked, on any machine
+            _values(_path_tables(data, other, pass_)[-1:], src, shape, schema)
     return (*_values(_pass_tables(data, src, primitive, pass_), src, shape, schema),
             *_values(_path_tables(data, path, pass_), src, shape, schema))
 

@@ -21,11 +21,16 @@ _paths = {}
 def kernel_path(dtype, backend="cpu"):
     """The kernel path for `dtype` here, which selects the ["<path>".<pass>]
     tables of primitive configs: the CPU kernel's ("f32", "bf16-amx", ...),
-    "cuda" on NVIDIA GPUs (both dtypes), None elsewhere."""
+    with "@amx" on a CPU with AMX tiles where the path itself does not say so
+    ("f32@amx": the ["f32".<pass>] tables, then the ["f32@amx".<pass>] ones;
+    brgemm.config.CPUS), "cuda" on NVIDIA GPUs (both dtypes), None elsewhere."""
     if backend == "cuda":
         return "cuda"
     if backend != "cpu":
         return None
     if dtype not in _paths:
-        _paths[dtype] = Kernel(32, 32, 32, dtype=dtype, backend="cpu").path
+        from brgemm.backend import cpu
+        path = Kernel(32, 32, 32, dtype=dtype, backend="cpu").path
+        _paths[dtype] = path + "@amx" if cpu.amx()[0] == "hardware" and "amx" not in path \
+            else path
     return _paths[dtype]

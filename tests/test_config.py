@@ -251,3 +251,34 @@ def test_cuda_takes_its_own_fc_tables():
     assert min(cpu.chunk.values()) < 3072 // 64  # the CPU's table splits this reduction
     assert (gpu.bn, gpu.bc, gpu.bk) == (128, 64, 128)
     assert fc.geometry(256, 768, 768, path="cuda").bn == 64  # a per-shape GPU table
+
+
+def test_cpu_qualified_path_tables(defaults, tmp_path):
+    """A path "<path>@<cpu>" (brgemm.info.kernel_path on a CPU with AMX tiles)
+    applies the ["<path>".<pass>] tables, then the ["<path>@<cpu>".<pass>]
+    ones; another machine's qualified tables leave the plain path alone and
+    are still checked."""
+    (defaults / "fc.toml").write_text(DEFAULTS + '["f32".fwd]\nbm = 8\nbn = 8\n'
+                                      '["f32@amx".fwd]\nbm = 4\n'
+                                      '["f32@amx".fwd."N=64,C=512,K=256"]\nspec = "Bac"\n')
+    assert load(defaults, path="f32") == {"spec": "aBc", "bm": 8, "bn": 8}
+    assert load(defaults, path="f32@amx") == {"spec": "Bac", "bm": 4, "bn": 8}
+    assert load(defaults, path="f32@amx", shape={"N": 1, "C": 2, "K": 3})["bm"] == 4
+    assert load(defaults, path="bf16-vnni@amx") == {"spec": "aBc", "bm": 16, "bn": 32}
+    user = write(tmp_path, '["f32@amx".fwd]\nbm = 2\n')
+    assert load(defaults, path="f32@amx", config=user)["bm"] == 2
+    assert load(defaults, path="f32", config=user)["bm"] == 8
+    bad = write(tmp_path, '["f32@amx".fwd]\nbq = 2\n', "bad.toml")
+    with pytest.raises(ConfigError, match=r'\["f32@amx"\.fwd\]: unknown key \'bq\''):
+        load(defaults, path="f32", config=bad)
+
+
+def test_kernel_path_names_amx_cpus():
+    """kernel_path adds "@amx" where bf16 runs on AMX tiles in hardware, and
+    only there (our CI machines: never)."""
+    import brgemm
+    from brgemm.backend import cpu
+    from brgemm.info import kernel_path
+    amx = cpu.amx()[0] == "hardware"
+    assert kernel_path("f32") == ("f32@amx" if amx else "f32")
+    assert kernel_path("bf16") == ("bf16-amx" if amx else brgemm.Kernel(8, 8, 8, "bf16").path)

@@ -158,3 +158,14 @@ def test_fc_and_conv_are_tunable(tmp_path, primitive, shape):
                                           torch.tensor(w, dtype=torch.float64), stride=2,
                                           padding=1).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fc_config_candidates():
+    """benchmarks.fc_configs tries the default first, then its parallel loops
+    swapped and its reduction whole or in chunks of 4, each config once."""
+    from benchmarks.fc_configs import candidates
+    got = candidates({"spec": "NKc", "chunk": 1024}, "fwd")
+    assert got == [dict(spec="NKc", chunk=1024), dict(spec="KNc", chunk=1024),
+                   dict(spec="NKc", chunk=4), dict(spec="KNc", chunk=4)]
+    assert candidates({"spec": "n|KCn", "chunk": 2}, "upd") == [
+        dict(spec="n|KCn", chunk=2), dict(spec="n|KCn", chunk=1024)]
