@@ -8,6 +8,7 @@ import importlib.util
 import os
 import pathlib
 
+import numpy
 from cffi import FFI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -39,10 +40,10 @@ def _archives():
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h"))
+ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h") + "\n" + _cdef(CPU / "bound_call.h"))
 ffibuilder.set_source(
     "brgemm._brgemm_cpu",
-    '#include "brgemm_cpu.h"',
+    '#include "brgemm_cpu.h"\n#include "bound_call.h"',
     # relative paths: setuptools refuses absolute ones
     # brgemm_amx.c holds AMX and AVX-512 code behind its own target pragma (run
     # only after CPUID says so); brgemm_amx_model.c is the same source over the
@@ -52,8 +53,9 @@ ffibuilder.set_source(
                                                   "epilogue", "epilogue_avx2", "epilogue_avx512",
                                                   "plan", "layout", "jit",
                                                   "layout_image", "layout_vnni", "peak",
-                                                  "timing")],
-    include_dirs=[str(CPU)] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
+                                                  "timing", "bound_call")],
+    # bound_call.c reads NumPy arrays' fields through NumPy's headers
+    include_dirs=[str(CPU), numpy.get_include()] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],
     # -fno-trapping-math: without it GCC treats the clamps and int conversions

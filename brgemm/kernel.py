@@ -166,10 +166,10 @@ class Kernel:
         self._native = LRU(KERNELS_PER_OBJECT)  # (form, strides, dtype of C) -> JIT kernel
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
-        # the last stride-form call: weak references to A, B, C and a PackedB's
-        # data (None for an array B), their geometry, the backend's call bound
-        # to their addresses (None where it binds none) and the native kernel
-        self._strd_last = (_NO_REF, _NO_REF, _NO_REF, None, None, None, None)
+        # the stride form's call bound to the last checked arrays' geometry (the
+        # backend's run and its binding), a weak reference to the last PackedB
+        # (None for an array B), the native kernel and what the binding needs kept
+        self._strd_last = (_unbound, None, None, None, None)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -201,36 +201,37 @@ class Kernel:
     # -- stride form --
     def __call__(self, A, B, C):
         """Stride form: A [count, m, k], B [count, k, n] (or a PackedB), C [m, n]."""
-        a_ref, b_ref, c_ref, d_ref, geometry, call, kern = self._strd_last
-        same = A is a_ref() and B is b_ref() and C is c_ref()
-        if same or _stride_arrays(A, B, C):
-            packed = d_ref is not None if same else isinstance(B, PackedB)
-            data = B.data if packed else B
-            # all the checks decide from (inline: a call here costs as much as C's work
-            # on a small block)
-            geo = ((A.shape, A.strides, A.dtype, data.shape, data.strides, data.dtype,
-                    C.shape, C.strides, C.dtype, B.count, B.k, B.n, B.path) if packed else
-                   (A.shape, A.strides, A.dtype, B.shape, B.strides, B.dtype,
-                    C.shape, C.strides, C.dtype))
-            # the last call's arrays, alive, so their memory has not moved (NumPy
-            # refuses to resize an array that has weak references), and of the
-            # same geometry: the native call is bound to their addresses
-            if same and geo == geometry and (d_ref is None or data is d_ref()):
-                if not C.flags.writeable:  # the one check the geometry does not decide
-                    raise ValueError("C: is read-only; the kernel writes C in place")
-                if call is not None:
-                    rc = call()
-                    if not rc or kern.finish_strd(rc):
-                        return C
-                    return _strd_exact(kern, A, data, C, packed)
-                return _strd_run(kern, A, data, C, packed)
-            return self._strd_new(A, B, data, C, geo, packed)
-        self._check_strd(A, B, C)  # raises, naming the argument that is not an array
-        raise AssertionError("unreachable: _check_strd accepted a non-array")
+        # the call bound to the last checked arrays' geometry, which the backend
+        # compares with these arrays' on every call (a PackedB is fixed, so the
+        # last one is known by identity; its data's geometry is compared)
+        run, bound, packed, kern, _ = self._strd_last
+        if packed is None:
+            rc = run(bound, id(A), id(B), id(C))
+        else:
+            rc = run(bound, id(A), id(B.data), id(C)) if B is packed() else None
+        if rc == 0:
+            return C
+        return self._strd_other(A, B, C, rc, kern)
 
-    def _strd_new(self, A, B, data, C, geo, packed):
-        """__call__ on arrays other than the last call's, or changed since: the
+    def _strd_other(self, A, B, C, rc, kern):
+        """__call__ where the bound call did not run to the end: arrays of another
+        geometry (or nothing bound) are checked and bound; the bound call's own
+        codes are a range overlap (decided exactly) or an error (raised)."""
+        if rc is None or kern.finish_strd(rc) is None:
+            return self._strd_new(A, B, C)
+        packed = isinstance(B, PackedB)
+        return _strd_exact(kern, A, B.data if packed else B, C, packed)
+
+    def _strd_new(self, A, B, C):
+        """The checks for arrays of a geometry the bound call does not have: the
         kernel of a geometry seen before, else every check; then the call bound."""
+        if not _stride_arrays(A, B, C):
+            self._check_strd(A, B, C)  # raises, naming the argument that is not an array
+            raise AssertionError("unreachable: _check_strd accepted a non-array")
+        packed = isinstance(B, PackedB)
+        data = B.data if packed else B
+        geo = (A.shape, A.strides, A.dtype, data.shape, data.strides, data.dtype,
+               C.shape, C.strides, C.dtype) + ((B.count, B.k, B.n, B.path) if packed else ())
         kern = self._strd_seen.get(geo)
         if kern is None:
             kern = self._check_strd(A, B, C)
@@ -241,12 +242,11 @@ class Kernel:
             self._strd_seen.put(geo, kern)
         if not C.flags.writeable:  # the one check the geometry does not decide
             raise ValueError("C: is read-only; the kernel writes C in place")
-        # weak references: no array is kept alive, and a new array that got a
-        # dead one's id does not match
         bind = getattr(kern, "bind_strd", None)
-        self._strd_last = (weakref.ref(A), weakref.ref(B), weakref.ref(C),
-                           weakref.ref(data) if packed else None, geo,
-                           None if bind is None else bind(A, data, C, A.shape[0], packed), kern)
+        bound = None if bind is None else bind(A, data, C, A.shape[0], packed)
+        if bound is not None:  # no array is kept alive: only a weak reference to a PackedB
+            run, handle, keep = bound
+            self._strd_last = (run, handle, weakref.ref(B) if packed else None, kern, keep)
         return _strd_run(kern, A, data, C, packed)
 
     def _check_strd(self, A, B, C):
@@ -389,11 +389,8 @@ class Kernel:
         return self._kernel("strd", "f32", self.k, self.n, self.n).path
 
 
-_NOTHING = object()
-
-
-def _NO_REF():  # a weak reference to nothing any argument can be
-    return _NOTHING
+def _unbound(bound, a, b, c):  # the bound call's stand-in before any (or where none binds)
+    return None
 
 
 _BY_ADDRESS = object()  # _check_strd's answer when the strides need the address form

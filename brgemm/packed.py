@@ -8,8 +8,17 @@ class PackedB:
     dot products and AMX tiles, f32 where bf16 is widened): pack once, call
     many times."""
 
+    # fixed once made: Kernel.__call__ knows the last PackedB by identity (and
+    # compares its data's geometry on every call)
+    __slots__ = ("data", "count", "k", "n", "path", "__weakref__")
+
     def __init__(self, data, count, k, n, path):
-        self.data, self.count, self.k, self.n, self.path = data, count, k, n, path
+        for name, value in zip(self.__slots__, (data, count, k, n, path)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"PackedB: {name} is fixed when B is packed; pack again "
+                             "(Kernel.pack_b) or make a new PackedB")
 
     def check(self, kern, count, k, n, name="B"):
         """Everything a kernel's native code trusts about packed blocks: it reads

@@ -1,7 +1,8 @@
-"""Kernel.__call__'s call bound to the last arrays' addresses (brgemm/kernel.py
-_bind): new arrays of the same geometry, arrays changed in place, arrays freed
-and their ids reused, and C made read-only between calls all behave as on a
-first call; no array is kept alive by the binding. Against float64 NumPy."""
+"""Kernel.__call__'s call bound to the last checked arrays' geometry, compared
+in C on every call (kernels/cpu/bound_call.h): new arrays of the same
+geometry, arrays changed in place, arrays freed and their ids reused, other
+types, views and C made read-only between calls all behave as on a first
+call; no array is kept alive by the binding. Against float64 NumPy."""
 import gc
 import warnings
 import weakref
@@ -79,3 +80,53 @@ def test_the_binding_keeps_no_array_alive(rng):
     del A, B, C
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+def test_each_call_is_compared_with_the_bound_geometry(rng):
+    kern = brgemm.Kernel(4, 8, 6)
+    A = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    B = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    want = np.zeros((4, 8))
+    C = np.zeros((4, 8), np.float32)
+    kern(A, B, C)
+    want = _want(A, B, want)
+    # a subclass, then a view with a row stride, then the plain arrays again
+    for a, c in ((A.view(_Sub), C), (A, C.view(_Sub)), (A, C)):
+        kern(a, B, c)
+        want = _want(A, B, want)
+        np.testing.assert_allclose(C, want, rtol=1e-5, atol=1e-5)
+    wide = np.zeros((4, 11), np.float32)
+    kern(A, B, wide[:, 2:10])
+    np.testing.assert_allclose(wide[:, 2:10], _want(A, B, np.zeros((4, 8))), rtol=1e-5, atol=1e-5)
+    assert not wide[:, :2].any() and not wide[:, 10:].any()
+    with pytest.raises(TypeError, match="^A: expected a numpy.ndarray"):
+        kern(A.tolist(), B, C)
+    with pytest.raises(TypeError, match="^B: expected"):
+        kern(A, None, C)
+    A.dtype = np.int32  # in place: the same object and shape, another dtype
+    with pytest.raises(TypeError, match="^A: expected dtype"):
+        kern(A, B, C)
+
+
+def test_a_packed_b_is_fixed(rng):
+    kern = brgemm.Kernel(3, 5, 4, dtype="bf16")
+    B = kern.pack_b(rng.standard_normal((2, 4, 5)).astype(brgemm.bfloat16))
+    for name in ("data", "count", "k", "n", "path", "other"):
+        with pytest.raises(AttributeError, match=f"PackedB: {name} is fixed"):
+            setattr(B, name, 1)
+    A = rng.standard_normal((2, 3, 4)).astype(brgemm.bfloat16)
+    C = np.zeros((3, 5), np.float32)
+    kern(A, B, C)
+    kern(A, B, C)
+    with warnings.catch_warnings():  # NumPy 2.5 deprecates setting a shape in place
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            B.data.shape = (1, B.data.size)  # its data, in place: checked again
+        except AttributeError:  # a NumPy that no longer allows it
+            return
+    with pytest.raises(ValueError, match="^B: packed data must be"):
+        kern(A, B, C)

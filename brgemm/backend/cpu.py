@@ -2,7 +2,7 @@
 
 Arrays arrive here already checked by brgemm.kernel; this module only turns
 them into addresses, calls C, and turns error codes into exceptions."""
-import functools
+import sys
 import time
 
 import numpy as np
@@ -11,6 +11,8 @@ from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
 _run_strd, _OK, _EOVERLAP = lib.brgemm_cpu_run_strd, lib.BRGEMM_OK, lib.BRGEMM_EOVERLAP
+_bound_run, EGEOMETRY = lib.brgemm_cpu_bound_run, lib.BRGEMM_EGEOMETRY
+_OBJECT_ADDRESSES = sys.implementation.name == "cpython"  # id() is the object's address
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 
@@ -70,18 +72,31 @@ class CpuKernel:
         check(rc, "Kernel.__call__")
 
     def bind_strd(self, A, B, C, count, b_packed):
-        """The stride form on these arrays, their addresses taken now: a function
-        of no arguments returning 0 when done, else a code for finish_strd.
-        Valid while A, B and C live and keep their memory (brgemm.Kernel
-        re-binds when the arrays or their geometry change); binds no reference
-        to them. Converting three arrays to pointers costs more than a small
-        call itself, so calls on the same arrays skip it."""
-        a, b, c = (ffi.cast("void *", int(ffi.cast("uintptr_t", address(x)))) for x in (A, B, C))
-        return functools.partial(_run_strd, self._k, a, b, c, count, b_packed, True)
+        """The stride form bound to the geometry of these arrays, which the checks
+        accepted (kernels/cpu/bound_call.h): (run, bound, keep), where
+        run(bound, id(A), id(B), id(C)) runs it on any arrays of that geometry
+        (types, dtypes, shapes, strides; C writeable), compared in C on every
+        call, with the data pointers read then; it returns 0 when done,
+        EGEOMETRY when the arrays differ (check them, bind again), else a code
+        for finish_strd. keep holds what C compares by address (the types and
+        dtypes) and this kernel: the caller keeps it with bound. Holds no array.
+        None where nothing could be bound. Converting arrays to pointers in
+        Python and comparing their geometry there cost more than a small call's
+        C work, so every call on arrays of one geometry skips both."""
+        if not _OBJECT_ADDRESSES:
+            return None
+        bound = lib.brgemm_cpu_bind_strd(self._k, id(A), id(B), id(C), count, b_packed)
+        if bound == ffi.NULL:
+            return None
+        keep = (self, type(A), A.dtype, type(B), B.dtype, type(C), C.dtype)
+        return _bound_run, ffi.gc(bound, lib.brgemm_cpu_bound_free), keep
 
     def finish_strd(self, rc):
-        """A bound call's nonzero code: False when C's byte range meets A's or B's
+        """A bound call's code other than 0: None for EGEOMETRY (the arrays are
+        checked and bound again), False when C's byte range meets A's or B's
         (the caller decides exactly, as after strd), else the error raised."""
+        if rc == EGEOMETRY:
+            return None
         if rc == _EOVERLAP:
             return False
         check(rc, "Kernel.__call__")

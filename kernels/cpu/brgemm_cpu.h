@@ -69,7 +69,8 @@ enum {
   BRGEMM_EINVAL = -1,   /* a descriptor or argument the checks should have caught */
   BRGEMM_ENOMEM = -2,   /* scratch allocation failed */
   BRGEMM_EJIT = -3,     /* libxsmm could not generate the kernel */
-  BRGEMM_EOVERLAP = -4  /* the byte ranges of C and A or B intersect (stride form) */
+  BRGEMM_EOVERLAP = -4, /* the byte ranges of C and A or B intersect (stride form) */
+  BRGEMM_EGEOMETRY = -5 /* the arrays are not of a bound call's geometry (bound_call.h) */
 };
 
 /* What a kernel computes; fixed when it is created (libxsmm JITs per shape). */
