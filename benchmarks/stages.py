@@ -180,6 +180,7 @@ def _fc(threads):
         wt = L.to_blocks(w, g.bk, g.bc, swap_grid=True)
         xb, dyt = L.to_blocks(x, g.bn, g.bc), L.to_blocks(dy, g.bk, g.bn, transpose=True)
         y, dx, dw = np.empty((N, K), np.float32), np.empty((N, C), np.float32), np.empty_like(w)
+        db = np.empty(K, np.float32)
         pf = fc.plan(g, "fwd", "f32", has_bias=True, plain=True)
         pb, pu = (fc.plan(g, p, "f32", plain=True) for p in ("bwd", "upd"))
         path = "reads_w" if fc.reads_w(g, "f32", "cpu", x, w, None) else "blocked"
@@ -197,9 +198,8 @@ def _fc(threads):
             ("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
             ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt)),
             ("x", lambda: L.to_blocks(x, g.bn, g.bc, out=xb)),
-            ("dyT", lambda: L.to_blocks(dy, g.bk, g.bn, transpose=True, out=dyt)),
-            ("upd", lambda: pu.run(dw=dw, x=xb, dyt=dyt)),
-            ("db", lambda: L.column_sums(dy))],
+            ("dyT+db", lambda: L.to_blocks(dy, g.bk, g.bn, transpose=True, out=dyt, sums=db)),
+            ("upd", lambda: pu.run(dw=dw, x=xb, dyt=dyt))],
             lambda: fc.backward(dy, x, w)))
 
 

@@ -60,20 +60,23 @@ def _out_dtype(src, dtype, name="x"):
     return out
 
 
-def _check_out(out, shape, dtype):
+def _check_out(out, shape, dtype, name="out"):
     if out is None:
         return aligned_empty(shape, dtype)
     if (not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype
             or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out: expected a writeable C-contiguous {dtype} array of shape "
+        raise ValueError(f"{name}: expected a writeable C-contiguous {dtype} array of shape "
                          f"{tuple(shape)}")
     return out
 
 
-def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None):
+def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None,
+              sums=None):
     """M = x (or x.T with transpose) as [Rb][Sb][br][bs] tiles ([Sb][Rb][..] with
     swap_grid), 64-byte aligned, of `dtype` (default x's; bf16 from f32 rounds);
-    into `out` when given (layers reuse buffers)."""
+    into `out` when given (layers reuse buffers). sums: an f32 array of x's
+    column count that gets column_sums(x), bit for bit, summed as the copy
+    reads x (one pass over x instead of two)."""
     ld = _row_stride(x, "x")
     if ld is None:
         x = np.ascontiguousarray(x)
@@ -85,9 +88,14 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
     out = _check_out(out, shape, dt)
     if np.may_share_memory(out, x):
         raise ValueError("out: overlaps x")
-    cpu.check(cpu.lib.brgemm_cpu_to_blocks(cpu.address(x), R, S, ld, transpose, swap_grid,
-                                           x.itemsize, br, bs, cpu.address(out), out.itemsize,
-                                           threads or 0), "to_blocks")
+    if sums is not None:
+        sums = _check_out(sums, (x.shape[1],), dtypes.float32, "sums")
+        if np.may_share_memory(sums, x) or np.may_share_memory(sums, out):
+            raise ValueError("sums: overlaps x or out")
+    cpu.check(cpu.lib.brgemm_cpu_to_blocks_sums(
+        cpu.address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, cpu.address(out),
+        out.itemsize, cpu.ffi.NULL if sums is None else cpu.ffi.cast("float *", cpu.address(sums)),
+        threads or 0), "to_blocks")
     return out
 
 

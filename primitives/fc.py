@@ -21,7 +21,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
-from brgemm.layouts import column_sums, convert, to_blocks
+from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits, operands
@@ -168,11 +168,13 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     xb = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab))
     if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
         xb = vnni_tiles(xb, out=_buffer("x_vnni", xb.shape, ab))
-    plan(g, "upd", dtype, plain=True, vnni="upd" in vnni).run(
-        backend=backend, dw=dw, x=xb,
-        dyt=to_blocks(dy_p, g.bk, g.bn, transpose=True,
-                      out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab)))
-    db = column_sums(dy, out=_results.empty("db", (K,), np.float32) if f32 else None)
+    # dy^T's tiles (bf16 rounded on the way) and db = dy's column sums, in f32
+    # from dy as given, in one pass over dy
+    db = _results.empty("db", (K,), np.float32) if f32 else _buffer("db", (K,), np.float32)
+    dyt = to_blocks(dy, g.bk, g.bn, transpose=True, dtype=ab, sums=db,
+                    out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab))
+    plan(g, "upd", dtype, plain=True, vnni="upd" in vnni).run(backend=backend, dw=dw, x=xb,
+                                                              dyt=dyt)
     return (_result(dx, out_dtype, "dx"), _result(dw, out_dtype, "dw"),
             _result(db, out_dtype, "db"))
 

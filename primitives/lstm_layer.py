@@ -339,15 +339,16 @@ class LSTM:
                              for geom in (self.gx, g.fc_hidden(g.T, g.hpair * g.bk)))
         return plans[g]
 
-    def _retile(self, tiles, br, bs, name, transpose=False):
+    def _retile(self, tiles, br, bs, name, transpose=False, sums=None):
         """(plain, tiles): the matrix `tiles` [Rb][Sb][tr][ts] hold (padding
         included), plain in a scratch buffer and in tiles of br x bs (of its
-        transpose with transpose) in buffer `name`: two parallel copies."""
+        transpose with transpose) in buffer `name`: two parallel copies, the
+        second summing the plain matrix's columns into `sums` (to_blocks)."""
         Rb, Sb, tr, ts = tiles.shape
         plain = from_blocks(tiles, Rb * tr, Sb * ts,
                             out=self._buffer(name + "_plain", (Rb * tr, Sb * ts), tiles.dtype))
         R, S = (Sb * ts, Rb * tr) if transpose else (Rb * tr, Sb * ts)
-        return plain, to_blocks(plain, br, bs, transpose=transpose, out=self._buffer(
+        return plain, to_blocks(plain, br, bs, transpose=transpose, sums=sums, out=self._buffer(
             name, (nblocks(R, br), nblocks(S, bs), br, bs), tiles.dtype))
 
     def _weight_grads_plain(self, dG, g, dG32):
@@ -356,11 +357,11 @@ class LSTM:
         as _weight_grads leaves it."""
         upd_x, upd_h = self._plain_updates()
         rows = g.T * g.Nb
-        plain, dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True)
+        # db: the plain dG's column sums (padding rows zero), summed as dG^T's
+        # tiles are made from it
+        db = self._results.empty("grad_b", (4 * self.K,), np.float32) if dG is dG32 else None
+        dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True, sums=db)[1]
         f32 = np.dtype(np.float32)
-        # db: the plain dG's column sums (padding rows zero), while it is in cache
-        db = column_sums(plain, out=self._results.empty("grad_b", (4 * self.K,), np.float32)) \
-            if dG is dG32 else None
         dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
         upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]

@@ -90,6 +90,22 @@ def test_bf16_accepts_float32_inputs(rng, backend):
     check("y", y, ref, "f32", (np.abs(xb.astype(float)) @ np.abs(wb.astype(float)).T).max())
 
 
+def test_bf16_backward_of_float32_inputs(rng, backend):
+    """dtype bf16 on float32 arrays: dx and dW from bf16-rounded operands, db
+    summed from dy as given (in f32, as the copy of dy^T reads it), random
+    sizes with ragged blocks."""
+    for _ in range(3):
+        N, C, K = (int(v) for v in rng.integers(1, 150, 3))
+        x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
+        dx, dw, db = fc.backward(dy, x, w, dtype="bf16", backend=backend)
+        print(f"N={N} C={C} K={K}")
+        assert dx.dtype == dw.dtype == db.dtype == np.float32
+        xb, wb, dyb = (a.astype(brgemm.bfloat16).astype(np.float64) for a in (x, w, dy))
+        check("dx", dx, dyb @ wb, "f32", (np.abs(dyb) @ np.abs(wb)).max())
+        check("dw", dw, dyb.T @ xb, "f32", (np.abs(dyb).T @ np.abs(xb)).max())
+        check("db", db, dy.astype(np.float64).sum(0), "f32", np.abs(dy).sum(0).max())
+
+
 @pytest.mark.parametrize("spec", [("NKc", "NCk", "KCn"), ("KNc", "CNk", "CKn"), ("nkc", "nck", "kcn"),
                                   ("Nkc", "Cnk", "Kcn"), ("c|NKc", "k|NCk", "n|KCn"),
                                   ("KNkc", "CNck", "Kkcn")])

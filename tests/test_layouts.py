@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import brgemm
-from brgemm.layouts import from_blocks, pick_block, to_blocks, transpose_blocks
+from brgemm.layouts import column_sums, from_blocks, pick_block, to_blocks, transpose_blocks
 
 
 def ref_blocks(M, br, bs, swap_grid):
@@ -29,6 +29,12 @@ def test_round_trip(rng, R, S, br, bs, transpose, swap_grid, dtype):
     np.testing.assert_array_equal(t, ref_blocks(M, br, bs, swap_grid))
     back = from_blocks(t, R, S, transpose=transpose, swap_grid=swap_grid)
     np.testing.assert_array_equal(back, x)
+    # the same copy summing x's columns on the way: column_sums' values, bit for bit
+    sums = np.full(x.shape[1], np.nan, np.float32)
+    t2 = to_blocks(x, br, bs, transpose=transpose, swap_grid=swap_grid, sums=sums)
+    np.testing.assert_array_equal(t2, t)
+    np.testing.assert_array_equal(sums, column_sums(x))
+    np.testing.assert_allclose(sums, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5 * R * S)
 
 
 def test_views_and_out(rng):
@@ -51,6 +57,12 @@ def test_bad_input():
         to_blocks(np.ones(4, np.float32), 2, 2)
     with pytest.raises(ValueError, match="^t: tiles"):
         from_blocks(np.ones((2, 2, 2, 2), np.float32), 5, 4)
+    with pytest.raises(ValueError, match="^sums: expected a writeable C-contiguous float32"):
+        to_blocks(x, 2, 2, sums=np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="^sums: expected a writeable C-contiguous float32"):
+        to_blocks(x, 2, 2, sums=np.empty(4, np.float64))
+    with pytest.raises(ValueError, match="^sums: overlaps"):
+        to_blocks(x, 2, 2, sums=x[0])
 
 
 def test_pick_block():

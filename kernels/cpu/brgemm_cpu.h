@@ -227,6 +227,12 @@ int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* plan, void* const* tensors,
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
                          int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
                          int dst_itemsize, int threads);
+/* to_blocks, and sums (src's column count, f32) = src's column sums, added
+ * in f32 over its rows in order (as brgemm_cpu_column_sums) while the copy
+ * reads them; NULL: none. */
+int brgemm_cpu_to_blocks_sums(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                              int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
+                              int dst_itemsize, float* sums, int threads);
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
                            int swap_grid, int transpose, int src_itemsize, void* dst, int64_t ld,
                            int dst_itemsize, int threads);

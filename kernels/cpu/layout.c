@@ -35,26 +35,75 @@ static void tile_order(int64_t t, int64_t Rb, int64_t Sb, int transpose, int64_t
   }
 }
 
+/* Tile (rb, sb) of to_blocks' M copied from src (see brgemm_cpu_to_blocks). */
+static void copy_tile(const char* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                      int swap_grid, int si, int64_t br, int64_t bs, char* dst, int di,
+                      int64_t rb, int64_t sb) {
+  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
+  char* tile = dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * di;
+  const int64_t rows = brgemm_min64(br, R - rb * br), cols = brgemm_min64(bs, S - sb * bs);
+  if (transpose) /* M[r][c] = src[c * ld + r] */
+    brgemm_window(src + (sb * bs * ld + rb * br) * si, 1, ld, si, tile, bs, di, rows, cols);
+  else
+    brgemm_window(src + (rb * br * ld + sb * bs) * si, ld, 1, si, tile, bs, di, rows, cols);
+  zero_edges(tile, br, bs, rows, cols, di);
+}
+
+/* sums[j] += src[i][j] over a rows x cols window of src (row stride ld), row
+ * by row in f32: the order brgemm_cpu_column_sums adds in */
+static void add_rows(const char* src, int64_t ld, int si, int64_t rows, int64_t cols,
+                     float* sums) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (si == 4) {
+      const float* in = (const float*)src + i * ld;
+      for (int64_t j = 0; j < cols; ++j) sums[j] += in[j];
+    } else {
+      const uint16_t* in = (const uint16_t*)src + i * ld;
+      for (int64_t j = 0; j < cols; ++j) sums[j] += brgemm_bf16_to_f32(in[j]);
+    }
+  }
+}
+
 int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
                          int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
                          int dst_itemsize, int threads) {
+  return brgemm_cpu_to_blocks_sums(src, R, S, ld, transpose, swap_grid, src_itemsize, br, bs,
+                                   dst, dst_itemsize, NULL, threads);
+}
+
+int brgemm_cpu_to_blocks_sums(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                              int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
+                              int dst_itemsize, float* sums, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
   if (!args_ok(src, dst, R, S, ld, transpose, si, di, br, bs)) return BRGEMM_EINVAL;
   const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
   const int nt = brgemm_cpu_plan_threads(threads);
+  if (sums) {
+    /* one task per block of src's columns (M's rows with transpose), its
+     * tiles in src's row order, each window summed while it is in L1 */
+    const int64_t G = transpose ? Rb : Sb, H = transpose ? Sb : Rb, bg = transpose ? br : bs;
+    const int64_t cols_src = transpose ? R : S;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const int64_t c0 = gi * bg, n = brgemm_min64(bg, cols_src - c0);
+      for (int64_t j = 0; j < n; ++j) sums[c0 + j] = 0.0f;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t rb = transpose ? gi : h, sb = transpose ? h : gi;
+        copy_tile((const char*)src, R, S, ld, transpose, swap_grid, si, br, bs, (char*)dst, di,
+                  rb, sb);
+        const int64_t r0 = h * (transpose ? bs : br);
+        const int64_t rows = brgemm_min64(transpose ? bs : br, (transpose ? S : R) - r0);
+        add_rows((const char*)src + (r0 * ld + c0) * si, ld, si, rows, n, sums + c0);
+      }
+    }
+    return BRGEMM_OK;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < Rb * Sb; ++t) {
     int64_t rb, sb;
     tile_order(t, Rb, Sb, transpose, &rb, &sb);
-    char* tile = (char*)dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * di;
-    const int64_t rows = brgemm_min64(br, R - rb * br), cols = brgemm_min64(bs, S - sb * bs);
-    if (transpose) /* M[r][c] = src[c * ld + r] */
-      brgemm_window((const char*)src + (sb * bs * ld + rb * br) * si, 1, ld, si, tile, bs, di,
-                    rows, cols);
-    else
-      brgemm_window((const char*)src + (rb * br * ld + sb * bs) * si, ld, 1, si, tile, bs, di,
-                    rows, cols);
-    zero_edges(tile, br, bs, rows, cols, di);
+    copy_tile((const char*)src, R, S, ld, transpose, swap_grid, si, br, bs, (char*)dst, di, rb,
+              sb);
   }
   return BRGEMM_OK;
 }
