@@ -114,8 +114,7 @@ def _conv(N):
         else:
             upd = [("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
                    ("upd", lambda: pu.run(dw=dw, **ui))]
-        _line(name, "bwd", "columns" if conv.columns(g, "f32", "cpu", "bwd") else
-              path.replace("columns", "blocked"), *_steps([
+        _line(name, "bwd", path, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
             ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd + [
             ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],

@@ -64,17 +64,16 @@ from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 # ---------------------------------------------------------------- the loop nests
 
 
-def columns(g, dtype, backend, pass_="fwd"):
-    """The blocks (bd, bp) of the functional forward's (pass_ "bwd": backward's)
-    im2col plans, or None. Where the weights outweigh the images (N P Q at
-    most K / 2), the forward reads w in place as the K x C R S matrix it is
-    (columns_product) and copies x into its im2col tiles instead, R S times
-    x's size but less than w's copy; all images' pixels side by side, so the
-    kernel's rows are long even on 7 x 7 images. The forward also takes them
-    for kernels over 1x1 on images of at most 64 pixels at any N (the blocked
-    kernel's rows of 7 lose more: RESULTS.md). f32 on the CPU backend."""
-    small = pass_ == "fwd" and g.R * g.S > 1 and g.P * g.Q <= 64
-    if dtype != "f32" or backend != "cpu" or (2 * g.N * g.P * g.Q > g.K and not small):
+def columns(g, dtype, backend):
+    """The blocks (bd, bp) of the functional forward's im2col plan, or None
+    where it does not apply. Where the weights outweigh the images (small
+    images, many channels: N P Q at most K / 2), the forward reads w in place
+    as the K x C R S matrix it is (columns_product) and copies x into its im2col
+    tiles instead, R S times x's size but less than w's copy; all images'
+    pixels side by side, so the kernel's rows are long even on 7 x 7 images.
+    f32 on the CPU backend. (At any N on small images it won on the EPYC at
+    one thread and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
+    if dtype != "f32" or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
         return None
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
@@ -303,7 +302,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     # backward-data of a pointwise layer is the pointwise forward of w^T
     gt = _transposed(g)
     bp = pointwise(gt, dtype, backend)
-    blocks = columns(g, dtype, backend, "bwd")
+    blocks = columns(g, dtype, backend)
     if (blocks and token is None and x.dtype == np.float32 and w.dtype == np.float32
             and w.flags.c_contiguous and g.R * g.S > 1):
         dx = _columns_data(dy, w, g, *blocks)
