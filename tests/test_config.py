@@ -273,6 +273,18 @@ def test_cpu_qualified_path_tables(defaults, tmp_path):
         load(defaults, path="f32", config=bad)
 
 
+def test_amx_cpus_take_their_fc_tables():
+    """fc.toml's ["f32@amx"...] tables apply on AMX CPUs only, after the f32 ones."""
+    from primitives import fc
+    amx, plain = (fc.geometry(256, 4096, 4096, path=p) for p in ("f32@amx", "f32"))
+    assert (amx.specs[0], amx.chunk["fwd"]) == ("KNc", 4)
+    assert (plain.specs[0], plain.chunk["fwd"]) == ("NKc", 1024)
+    assert (amx.bn, amx.bc, amx.bk, amx.specs[1:]) == (plain.bn, plain.bc, plain.bk,
+                                                        plain.specs[1:])
+    assert fc.geometry(256, 1024, 1024, path="f32@amx") == fc.geometry(256, 1024, 1024,
+                                                                       path="f32")
+
+
 def test_kernel_path_names_amx_cpus():
     """kernel_path adds "@amx" where bf16 runs on AMX tiles in hardware, and
     only there (our CI machines: never)."""
