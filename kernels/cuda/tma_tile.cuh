@@ -6,7 +6,8 @@
  * each of the two tensors as a 2-D array [rows][ld] of bf16 (a tensor map,
  * 128-byte swizzle: the layout wgmma reads, as the cp.async path writes it),
  * so a block offset becomes (row, column) coordinates. One producer warp
- * (warp 8, one thread) walks the block's work (units blockIdx.x,
+ * (warp 8: its lanes look up 32 blocks' coordinates at once, lane 0 issues the
+ * copies) walks the block's work (units blockIdx.x,
  * blockIdx.x + gridDim.x, ...; a unit is one part of one task, its tiles
  * part, part + parts, ...) and issues each k-step's copies into the next free
  * stage; the two consumer warpgroups wait on that stage's "full" mbarrier,
@@ -80,15 +81,33 @@ struct Ring {
   }
 };
 
-/* the producer thread: every k-step of every tile of this block's units;
+/* block b's first A and B elements as (column, row) of their tensors' views:
+ * out = {A column, A row, B column, B row} */
+__device__ __forceinline__ void block_coords(const Call& c, int64_t b, int64_t lda, int64_t ldb,
+                                             int32_t (&out)[4]) {
+  const uint64_t ea = c.ao[b] / 2, eb = c.bo[b] / 2;
+  if ((ea | eb) >> 32 == 0) {  /* 32-bit divisions where they do (lda, ldb < 2^31) */
+    out[0] = (int32_t)((uint32_t)ea % (uint32_t)lda), out[1] = (int32_t)((uint32_t)ea / (uint32_t)lda);
+    out[2] = (int32_t)((uint32_t)eb % (uint32_t)ldb), out[3] = (int32_t)((uint32_t)eb / (uint32_t)ldb);
+  } else {
+    out[0] = (int32_t)(ea % lda), out[1] = (int32_t)(ea / lda);
+    out[2] = (int32_t)(eb % ldb), out[3] = (int32_t)(eb / ldb);
+  }
+}
+
+/* the producer warp: every k-step of every tile of this block's units. Its
+ * 32 lanes look up the coordinates of 32 blocks at once (offset loads and
+ * divisions in parallel, not one block's on each k-step's path), lane 0
+ * (thread THREADS) takes each block's by shuffle and issues the copies.
  * SPLIT (a launch in clusters): this rank's share of each tile's k-steps, as
- * tc_tile takes it, and the whole producer warp joins the consumers' three
- * cluster barriers of each tile (its thread THREADS issues the copies) */
+ * tc_tile takes it, and the whole warp joins the consumers' three cluster
+ * barriers of each tile */
 template <int BM, int BN, int NS, bool SPLIT>
 __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, const TmaMaps& maps,
                                             uint32_t stages, uint32_t full, uint32_t empty) {
   using S = Stage<BM, BN>;
-  const bool issuer = !SPLIT || threadIdx.x == THREADS;
+  const int lane = (int)threadIdx.x % 32;
+  const bool issuer = lane == 0;
   uint32_t rank = 0, nranks = 1;
   if constexpr (SPLIT) rank = cluster_rank(), nranks = cluster_blocks();
   if (issuer) {
@@ -104,21 +123,19 @@ __device__ __forceinline__ void tma_produce(const brgemm_cuda_phase_args& args, 
     const int64_t lda = kd->lda, ldb = kd->ldb, k = kd->k, ksteps = k / TK;
     const int64_t first = SPLIT ? c.count * ksteps * rank / nranks : 0;
     const int64_t last = SPLIT ? c.count * ksteps * (rank + 1) / nranks : c.count * ksteps;
+    const int64_t b0 = first / ksteps;  /* this rank's first block */
     const int cols = (int)((kd->n + BN - 1) / BN), tiles = (int)((kd->m + BM - 1) / BM) * cols;
     for (int t = (int)(u % args.parts); t < tiles; t += args.parts) {
       const int i0 = t / cols * BM, j0 = t % cols * BN;
-      for (int64_t b = SPLIT ? first / ksteps : 0; issuer && b * ksteps < last; ++b) {
-        /* the blocks' first elements as (column, row) of their tensors */
-        const uint64_t ea = c.ao[b] / 2, eb = c.bo[b] / 2;
-        int32_t ac, ar, bc, br;
-        if ((ea | eb) >> 32 == 0) {  /* 32-bit divisions where they do (lda, ldb < 2^31) */
-          ac = (int32_t)((uint32_t)ea % (uint32_t)lda), ar = (int32_t)((uint32_t)ea / (uint32_t)lda);
-          bc = (int32_t)((uint32_t)eb % (uint32_t)ldb), br = (int32_t)((uint32_t)eb / (uint32_t)ldb);
-        } else {
-          ac = (int32_t)(ea % lda), ar = (int32_t)(ea / lda);
-          bc = (int32_t)(eb % ldb), br = (int32_t)(eb / ldb);
-        }
-        ar += i0, bc += j0;
+      int32_t mine[4] = {0, 0, 0, 0};  /* block (b - b0) / 32 * 32 + b0 + lane's coordinates */
+      for (int64_t b = b0; b * ksteps < last; ++b) {  /* (the same trips on every lane) */
+        const int from = (int)((b - b0) % 32);
+        if (from == 0 && b + lane < c.count) block_coords(c, b + lane, lda, ldb, mine);
+        const int32_t ac = __shfl_sync(0xffffffffu, mine[0], from);
+        const int32_t ar = __shfl_sync(0xffffffffu, mine[1], from) + i0;
+        const int32_t bc = __shfl_sync(0xffffffffu, mine[2], from) + j0;
+        const int32_t br = __shfl_sync(0xffffffffu, mine[3], from);
+        if (!issuer) continue;
         /* this rank's k-steps of block b */
         const int32_t kb = SPLIT && b * ksteps < first ? (int32_t)(first - b * ksteps) * TK : 0;
         const int32_t ke = SPLIT && (b + 1) * ksteps > last ? (int32_t)(last - b * ksteps) * TK
@@ -191,24 +208,8 @@ __device__ __forceinline__ void tma_consume(const brgemm_cuda_phase_args& args, 
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       if (prev >= 0 && tid % 128 == 0) mbar_arrive(empty + 8 * prev);
-      /* accumulator layout of m64nN: warp w of the group holds rows 16 w + lane / 4
-         (+ 8), columns 8 t + 2 (lane % 4) (+ 1) in d[4 t .. 4 t + 3] */
-      const int warp = (tid % 128) / 32, lane = tid % 32;
       consumers_sync();  /* the last tile's stores have read the staged tile */
-      for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
-        if (!SPLIT_K || wg == pass) {
-#pragma unroll
-          for (int t = 0; t < WN / 8; ++t)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
-              float2* at = (float2*)&tile[r * LD + col];
-              const float2 v = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
-              *at = pass ? make_float2(at->x + v.x, at->y + v.y) : v;  /* the k halves summed */
-            }
-        }
-        consumers_sync();
-      }
+      stage_acc<WN, LD, SPLIT_K>(tile, acc, wg, row0, col0, [] { consumers_sync(); });
       /* a split tile: this rank finishes rows r0 .. r1 of the sum over the ranks,
          between the cluster barriers the producer warp joins too (as tc_tile) */
       int r0 = 0, r1 = BM;
@@ -243,8 +244,8 @@ __device__ __forceinline__ void tma_phase(const brgemm_cuda_phase_args& args, co
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (threadIdx.x >= THREADS) {
-    if (SPLIT || threadIdx.x == THREADS) tma_produce<BM, BN, NS, SPLIT>(args, maps, stages, full, empty);
+  if (threadIdx.x >= THREADS) {  /* the producer warp */
+    tma_produce<BM, BN, NS, SPLIT>(args, maps, stages, full, empty);
     return;
   }
   tma_consume<BM, BN, NS, SPLIT>(args, stages, full, empty,
