@@ -174,8 +174,10 @@ OLD_VARIANTS = [("before", {"split_tiles": False}), ("no uniform", {"uniform_arg
                 ("no PDL", {"programmatic_launch": False}),
                 ("no clustered PDL", {"clustered_pdl": False})]
 # the launches timed against torch in paired rounds besides the default (in-graph;
-# the default has TMA loads, TMA in clusters and vectorized stores on)
-PAIRED = [("cp.async", {"tma_loads": False}), ("tma no split", {"tma_split": False})]
+# the default has TMA loads, TMA in clusters and vectorized stores on, and the
+# small-problem path on TMA by its model): cp.async; launches that deal tiles
+# over blocks on cp.async, the small path by its cp.async model (as before)
+PAIRED = [("cp.async", {"tma_loads": False}), ("tma_parts off", {"tma_parts": False})]
 # the GEMM plans also on 128 x 128 tiles: cp.async, then TMA
 GEMM_TILES = [("128x128 cp.async", {"tma_loads": False}), ("128x128 tma", TMA),
               ("128x128 tma persistent", TMA_PERSISTENT)]

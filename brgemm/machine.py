@@ -116,7 +116,8 @@ def cuda_launch_settings(max_cluster=_KEEP, small_tiles=_KEEP, wide_tiles=_KEEP,
     through tensor maps (the bulk tensor copy engine, a producer warp) where
     they qualify (True, the default, unless BRGEMM_CUDA_TMA=0; False:
     cp.async); tma_parts: launches that deal each task's tiles out over several
-    blocks too (False, the default); tma_persistent: those launch at most
+    blocks too (True, the default; False: those keep cp.async, and the
+    small-problem path chooses by its cp.async model); tma_persistent: those launch at most
     one round of blocks, each taking several parts in turn (True, the
     default); tma_split: clustered launches take it too (True, the default,
     unless BRGEMM_CUDA_TMA_SPLIT=0). vec_stores: the TMA entries' epilogue

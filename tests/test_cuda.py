@@ -9,6 +9,7 @@ import pytest
 
 import brgemm
 from primitives import fc, gemm
+from cuda_support import check_fc, fc_inputs, nan_outputs, random_fc_plan
 
 if "cuda" not in brgemm.backends():
     pytest.skip("no CUDA device here", allow_module_level=True)
@@ -294,25 +295,12 @@ def test_small_problem_path(rng, monkeypatch, trial):
     monkeypatch.setattr(cuda, "uniform_args", bool(trial % 3))
     monkeypatch.setattr(cuda, "programmatic_launch", bool(trial % 2))
     pass_ = ("fwd", "bwd", "upd")[trial % 3]
-    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
-    N, C, K = (b * int(rng.integers(1, 4)) for b in blocks)
-    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} forced {forced} "
-          f"uniform {cuda.uniform_args}")
-    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
-                    blocks=blocks, path="cuda")
-    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
-    p = fc.plan(g, pass_, "bf16", **ops)
-    layouts = {"x": (g.Nb, g.Cb, g.bn, g.bc), "w": (g.Kb, g.Cb, g.bc, g.bk),
-               "dy": (g.Nb, g.Kb, g.bn, g.bk), "wt": (g.Cb, g.Kb, g.bk, g.bc),
-               "xt": (g.Cb, g.Nb, g.bc, g.bn), "b": (g.Kb * g.bk,)}
-    ins = {name: torch.randn(layouts[name], device="cuda") for name in p.tensors
-           if name not in p.written}
-    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    print(f"forced {forced} uniform {cuda.uniform_args}")
+    g, p = random_fc_plan(rng, pass_, 3)
+    ins = fc_inputs(torch, g, p)
     outs = []
     for _ in range(2):
-        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
-               for name in p.written}
-        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        out = nan_outputs(torch, p)
         p.run(backend="cuda", **ins, **out)
         outs.append(out)
     torch.cuda.synchronize()
@@ -321,18 +309,7 @@ def test_small_problem_path(rng, monkeypatch, trial):
     assert len(shape) == 1
     if forced is not None:
         assert shape[0].tile == (tm, tn) and shape[0].cluster == size
-    d = {name: t.double().cpu().numpy() for name, t in ins.items()}
-    eq, a, b, out = {"fwd": ("ncij,kcjl->nkil", "x", "w", "y"),
-                     "bwd": ("nkij,ckjl->ncil", "dy", "wt", "dx"),
-                     "upd": ("cnij,nkjl->kcil", "xt", "dy", "dw")}[pass_]
-    ref = np.einsum(eq, d[a], d[b])
-    mag = np.einsum(eq, np.abs(d[a]), np.abs(d[b]))
-    if pass_ == "fwd":
-        ref = np.maximum(ref + d["b"].reshape(g.Kb, 1, g.bk), 0)
-    got = outs[0][out].cpu().numpy().reshape(ref.shape)
-    tol = 1e-5 * mag + 2.0 ** -23 * np.abs(ref) + 1e-30
-    print(f"worst err/tol {np.max(np.abs(got - ref) / tol):.3f}")
-    assert np.all(np.abs(got - ref) <= tol)
+    check_fc(g, pass_, ins, outs[0])
     for name in p.written:
         np.testing.assert_array_equal(outs[1][name].float().cpu().numpy(),
                                       outs[0][name].float().cpu().numpy())

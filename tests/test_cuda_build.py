@@ -63,14 +63,24 @@ class StandInGPU:
             7: (15, 32), 8: (15, 30)}
 
     def max_clusters(self, entry, size):
-        return self.HELD[size][entry == "tc_small"]
+        return self.HELD[size][entry.startswith("tc_small")]
+
+    def blocks_per_sm(self, entry):
+        return 2 if entry.startswith("tc_small") else 1
 
 
-def launches_of(monkeypatch, p):
-    from brgemm.backend import cuda
+def launches_of(monkeypatch, p, tma=False):
+    """The Launch of each phase of p on the stand-in H200; tma: where the
+    phase qualifies for the TMA path (as on a GPU), else as if none did."""
+    from brgemm.backend import _cuda_tma, cuda
     monkeypatch.setattr(cuda, "device", StandInGPU)
     paths = np.ones(len(p.calls), np.uint8)  # every call on the tensor cores (PATH_TC)
     phases = cuda._phase_shapes(p.blocks, p.calls, paths, p.task_begin, p.phase_begin, 1, 2)
+    if tma:
+        for ph, ops in zip(phases, _cuda_tma.phase_operands(
+                p.blocks, p.calls, *p.byte_offsets(), p.phase_begin,
+                [p.extent[n] for n in p.tensors], [ph["kernel"] for ph in phases])):
+            ph["tma"] = ops
     return [cuda._launch_shape(ph, True) for ph in phases]
 
 
@@ -100,6 +110,33 @@ def test_small_problem_launch_choice(monkeypatch):
     (ln,) = launches_of(monkeypatch, fc.plan(fc.geometry(256, 4096, 4096, blocks=(128, 128, 128),
                                                          path="cuda"), "upd", "bf16"))
     assert ln == ("tc", 1, 1, (128, 128))
+
+
+def test_small_problem_launch_choice_on_tma(monkeypatch):
+    """Runs anywhere: on the TMA entries the small-problem path chooses by
+    their model (the H200's best launch of each of these GEMM plans, 128 x
+    128 blocks of 64-deep k, as measured: benchmarks/RESULTS.md), and takes
+    phases of up to two rounds of 128 x 128 tiles; with tma_parts off, as
+    before."""
+    from brgemm.backend import cuda
+    from primitives import gemm
+
+    def plan(M, N, K):
+        cfg = {"fwd": {"spec": "IJk", "bm": 128, "bn": 128, "bk": 64, "kc": K}}
+        return gemm.plan(M, N, K, "bf16", cfg)
+    for (M, N, K), want in (((1024, 1024, 1024), ("tc_tma", 1, 2, (128, 64))),
+                            ((256, 1024, 1024), ("tc_split_tma", 2, 4, (64, 64))),
+                            ((768, 768, 256), ("tc_tma", 1, 2, (128, 64))),
+                            ((3072, 768, 256), ("tc_small_tma", 1, 2, (64, 128))),
+                            ((4096, 4096, 256), ("tc_tma", 1, 1, (128, 128))),
+                            ((256, 4096, 4096), ("tc_split_tma", 2, 1, (128, 128)))):
+        (ln,) = launches_of(monkeypatch, plan(M, N, K), tma=True)
+        assert ln == want, (M, N, K, ln)
+    monkeypatch.setattr(cuda, "tma_parts", False)
+    (ln,) = launches_of(monkeypatch, plan(3072, 768, 256), tma=True)
+    assert ln == ("tc_tma", 1, 1, (128, 128))
+    (ln,) = launches_of(monkeypatch, plan(1024, 1024, 1024), tma=True)
+    assert ln == ("tc", 1, 2, (64, 128))  # the cp.async model's choice, on cp.async
 
 
 def test_new_launch_settings_check_their_arguments():

@@ -11,6 +11,7 @@ import pytest
 import brgemm
 from brgemm import epilogue
 from brgemm.recorder import Recorder
+from cuda_support import fc_inputs, nan_outputs
 from primitives import fc, gemm
 
 pytestmark = pytest.mark.skipif("cuda" not in brgemm.backends(), reason="no CUDA device here")
@@ -109,17 +110,13 @@ def test_vec_stores_fc_forward(rng, monkeypatch, trial):
     print(f"N={N} C={C} K={K} tma {tma}")
     g = fc.geometry(N, C, K, path="cuda")
     p = fc.plan(g, "fwd", "bf16", has_bias=True, activation="relu", bf16_out=True)
-    ins = {name: torch.randn(max(p.extent[name], 1), device="cuda") for name in p.tensors
-           if name not in p.written}
-    ins = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in ins.items()}
+    ins = fc_inputs(torch, g, p)
     monkeypatch.setattr(cuda, "tma_loads", tma)
     monkeypatch.setattr(cuda, "tma_parts", True)
     outs = []
     for vec in (False, True):
         monkeypatch.setattr(cuda, "vec_stores", vec)
-        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
-               for name in p.written}
-        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        out = nan_outputs(torch, p)
         p.run(backend="cuda", **ins, **out)
         outs.append({name: t.float().cpu().numpy() for name, t in out.items()})
     print(p.replay("cuda").tables.launch_details(True))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from brgemm.backend import _cuda_tma
+from cuda_support import check_fc, fc_inputs, nan_outputs, random_fc_plan
 from primitives import fc, gemm
 
 
@@ -45,6 +46,15 @@ cuda_only = pytest.mark.skipif("cuda" not in __import__("brgemm").backends(),
                                reason="no CUDA device here")
 
 
+def pin_cp_async(monkeypatch, ln):
+    """From here on, one-phase plans launch on cp.async with the tiles,
+    clusters and parts of the TMA Launch ln (on TMA the small-problem path
+    chooses by a model of its own, so the two paths' choices may differ)."""
+    from brgemm.backend import cuda
+    base = {tma: entry for (entry, _), tma in _cuda_tma.TMA_ENTRY.items()}[ln.entry]
+    monkeypatch.setattr(cuda, "_launch_shape", lambda phase, allow_tc: ln._replace(entry=base))
+
+
 @cuda_only
 @pytest.mark.parametrize("trial", range(8))
 def test_tma_path_matches_cp_async(rng, monkeypatch, trial):
@@ -62,29 +72,19 @@ def test_tma_path_matches_cp_async(rng, monkeypatch, trial):
     monkeypatch.setattr(cuda, "split_tiles", (None, False)[trial // 2 % 2])
     persistent = bool(trial // 4)
     pass_ = ("fwd", "bwd", "upd")[trial % 3]
-    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
-    N, C, K = (b * int(rng.integers(1, 5)) for b in blocks)
-    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} persistent {persistent}")
-    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
-                    blocks=blocks, path="cuda")
-    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
-    p = fc.plan(g, pass_, "bf16", **ops)
-    layouts = {"x": (g.Nb, g.Cb, g.bn, g.bc), "w": (g.Kb, g.Cb, g.bc, g.bk),
-               "dy": (g.Nb, g.Kb, g.bn, g.bk), "wt": (g.Cb, g.Kb, g.bk, g.bc),
-               "xt": (g.Cb, g.Nb, g.bc, g.bn), "b": (g.Kb * g.bk,)}
-    ins = {name: torch.randn(layouts[name], device="cuda") for name in p.tensors
-           if name not in p.written}
-    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    print(f"persistent {persistent}")
+    g, p = random_fc_plan(rng, pass_, 4)
+    ins = fc_inputs(torch, g, p)
     outs, entries = [], []
-    for tma in (False, True):
+    for tma in (True, False):  # TMA first, then its tiles on cp.async
         monkeypatch.setattr(cuda, "tma_loads", tma)
         monkeypatch.setattr(cuda, "tma_persistent", persistent)
-        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
-               for name in p.written}
-        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        if not tma:
+            pin_cp_async(monkeypatch, entries[0])
+        out = nan_outputs(torch, p)
         p.run(backend="cuda", **ins, **out)
-        outs.append(out)
-        entries.append(p.replay("cuda").tables.launch_details(True)[0])
+        outs.insert(0, out)
+        entries.insert(0, p.replay("cuda").tables.launch_details(True)[0])
     torch.cuda.synchronize()
     print(entries)
     assert entries[1].entry == entries[0].entry + "_tma"
@@ -92,33 +92,18 @@ def test_tma_path_matches_cp_async(rng, monkeypatch, trial):
     for name in p.written:
         np.testing.assert_array_equal(outs[1][name].float().cpu().numpy(),
                                       outs[0][name].float().cpu().numpy())
-    d = {name: t.double().cpu().numpy() for name, t in ins.items()}
-    eq, a, b, out = {"fwd": ("ncij,kcjl->nkil", "x", "w", "y"),
-                     "bwd": ("nkij,ckjl->ncil", "dy", "wt", "dx"),
-                     "upd": ("cnij,nkjl->kcil", "xt", "dy", "dw")}[pass_]
-    ref = np.einsum(eq, d[a], d[b])
-    if pass_ == "fwd":
-        ref = np.maximum(ref + d["b"].reshape(g.Kb, 1, g.bk), 0)
-    tol = 1e-5 * np.einsum(eq, np.abs(d[a]), np.abs(d[b])) + 2.0 ** -23 * np.abs(ref) + 1e-30
-    got = outs[1][out].cpu().numpy().reshape(ref.shape)
-    assert np.all(np.abs(got - ref) <= tol)
+    check_fc(g, pass_, ins, outs[1])
 
 
-@cuda_only
-@pytest.mark.parametrize("c_dtype", ["f32", "bf16"])
-def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
-    """A GEMM-shaped plan of one block shape whose m and n need not be
-    multiples of the tile (the boxes read rows and columns past the block,
-    whose results are dropped),
-    f32 or bf16 C, alpha and beta, on the TMA path: as the cp.async path."""
+def check_gemm_plan(monkeypatch, M, N, K, bm, bn, c_dtype):
+    """C = 0.5 A @ B + 0.25 C as a GEMM-shaped plan of bm x bn blocks of
+    64-deep k (m and n need not be multiples of the tile: the boxes read rows
+    and columns past the block, whose results are dropped) on the TMA path:
+    bit for bit as the cp.async path on the same tiles and clusters, and
+    float64 within the bound. Returns the TMA launch."""
     torch = pytest.importorskip("torch")
     from brgemm.backend import cuda
     from brgemm.recorder import Recorder
-    if not cuda.has_tensor_cores():
-        pytest.skip("this GPU has no wgmma path (sm_90a)")
-    bm, bn = int(rng.choice([64, 96, 128, 192])), int(rng.choice([64, 80, 128, 192]))
-    M, N = bm * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5))
-    K = 64 * int(rng.integers(1, 9))
     print(f"M={M} N={N} K={K} blocks {bm} x {bn} C {c_dtype}")
     rec = Recorder({"A": "bf16", "B": "bf16", "C": c_dtype})
     task = 0
@@ -136,19 +121,52 @@ def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
     C0 = torch.randn(M, N, device="cuda")
     C0 = C0.bfloat16() if c_dtype == "bf16" else C0
     monkeypatch.setattr(cuda, "tma_parts", True)  # few tasks: tiles may be dealt over blocks
-    outs = []
-    for tma in (False, True):
+    outs, launch = [], None
+    for tma in (True, False):  # TMA first, then its tiles and clusters on cp.async
         monkeypatch.setattr(cuda, "tma_loads", tma)
         C = C0.clone()
         p.run(backend="cuda", A=A, B=B, C=C)
-        outs.append(C.float().cpu().numpy())
-        print(p.replay("cuda").tables.launch_details(True))
-    assert p.replay("cuda").tables.launch_details(True)[0].entry.endswith("_tma")
+        outs.insert(0, C.float().cpu().numpy())
+        ln = p.replay("cuda").tables.launch_details(True)[0]
+        print(ln)
+        if tma:
+            assert ln.entry.endswith("_tma")
+            pin_cp_async(monkeypatch, ln)
+            launch = ln
     np.testing.assert_array_equal(outs[1], outs[0])
     ref = 0.5 * (A.double() @ B.double()).cpu().numpy() + 0.25 * C0.double().cpu().numpy()
     tol = (2.0 ** -7 if c_dtype == "bf16" else 1e-5) * (
         0.5 * (A.double().abs() @ B.double().abs()).cpu().numpy() + np.abs(ref)) + 1e-30
     assert np.all(np.abs(outs[1] - ref) <= tol)
+    return launch
+
+
+@cuda_only
+@pytest.mark.parametrize("c_dtype", ["f32", "bf16"])
+def test_tma_gemm_plans(rng, monkeypatch, c_dtype):
+    """Random GEMM-shaped plans of one block shape, f32 or bf16 C, alpha and
+    beta, on the TMA path: as the cp.async path (check_gemm_plan)."""
+    from brgemm.backend import cuda
+    if not cuda.has_tensor_cores():
+        pytest.skip("this GPU has no wgmma path (sm_90a)")
+    bm, bn = int(rng.choice([64, 96, 128, 192])), int(rng.choice([64, 80, 128, 192]))
+    M, N = bm * int(rng.integers(1, 5)), bn * int(rng.integers(1, 5))
+    check_gemm_plan(monkeypatch, M, N, 64 * int(rng.integers(1, 9)), bm, bn, c_dtype)
+
+
+@cuda_only
+@pytest.mark.parametrize("shape, want", [
+    ((1024, 1024, 1024), ("tc_tma", 1, 2, (128, 64))),       # tiles dealt over two blocks
+    ((256, 1024, 1024), ("tc_split_tma", 2, 4, (64, 64))),   # 64-row tiles in clusters, dealt
+    ((3072, 768, 256), ("tc_small_tma", 1, 2, (64, 128)))])  # over one round: two blocks an SM
+def test_tma_small_path_launches(monkeypatch, shape, want):
+    """The launches the TMA model of the small-problem path takes on the H200
+    (FC benchmark shapes as GEMM plans of 128 x 128 blocks, bf16 C): as the
+    cp.async path on the same tiles, and float64."""
+    from brgemm.backend import cuda
+    if not cuda.has_tensor_cores() or cuda.device().sm_count != 132:
+        pytest.skip("the launches asked for are the H200's (132 SMs, sm_90a)")
+    assert check_gemm_plan(monkeypatch, *shape, 128, 128, "bf16") == want
 
 
 # forced small-problem launches in clusters: (tile rows, columns, cluster, entry)
@@ -169,17 +187,10 @@ def test_tma_split_matches_cp_async(rng, monkeypatch, trial):
         pytest.skip("this GPU has no wgmma path (sm_90a)")
     launch = SPLIT_LAUNCHES[trial]
     pass_ = ("fwd", "bwd", "upd")[trial % 3]
-    blocks = tuple(int(rng.choice([64, 128])) for _ in range(3))
-    N, C, K = (b * int(rng.integers(1, 3)) for b in blocks)
     vec = bool(rng.integers(2))
-    print(f"N={N} C={C} K={K} blocks {blocks} {pass_} launch {launch} vec_stores {vec}")
-    g = fc.geometry(N, C, K, config={p: {"chunk": 1 << 20} for p in ("fwd", "bwd", "upd")},
-                    blocks=blocks, path="cuda")
-    ops = dict(has_bias=True, activation="relu", bf16_out=True) if pass_ == "fwd" else {}
-    p = fc.plan(g, pass_, "bf16", **ops)
-    ins = {name: torch.randn(max(p.extent[name], 1), device="cuda") for name in p.tensors
-           if name not in p.written}
-    ins = {name: t if name == "b" else t.bfloat16() for name, t in ins.items()}
+    print(f"launch {launch} vec_stores {vec}")
+    g, p = random_fc_plan(rng, pass_, 2)
+    ins = fc_inputs(torch, g, p)
     monkeypatch.setattr(cuda, "split_tiles", launch)
     monkeypatch.setattr(cuda, "vec_stores", vec)
     monkeypatch.setattr(cuda, "tma_split", True)
@@ -187,9 +198,7 @@ def test_tma_split_matches_cp_async(rng, monkeypatch, trial):
     outs, entries = [], []
     for tma in (False, True):
         monkeypatch.setattr(cuda, "tma_loads", tma)
-        out = {name: torch.full((max(p.extent[name], 1),), float("nan"), device="cuda")
-               for name in p.written}
-        out = {name: t.bfloat16() if p.tensors[name] == "bf16" else t for name, t in out.items()}
+        out = nan_outputs(torch, p)
         p.run(backend="cuda", **ins, **out)
         outs.append({name: t.float().cpu().numpy() for name, t in out.items()})
         entries.append(p.replay("cuda").tables.launch_details(True)[0])

@@ -182,9 +182,8 @@ clustered_pdl = True
 # them with the bulk tensor copy engine, a producer warp and mbarrier stages
 # (entries *_tma); BRGEMM_CUDA_TMA=0 turns it off
 tma_loads = os.environ.get("BRGEMM_CUDA_TMA", "1") != "0"
-# with tma_loads: launches that deal a task's tiles over blocks (parts > 1)
-# too; off: every such FC pass ran slower on TMA (benchmarks/RESULTS.md)
-tma_parts = False
+# with tma_loads: launches that deal a task's tiles over blocks too (False: not)
+tma_parts = True
 # with tma_loads: unclustered launches as one round of blocks, each taking
 # several parts in turn (as fast or faster on every FC pass measured)
 tma_persistent = True
@@ -246,7 +245,8 @@ def _phase_shapes(blocks, calls, paths, task_begin, phase_begin, tc_bit, mem_bit
 
 def _launch_shape(phase, allow_tc):
     """The Launch of one phase: the small-problem path's where it applies."""
-    ln = small_path(phase, allow_tc, device(), split_tiles, max_cluster)
+    tma = TMA_ENTRY if tma_loads and phase.get("tma") and tma_parts and tma_split else None
+    ln = small_path(phase, allow_tc, device(), split_tiles, max_cluster, tma)  # TMA: its model
     if ln is None:
         entry, size = _entry_and_cluster(phase, allow_tc)
         ln = Launch("tc_split" if entry == "tc" and size > 1 else entry, size, 1, (128, 128))
