@@ -622,6 +622,32 @@ __device__ __forceinline__ void store_tile(const Call& c, const float* tile, int
   store_plain<BN, LD>(c, tile, i0, j0, r0, r1);
 }
 
+/* warpgroup wg's m64nWN accumulators into the C tile staged in shared
+ * memory (row stride LD floats) at (row0, col0): warp w of the group holds
+ * rows 16 w + lane / 4 (+ 8), columns 8 t + 2 (lane % 4) (+ 1) in acc[4 t ..
+ * 4 t + 3]. SPLIT_K (64 x 64 tiles, each warpgroup half of every k-step):
+ * the second warpgroup adds its half to the first's. sync(): the barrier of
+ * the threads that stage (after each pass) */
+template <int WN, int LD, bool SPLIT_K, class Sync>
+__device__ __forceinline__ void stage_acc(float* tile, const float (&acc)[WN / 2], int wg, int row0,
+                                          int col0, Sync sync) {
+  const int warp = ((int)threadIdx.x % 128) / 32, lane = (int)threadIdx.x % 32;
+  for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
+    if (!SPLIT_K || wg == pass) {
+#pragma unroll
+      for (int t = 0; t < WN / 8; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
+          float2* at = (float2*)&tile[r * LD + col];
+          const float2 v = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
+          *at = pass ? make_float2(at->x + v.x, at->y + v.y) : v;  /* the k halves summed */
+        }
+    }
+    sync();
+  }
+}
+
 /* a BM x BN tile at (i0, j0); SPLIT (and a launch in clusters): this block's
  * share (rank of nranks) of its k-steps, summed with the other ranks' shares. BM 128: warpgroup w takes rows 64 w, all BN columns; BM 64, BN
  * 128: warpgroup w takes columns 64 w; 64 x 64: warpgroup w takes half of each
@@ -689,27 +715,12 @@ __device__ __forceinline__ void tc_tile(const Call& c, int64_t i0, int64_t j0,
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   cp_async_wait<0>();
   __syncthreads();  /* every wgmma has read its stage: reuse the stages for C */
-  /* accumulator layout of m64nN: warp w of the group holds rows 16 w + lane / 4
-     (+ 8), columns 8 t + 2 (lane % 4) (+ 1) in d[4 t .. 4 t + 3]. Staging the
-     tile in shared memory keeps the epilogue code small and the stores coalesced. */
+  /* staging the tile in shared memory keeps the epilogue code small and the
+     stores coalesced */
   float* tile = (float*)smem_ptr;
   constexpr int LD = BN + 8;
   static_assert(BM * LD * 4 <= NSTAGES * S::BYTES, "the C tile fits the stages");
-  const int warp = (tid % 128) / 32, lane = tid % 32;
-  for (int pass = 0; pass < (SPLIT_K ? 2 : 1); ++pass) {
-    if (!SPLIT_K || wg == pass) {
-#pragma unroll
-      for (int t = 0; t < WN / 8; ++t)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = row0 + warp * 16 + lane / 4 + 8 * h, col = col0 + 8 * t + 2 * (lane % 4);
-          float2* at = (float2*)&tile[r * LD + col];
-          const float2 v = make_float2(acc[4 * t + 2 * h], acc[4 * t + 2 * h + 1]);
-          *at = pass ? make_float2(at->x + v.x, at->y + v.y) : v;  /* the k halves summed */
-        }
-    }
-    __syncthreads();
-  }
+  stage_acc<WN, LD, SPLIT_K>(tile, acc, wg, row0, col0, [] { __syncthreads(); });
   /* this block finishes rows r0 .. r1 of the tile: all of it, or its share of
      the cluster's, summed over the ranks' partial tiles in rank order */
   int r0 = 0, r1 = BM;

@@ -260,6 +260,20 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[MT][W / 16][4], const mlp_c
                                 p.rows, p.sizes[0], p.x_f32, p.x_vec);
 }
 
+/* rows [row0, row0 + 16 MT) of a [..][W] bf16 matrix in global memory, every row in
+ * range, from fragments: pair(m, j, h) is the packed bf16 pair of row 16 m + 8 h +
+ * lane / 4, columns 8 j + 2 (lane % 4) and the next */
+template <int W, int MT, class Pair>
+__device__ __forceinline__ void store_pairs(uint64_t base, int64_t row0, int lane, Pair pair) {
+  uint32_t* y = reinterpret_cast<uint32_t*>(base) + (row0 + (lane >> 2)) * (W / 2) + (lane & 3);
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) y[(16 * m + 8 * h) * (W / 2) + 4 * j] = pair(m, j, h);
+}
+
 /* rows [row0, row0 + 16 MT) of a [rows][cols] bf16 matrix (cols == W) held as accumulator
  * fragments, stored (round to nearest even) */
 template <int W, int MT>
@@ -268,14 +282,9 @@ __device__ __forceinline__ void store_rows(uint64_t base, int64_t row0, int64_t 
                                            int lane) {
   const int g = lane >> 2, t = lane & 3;
   if (dense_bf16<W>(row0 + 16 * MT, rows, cols, f32, vec)) {
-    uint32_t* y = reinterpret_cast<uint32_t*>(base) + (row0 + g) * (W / 2) + t;
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          y[(16 * m + 8 * h) * (W / 2) + 4 * j] = pack_bf16(acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+    store_pairs<W, MT>(base, row0, lane, [&](int m, int j, int h) {
+      return pack_bf16(acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+    });
     return;
   }
 #pragma unroll
@@ -378,18 +387,13 @@ __device__ __forceinline__ void copy_weights(uint16_t* ws, float* bs, const mlp_
 /* ---------------------------------------------------------------- forward */
 
 /* A fragments of rows row0 .. row0 + 16 MT - 1 stored to a [rows][W] bf16 matrix
- * in global memory (every row in range: stored training pads the batch) */
+ * in global memory (every row in range: stored training pads the batch); register
+ * q of 16 columns kk holds rows + 8 (q & 1), columns + 8 (q >> 1) */
 template <int W, int MT>
 __device__ __forceinline__ void keep_a(uint64_t base, int64_t row0, const uint32_t (&a)[MT][W / 16][4],
                                        int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  uint32_t* h = reinterpret_cast<uint32_t*>(base) + (row0 + g) * (W / 2) + t;
-#pragma unroll
-  for (int m = 0; m < MT; ++m)
-#pragma unroll
-    for (int kk = 0; kk < W / 16; ++kk)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) h[(16 * m + 8 * (q & 1)) * (W / 2) + 8 * kk + 4 * (q >> 1)] = a[m][kk][q];
+  store_pairs<W, MT>(base, row0, lane,
+                     [&](int m, int j, int h) { return a[m][j >> 1][2 * (j & 1) + h]; });
 }
 
 /* KEEP: stored training (h, yf, h_x of the arguments are read only then), its own
