@@ -7,6 +7,7 @@ filled with NaN (all bits set: a NaN in f32, bf16 and f64 alike). A region
 that a plan or a copy fails to write then shows up as NaN in the results
 instead of hiding behind whatever the memory held (often zeros: fresh pages
 from the OS are zero)."""
+import math
 import os
 import sys
 import threading
@@ -80,8 +81,8 @@ class Buffers:
         self._bufs = {}
 
     def get(self, name, shape, dtype=np.float32):
-        shape = tuple(int(d) for d in shape)
-        n, dtype = int(np.prod(shape)), np.dtype(dtype)
+        shape = tuple(map(int, shape))
+        n, dtype = math.prod(shape), np.dtype(dtype)  # math.prod: np.prod costs microseconds
         buf = self._bufs.get(name)
         if buf is None or buf.dtype != dtype or buf.size < n:
             buf = self._bufs[name] = aligned_empty((max(n, 1),), dtype)
