@@ -1,7 +1,5 @@
 """2-D convolution, backward-data: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
-import functools
-
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles
 from primitives._calls import blocks_per_call
@@ -24,11 +22,14 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     dx = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     bq, rows = (g.bs, g.H) if g.span[1] else (g.bq, 1)
 
-    @functools.cache  # one Block per shape (conv_forward.forward_nest says why)
+    blocks = {}  # (m, beta) -> its Block, made once (as forward_nest's)
+
     def block(m, beta):
-        return bplan.Block(m, g.bc, g.bk, lda=dyp.ld("Qp"), ldb=wt.ld("bk"),
-                           ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=beta,
-                           b_vnni=vnni)  # C's rows: pixels sw apart
+        if (m, beta) not in blocks:  # C's rows: pixels sw apart
+            blocks[m, beta] = bplan.Block(m, g.bc, g.bk, lda=dyp.ld("Qp"), ldb=wt.ld("bk"),
+                                          ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=beta,
+                                          b_vnni=vnni)
+        return blocks[m, beta]
     for phase, task, at in loops.walk():
         n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
         rho, u0 = ru % g.sw, (ru // g.sw) * bq     # loop u runs over residue x pixel block

@@ -1,7 +1,5 @@
 """2-D convolution, forward: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
-import functools
-
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
 from primitives._calls import blocks_per_call
@@ -21,10 +19,13 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     bq, row = (g.bs, g.P * g.Q) if g.span[0] else (g.bq, g.Q)
     taps = [(c, r, s) for c in range(g.Cb) for r in range(g.R) for s in range(g.S)]
 
-    @functools.cache  # one Block per shape: made per call, they took a third of the recording
+    blocks = {}  # (m, beta) -> its Block, made once: one a call took a third of the recording
+
     def block(m, beta):
-        return bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"), ldc=y.ld("Q"),
-                           dtype=dtype, beta=beta, b_vnni=vnni)  # A's rows: pixels sw apart
+        if (m, beta) not in blocks:  # A's rows: pixels sw apart
+            blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
+                                          ldc=y.ld("Q"), dtype=dtype, beta=beta, b_vnni=vnni)
+        return blocks[m, beta]
     for phase, task, at in loops.walk():
         n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
         m = min(bq, row - q0)
