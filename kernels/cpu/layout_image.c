@@ -562,6 +562,59 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
   return BRGEMM_OK;
 }
 
+/* columns_to_image with AVX-512: a task's 16 channels of one image summed in
+ * a per-thread plane of 16-channel vectors ([Hp][Wp][16], the padded image:
+ * taps that land in the padding add there and are dropped), each pixel's
+ * taps gathered from its row 16 channels at a time (a gather per tap, then
+ * one vector add), the plane's interior transposed into dx after. The plain
+ * loop added one element at a time, with a test per tap: res5a_branch2b's
+ * whole backward 4.98 -> 4.81 ms (one thread), 2.62 -> 2.50 (two). */
+__attribute__((target("avx512f"))) static int columns_to_image_avx512(
+    const float* src, int64_t ld, int64_t N, int64_t C, int64_t H, int64_t W, int64_t R,
+    int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P, int64_t Q, float* dst,
+    int threads) {
+  const int64_t RS = R * S, Cg = (C + 15) / 16;
+  /* the padded plane: every tap's pixel and every pixel of dx inside it */
+  const int64_t Hp = (P - 1) * sh + R > H + ph ? (P - 1) * sh + R : H + ph;
+  const int64_t Wp = (Q - 1) * sw + S > W + pw ? (Q - 1) * sw + S : W + pw;
+  const __m512i lanes = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)RS)); /* channel c's tap at c R S */
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
+  {
+    float* acc = aligned_alloc(64, (size_t)(Hp * Wp * 16) * sizeof(float));
+    if (!acc) {
+#pragma omp atomic write
+      err = BRGEMM_ENOMEM;
+    }
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < N * Cg; ++o) {
+      if (!acc) continue;
+      const int64_t n = o % N, c0 = o / N * 16, nc = brgemm_min64(16, C - c0);
+      const __mmask16 m = (__mmask16)((1u << nc) - 1u);
+      memset(acc, 0, (size_t)(Hp * Wp * 16) * sizeof(float));
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q) {
+          const float* row = src + ((n * P + p) * Q + q) * ld + c0 * RS;
+          float* at = acc + (p * sh * Wp + q * sw) * 16;
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t s = 0; s < S; ++s) {
+              const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, lanes,
+                                                        row + r * S + s, 4);
+              float* a = at + (r * Wp + s) * 16;
+              _mm512_store_ps(a, _mm512_add_ps(_mm512_load_ps(a), v));
+            }
+        }
+      for (int64_t h = 0; h < H; ++h) /* [W][16] rows of the interior -> nc planes' rows */
+        brgemm_transpose4((const uint32_t*)(acc + ((h + ph) * Wp + pw) * 16), 16,
+                          (uint32_t*)(dst + ((n * C + c0) * H + h) * W), H * W, nc, W);
+    }
+    free(acc);
+  }
+  return err;
+}
+
 int brgemm_cpu_columns_to_image(const float* src, int64_t ld, int64_t N, int64_t C, int64_t H,
                                 int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw,
                                 int64_t ph, int64_t pw, int64_t P, int64_t Q, float* dst,
@@ -569,6 +622,12 @@ int brgemm_cpu_columns_to_image(const float* src, int64_t ld, int64_t N, int64_t
   if (!src || !dst || N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || S < 1 || sh < 1 || sw < 1 ||
       ph < 0 || pw < 0 || P < 1 || Q < 1 || ld < C * R * S)
     return BRGEMM_EINVAL;
+  /* small images (conv.columns' case): the plane of 16-channel vectors stays
+   * in L1/L2 (up to 64 KiB; on 56 x 56 images it ran 6% slower); the lanes'
+   * offsets are int32 */
+  if (brgemm_layout_avx512() && ((P - 1) * sh + R + ph) * ((Q - 1) * sw + S + pw) <= 1024 &&
+      R * S < (1 << 26))
+    return columns_to_image_avx512(src, ld, N, C, H, W, R, S, sh, sw, ph, pw, P, Q, dst, threads);
   /* a task: the planes of `group` channels of one image, zeroed, then each
    * pixel's row read once along (group R S contiguous floats) and its taps
    * added where they land in the image; channels outermost, so each thread
