@@ -7,7 +7,8 @@
 # the device call's `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.devcarry/ >> .git/info/exclude; }
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+grep -qx '/.devcarry/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo /.devcarry/ >> "$exclude"; }
 mkdir -p .devcarry/lib .devcarry/include .devcarry/whl
 cp /usr/lib/libxsmm.a /usr/lib/libxsmmnoblas.a .devcarry/lib/
 cp -r /usr/include/libxsmm* .devcarry/include/
