@@ -294,3 +294,18 @@ def test_kernel_path_names_amx_cpus():
     amx = cpu.amx()[0] == "hardware"
     assert kernel_path("f32") == ("f32@amx" if amx else "f32")
     assert kernel_path("bf16") == ("bf16-amx" if amx else brgemm.Kernel(8, 8, 8, "bf16").path)
+
+
+def test_cuda_takes_its_own_lstm_and_conv_tables():
+    """On "cuda" the LSTM and conv plans read the ["cuda".<pass>] tables: whole
+    reductions per call (no loop groups, which would be one launch each), and
+    conv's forward with every loop parallel; the CPU keeps its own."""
+    from primitives import conv, lstm
+    gpu, cpu = lstm.geometry(50, 64, 1024, 1024, path="cuda"), lstm.geometry(50, 64, 1024, 1024)
+    assert gpu.call_kb >= 1 << 20 and min(gpu.fc_chunks) >= 1 << 20
+    assert all(s.count(s[-1].lower()) == 1 for s in gpu.fc_specs)  # no loop named twice
+    assert cpu.fc_specs != gpu.fc_specs
+    shape = (32, 256, 64, 56, 56, 1, 1, (1, 1), (0, 0))
+    gc, cc = conv.geometry(*shape, path="cuda"), conv.geometry(*shape)
+    assert gc.specs[0] == "NKPQ" and min(gc.call_kb) >= 1 << 20 and gc.span == (True, True)
+    assert cc.specs[0] != gc.specs[0] and max(cc.call_kb) < 1 << 20
