@@ -23,6 +23,7 @@ from brgemm.machine import (cuda_has_tensor_cores, cuda_launch_settings, cuda_la
                             cuda_max_clusters, device_name, unavailable_reason)
 from brgemm.recorder import Recorder
 from primitives import conv, fc, gemm, lstm
+from primitives.conv_update import update_form
 
 
 class Graph:
@@ -341,13 +342,22 @@ def run_conv(quick, dtypes, N=32):
                 ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
                 theirs, _ = graph_time(theirs_fn[pass_], 20)
                 row(f"{name} {pass_} {dtype}", flops, ours, theirs, spread,
-                    f"cuDNN; {launch_text(p)}")
+                    f"cuDNN; {update_form(g) + '; ' if pass_ == 'upd' else ''}{launch_text(p)}")
+            # the other weight-update nest, for comparison
+            other = conv.geometry(N, C, K, H, W, R, S, (stride, stride), (pad, pad),
+                                  {"upd": {"flat": not g.flat}}, path="cuda")
+            if update_form(other) != update_form(g):
+                p = conv.plan(other, "upd", dtype)
+                ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
+                row(f"{name} upd {dtype}", flops, ours, theirs, spread,
+                    f"cuDNN; {update_form(other)}; {launch_text(p)}")
 
 
 def torch_lstm_step(C, K, T, N, tdt):
     """cuDNN's LSTM forward, and forward + backward (gradients of x and the
     weights), on random data."""
     ref = torch.nn.LSTM(C, K).cuda().to(tdt)
+    ref.flatten_parameters()  # else cuDNN compacts the weights on every call
     x = torch.randn(T, N, C, device="cuda").to(tdt).requires_grad_()
     dy = torch.randn(T, N, K, device="cuda").to(tdt)
     wrt = [x] + list(ref.parameters())
