@@ -30,7 +30,7 @@ SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape k
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
                  "span_q": int},
           "bwd": {"spec": str, "call_kb": int, "span": bool}, "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool,
-                                            "share_kb": int}}
+                                            "share_kb": int, "flat_below_q": int}}
 
 _plans = bplan.PlanCache(maxsize=64)
 
@@ -106,8 +106,10 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
     bc, bk = pick_block(C, f["bc"], 16), pick_block(K, f["bk"], 16)
     fl = flat_sizes(P_, H + 2 * padding[0], W + 2 * padding[1], R, S, *stride)
     # the flat nest's blocks span bc planes of x: past the kernel's reach per
-    # block (huge images), the row nests do the update
-    flat = cfg["upd"]["flat"] and bc * fl.L * 4 <= SPAN
+    # block (huge images), the row nests do the update; flat_below_q: only for
+    # output rows shorter than that (the rows nest's blocks are a row deep)
+    flat = cfg["upd"]["flat"] and bc * fl.L * 4 <= SPAN and Q < cfg["upd"].get("flat_below_q",
+                                                                              Q + 1)
     # enough weight-update tasks: split its reduction until there are `tiles` of them
     tiles = nblocks(C, bc) * nblocks(K, bk) * R * S
     units = N * P_  # what the shares split: output rows, or the flat nest's chunks

@@ -309,3 +309,6 @@ def test_cuda_takes_its_own_lstm_and_conv_tables():
     gc, cc = conv.geometry(*shape, path="cuda"), conv.geometry(*shape)
     assert gc.specs[0] == "NKPQ" and min(gc.call_kb) >= 1 << 20 and gc.span == (True, True)
     assert cc.specs[0] != gc.specs[0] and max(cc.call_kb) < 1 << 20
+    # the weight update over pixel runs where output rows are short (flat_below_q)
+    assert not gc.flat and conv.geometry(32, 256, 64, 28, 28, 1, 1, (1, 1), (0, 0),
+                                         path="cuda").flat
