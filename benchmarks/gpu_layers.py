@@ -25,6 +25,13 @@ def torch_conv_passes(N, C, K, H, W, R, S, stride, pad, tdt):
             "upd": lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, pad)}
 
 
+def timed(fn, batch_ms=20.0, reps=20):
+    """graph_time with batches of about batch_ms (at most `reps` calls): the
+    generic path's slowest plans run for tens of milliseconds a call."""
+    once = graph_time(fn, 1, batches=1)[0]
+    return graph_time(fn, max(1, min(reps, int(batch_ms / max(once, 1e-3)))))
+
+
 def run_conv(quick, dtypes, N=32):
     """Each pass's plan as the library builds it on "cuda" (conv.toml's "cuda"
     tables) against cuDNN's pass. Plans only: the layer's layout copies and
@@ -42,8 +49,8 @@ def run_conv(quick, dtypes, N=32):
             flops = 2 * N * K * C * R * S * g.P * g.Q
             for pass_ in ("fwd", "bwd", "upd"):
                 p = conv.plan(g, pass_, dtype)
-                ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
-                theirs, _ = graph_time(theirs_fn[pass_], 20)
+                ours, spread = timed(replay(p, plan_tensors(p)))
+                theirs, _ = timed(theirs_fn[pass_])
                 row(f"{name} {pass_} {dtype}", flops, ours, theirs, spread,
                     f"cuDNN; {update_form(g) + '; ' if pass_ == 'upd' else ''}{launch_text(p)}")
             # the other weight-update nest, for comparison
@@ -51,7 +58,7 @@ def run_conv(quick, dtypes, N=32):
                                   {"upd": {"flat": not g.flat}}, path="cuda")
             if update_form(other) != update_form(g):
                 p = conv.plan(other, "upd", dtype)
-                ours, spread = graph_time(replay(p, plan_tensors(p)), 20)
+                ours, spread = timed(replay(p, plan_tensors(p)))
                 row(f"{name} upd {dtype}", flops, ours, theirs, spread,
                     f"cuDNN; {update_form(other)}; {launch_text(p)}")
 
