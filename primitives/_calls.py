@@ -23,3 +23,40 @@ def reduction_calls(blocks, nb, dim, b):
         yield blocks[-1:], dim - (nb - 1) * b
     else:
         yield blocks, b
+
+
+def record_grouped(ex, tiles, group):
+    """Record tiles' kernel calls, `group` consecutive tiles of one task at a
+    time, call by call: each tile's first call, then each one's second, and
+    so on, so that the weight blocks of a call, once loaded, serve every tile
+    of the group from the core's L1 instead of coming back from L2 for each
+    (group 1: each tile's whole reduction in turn). tiles: (phase, task,
+    calls) in the nest's order, calls a list of ex.gemm's arguments."""
+    pending, where = [], None
+
+    def flush():
+        if pending:
+            ex.at(*where)
+            for i in range(max(map(len, pending))):
+                for calls in pending:
+                    if i < len(calls):
+                        ex.gemm(*calls[i])
+            pending.clear()
+    for phase, task, calls in tiles:
+        if (phase, task) != where or len(pending) == group:
+            flush()
+            where = (phase, task)
+        pending.append(calls)
+    flush()
+
+
+def slot_in_group(group):
+    """For nests that sum each tile in one slot of its task's own (tile=): a
+    function of the task giving each of its tiles, in turn, its place among
+    the `group` slots that record_grouped keeps alive at once."""
+    seen = {}
+
+    def index(task):
+        seen[task] = seen.get(task, -1) + 1
+        return seen[task] % group
+    return index

@@ -111,12 +111,13 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd"):
     return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS), record)
 
 
-def _task_slots(floats):
+def _task_slots(floats, group):
     """A nest's tile= for plans that store from the epilogue: each task (its
-    parallel loops' values) sums its tiles in one slot of `floats` of its own,
-    numbered in the order the tasks first come."""
+    parallel loops' values) sums its tiles in `group` slots of `floats` of its
+    own (the tiles the nest keeps alive at once), numbered in the order the
+    tasks first come."""
     slots = {}
-    return lambda task: slots.setdefault(task, len(slots)) * floats
+    return lambda task, j: (slots.setdefault(task, len(slots)) * group + j) * floats
 
 
 def stores_nchw(g, dtype, backend, out_dtype):
@@ -137,7 +138,8 @@ def nchw_plan(g, dtype, vnni):
         PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
         rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
                              spec=g.specs[0])
-        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni, tile=_task_slots(bq * g.bk),
+        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
+                     tile=_task_slots(bq * g.bk, g.group[0]),
                      epilogue=lambda n, k, pixel: (
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
         return rec.finish()
@@ -160,7 +162,8 @@ def nchw_dx_plan(g, dtype, vnni):
         HW, bq = g.H * g.W, g.bs if g.span[1] else g.bq
         rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
                              spec=g.specs[1])
-        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni, tile=_task_slots(bq * g.bc),
+        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
+                      tile=_task_slots(bq * g.bc, g.group[1]),
                       epilogue=lambda n, c, row, u0: (
                           bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
         return rec.finish()

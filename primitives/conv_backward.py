@@ -2,7 +2,7 @@
 layouts, the geometry and the plans that record this nest)."""
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles
-from primitives._calls import blocks_per_call
+from primitives._calls import blocks_per_call, record_grouped, slot_in_group
 from primitives.conv_forward import columns_operands
 from primitives.fc_nest import Product
 
@@ -15,8 +15,10 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     g.span[1] (conv_plans.spans_rows: stride 1, so one class) h is the first
     interior row and the class's pixels are all H x W, in blocks of bs that
     run on across rows. epilogue(n, c, row, u0): the ops of a block's last
-    call (row: its interior row); tile(task): where in dx the task sums each
-    of its blocks in turn (the epilogue stores them), instead of their places."""
+    call (row: its interior row); tile(task, j): where in dx the task sums
+    its blocks, j (0 .. g.group[1] - 1) counting them in turn (the epilogue
+    stores them), instead of their places. g.group[1] blocks of a task take
+    each call's weight blocks in turn (_calls.record_grouped)."""
     dyp = Layout(N=g.N, Kb=g.Kb, Pp=g.Pp, Qp=g.Qp, bk=g.bk)  # dy at (bp, bw) in a zero border
     wt = Layout(Cb=g.Cb, Kb=g.Kb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
     dx = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
@@ -30,28 +32,33 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                                           ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=beta,
                                           b_vnni=vnni)
         return blocks[m, beta]
-    for phase, task, at in loops.walk():
-        n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
-        rho, u0 = ru % g.sw, (ru // g.sw) * bq     # loop u runs over residue x pixel block
-        first = g.pw + (rho - g.pw) % g.sw         # the class's first interior pixel
-        width = rows * len(range(first, g.pw + g.W, g.sw))
-        if u0 >= width:
-            continue
-        m = min(bq, width - u0)
-        taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
-                if (h - r) % g.sh == 0 and (first - s) % g.sw == 0
-                and 0 <= (h - r) // g.sh + g.bp < g.Pp]
-        ex.at(phase, task)
-        per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
-        for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
-            last = epilogue is not None and i + per_call >= len(taps)
-            ex.gemm(block(m, 0.0 if i == 0 else 1.0),
-                    "dyp", [dyp.at(n, k, (h - r) // g.sh + g.bp, u0 + (first - s) // g.sw + g.bw)
-                            for k, r, s in taps[i:i + per_call]],
-                    "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],
-                    "dx", dx.at(n, c, h, first + g.sw * u0) if tile is None else tile(task),
-                    ops=epilogue(n, c, h - g.ph, u0) if last else ())
+    slot = slot_in_group(g.group[1])
 
+    def tiles():
+        for phase, task, at in loops.walk():
+            n, c, h, ru = at["n"], at["c"], g.ph + at["h"], at["u"]
+            rho, u0 = ru % g.sw, (ru // g.sw) * bq     # loop u runs over residue x pixel block
+            first = g.pw + (rho - g.pw) % g.sw         # the class's first interior pixel
+            width = rows * len(range(first, g.pw + g.W, g.sw))
+            if u0 >= width:
+                continue
+            m = min(bq, width - u0)
+            taps = [(k, r, s) for k in range(g.Kb) for r in range(g.R) for s in range(g.S)
+                    if (h - r) % g.sh == 0 and (first - s) % g.sw == 0
+                    and 0 <= (h - r) // g.sh + g.bp < g.Pp]
+            per_call = blocks_per_call(g.call_kb[1], (m + g.bc) * g.bk, dtype)
+            to = dx.at(n, c, h, first + g.sw * u0) if tile is None else tile(task, slot(task))
+            calls = []
+            for i in range(0, len(taps), per_call) or [0]:  # no taps: one call zeroes the block
+                last = epilogue is not None and i + per_call >= len(taps)
+                calls.append((block(m, 0.0 if i == 0 else 1.0),
+                              "dyp", [dyp.at(n, k, (h - r) // g.sh + g.bp,
+                                             u0 + (first - s) // g.sw + g.bw)
+                                      for k, r, s in taps[i:i + per_call]],
+                              "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],
+                              "dx", to, epilogue(n, c, h - g.ph, u0) if last else ()))
+            yield phase, task, calls
+    record_grouped(ex, tiles(), g.group[1])
 
 def columns_data_product(g, bd, bp):
     """dx^c (N P Q x C R S, plain: the im2col matrix's gradient, transposed) =

@@ -2,7 +2,7 @@
 layouts, the geometry and the plans that record this nest)."""
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
-from primitives._calls import blocks_per_call
+from primitives._calls import blocks_per_call, record_grouped, slot_in_group
 from primitives.fc_nest import Product
 
 
@@ -11,8 +11,10 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     With g.span[0] (conv_plans.spans_rows) p is 0 and q0 counts the P x Q
     pixels in blocks of bs that run on across rows. epilogue(n, k, pixel):
     the ops of a tile's last call (pixel = p Q + q0, its first pixel);
-    tile(task): where in y the task sums each of its tiles in turn (the
-    epilogue stores them), instead of each tile's own place."""
+    tile(task, j): where in y the task sums its tiles, j (0 .. g.group[0] - 1)
+    counting them in turn (the epilogue stores them), instead of each tile's
+    own place. g.group[0] tiles of a task take each call's weight blocks
+    in turn (_calls.record_grouped)."""
     x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
     y = Layout(N=g.N, Kb=g.Kb, P=g.P, Q=g.Q, bk=g.bk)
@@ -26,19 +28,24 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
             blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
                                           ldc=y.ld("Q"), dtype=dtype, beta=beta, b_vnni=vnni)
         return blocks[m, beta]
-    for phase, task, at in loops.walk():
-        n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
-        m = min(bq, row - q0)
-        ex.at(phase, task)
-        per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
-        for i in range(0, len(taps), per_call):
-            last = epilogue is not None and i + per_call >= len(taps)
-            ex.gemm(block(m, 0.0 if i == 0 else 1.0),
-                    "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s)
-                          for c, r, s in taps[i:i + per_call]],
-                    "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
-                    "y", y.at(n, k, p, q0) if tile is None else tile(task),
-                    ops=epilogue(n, k, p * g.Q + q0) if last else ())
+    slot = slot_in_group(g.group[0])
+
+    def tiles():
+        for phase, task, at in loops.walk():
+            n, k, p, q0 = at["n"], at["k"], at["p"], at["q"]
+            m = min(bq, row - q0)
+            per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
+            to = y.at(n, k, p, q0) if tile is None else tile(task, slot(task))
+            calls = []
+            for i in range(0, len(taps), per_call):
+                last = epilogue is not None and i + per_call >= len(taps)
+                calls.append((block(m, 0.0 if i == 0 else 1.0),
+                              "x", [x.at(n, c, p * g.sh + r, q0 * g.sw + s)
+                                    for c, r, s in taps[i:i + per_call]],
+                              "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
+                              "y", to, epilogue(n, k, p * g.Q + q0) if last else ()))
+            yield phase, task, calls
+    record_grouped(ex, tiles(), g.group[0])
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
