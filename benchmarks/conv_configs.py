@@ -5,7 +5,8 @@ interleaved, and the candidates that beat the default at every thread count
 asked for, as TOML tables for this machine's kernel path
 (["f32@amx".fwd."N=..,C=..,..."]). PyTorch's F.conv2d forward and its
 autograd backward (data and weights together) are timed beside them, for
-scale (--torch).
+scale (--torch). --functional times the functional calls (conv.forward for
+fwd, conv.backward for bwd and upd: copies included) instead of the plans.
 
     python -m benchmarks.conv_configs --threads 16 --save t16.json
     taskset -c 2,3 python -m benchmarks.conv_configs --threads 2 --with t16.json --out tuned.toml
@@ -63,8 +64,10 @@ def _shape(N, C, K, H, W, R, S, st, pd):
     return dict(zip(SHAPE, (N, C, K, H, W, R, S, st, st, pd, pd)))
 
 
-def _runner(dims, st, pd, pass_, cfg, threads, data):
-    """A function that replays one pass of the layer whose `pass_` config is cfg."""
+def _runner(dims, st, pd, pass_, cfg, threads, data, functional=False):
+    """A function that replays one pass of the layer whose `pass_` config is
+    cfg; functional: that makes the functional call instead (conv.forward
+    for fwd, conv.backward for bwd and upd), copies included."""
     N, C, K, H, W, R, S = dims
     path = kernel_path("f32")
     shape = _shape(*dims, st, pd)
@@ -72,6 +75,10 @@ def _runner(dims, st, pd, pass_, cfg, threads, data):
     others[pass_] = {**others[pass_], **cfg}
     g = conv.geometry(*dims, (st, st), (pd, pd), config=others, path=path)
     x, w, dy = data
+    if functional and pass_ == "fwd":
+        return lambda: conv.forward(x, w, st, pd, config=others)
+    if functional:
+        return lambda: conv.backward(dy, x, w, st, pd, config=others)
     p = conv.plan(g, pass_, "f32")
     if pass_ == "fwd":
         args = dict(x=conv.block_x(x, g, "f32"), w=conv.block_w(w, g, "f32"),
@@ -102,10 +109,12 @@ def c_str(cfg):
     return " ".join(f"{k} {v}" for k, v in cfg.items())
 
 
-def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False):
+def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False,
+        functional=False, passes=("fwd", "bwd", "upd")):
     rng = np.random.default_rng(0)
     path = kernel_path("f32")
-    print(f"conv configs, f32, layer plans, N = {threads}, {machine()}, kernel path {path!r}, "
+    what = "functional calls" if functional else "layer plans"
+    print(f"conv configs, f32, {what}, N = {threads}, {machine()}, kernel path {path!r}, "
           f"{threads} threads; median of interleaved rounds")
     speeds, wins = {}, []
     for (C, K, H, W, R, S, st, pd), name in quick_shapes("resnet50_conv", True, names):
@@ -117,10 +126,10 @@ def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False)
                 rng.standard_normal((N, K, P, Q)).astype(np.float32))
         shape = _shape(*dims, st, pd)
         best = {}
-        for pass_ in ("fwd", "bwd", "upd"):
+        for pass_ in passes:
             default = settings("conv", pass_, shape, conv.SCHEMA[pass_], path=path)
             cands = candidates(default, pass_)
-            med, spread = time_all([_runner(dims, st, pd, pass_, c, threads, data)
+            med, spread = time_all([_runner(dims, st, pd, pass_, c, threads, data, functional)
                                     for c in cands])
             for c, m, s in zip(cands, med, spread):
                 speeds[f"{name} {pass_} {c_str(c)}"] = med[0] / m
@@ -137,8 +146,8 @@ def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False)
         if with_torch:
             (t_fwd, t_both), _ = time_all(_torch(data, st, pd))
             print(f"{name:15s} torch fwd {1e3 * t_fwd:.3f} ms, fwd+bwd {1e3 * t_both:.3f} ms; "
-                  f"layer, each pass's best here: fwd {best['fwd']:.3f}, fwd+bwd "
-                  f"{sum(best.values()):.3f} ms", flush=True)
+                  f"{what}, each pass's best here: "
+                  + ", ".join(f"{p} {t:.3f}" for p, t in best.items()) + " ms", flush=True)
     if save:
         with open(save, "w") as f:
             json.dump(dict(threads=threads, speeds=speeds), f)
@@ -166,6 +175,9 @@ def main(argv=None):
     parser.add_argument("--with", dest="earlier", action="append", default=[],
                         help="an earlier run's --save file, whose speeds must agree")
     parser.add_argument("--torch", action="store_true", help="time PyTorch's calls beside")
+    parser.add_argument("--functional", action="store_true",
+                        help="time conv.forward / conv.backward instead of the layer's plans")
+    parser.add_argument("--passes", default="fwd,bwd,upd", help="passes, comma-separated")
     args = parser.parse_args(argv)
     threads = set_threads(args.threads, onednn=False)
     if args.torch:
@@ -175,7 +187,8 @@ def main(argv=None):
     for path in args.earlier:
         with open(path) as f:
             earlier.append(json.load(f))
-    run(threads, tuple(args.shapes.split(",")), args.out, args.save, earlier, args.torch)
+    run(threads, tuple(args.shapes.split(",")), args.out, args.save, earlier, args.torch,
+        args.functional, tuple(args.passes.split(",")))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 # (N = 2), keeping what won in both, with PyTorch's calls timed beside; then
 # the conv functional forms against PyTorch at both counts with the kept
 # tables (BRGEMM_CONFIG; the defaults where none was kept). CONFIGS_SHAPES:
-# the layers (default: the quick set); CONFIGS_LIMIT: seconds per part.
+# the layers (default: the quick set); CONFIGS_LIMIT: seconds per part;
+# CONFIGS_FUNCTIONAL: layers whose functional calls are also timed under the
+# candidates at 16 threads (copies included; for reading, not kept).
 # Expects .devcarry (device_carry.sh); run from the repository root.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
@@ -17,6 +19,10 @@ shapes=${CONFIGS_SHAPES:-res2a_branch2b,res3a_branch2b,res4a_branch2c,res5a_bran
 pin="taskset -c 2,3"
 timeout $limit $py -m benchmarks.conv_configs --threads $(nproc) --shapes $shapes --torch \
   --save /tmp/t16.json 2>&1 | grep -v '^threads:' | tee $out/configs.txt
+for f in ${CONFIGS_FUNCTIONAL:-}; do
+  timeout $limit $py -m benchmarks.conv_configs --threads $(nproc) --shapes $f --functional \
+    --torch 2>&1 | grep -v '^threads:' | tee -a $out/configs.txt
+done
 timeout $limit $pin $py -m benchmarks.conv_configs --threads 2 --shapes $shapes --torch \
   --with /tmp/t16.json --out $out/tuned.toml 2>&1 | grep -v '^threads:' | tee -a $out/configs.txt
 cat $out/tuned.toml 2>/dev/null
