@@ -27,7 +27,7 @@ timeout $limit $pin $py -m benchmarks.conv_configs --threads 2 --shapes $shapes 
   --with /tmp/t16.json --out $out/tuned.toml 2>&1 | grep -v '^threads:' | tee -a $out/configs.txt
 cat $out/tuned.toml 2>/dev/null
 cfg=$out/tuned.toml; [ -f $cfg ] || cfg=""
-for threads in $(nproc) 2; do
+for threads in ${FUNCTIONAL_THREADS:-$(nproc) 2}; do  # FUNCTIONAL_THREADS: fewer (a shorter lease)
   p=""; [ $threads = 2 ] && p=$pin
   echo "== conv, $threads threads, BRGEMM_CONFIG=${cfg:-(defaults)}"
   BRGEMM_CONFIG=$cfg timeout ${FUNCTIONAL_LIMIT:-45} $p $py -m benchmarks conv --quick --vs torch \
