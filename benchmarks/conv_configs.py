@@ -110,7 +110,8 @@ def c_str(cfg):
 
 
 def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False,
-        functional=False, passes=("fwd", "bwd", "upd")):
+        functional=False, passes=("fwd", "bwd", "upd"), extra=None):
+    """extra: {pass: [config, ...]}, candidates tried besides candidates()'s."""
     rng = np.random.default_rng(0)
     path = kernel_path("f32")
     what = "functional calls" if functional else "layer plans"
@@ -129,6 +130,7 @@ def run(threads, names=QUICK, out=None, save=None, earlier=(), with_torch=False,
         for pass_ in passes:
             default = settings("conv", pass_, shape, conv.SCHEMA[pass_], path=path)
             cands = candidates(default, pass_)
+            cands += [c for c in (extra or {}).get(pass_, []) if c not in cands]
             med, spread = time_all([_runner(dims, st, pd, pass_, c, threads, data, functional)
                                     for c in cands])
             for c, m, s in zip(cands, med, spread):
@@ -178,6 +180,8 @@ def main(argv=None):
     parser.add_argument("--functional", action="store_true",
                         help="time conv.forward / conv.backward instead of the layer's plans")
     parser.add_argument("--passes", default="fwd,bwd,upd", help="passes, comma-separated")
+    parser.add_argument("--extra", type=json.loads, default={},
+                        help='more candidates, as JSON: {"fwd": [{"spec": "KNpq", ...}, ...]}')
     args = parser.parse_args(argv)
     threads = set_threads(args.threads, onednn=False)
     if args.torch:
@@ -188,7 +192,7 @@ def main(argv=None):
         with open(path) as f:
             earlier.append(json.load(f))
     run(threads, tuple(args.shapes.split(",")), args.out, args.save, earlier, args.torch,
-        args.functional, tuple(args.passes.split(",")))
+        args.functional, tuple(args.passes.split(",")), args.extra)
 
 
 if __name__ == "__main__":
