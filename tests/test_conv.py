@@ -148,7 +148,8 @@ def test_forward_stores_nchw(rng):
     from its epilogue, every task summing in one slot (conv.nchw_plan): random
     sizes with K whole blocks, ragged pixel blocks, strides and padding, the
     loop orders that make p or n parallel or sequential, one call or several
-    per tile, x a strided view."""
+    per tile, tiles of a task taking each call's weights in turn (group), x a
+    strided view."""
     done = 0
     while done < 5:
         N, C, H, W, R, S = (int(v) for v in rng.integers(1, 12, 6))
@@ -159,7 +160,8 @@ def test_forward_stores_nchw(rng):
         spec = ("NKpq", "KNpq", "NKPq", "nKPq", "NKPQ")[done]
         K = 16 * int(rng.integers(1, 4))
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6)), "spec": spec,
-                       "call_kb": int(rng.choice([1, 32]))}}  # 1: a call per tap
+                       "call_kb": int(rng.choice([1, 32])),  # 1: a call per tap
+                       "group": int(rng.choice([1, 2, 3, 8]))}}  # tiles sharing each call's w
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
         if conv.columns(g, "f32", "cpu") or conv.pointwise(g, "f32", "cpu"):
             continue
@@ -182,7 +184,8 @@ def test_backward_stores_nchw(rng):
     result from its epilogue, a slot per task (conv.nchw_dx_plan), and every
     other case the update reading dy in place (conv.reads_dy): random sizes
     with C whole blocks and stride 1 across, any stride down, padding, the
-    loop orders, one call or several per block, dy a strided view or not."""
+    loop orders, one call or several per block, blocks of a task taking each
+    call's weights in turn (group), dy a strided view or not."""
     done = 0
     while done < 4:
         N, H, W, R, S = (int(v) for v in rng.integers(1, 12, 5))
@@ -195,7 +198,8 @@ def test_backward_stores_nchw(rng):
             K = 16 * int(rng.integers(1, 3))
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
                "bwd": {"spec": ("NChu", "CNhu", "NCHu", "nCHu")[done],
-                       "call_kb": int(rng.choice([1, 32]))}}  # 1: a call per tap
+                       "call_kb": int(rng.choice([1, 32])),  # 1: a call per tap
+                       "group": int(rng.choice([1, 2, 3, 8]))}}  # blocks sharing each call's wt
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
         if conv.pointwise(gt, "f32", "cpu"):
@@ -224,7 +228,11 @@ def test_forward_backward(rng, backend, case, dtype):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     x = rng.standard_normal((N, C, H, W)).astype(npdt)
     w = rng.standard_normal((K, C, R, S)).astype(npdt)
-    cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5}}  # several blocks and a ragged pixel block
+    # several blocks and a ragged pixel block; pixel blocks that share each
+    # call's weight blocks (group), in whatever number
+    cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5, "group": int(rng.choice([1, 2, 3, 8]))},
+           "bwd": {"group": int(rng.choice([1, 2, 3, 8]))}}
+    print(cfg)
     y = conv.forward(x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
     dy = rng.standard_normal(y.shape).astype(npdt)
     dx, dw = conv.backward(dy, x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
