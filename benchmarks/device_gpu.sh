@@ -10,7 +10,7 @@
 # does not run them again); BRGEMM_CUDA_TMA=0: everything with the TMA path off
 # (brgemm/backend/cuda.py tma_loads). SUITE_PATHS: the suite's test paths
 # (default tests/); SUITE_ENV="A=1 B=1": environment of the suite alone
-# (e.g. BRGEMM_CUDA_TMA=0 BRGEMM_CUDA_VEC_STORES=0). CUDA_PREBUILT=1: use the
+# (e.g. BRGEMM_CUDA_TMA=0 BRGEMM_CUDA_VEC_STORES=0); BENCH=0: no benchmark. CUDA_PREBUILT=1: use the
 # brgemm/*.fatbin that travelled (built here with the same nvcc). VARIANTS="5 6": also
 # build the tensor-core path with that many pipeline stages and time GEMM on each.
 # First argument "mlp": the fused MLP alone (build, its tests, then the parts
@@ -80,7 +80,7 @@ fi
 t0=$(date +%s)
 env ${SUITE_ENV:-} timeout ${SUITE_TIMEOUT:-150} $py -m pytest -q -p no:cacheprovider -k cuda ${SUITE_PATHS:-tests/} ${suite_skip[@]+"${suite_skip[@]}"} > $OUT/suite_cuda.txt 2>&1
 echo "suite on cuda exit $? in $(( $(date +%s) - t0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed|Error" $OUT/suite_cuda.txt | tail -12
-timeout ${BENCH_TIMEOUT:-300} $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
+[ "${BENCH:-1}" = 0 ] || timeout ${BENCH_TIMEOUT:-300} $py -m benchmarks.gpu "$@" 2>&1 | tee $OUT/gpu_bench.txt
 [ -n "${GEMM_QUICK:-}" ] && timeout 40 $py -m benchmarks.gpu --what gemm --dtypes bf16 --quick --skip-tma 2>&1 | tee $OUT/gpu_gemm.txt  # GEMM_QUICK=1: the 4096^3 GEMM too
 for st in ${VARIANTS:-}; do
   $py -c "import subprocess, sys; from brgemm import _build_cuda as b; subprocess.run(b.command(b.nvcc(), '/tmp/v$st.fatbin', ['-DSTAGES=$st']), check=True)" || continue

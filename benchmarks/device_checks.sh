@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A session's closing checks of main in one call on the lent machine (its
+# device time is the scarcest thing we have): the GPU suite (device_gpu.sh,
+# fatbins carried: CUDA_PREBUILT=1), the AMX tests and the bf16 kernel on one
+# core (device_amx.sh none), the functional forms against PyTorch on the Xeon
+# host at 16 and 2 threads (device_functional.sh), then GPU_BENCH (arguments
+# of benchmarks.gpu, if set). Each part logs into its own folder; all of them
+# come back as one archive, $OUT/checks.tgz (only a few files come back from a
+# call). Expects .devcarry and the fatbins, as those scripts do; run from the
+# repository root. PARTS (default "gpu amx functional") picks parts.
+set -uo pipefail
+final=${OUT:-/tmp}
+work=$(mktemp -d)
+parts=${PARTS:-gpu amx functional}
+t0=$(date +%s)
+for part in $parts; do
+  mkdir -p $work/$part; start=$(date +%s)
+  case $part in
+    gpu) OUT=$work/gpu CUDA_PREBUILT=1 SUITE_ONLY=1 SUITE_TIMEOUT=${SUITE_TIMEOUT:-170} BENCH=0 \
+           bash benchmarks/device_gpu.sh ;;
+    amx) OUT=$work/amx BUILT=1 bash benchmarks/device_amx.sh none ;;
+    functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
+           FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
+  esac > $work/$part/log.txt 2>&1
+  echo "== $part: exit $? in $(( $(date +%s) - start )) s"
+  grep -E "passed|failed|^FAILED|geomean" $work/$part/log.txt | tail -20
+done
+if [ -n "${GPU_BENCH:-}" ]; then
+  mkdir -p $work/bench
+  PYTHONPATH=/tmp/site:$PWD timeout ${GPU_BENCH_TIMEOUT:-90} python3 -m benchmarks.gpu $GPU_BENCH \
+    > $work/bench/log.txt 2>&1
+  echo "== bench: exit $?"; grep -v "^  \|Warning" $work/bench/log.txt | tail -30
+fi
+tar czf $final/checks.tgz -C $work .
+echo "all parts: $(( $(date +%s) - t0 )) s"
