@@ -388,8 +388,9 @@ def _columns_update(dy, x, g, bd, bp):
 def search(pass_, shape, threads=None):
     """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
     shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
-    all three passes share; bwd and upd tune their loop order (upd: its tiles), and
-    each pass the bytes its kernel calls read (call_kb)."""
+    all three passes share; bwd and upd tune their loop order (upd: its tiles), fwd
+    and bwd the pixel blocks that share each call's weights (group, where a task
+    has several), and each pass the bytes its kernel calls read (call_kb)."""
     import itertools
 
     from brgemm.tuning import Search, best_time
@@ -408,13 +409,13 @@ def search(pass_, shape, threads=None):
          + 4 * s["K"] * s["C"] * s["R"] * s["S"], "shape", "this layer's tensors and their copies")
     Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
     if pass_ == "fwd":
-        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb)
-                 for sp, bc, bk, bq, kb in itertools.product(
-                     ("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64), (32, 64), (7, 14, 28, 56), (32, 128))
-                 if bq <= max(Q, 7)]
+        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb, group=gr) for sp, bc, bk, bq, kb, gr
+                 in itertools.product(("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64), (32, 64),
+                                      (7, 14, 28, 56), (32, 128), (1, 8))
+                 if bq <= max(Q, 7) and (gr == 1 or sp.endswith("pq"))]  # group: rows in a task
     elif pass_ == "bwd":
-        cands = [dict(spec=sp, call_kb=kb) for sp, kb in itertools.product(
-            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128))]
+        cands = [dict(spec=sp, call_kb=kb, group=gr) for sp, kb, gr in itertools.product(
+            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128), (1, 8)) if gr == 1 or sp[2] == "h"]
     else:
         cands = [dict(spec=sp, tiles=t, call_kb=kb)
                  for sp, t, kb in itertools.product(("KCRSJ", "CKRSJ"), (4, 8, 16, 32),
