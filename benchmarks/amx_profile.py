@@ -3,7 +3,9 @@
     python -m benchmarks.amx_profile [--reps N] [--parts 2 3 4]
 
 1. Ceilings: tdpbf16ps peak (six accumulators), the kernel's 2x2 step from
-   registers (four accumulators) and with its tile loads from L1.
+   registers (four accumulators) and with its tile loads from L1, and the
+   latter with a turn between macro blocks every 2, 8 or 32 steps (C tiles
+   stored and reloaded, all at once or tile by tile).
 2. The Python call path on a 2x2x2 block (all overhead): the API call, the
    binding's call (pointers from the arrays, then C), the foreign call alone,
    and the tile config load and release that every call pays.
@@ -20,7 +22,10 @@
    shared operand of the next macro block stays in L1 (BRGEMM_AMX_L1: bytes of
    A and B per pass), the ping-pong passes over 16 x 32 macro blocks
    (BRGEMM_AMX_SWAP), interleaved, median % of the peak measured in the same
-   repetition. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
+   repetition; or the variants named by --variants (words of NAME=VALUE
+   assignments joined by commas, BRGEMM_AMX_ left out: "GROUP=65536,TURN=1";
+   "default" for none), e.g. the groups of blocks (BRGEMM_AMX_GROUP: bytes of A
+   and B per group) and the turns tile by tile (BRGEMM_AMX_TURN). (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
    software prefetches, BRGEMM_AMX_PF, and the forward-only walk,
    BRGEMM_AMX_REVERSE=0, lost or tied: benchmarks/RESULTS.md.)"""
 import argparse
@@ -148,16 +153,34 @@ def big_call(rng, gap, reps):
         print(f"  {name:<40}{s * 1e6:8.2f} us/call {_pct(flops, s, pk):6.1f}% of peak")
 
 
-def variants(rng, reps):
+def _named(words):
+    """--variants' words as (name, tunables) pairs."""
+    out = []
+    for w in words:
+        env = {} if w == "default" else dict(
+            ("BRGEMM_AMX_" + a.split("=")[0], a.split("=")[1]) for a in w.split(","))
+        out.append((w, env))
+    return out
+
+
+def variants(rng, reps, named=None):
     """Part 4."""
-    print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, L1 bytes per "
-          "pass, SW ping-pong passes")
-    names = [f"T1 {t1} BT{bt} {int(l1) // 1024}K" + (" SW" if sw == "1" else "")
-             for t1, bt, l1, sw in VARIANTS]
+    if named is None:
+        print("variants, B packed: % of the peak (median); T1 hints, BT B in strips, L1 bytes "
+              "per pass, SW ping-pong passes")
+        names = [f"T1 {t1} BT{bt} {int(l1) // 1024}K" + (" SW" if sw == "1" else "")
+                 for t1, bt, l1, sw in VARIANTS]
+        envs = [dict(zip(TUNABLES, v)) for v in VARIANTS]
+    else:
+        print("variants, B packed: % of the peak (median), C and API")
+        names, envs = [n for n, _ in named], [e for _, e in named]
+        for i, name in enumerate(names):
+            print(f"  v{i}: {name}")
+        names = [f"v{i}" for i in range(len(names))]
     print(f"{'block':<18}{'':>4}" + "".join(f"{x:>17}" for x in names))
     for m, n, k, count in SHAPES:
         A, B, C = _data(m, n, k, count, rng)
-        ks = [_kernel(m, n, k, dict(zip(TUNABLES, v)), A, B, C) for v in VARIANTS]
+        ks = [_kernel(m, n, k, env, A, B, C) for env in envs]
         flops = 2.0 * m * n * k * count
         calls = max(50, int(0.03 * 1e12 / flops))
         pct_c, pct_api = [[] for _ in ks], [[] for _ in ks]
@@ -173,18 +196,21 @@ def variants(rng, reps):
                       + "".join(f"{statistics.median(p):>16.1f}%" for p in pct), flush=True)
 
 
-def run(reps=5, parts=(1, 2, 3, 4)):
+def run(reps=5, parts=(1, 2, 3, 4), named=None):
     rng = np.random.default_rng()
     print(brgemm.info())
     peak = machine.amx_peak(0.2)
     print(f"ceilings GF/s: peak {peak:.1f}, 2x2 from registers {machine.amx_step(False, 0.2):.1f}, "
           f"2x2 with tile loads from L1 {machine.amx_step(True, 0.2):.1f}")
+    print("  with a turn every 2 / 8 / 32 steps, all at once: " + " / ".join(
+        f"{machine.amx_turns(e, False, 0.1):.1f}" for e in (2, 8, 32)) + "; tile by tile: "
+        + " / ".join(f"{machine.amx_turns(e, True, 0.1):.1f}" for e in (2, 8, 32)))
     if 2 in parts or 3 in parts:
         overhead = small_call(rng)
         if 3 in parts:
             big_call(rng, min(max(overhead, 0.5e-6), 1e-3), reps)
     if 4 in parts:
-        variants(rng, reps)
+        variants(rng, reps, named)
 
 
 if __name__ == "__main__":
@@ -192,5 +218,7 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4],
                         help="which of the parts above (1, the ceilings, always runs)")
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="part 4's variants: NAME=VALUE,... per word (BRGEMM_AMX_ left out)")
     args = parser.parse_args()
-    run(args.reps, args.parts)
+    run(args.reps, args.parts, args.variants and _named(args.variants))

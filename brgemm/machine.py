@@ -50,6 +50,20 @@ def amx_step(loads=False, seconds=0.3) -> float:
     return get("cpu").amx_probe(int(loads), _seconds(seconds))
 
 
+def amx_turns(every, by_tile=False, seconds=0.3) -> float:
+    """The AMX kernel's inner step from L1 (as amx_step(True)) with a turn
+    between macro blocks every `every` steps (2, 8 or 32): its four C tiles
+    stored and four others loaded, all at once or tile by tile with the next
+    step's products between. GFLOP/s, 0.0 without AMX tiles; against
+    amx_step(True) it says what a turn costs."""
+    if every not in (2, 8, 32) or isinstance(every, bool):
+        raise ValueError(f"every: expected 2, 8 or 32, got {every!r}")
+    if not isinstance(by_tile, bool):
+        raise ValueError(f"by_tile: expected True or False, got {by_tile!r}")
+    pattern = {2: 2, 8: 4, 32: 6}[every] + int(by_tile)
+    return get("cpu").amx_probe(pattern, _seconds(seconds))
+
+
 def amx_config_seconds(release=False, seconds=0.3) -> float:
     """Seconds per AMX tile config load (with a tile zeroed and stored; with
     release=True a tile release after each): what every kernel call on AMX

@@ -47,7 +47,9 @@ def test_model_kernel_tunables():
     without software prefetches, forwards and every other macro block backwards,
     with T1 load hints or none, B packed ahead in strips of 16 columns (the
     default) or in VNNI rows, tiles kept configured between calls, and the
-    ping-pong passes over 16 x 32 macro blocks."""
+    ping-pong passes over 16 x 32 macro blocks, and groups of blocks with the
+    macro blocks' snake turning between groups, with the turns between macro
+    blocks tile by tile or all at once."""
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1", BRGEMM_AMX_BTILES="0",
                           BRGEMM_AMX_T1="0"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
@@ -58,7 +60,10 @@ def test_model_kernel_tunables():
                           BRGEMM_AMX_L1="6000"),
                      dict(BRGEMM_AMX_T1="3", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PF="1"),
                      dict(BRGEMM_AMX_SWAP="1"), dict(BRGEMM_AMX_SWAP="1", BRGEMM_AMX_L1="20000",
-                                                     BRGEMM_AMX_BTILES="0")):
+                                                     BRGEMM_AMX_BTILES="0"),
+                     dict(BRGEMM_AMX_GROUP="3000", BRGEMM_AMX_TURN="1", BRGEMM_AMX_T1="1"),
+                     dict(BRGEMM_AMX_GROUP="20000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_BTILES="0"),
+                     dict(BRGEMM_AMX_TURN="1", BRGEMM_AMX_REVERSE="0")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)
         assert _pytest(str(TESTS / "amx_cases.py"), "-k",
                        "edges or random or depths or packing or whole", env=env) == 0, tunables

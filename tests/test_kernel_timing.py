@@ -87,6 +87,14 @@ def test_amx_probes():
     for release in (False, True):
         s = machine.amx_config_seconds(release, 0.01)
         assert 0 <= s < 1e-3 and (s > 0) == has_amx
+    for every in (2, 8, 32):
+        gflops = machine.amx_turns(every, every == 8, 0.01)
+        assert gflops >= 0 and (gflops > 0) == has_amx
+    for bad in (1, 4, True, "8"):
+        with pytest.raises(ValueError, match=r"^every: "):
+            machine.amx_turns(bad)
+    with pytest.raises(ValueError, match=r"^by_tile: "):
+        machine.amx_turns(8, 1)
     with pytest.raises(ValueError, match=r"^loads: "):
         machine.amx_step(1)
     with pytest.raises(ValueError, match=r"^release: "):

@@ -264,7 +264,7 @@ def amx_peak(seconds=0.3):
 
 def amx_probe(pattern, seconds=0.3):
     """The AMX kernel's 2x2 inner step alone, GFLOP/s (pattern 0: from registers,
-    1: with its tile loads from L1); 0.0 without AMX tiles."""
+    1: with its tile loads from L1; 2-7: with turns, brgemm_cpu.h); 0.0 without AMX tiles."""
     return lib.brgemm_cpu_amx_probe(pattern, seconds)
 
 

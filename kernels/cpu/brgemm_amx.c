@@ -64,7 +64,7 @@ enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIP
 /* the same two for runs on B packed ahead (Kernel.pack_b): B's tiles load with
  * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
  * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
-enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2 };
+enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2, GROUP_BYTES = 0, GROUP_BYTES_PACKED = 0 };
 /* runs on B as VNNI pairs in place (the layers' weights, desc.b_vnni), which
  * BRGEMM_AMX_T1_INPLACE sets alone: no hint, since B's T1 hint made the FC
  * layers slower and conv no faster (benchmarks/RESULTS.md, ninth session) */
@@ -90,6 +90,8 @@ struct brgemm_amx_kernel {
   int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
   int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
+  int64_t group[2];  /* blocks per group (grouped below; INT64_MAX: one group) [b_packed] */
+  int turn;  /* turns between whole macro blocks tile by tile (turn_by_tile) */
   /* BRGEMM_AMX_SWAP=1 on a kernel whose C splits into two or more whole 16 x 32
    * macro blocks: the ping-pong passes below, pp_chunk blocks each */
   int pingpong;
@@ -194,6 +196,15 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   for (int em = 0; em < 2; ++em)
     for (int en = 0; en < 2; ++en)
       make_config(&kr->cfg[em][en], em ? last_rows : MB, en ? last_cols : NB, (int)kc);
+  /* BRGEMM_AMX_GROUP: bytes of A and B per group of blocks (grouped; 0: one
+   * group), BRGEMM_AMX_TURN=1: turns between macro blocks tile by tile */
+  const char* group = getenv("BRGEMM_AMX_GROUP");
+  for (int packed = 0; packed < 2; ++packed) {
+    const int64_t bytes = group ? atol(group) : packed ? GROUP_BYTES_PACKED : GROUP_BYTES;
+    kr->group[packed] = bytes <= 0 ? INT64_MAX : bytes > per_block ? bytes / per_block : 1;
+  }
+  const char* turn = getenv("BRGEMM_AMX_TURN");
+  kr->turn = turn && atoi(turn) != 0;
   const char* swap = getenv("BRGEMM_AMX_SWAP");
   kr->pingpong = swap && atoi(swap) != 0 && d->m % TILE == 0 && d->n % NB == 0 &&
                  d->m / TILE * (d->n / NB) >= 2;
@@ -376,13 +387,9 @@ static void pipelined_steps(const brgemm_amx_kernel* kr, const operands* o) {
 #undef STEP_AT
 }
 
-/* One macro block: rows x cols of the f32 accumulator acc (row stride sacc
- * bytes) at (i0, j0) += the blocks' products; `load` reads acc first, else
- * starts from zero. */
-static void macro_block(const brgemm_amx_kernel* kr, const operands* o, float* acc, int64_t sacc,
-                        int load, int64_t j0) {
-  const int two_rows = o->two_rows, two_cols = o->two_cols, ta = o->t1a, tb = o->t1b;
-  char* cb = (char*)acc + o->i0 * sacc + j0 * 4;
+/* A macro block's C tiles from acc (row stride sacc bytes) at cb, or zeros */
+static void c_begin(const operands* o, const char* cb, int64_t sacc, int load) {
+  const int two_rows = o->two_rows, two_cols = o->two_cols;
   if (load) {
     TILE_LOAD(0, cb, sacc);
     if (two_cols) TILE_LOAD(1, cb + TILE * 4, sacc);
@@ -394,52 +401,112 @@ static void macro_block(const brgemm_amx_kernel* kr, const operands* o, float* a
     if (two_rows) TILE_ZERO(2);
     if (two_rows && two_cols) TILE_ZERO(3);
   }
-  /* back: blocks and k chunks in reverse, so that this macro block starts on
-   * the lines the last one read last, which L1 still holds */
-  const int64_t pf = o->back ? -kr->pf : kr->pf, nk = o->nk, count = o->count, sa = o->sa;
-  const int64_t sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
-  if (kr->pipelined) {
-    pipelined_steps(kr, o);
-  } else {
-    for (int64_t ii = 0; ii < count; ++ii) {
-      const int64_t i = o->back ? count - 1 - ii : ii;
-      const char* ai = (const char*)o->a[i] + o->i0 * sa;
-      const char* b0 = (const char*)o->b[i] + o->bc.off[0];
-      const char* b1 = (const char*)o->b[i] + o->bc.off[1];
-      /* software prefetches (off by default): a later block's lines of this
-       * macro block, one k chunk's share at each step */
-      const int ahead = pf && i + pf >= 0 && i + pf < count;
-      for (int64_t q = 0; q < nk; ++q) {
-        const int64_t kk = (o->back ? nk - 1 - q : q) * kr->kc;
-        if (ahead) {
-          const char* an = (const char*)o->a[i + pf] + o->i0 * sa + kk * 2;
-          for (int r = 0; r < (two_rows ? 2 : 1) * TILE; ++r)
-            for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + x);
-          for (int t = 0; t < (two_cols ? 2 : 1); ++t) {
-            const char* bn = (const char*)o->b[i + pf] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
-            for (int64_t p = 0; p < kr->kc / 2; ++p)
-              for (int64_t x = 0; x < TILE * 4; x += 64) PREFETCH(bn + p * o->bc.stride[t] + x);
-          }
-        }
-        LOAD(ta, 4, ai + kk * 2, sa);
-        LOAD(tb, 6, b0 + kk / 2 * sb0, sb0);
-        TILE_DP(0, 4, 6);
-        if (two_cols) {
-          LOAD(tb, 7, b1 + kk / 2 * sb1, sb1);
-          TILE_DP(1, 4, 7);
-        }
-        if (two_rows) {
-          LOAD(ta, 5, ai + TILE * sa + kk * 2, sa);
-          TILE_DP(2, 5, 6);
-          if (two_cols) TILE_DP(3, 5, 7);
-        }
-      }
-    }
-  }
+}
+
+/* ... and back to acc */
+static void c_end(const operands* o, char* cb, int64_t sacc) {
+  const int two_rows = o->two_rows, two_cols = o->two_cols;
   TILE_STORE(0, cb, sacc);
   if (two_cols) TILE_STORE(1, cb + TILE * 4, sacc);
   if (two_rows) TILE_STORE(2, cb + TILE * sacc, sacc);
   if (two_rows && two_cols) TILE_STORE(3, cb + TILE * sacc + TILE * 4, sacc);
+}
+
+/* A macro block's steps from its step `first` on (0, or 1 after turn_by_tile
+ * ran its first step): block by block, k chunk by k chunk, four products each */
+static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t first) {
+  const int two_rows = o->two_rows, two_cols = o->two_cols, ta = o->t1a, tb = o->t1b;
+  /* back: blocks and k chunks in reverse, so that this macro block starts on
+   * the lines the last one read last, which L1 still holds */
+  const int64_t pf = o->back ? -kr->pf : kr->pf, nk = o->nk, count = o->count, sa = o->sa;
+  const int64_t sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
+  if (kr->pipelined && first == 0) {
+    pipelined_steps(kr, o);
+    return;
+  }
+  for (int64_t ii = first / nk; ii < count; ++ii) {
+    const int64_t i = o->back ? count - 1 - ii : ii;
+    const char* ai = (const char*)o->a[i] + o->i0 * sa;
+    const char* b0 = (const char*)o->b[i] + o->bc.off[0];
+    const char* b1 = (const char*)o->b[i] + o->bc.off[1];
+    /* software prefetches (off by default): a later block's lines of this
+     * macro block, one k chunk's share at each step */
+    const int ahead = pf && i + pf >= 0 && i + pf < count;
+    for (int64_t q = ii == first / nk ? first % nk : 0; q < nk; ++q) {
+      const int64_t kk = (o->back ? nk - 1 - q : q) * kr->kc;
+      if (ahead) {
+        const char* an = (const char*)o->a[i + pf] + o->i0 * sa + kk * 2;
+        for (int r = 0; r < (two_rows ? 2 : 1) * TILE; ++r)
+          for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + x);
+        for (int t = 0; t < (two_cols ? 2 : 1); ++t) {
+          const char* bn = (const char*)o->b[i + pf] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
+          for (int64_t p = 0; p < kr->kc / 2; ++p)
+            for (int64_t x = 0; x < TILE * 4; x += 64) PREFETCH(bn + p * o->bc.stride[t] + x);
+        }
+      }
+      LOAD(ta, 4, ai + kk * 2, sa);
+      LOAD(tb, 6, b0 + kk / 2 * sb0, sb0);
+      TILE_DP(0, 4, 6);
+      if (two_cols) {
+        LOAD(tb, 7, b1 + kk / 2 * sb1, sb1);
+        TILE_DP(1, 4, 7);
+      }
+      if (two_rows) {
+        LOAD(ta, 5, ai + TILE * sa + kk * 2, sa);
+        TILE_DP(2, 5, 6);
+        if (two_cols) TILE_DP(3, 5, 7);
+      }
+    }
+  }
+}
+
+/* One macro block: rows x cols of the f32 accumulator acc (row stride sacc
+ * bytes) at (i0, j0) += the blocks' products; `load` reads acc first, else
+ * starts from zero. */
+static void macro_block(const brgemm_amx_kernel* kr, const operands* o, float* acc, int64_t sacc,
+                        int load, int64_t j0) {
+  char* cb = (char*)acc + o->i0 * sacc + j0 * 4;
+  c_begin(o, cb, sacc, load);
+  block_steps(kr, o, 0);
+  c_end(o, cb, sacc);
+}
+
+/* The turn from one whole 2x2 macro block to the next (o, same config) tile by
+ * tile (BRGEMM_AMX_TURN=1): each old C tile stored, the new one loaded (or
+ * zeroed) and the new macro block's first product on it issued before the next
+ * old tile is stored, so that the stores and loads can overlap products */
+static void turn_by_tile(const brgemm_amx_kernel* kr, const operands* o, char* cb_old, char* cb_new,
+                         int64_t sacc, int load) {
+  const int64_t i = o->back ? o->count - 1 : 0, kk = (o->back ? o->nk - 1 : 0) * kr->kc;
+  const int ta = o->t1a, tb = o->t1b;
+  const int64_t sa = o->sa, sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
+  const char* ai = (const char*)o->a[i] + o->i0 * sa + kk * 2;
+  const char* b0 = (const char*)o->b[i] + o->bc.off[0] + kk / 2 * sb0;
+  const char* b1 = (const char*)o->b[i] + o->bc.off[1] + kk / 2 * sb1;
+#define C_IN(t, p)              \
+  do {                          \
+    if (load)                   \
+      TILE_LOAD(t, p, sacc);    \
+    else                        \
+      TILE_ZERO(t);             \
+  } while (0)
+  TILE_STORE(0, cb_old, sacc);
+  C_IN(0, cb_new);
+  LOAD(ta, 4, ai, sa);
+  LOAD(tb, 6, b0, sb0);
+  TILE_DP(0, 4, 6);
+  TILE_STORE(1, cb_old + TILE * 4, sacc);
+  C_IN(1, cb_new + TILE * 4);
+  LOAD(tb, 7, b1, sb1);
+  TILE_DP(1, 4, 7);
+  TILE_STORE(2, cb_old + TILE * sacc, sacc);
+  C_IN(2, cb_new + TILE * sacc);
+  LOAD(ta, 5, ai + TILE * sa, sa);
+  TILE_DP(2, 5, 6);
+  TILE_STORE(3, cb_old + TILE * sacc + TILE * 4, sacc);
+  C_IN(3, cb_new + TILE * sacc + TILE * 4);
+  TILE_DP(3, 5, 7);
+#undef C_IN
 }
 
 /* acc (m x n f32, contiguous) into C with alpha, beta and C's dtype */
@@ -555,6 +622,73 @@ static void pingpong(const brgemm_amx_kernel* kr, const uint16_t* const* a, int6
 #undef PP_VISIT
 #undef PP_STEP
 
+/* ---- groups of blocks (BRGEMM_AMX_GROUP: bytes of A and B per group) ----
+ * The macro blocks in a snake over C for one group of blocks, then the next
+ * group's snake backwards from where the last one ended: the macro block at
+ * the turn between groups keeps its C in the tiles, and within a group each
+ * macro block shares the last one's A rows or B columns, which stay in L1 when
+ * the group's share fits there. Every other macro block walks its blocks
+ * backwards, as in the one pass. C goes back to acc at each turn within a
+ * group. With one group this is the one pass's order (BRGEMM_AMX_TURN=1 alone
+ * runs that order with the turns tile by tile). */
+
+/* visit v's group and macro block (row ib, column jb) */
+static void group_visit(int64_t v, int64_t row_blocks, int64_t col_blocks, int64_t* grp, int64_t* ib,
+                        int64_t* jb) {
+  const int64_t nmb = row_blocks * col_blocks, c = v / nmb;
+  const int64_t idx = c & 1 ? nmb - 1 - v % nmb : v % nmb, jr = idx % col_blocks;
+  *grp = c, *ib = idx / col_blocks, *jb = *ib & 1 ? col_blocks - 1 - jr : jr;
+}
+
+static void grouped(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int64_t sa,
+                    const uint16_t* const* bp, int64_t sb, int b_packed, int64_t count, float* acc,
+                    int64_t sacc, int load_first) {
+  const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
+  const int64_t g = kr->group[b_packed != 0] < count ? kr->group[b_packed != 0] : count;
+  const int64_t visits = (count + g - 1) / g * row_blocks * col_blocks;
+  const int strips = b_packed && kr->b_tiles, t1 = kr->t1[b_packed != 0];
+  operands last = {0};
+  char* last_cb = NULL;
+  const tile_config* last_cfg = NULL;
+  int64_t last_ib = -1, last_jb = -1, c, ib, jb;
+  group_visit(0, row_blocks, col_blocks, &c, &ib, &jb);
+  for (int64_t v = 0; v < visits; ++v) {
+    const int64_t b0 = c * g, nb = count - b0 < g ? count - b0 : g;
+    const int64_t i0 = ib * MB, j0 = jb * NB;
+    const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
+    const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+    int64_t nc = -1, nib = -1, njb = -1;
+    if (v + 1 < visits) group_visit(v + 1, row_blocks, col_blocks, &nc, &nib, &njb);
+    /* T1_UNSHARED: the operand the next visit does not read again */
+    const int next_a = nc == c && nib == ib, next_b = nc == c && njb == jb;
+    const operands o = {
+        .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
+        .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
+        .back = kr->reverse && (int)(v & 1),
+        .t1a = t1 == T1_A || (t1 == T1_UNSHARED && !next_a),
+        .t1b = t1 == T1_B || (t1 == T1_UNSHARED && !next_b)};
+    const tile_config* cfg = &kr->cfg[rows < MB][cols < NB];
+    char* cb = (char*)acc + i0 * sacc + j0 * 4;
+    if (ib == last_ib && jb == last_jb) {  /* the turn between groups: C stays */
+      block_steps(kr, &o, 0);
+    } else {
+      const int load = c > 0 || load_first;
+      if (last_cb && kr->turn && cfg == last_cfg && o.two_rows && o.two_cols) {
+        turn_by_tile(kr, &o, last_cb, cb, sacc, load);
+        block_steps(kr, &o, 1);
+      } else {
+        if (last_cb) c_end(&last, last_cb, sacc);
+        use_config(cfg);
+        c_begin(&o, cb, sacc, load);
+        block_steps(kr, &o, 0);
+      }
+    }
+    last = o, last_cb = cb, last_cfg = cfg, last_ib = ib, last_jb = jb;
+    c = nc, ib = nib, jb = njb;
+  }
+  c_end(&last, last_cb, sacc);
+}
+
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* const* b, void* c,
@@ -595,10 +729,16 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
     if (!kr->direct) combine(kr, acc, c);
     return BRGEMM_OK;
   }
+  const int64_t chunk = kr->chunk[b_packed != 0];
+  if (chunk == INT64_MAX && (kr->group[b_packed != 0] < count || kr->turn)) {
+    grouped(kr, ap, sa, bp, sb, b_packed, count, acc, sacc, kr->direct && kr->beta == 1.0f);
+    MEMORY_BARRIER();
+    if (!kr->direct) combine(kr, acc, c);
+    return BRGEMM_OK;
+  }
   /* blocks in chunks whose A and B stay in L1 while every macro block of C
    * passes over them; the accumulators go back to acc between chunks */
   const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
-  const int64_t chunk = kr->chunk[b_packed != 0];
   for (int64_t b0 = 0; b0 < count; b0 += chunk) {
     const int64_t nb = count - b0 < chunk ? count - b0 : chunk;
     const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
@@ -695,6 +835,64 @@ static float probe_steps(long iters, int loads) {
 }
 
 float brgemm_amx_probe_4acc(long iters) { return probe_steps(iters, 0); }
+
+/* What a turn between macro blocks costs: the 2x2 step with its loads from L1,
+ * and after every `steps` steps the four C tiles stored to one L1 buffer and
+ * loaded from another, all stores then all loads (as c_end, c_begin) or tile
+ * by tile with the next step's products between (as turn_by_tile). */
+static float probe_turns(long iters, int steps, int by_tile) {
+  uint16_t ab[4][16 * 32] __attribute__((aligned(64)));
+  static __thread float cbuf[2][32 * 32] __attribute__((aligned(64)));
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 16 * 32; ++i) ab[t][i] = 0x3f80;
+  memset(cbuf, 0, sizeof(cbuf));
+  MEMORY_BARRIER();
+  tile_config cfg;
+  full_tiles_config(&cfg);
+  _tile_loadconfig(&cfg);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  const int64_t sc = 32 * 4;
+  for (long i = 0; i < iters; ++i) {
+    char *old = (char*)cbuf[i & 1], *nw = (char*)cbuf[(i + 1) & 1];
+    int s0 = 0;
+    if (by_tile) {
+      _tile_stored(0, old, sc); _tile_loadd(0, nw, sc);
+      _tile_loadd(4, ab[0], 64); _tile_loadd(6, ab[2], 64); _tile_dpbf16ps(0, 4, 6);
+      _tile_stored(1, old + 64, sc); _tile_loadd(1, nw + 64, sc);
+      _tile_loadd(7, ab[3], 64); _tile_dpbf16ps(1, 4, 7);
+      _tile_stored(2, old + 16 * sc, sc); _tile_loadd(2, nw + 16 * sc, sc);
+      _tile_loadd(5, ab[1], 64); _tile_dpbf16ps(2, 5, 6);
+      _tile_stored(3, old + 16 * sc + 64, sc); _tile_loadd(3, nw + 16 * sc + 64, sc);
+      _tile_dpbf16ps(3, 5, 7);
+      s0 = 1;
+    } else {
+      _tile_stored(0, old, sc); _tile_stored(1, old + 64, sc);
+      _tile_stored(2, old + 16 * sc, sc); _tile_stored(3, old + 16 * sc + 64, sc);
+      _tile_loadd(0, nw, sc); _tile_loadd(1, nw + 64, sc);
+      _tile_loadd(2, nw + 16 * sc, sc); _tile_loadd(3, nw + 16 * sc + 64, sc);
+    }
+    for (int s = s0; s < steps; ++s) {
+      _tile_loadd(4, ab[0], 64); _tile_loadd(6, ab[2], 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, ab[3], 64);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, ab[1], 64);
+      _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, cbuf[0], sc);
+  _tile_release();
+  tiles_loaded = 0;
+  MEMORY_BARRIER();
+  return cbuf[0][0];
+}
+
+float brgemm_amx_probe_turns_2(long iters) { return probe_turns(iters, 2, 0); }
+float brgemm_amx_probe_turns_2_by_tile(long iters) { return probe_turns(iters, 2, 1); }
+float brgemm_amx_probe_turns_8(long iters) { return probe_turns(iters, 8, 0); }
+float brgemm_amx_probe_turns_8_by_tile(long iters) { return probe_turns(iters, 8, 1); }
+float brgemm_amx_probe_turns_32(long iters) { return probe_turns(iters, 32, 0); }
+float brgemm_amx_probe_turns_32_by_tile(long iters) { return probe_turns(iters, 32, 1); }
 float brgemm_amx_probe_2x2_l1(long iters) { return probe_steps(iters, 1); }
 
 /* What every call through the API pays around its tile work: a config load

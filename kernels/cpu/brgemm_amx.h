@@ -59,6 +59,15 @@ float brgemm_amx_peak_run(long iters);
  * L1-resident buffer (2x2_l1). */
 float brgemm_amx_probe_4acc(long iters);
 float brgemm_amx_probe_2x2_l1(long iters);
+/* The 2x2 step from L1 with a turn (C tiles stored to L1 and others loaded)
+ * every 2, 8 or 32 steps; all stores then all loads, or tile by tile with
+ * the next step's products between (by_tile). */
+float brgemm_amx_probe_turns_2(long iters);
+float brgemm_amx_probe_turns_2_by_tile(long iters);
+float brgemm_amx_probe_turns_8(long iters);
+float brgemm_amx_probe_turns_8_by_tile(long iters);
+float brgemm_amx_probe_turns_32(long iters);
+float brgemm_amx_probe_turns_32_by_tile(long iters);
 /* `iters` tile config loads, each with a tile zeroed and stored, and with
  * (config_release) or without a tile release after each. */
 float brgemm_amx_probe_config(long iters);

@@ -331,8 +331,11 @@ double brgemm_cpu_bf16_peak(double seconds);
 double brgemm_cpu_amx_peak(double seconds);
 /* The AMX kernel's inner step alone, GFLOP/s on one core (0 without AMX
  * tiles): pattern 0, four accumulators fed from registers; 1, the same with
- * four tile loads per step from L1. Against brgemm_cpu_amx_peak they say
- * what the 2x2 C tiles and the loads cost before any data comes from L2. */
+ * four tile loads per step from L1; 2 to 7, the latter with a turn between
+ * macro blocks (C tiles stored and others loaded) every 2, 8 or 32 steps, all
+ * at once (even) or tile by tile (odd). Against brgemm_cpu_amx_peak they say
+ * what the 2x2 C tiles, the loads and the turns cost before any data comes
+ * from L2. */
 double brgemm_cpu_amx_probe(int pattern, double seconds);
 /* Nanoseconds per tile config load (with a tile zeroed and stored) and, with
  * release, a tile release after each: what a kernel call through the API pays

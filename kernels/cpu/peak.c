@@ -117,7 +117,13 @@ double brgemm_cpu_amx_config_ns(int release, double seconds) {
 }
 
 double brgemm_cpu_amx_probe(int pattern, double seconds) {
-  if (brgemm_amx_selected() != &brgemm_amx_hardware || pattern < 0 || pattern > 1) return 0.0;
-  return best_rate(pattern ? brgemm_amx_probe_2x2_l1 : brgemm_amx_probe_4acc, 4 * 16.0 * 16 * 32 * 2,
-                   seconds);
+  /* 0: from registers, 1: loads from L1; 2..7: with turns every 2, 8, 32 steps
+   * (even: all at once, odd: tile by tile) */
+  static float (*const fns[])(long) = {brgemm_amx_probe_4acc, brgemm_amx_probe_2x2_l1,
+                                        brgemm_amx_probe_turns_2, brgemm_amx_probe_turns_2_by_tile,
+                                        brgemm_amx_probe_turns_8, brgemm_amx_probe_turns_8_by_tile,
+                                        brgemm_amx_probe_turns_32, brgemm_amx_probe_turns_32_by_tile};
+  static const double steps[] = {1, 1, 2, 2, 8, 8, 32, 32};
+  if (brgemm_amx_selected() != &brgemm_amx_hardware || pattern < 0 || pattern > 7) return 0.0;
+  return best_rate(fns[pattern], steps[pattern] * 4 * 16.0 * 16 * 32 * 2, seconds);
 }
