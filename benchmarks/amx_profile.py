@@ -25,7 +25,9 @@
    repetition; or the variants named by --variants (words of NAME=VALUE
    assignments joined by commas, BRGEMM_AMX_ left out: "GROUP=65536,TURN=1";
    "default" for none), e.g. the groups of blocks (BRGEMM_AMX_GROUP: bytes of A
-   and B per group) and the turns tile by tile (BRGEMM_AMX_TURN). (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
+   and B per group) and the turns tile by tile (BRGEMM_AMX_TURN).
+5. Streams: one macro block over 64 blocks with A from L1 or L2 and B from
+   L2, under each T1 hint: the cost of tile loads from L2 without turns. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
    software prefetches, BRGEMM_AMX_PF, and the forward-only walk,
    BRGEMM_AMX_REVERSE=0, lost or tied: benchmarks/RESULTS.md.)"""
 import argparse
@@ -194,9 +196,36 @@ def variants(rng, reps, named=None):
             if pct[0]:
                 print(f"{f'{m}x{n}x{k} x{count}':<18}{where:>4}"
                       + "".join(f"{statistics.median(p):>16.1f}%" for p in pct), flush=True)
+                print(f"{'':<18}{'max':>4}" + "".join(f"{max(p):>16.1f}%" for p in pct),
+                      flush=True)
 
 
-def run(reps=5, parts=(1, 2, 3, 4), named=None):
+def streams(rng, reps):
+    """Part 5: one 32 x 32 macro block over 64 blocks (the flops of 64x64x64
+    x16, no turns), A's block the same for all (np.broadcast_to: from L1) or
+    its own each (256 KiB from L2), B's own each (256 KiB), B packed, under
+    each T1 hint: what a tile load from L2 costs, with and without the hint."""
+    m, n, k, count = 32, 32, 64, 64
+    _, B, C = _data(m, n, k, count, rng)
+    A_all = _data(m, n, k, count, rng)[0]
+    A_one = np.broadcast_to(A_all[:1], A_all.shape)
+    cases = [(a_name, A, t1) for a_name, A in (("A from L1", A_one), ("A from L2", A_all))
+             for t1 in ("0", "2", "3", "4")]
+    ks = [_kernel(m, n, k, {"BRGEMM_AMX_T1": t1}, A, B, C) + (A,) for _, A, t1 in cases]
+    flops = 2.0 * m * n * k * count
+    calls = max(50, int(0.03 * 1e12 / flops))
+    pct = [[] for _ in ks]
+    for _ in range(reps):
+        pk = machine.amx_peak(0.03) or float("nan")
+        for i, (kern, P, A) in enumerate(ks):
+            pct[i].append(_pct(flops, kern.time_native(A, P, C, calls) / calls, pk))
+    print(f"streams: {m}x{n}x{k} x{count}, B packed, % of the peak (median, max of {reps}); "
+          "T1 0 none, 2 B, 3 A, 4 both")
+    for (a_name, _, t1), p in zip(cases, pct):
+        print(f"  {a_name}, T1 {t1}: {statistics.median(p):6.1f}% {max(p):6.1f}%", flush=True)
+
+
+def run(reps=5, parts=(1, 2, 3, 4, 5), named=None):
     rng = np.random.default_rng()
     print(brgemm.info())
     peak = machine.amx_peak(0.2)
@@ -211,12 +240,14 @@ def run(reps=5, parts=(1, 2, 3, 4), named=None):
             big_call(rng, min(max(overhead, 0.5e-6), 1e-3), reps)
     if 4 in parts:
         variants(rng, reps, named)
+    if 5 in parts:
+        streams(rng, reps)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4],
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4, 5],
                         help="which of the parts above (1, the ceilings, always runs)")
     parser.add_argument("--variants", nargs="+", default=None,
                         help="part 4's variants: NAME=VALUE,... per word (BRGEMM_AMX_ left out)")

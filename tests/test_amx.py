@@ -49,7 +49,8 @@ def test_model_kernel_tunables():
     default) or in VNNI rows, tiles kept configured between calls, and the
     ping-pong passes over 16 x 32 macro blocks, and groups of blocks with the
     macro blocks' snake turning between groups, with the turns between macro
-    blocks tile by tile or all at once."""
+    blocks tile by tile or all at once and the next macro block's first steps
+    prefetched, and both operands with the T1 hint."""
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1", BRGEMM_AMX_BTILES="0",
                           BRGEMM_AMX_T1="0"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
@@ -61,7 +62,9 @@ def test_model_kernel_tunables():
                      dict(BRGEMM_AMX_T1="3", BRGEMM_AMX_BTILES="1", BRGEMM_AMX_PF="1"),
                      dict(BRGEMM_AMX_SWAP="1"), dict(BRGEMM_AMX_SWAP="1", BRGEMM_AMX_L1="20000",
                                                      BRGEMM_AMX_BTILES="0"),
-                     dict(BRGEMM_AMX_GROUP="3000", BRGEMM_AMX_TURN="1", BRGEMM_AMX_T1="1"),
+                     dict(BRGEMM_AMX_GROUP="3000", BRGEMM_AMX_TURN="1", BRGEMM_AMX_T1="1",
+                          BRGEMM_AMX_PFTURN="2"),
+                     dict(BRGEMM_AMX_GROUP="1", BRGEMM_AMX_T1="4", BRGEMM_AMX_PFTURN="1"),
                      dict(BRGEMM_AMX_GROUP="20000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_BTILES="0"),
                      dict(BRGEMM_AMX_TURN="1", BRGEMM_AMX_REVERSE="0")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)

@@ -92,6 +92,7 @@ struct brgemm_amx_kernel {
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
   int64_t group[2];  /* blocks per group (grouped below; INT64_MAX: one group) [b_packed] */
   int turn;  /* turns between whole macro blocks tile by tile (turn_by_tile) */
+  int64_t pf_turn;  /* grouped: the next visit's first steps prefetched this many steps ahead */
   /* BRGEMM_AMX_SWAP=1 on a kernel whose C splits into two or more whole 16 x 32
    * macro blocks: the ping-pong passes below, pp_chunk blocks each */
   int pingpong;
@@ -100,8 +101,8 @@ struct brgemm_amx_kernel {
 };
 
 /* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
- * (so the shared one stays in L1 for it); 2 always B; 3 always A */
-enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3 };
+ * (so the shared one stays in L1 for it); 2 always B; 3 always A; 4 both */
+enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4 };
 
 /* Where a macro block's two B column tiles start in a B block (bytes) and the
  * bytes between their pair rows: in VNNI rows ([kp/2][ld][2], both tiles in
@@ -186,7 +187,7 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
                      : packed              ? T1_MODE_PACKED
                      : inplace             ? T1_MODE_INPLACE
                                            : T1_MODE;
-    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_A) kr->t1[packed] = T1_NONE;
+    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_BOTH) kr->t1[packed] = T1_NONE;
   }
   const char* bt = getenv("BRGEMM_AMX_BTILES");
   kr->b_tiles = bt ? atoi(bt) != 0 : B_TILES;
@@ -205,6 +206,8 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
   }
   const char* turn = getenv("BRGEMM_AMX_TURN");
   kr->turn = turn && atoi(turn) != 0;
+  const char* pf_turn = getenv("BRGEMM_AMX_PFTURN");
+  kr->pf_turn = pf_turn && atol(pf_turn) > 0 ? atol(pf_turn) : 0;
   const char* swap = getenv("BRGEMM_AMX_SWAP");
   kr->pingpong = swap && atoi(swap) != 0 && d->m % TILE == 0 && d->n % NB == 0 &&
                  d->m / TILE * (d->n / NB) >= 2;
@@ -412,19 +415,21 @@ static void c_end(const operands* o, char* cb, int64_t sacc) {
   if (two_rows && two_cols) TILE_STORE(3, cb + TILE * sacc + TILE * 4, sacc);
 }
 
-/* A macro block's steps from its step `first` on (0, or 1 after turn_by_tile
- * ran its first step): block by block, k chunk by k chunk, four products each */
-static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t first) {
+/* A macro block's steps `first` (0, or 1 after turn_by_tile ran its first
+ * step) to `end` (at most count * nk): block by block, k chunk by k chunk,
+ * four products each */
+static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t first,
+                        int64_t end) {
   const int two_rows = o->two_rows, two_cols = o->two_cols, ta = o->t1a, tb = o->t1b;
   /* back: blocks and k chunks in reverse, so that this macro block starts on
    * the lines the last one read last, which L1 still holds */
   const int64_t pf = o->back ? -kr->pf : kr->pf, nk = o->nk, count = o->count, sa = o->sa;
   const int64_t sb0 = o->bc.stride[0], sb1 = o->bc.stride[1];
-  if (kr->pipelined && first == 0) {
+  if (kr->pipelined && first == 0 && end == count * nk) {
     pipelined_steps(kr, o);
     return;
   }
-  for (int64_t ii = first / nk; ii < count; ++ii) {
+  for (int64_t ii = first / nk; ii * nk < end; ++ii) {
     const int64_t i = o->back ? count - 1 - ii : ii;
     const char* ai = (const char*)o->a[i] + o->i0 * sa;
     const char* b0 = (const char*)o->b[i] + o->bc.off[0];
@@ -432,7 +437,8 @@ static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t 
     /* software prefetches (off by default): a later block's lines of this
      * macro block, one k chunk's share at each step */
     const int ahead = pf && i + pf >= 0 && i + pf < count;
-    for (int64_t q = ii == first / nk ? first % nk : 0; q < nk; ++q) {
+    const int64_t q_end = end - ii * nk < nk ? end - ii * nk : nk;
+    for (int64_t q = ii == first / nk ? first % nk : 0; q < q_end; ++q) {
       const int64_t kk = (o->back ? nk - 1 - q : q) * kr->kc;
       if (ahead) {
         const char* an = (const char*)o->a[i + pf] + o->i0 * sa + kk * 2;
@@ -467,7 +473,7 @@ static void macro_block(const brgemm_amx_kernel* kr, const operands* o, float* a
                         int load, int64_t j0) {
   char* cb = (char*)acc + o->i0 * sacc + j0 * 4;
   c_begin(o, cb, sacc, load);
-  block_steps(kr, o, 0);
+  block_steps(kr, o, 0, o->count * o->nk);
   c_end(o, cb, sacc);
 }
 
@@ -640,53 +646,92 @@ static void group_visit(int64_t v, int64_t row_blocks, int64_t col_blocks, int64
   *grp = c, *ib = idx / col_blocks, *jb = *ib & 1 ? col_blocks - 1 - jr : jr;
 }
 
+typedef struct {
+  operands o;
+  const tile_config* cfg;
+  char* cb;
+  int64_t c, ib, jb;
+} visit;
+
+/* visit v of `visits` (g blocks per group) */
+static visit visit_of(const brgemm_amx_kernel* kr, int64_t v, int64_t visits, int64_t g,
+                      const uint16_t* const* ap, int64_t sa, const uint16_t* const* bp, int64_t sb,
+                      int b_packed, int64_t count, float* acc, int64_t sacc) {
+  const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
+  const int strips = b_packed && kr->b_tiles, t1 = kr->t1[b_packed != 0];
+  visit x;
+  group_visit(v, row_blocks, col_blocks, &x.c, &x.ib, &x.jb);
+  const int64_t b0 = x.c * g, nb = count - b0 < g ? count - b0 : g;
+  const int64_t i0 = x.ib * MB, j0 = x.jb * NB;
+  const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
+  const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+  int64_t nc = -1, nib = -1, njb = -1;
+  if (v + 1 < visits) group_visit(v + 1, row_blocks, col_blocks, &nc, &nib, &njb);
+  /* T1_UNSHARED: the operand the next visit does not read again */
+  const int next_a = nc == x.c && nib == x.ib, next_b = nc == x.c && njb == x.jb;
+  const operands o = {
+      .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
+      .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
+      .back = kr->reverse && (int)(v & 1),
+      .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_a),
+      .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_b)};
+  x.o = o;
+  x.cfg = &kr->cfg[rows < MB][cols < NB];
+  x.cb = (char*)acc + i0 * sacc + j0 * 4;
+  return x;
+}
+
+/* the lines of o's first `steps` steps into L1 (BRGEMM_AMX_PFTURN) */
+static void prefetch_first(const brgemm_amx_kernel* kr, const operands* o, int64_t steps) {
+  for (int64_t s = 0; s < steps && s < o->count * o->nk; ++s) {
+    const int64_t i = o->back ? o->count - 1 - s / o->nk : s / o->nk;
+    const int64_t kk = (o->back ? o->nk - 1 - s % o->nk : s % o->nk) * kr->kc;
+    const char* an = (const char*)o->a[i] + o->i0 * o->sa + kk * 2;
+    for (int r = 0; r < (o->two_rows ? 2 : 1) * TILE; ++r) PREFETCH(an + r * o->sa);
+    for (int t = 0; t < (o->two_cols ? 2 : 1); ++t) {
+      const char* bn = (const char*)o->b[i] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
+      for (int64_t p = 0; p < kr->kc / 2; ++p) PREFETCH(bn + p * o->bc.stride[t]);
+    }
+  }
+}
+
 static void grouped(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int64_t sa,
                     const uint16_t* const* bp, int64_t sb, int b_packed, int64_t count, float* acc,
                     int64_t sacc, int load_first) {
   const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
   const int64_t g = kr->group[b_packed != 0] < count ? kr->group[b_packed != 0] : count;
   const int64_t visits = (count + g - 1) / g * row_blocks * col_blocks;
-  const int strips = b_packed && kr->b_tiles, t1 = kr->t1[b_packed != 0];
-  operands last = {0};
-  char* last_cb = NULL;
-  const tile_config* last_cfg = NULL;
-  int64_t last_ib = -1, last_jb = -1, c, ib, jb;
-  group_visit(0, row_blocks, col_blocks, &c, &ib, &jb);
+  visit last = {0}, x = visit_of(kr, 0, visits, g, ap, sa, bp, sb, b_packed, count, acc, sacc);
   for (int64_t v = 0; v < visits; ++v) {
-    const int64_t b0 = c * g, nb = count - b0 < g ? count - b0 : g;
-    const int64_t i0 = ib * MB, j0 = jb * NB;
-    const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
-    const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
-    int64_t nc = -1, nib = -1, njb = -1;
-    if (v + 1 < visits) group_visit(v + 1, row_blocks, col_blocks, &nc, &nib, &njb);
-    /* T1_UNSHARED: the operand the next visit does not read again */
-    const int next_a = nc == c && nib == ib, next_b = nc == c && njb == jb;
-    const operands o = {
-        .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
-        .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
-        .back = kr->reverse && (int)(v & 1),
-        .t1a = t1 == T1_A || (t1 == T1_UNSHARED && !next_a),
-        .t1b = t1 == T1_B || (t1 == T1_UNSHARED && !next_b)};
-    const tile_config* cfg = &kr->cfg[rows < MB][cols < NB];
-    char* cb = (char*)acc + i0 * sacc + j0 * 4;
-    if (ib == last_ib && jb == last_jb) {  /* the turn between groups: C stays */
-      block_steps(kr, &o, 0);
+    const operands* o = &x.o;
+    const int64_t steps = o->count * o->nk;
+    int64_t first = 0;
+    if (v > 0 && x.ib == last.ib && x.jb == last.jb) {  /* the turn between groups: C stays */
     } else {
-      const int load = c > 0 || load_first;
-      if (last_cb && kr->turn && cfg == last_cfg && o.two_rows && o.two_cols) {
-        turn_by_tile(kr, &o, last_cb, cb, sacc, load);
-        block_steps(kr, &o, 1);
+      const int load = x.c > 0 || load_first;
+      if (v > 0 && kr->turn && x.cfg == last.cfg && o->two_rows && o->two_cols) {
+        turn_by_tile(kr, o, last.cb, x.cb, sacc, load);
+        first = 1;
       } else {
-        if (last_cb) c_end(&last, last_cb, sacc);
-        use_config(cfg);
-        c_begin(&o, cb, sacc, load);
-        block_steps(kr, &o, 0);
+        if (v > 0) c_end(&last.o, last.cb, sacc);
+        use_config(x.cfg);
+        c_begin(o, x.cb, sacc, load);
       }
     }
-    last = o, last_cb = cb, last_cfg = cfg, last_ib = ib, last_jb = jb;
-    c = nc, ib = nib, jb = njb;
+    const visit next = v + 1 < visits
+                           ? visit_of(kr, v + 1, visits, g, ap, sa, bp, sb, b_packed, count, acc, sacc)
+                           : x;
+    const int64_t split = kr->pf_turn && v + 1 < visits && steps - kr->pf_turn > first
+                              ? steps - kr->pf_turn
+                              : steps;
+    block_steps(kr, o, first, split);
+    if (split < steps) {
+      prefetch_first(kr, &next.o, kr->pf_turn);
+      block_steps(kr, o, split, steps);
+    }
+    last = x, x = next;
   }
-  c_end(&last, last_cb, sacc);
+  c_end(&last.o, last.cb, sacc);
 }
 
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -761,8 +806,8 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
             .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
             .two_rows = rows > TILE, .two_cols = cols > TILE,
             .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
-            .t1a = t1 == T1_A || (t1 == T1_UNSHARED && next_b),
-            .t1b = t1 == T1_B || (t1 == T1_UNSHARED && next_a)};
+            .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_b),
+            .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_a)};
         macro_block(kr, &o, acc, sacc, load, j0);
       }
     }
