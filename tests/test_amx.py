@@ -66,7 +66,8 @@ def test_model_kernel_tunables():
                           BRGEMM_AMX_PFTURN="2"),
                      dict(BRGEMM_AMX_GROUP="1", BRGEMM_AMX_T1="4", BRGEMM_AMX_PFTURN="1"),
                      dict(BRGEMM_AMX_GROUP="20000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_BTILES="0"),
-                     dict(BRGEMM_AMX_TURN="1", BRGEMM_AMX_REVERSE="0")):
+                     dict(BRGEMM_AMX_TURN="1", BRGEMM_AMX_REVERSE="0", BRGEMM_AMX_T1="5"),
+                     dict(BRGEMM_AMX_T1="5")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)
         assert _pytest(str(TESTS / "amx_cases.py"), "-k",
                        "edges or random or depths or packing or whole", env=env) == 0, tunables

@@ -101,8 +101,10 @@ struct brgemm_amx_kernel {
 };
 
 /* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
- * (so the shared one stays in L1 for it); 2 always B; 3 always A; 4 both */
-enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4 };
+ * (so the shared one stays in L1 for it); 2 always B; 3 always A; 4 both; 5 an
+ * operand that neither the last nor the next macro block shares (the shared
+ * one loads into L1 for the next, or from L1 after the last) */
+enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4, T1_REUSE = 5 };
 
 /* Where a macro block's two B column tiles start in a B block (bytes) and the
  * bytes between their pair rows: in VNNI rows ([kp/2][ld][2], both tiles in
@@ -187,7 +189,7 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
                      : packed              ? T1_MODE_PACKED
                      : inplace             ? T1_MODE_INPLACE
                                            : T1_MODE;
-    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_BOTH) kr->t1[packed] = T1_NONE;
+    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_REUSE) kr->t1[packed] = T1_NONE;
   }
   const char* bt = getenv("BRGEMM_AMX_BTILES");
   kr->b_tiles = bt ? atoi(bt) != 0 : B_TILES;
@@ -665,16 +667,21 @@ static visit visit_of(const brgemm_amx_kernel* kr, int64_t v, int64_t visits, in
   const int64_t i0 = x.ib * MB, j0 = x.jb * NB;
   const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
   const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
-  int64_t nc = -1, nib = -1, njb = -1;
+  int64_t nc = -1, nib = -1, njb = -1, pc = -1, pib = -1, pjb = -1;
   if (v + 1 < visits) group_visit(v + 1, row_blocks, col_blocks, &nc, &nib, &njb);
-  /* T1_UNSHARED: the operand the next visit does not read again */
+  if (v > 0) group_visit(v - 1, row_blocks, col_blocks, &pc, &pib, &pjb);
+  /* T1_UNSHARED: the operand the next visit does not read again; T1_REUSE: also
+   * not one the last visit read */
   const int next_a = nc == x.c && nib == x.ib, next_b = nc == x.c && njb == x.jb;
+  const int last_a = pc == x.c && pib == x.ib, last_b = pc == x.c && pjb == x.jb;
   const operands o = {
       .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
       .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
       .back = kr->reverse && (int)(v & 1),
-      .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_a),
-      .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_b)};
+      .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_a) ||
+             (t1 == T1_REUSE && !next_a && !last_a),
+      .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_b) ||
+             (t1 == T1_REUSE && !next_b && !last_b)};
   x.o = o;
   x.cfg = &kr->cfg[rows < MB][cols < NB];
   x.cb = (char*)acc + i0 * sacc + j0 * 4;
@@ -800,14 +807,17 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
         /* T1_UNSHARED: the next macro block shares A along a row of the
          * snake, B where it turns; the last one shares nothing */
         const int next_a = jb + 1 < col_blocks, next_b = !next_a && ib + 1 < row_blocks;
+        const int last_a = jb > 0, last_b = jb == 0 && ib > 0;
         const int t1 = kr->t1[b_packed != 0];
         const operands o = {
             .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
             .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
             .two_rows = rows > TILE, .two_cols = cols > TILE,
             .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
-            .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_b),
-            .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_a)};
+            .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_b) ||
+                   (t1 == T1_REUSE && !next_a && !last_a),
+            .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_a) ||
+                   (t1 == T1_REUSE && !next_b && !last_b)};
         macro_block(kr, &o, acc, sacc, load, j0);
       }
     }
