@@ -60,11 +60,11 @@
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0,
-       T1_MODE = 0, B_TILES = 1, KEEP_TILES = 0 };
+       T1_MODE = 0, B_TILES = 1, KEEP_TILES = 0, GROUP_BYTES = 0 };
 /* the same two for runs on B packed ahead (Kernel.pack_b): B's tiles load with
  * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
  * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
-enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2, GROUP_BYTES = 0, GROUP_BYTES_PACKED = 0 };
+enum { L1_BUDGET_PACKED = 0, T1_MODE_PACKED = 2 };
 /* runs on B as VNNI pairs in place (the layers' weights, desc.b_vnni), which
  * BRGEMM_AMX_T1_INPLACE sets alone: no hint, since B's T1 hint made the FC
  * layers slower and conv no faster (benchmarks/RESULTS.md, ninth session) */
@@ -90,7 +90,7 @@ struct brgemm_amx_kernel {
   int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
   int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
-  int64_t group[2];  /* blocks per group (grouped below; INT64_MAX: one group) [b_packed] */
+  int64_t group;  /* blocks per group (grouped below; INT64_MAX: one group) */
   int turn;  /* turns between whole macro blocks tile by tile (turn_by_tile) */
   int64_t pf_turn;  /* grouped: the next visit's first steps prefetched this many steps ahead */
   /* BRGEMM_AMX_SWAP=1 on a kernel whose C splits into two or more whole 16 x 32
@@ -103,7 +103,10 @@ struct brgemm_amx_kernel {
 /* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
  * (so the shared one stays in L1 for it); 2 always B; 3 always A; 4 both; 5 an
  * operand that neither the last nor the next macro block shares (the shared
- * one loads into L1 for the next, or from L1 after the last) */
+ * one loads into L1 for the next, or from L1 after the last). On the Xeon a
+ * load with the hint streams from L2 faster than a plain one that misses L1,
+ * but reads a line in L1 no faster than from L2 (benchmarks/RESULTS.md, tenth
+ * session), so the hint belongs on an operand read once. */
 enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4, T1_REUSE = 5 };
 
 /* Where a macro block's two B column tiles start in a B block (bytes) and the
@@ -200,12 +203,13 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
     for (int en = 0; en < 2; ++en)
       make_config(&kr->cfg[em][en], em ? last_rows : MB, en ? last_cols : NB, (int)kc);
   /* BRGEMM_AMX_GROUP: bytes of A and B per group of blocks (grouped; 0: one
-   * group), BRGEMM_AMX_TURN=1: turns between macro blocks tile by tile */
+   * group), BRGEMM_AMX_TURN=1: turns between macro blocks tile by tile,
+   * BRGEMM_AMX_PFTURN: the next macro block's first steps prefetched. Groups
+   * small enough for L1 and the prefetches lost on the Xeon, the turns tied
+   * (benchmarks/RESULTS.md, tenth session): all off. */
   const char* group = getenv("BRGEMM_AMX_GROUP");
-  for (int packed = 0; packed < 2; ++packed) {
-    const int64_t bytes = group ? atol(group) : packed ? GROUP_BYTES_PACKED : GROUP_BYTES;
-    kr->group[packed] = bytes <= 0 ? INT64_MAX : bytes > per_block ? bytes / per_block : 1;
-  }
+  const int64_t group_bytes = group ? atol(group) : GROUP_BYTES;
+  kr->group = group_bytes <= 0 ? INT64_MAX : group_bytes > per_block ? group_bytes / per_block : 1;
   const char* turn = getenv("BRGEMM_AMX_TURN");
   kr->turn = turn && atoi(turn) != 0;
   const char* pf_turn = getenv("BRGEMM_AMX_PFTURN");
@@ -641,8 +645,8 @@ static void pingpong(const brgemm_amx_kernel* kr, const uint16_t* const* a, int6
  * runs that order with the turns tile by tile). */
 
 /* visit v's group and macro block (row ib, column jb) */
-static void group_visit(int64_t v, int64_t row_blocks, int64_t col_blocks, int64_t* grp, int64_t* ib,
-                        int64_t* jb) {
+static void group_visit(int64_t v, int64_t row_blocks, int64_t col_blocks, int64_t* grp,
+                        int64_t* ib, int64_t* jb) {
   const int64_t nmb = row_blocks * col_blocks, c = v / nmb;
   const int64_t idx = c & 1 ? nmb - 1 - v % nmb : v % nmb, jr = idx % col_blocks;
   *grp = c, *ib = idx / col_blocks, *jb = *ib & 1 ? col_blocks - 1 - jr : jr;
@@ -706,7 +710,7 @@ static void grouped(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int6
                     const uint16_t* const* bp, int64_t sb, int b_packed, int64_t count, float* acc,
                     int64_t sacc, int load_first) {
   const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
-  const int64_t g = kr->group[b_packed != 0] < count ? kr->group[b_packed != 0] : count;
+  const int64_t g = kr->group < count ? kr->group : count;
   const int64_t visits = (count + g - 1) / g * row_blocks * col_blocks;
   visit last = {0}, x = visit_of(kr, 0, visits, g, ap, sa, bp, sb, b_packed, count, acc, sacc);
   for (int64_t v = 0; v < visits; ++v) {
@@ -725,9 +729,9 @@ static void grouped(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int6
         c_begin(o, x.cb, sacc, load);
       }
     }
-    const visit next = v + 1 < visits
-                           ? visit_of(kr, v + 1, visits, g, ap, sa, bp, sb, b_packed, count, acc, sacc)
-                           : x;
+    const visit next =
+        v + 1 < visits ? visit_of(kr, v + 1, visits, g, ap, sa, bp, sb, b_packed, count, acc, sacc)
+                       : x;
     const int64_t split = kr->pf_turn && v + 1 < visits && steps - kr->pf_turn > first
                               ? steps - kr->pf_turn
                               : steps;
@@ -782,7 +786,7 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
     return BRGEMM_OK;
   }
   const int64_t chunk = kr->chunk[b_packed != 0];
-  if (chunk == INT64_MAX && (kr->group[b_packed != 0] < count || kr->turn)) {
+  if (chunk == INT64_MAX && (kr->group < count || kr->turn)) {
     grouped(kr, ap, sa, bp, sb, b_packed, count, acc, sacc, kr->direct && kr->beta == 1.0f);
     MEMORY_BARRIER();
     if (!kr->direct) combine(kr, acc, c);
