@@ -38,14 +38,23 @@ def compare(vs, onednn, torch):
     return (onednn() if "onednn" in vs else []) + (torch() if "torch" in vs else [])
 
 
-def check_close(what, ours, theirs, dtype, against, bf16_tol=2e-2):
-    """Ours against the other side's result before timing: the largest
-    difference relative to the largest magnitude, 1e-4 for f32 and bf16_tol
-    for bf16 (both sides round to bf16, at different points)."""
+def differs(what, ours, theirs, dtype, against, bf16_tol=2e-2):
+    """Ours against the other side's result before timing: None where the
+    largest difference relative to the largest magnitude is within 1e-4 for
+    f32 and bf16_tol for bf16 (both sides round to bf16, at different points),
+    else what differs, by how much."""
     ours = np.asarray(ours, np.float32)
     err = np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30)
     if err > (1e-4 if dtype == "f32" else bf16_tol):
-        raise AssertionError(f"{what}: ours and {against} differ by {err:.2e} (relative to max)")
+        return f"{what}: ours and {against} differ by {err:.2e} (relative to max)"
+    return None
+
+
+def check_close(what, ours, theirs, dtype, against, bf16_tol=2e-2):
+    """differs(), raised as an AssertionError."""
+    why = differs(what, ours, theirs, dtype, against, bf16_tol)
+    if why:
+        raise AssertionError(why)
 
 
 def set_threads(threads, onednn=True):
@@ -186,15 +195,21 @@ class VsTable:
         print(f"{r['shape']:<{self.nw}}{r['pass_']:<{self.pw}}{r['ours']:>8.1f}"
               + (opt("func", 8, ".1f") if self.func else "")
               + f"{r['onednn']:>8.1f}{r['ratio']:>12.2f}" + opt("func_over_ours", 10, ".2f")
-              + f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {r['impl']}", flush=True)
+              + f"{r['pct_peak']:>8.1f}%{100 * r['spread']:>7.0f}%  {r['impl']}"
+              + ("  (outputs differ)" if r.get("mismatch") else ""), flush=True)
 
 
 def finish_report(name, rows, passes):
-    """The geomean of ours / oneDNN per pass, then JSON and PNG (save_report)."""
+    """The geomean of ours / oneDNN per pass, then JSON and PNG (save_report).
+    Rows whose outputs differed (a "mismatch" field: timed anyway) are left
+    out of the geomeans and listed."""
     for p in passes:
-        ratios = [r["ratio"] for r in rows if r["pass_"] == p]
+        ratios = [r["ratio"] for r in rows if r["pass_"] == p and not r.get("mismatch")]
         if ratios:
             print(f"geomean ours/oneDNN {p}: {geomean(ratios):.2f}")
+        left = [r["shape"] for r in rows if r["pass_"] == p and r.get("mismatch")]
+        if left:
+            print(f"  {p} left out of the geomean (outputs differ): {', '.join(left)}")
         funcs = [r["func_over_ours"] for r in rows if r["pass_"] == p and r.get("func_over_ours")]
         if funcs:
             print(f"geomean func/ours {p}: {geomean(funcs):.2f} (lowest {min(funcs):.2f})")

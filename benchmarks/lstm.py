@@ -14,7 +14,7 @@ autograd backward to x, h0, c0 and the weights) on the same arrays and
 weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
-from benchmarks.common import (VsTable, check_close, compare, finish_functional,
+from benchmarks.common import (VsTable, check_close, compare, differs, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
                                machine, quick_shapes, ratio_row, set_threads)
 from brgemm.machine import fma_peak
@@ -70,19 +70,27 @@ def _vs_onednn(quick, dtype, threads, shape_set):
             continue
         y, _ = ours_f()
         jf.run()
-        check_close(f"{name} y", y, jf.result(), dtype, "oneDNN", bf16_tol=3e-2)
+        y_differs = differs(f"{name} y", y, jf.result(), dtype, "oneDNN", bf16_tol=3e-2)
         dx = layer.backward(dy, dhT, dcT)[0]
         jb.run()
-        check_close(f"{name} dx", dx, jb.result(), dtype, "oneDNN", bf16_tol=3e-2)
+        dx_differs = differs(f"{name} dx", dx, jb.result(), dtype, "oneDNN", bf16_tol=3e-2)
+        # a shape where the outputs differ is reported, timed and left out of the
+        # geomeans, and the run goes on: oneDNN 3.2's AMX backward gives a wrong dx
+        # at K = 1024 (against float64; its AVX512-BF16 path and ours agree with
+        # float64 there: benchmarks/RESULTS.md, issue 14, tenth session)
+        for why in (y_differs, dx_differs):
+            if why:
+                print(f"{why}: timed anyway, left out of the geomeans", flush=True)
         fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run()), func_f, func_fb]
         times, spread = interleaved(fns, reps=reps)
         t_f, t_df, t_fb, t_db, t_ff, t_ffb = times
-        for p, t_ours, t_dnn, t_func, flops, sp in (
-                ("fwd", t_f, t_df, t_ff, fwd_flops, spread[:2]),
-                ("fwd+bwd", t_fb, t_db, t_ffb, 3 * fwd_flops, spread[2:4])):
+        fb_differs = y_differs or dx_differs
+        for p, t_ours, t_dnn, t_func, flops, sp, why in (
+                ("fwd", t_f, t_df, t_ff, fwd_flops, spread[:2], y_differs),
+                ("fwd+bwd", t_fb, t_db, t_ffb, 3 * fwd_flops, spread[2:4], fb_differs)):
             row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
                             threads=threads, impl=jf.impl, spread=max(sp),
-                            func_over_ours=t_ours / t_func)
+                            func_over_ours=t_ours / t_func, **({"mismatch": why} if why else {}))
             rows.append(row)
             table.line(row)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
