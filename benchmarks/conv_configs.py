@@ -14,8 +14,8 @@ fwd, conv.backward for bwd and upd: copies included) instead of the plans.
 Candidates (conv.toml's comments say what each key does): the loop order
 with the outer two parallel loops swapped (which operand a thread keeps in
 cache while the other streams), call_kb the default's or 128, and for fwd
-and bwd the pixel blocks that share each call's weight blocks (group 1, 4
-or 8); for fwd also output channels in blocks of 32 (bk: every pass's
+and bwd the pixel blocks that share each call's weight blocks (w_reuse 1,
+4 or 8); for fwd also output channels in blocks of 32 (bk: every pass's
 blocking, so a kept bk moves bwd and upd too); for upd call_kb 64 or 256
 and the flat nest. Kept as fc_configs
 keeps them: at least WIN faster in this run and in each earlier one."""
@@ -46,13 +46,13 @@ def candidates(default, pass_):
     keys, except fwd's bk (the blocking every pass shares)."""
     spec, kb = default["spec"], default["call_kb"]
     if pass_ in ("fwd", "bwd"):
-        base = dict(spec=spec, call_kb=kb, group=default["group"])
-        grid = [dict(base, spec=s, call_kb=k, group=gr) for s in (spec, _swapped(spec))
-                for k in (kb, 128) for gr in (1, 4, 8)]
-        grid = [c for c in grid if c["spec"] == spec or c["group"] != 4]
+        base = dict(spec=spec, call_kb=kb, w_reuse=default["w_reuse"])
+        grid = [dict(base, spec=s, call_kb=k, w_reuse=r) for s in (spec, _swapped(spec))
+                for k in (kb, 128) for r in (1, 4, 8)]
+        grid = [c for c in grid if c["spec"] == spec or c["w_reuse"] != 4]
         if pass_ == "fwd" and default["bk"] != 32:
             grid += [dict(base, bk=32), dict(base, bk=32, call_kb=128),
-                     dict(base, bk=32, spec=_swapped(spec)), dict(base, bk=32, group=8)]
+                     dict(base, bk=32, spec=_swapped(spec)), dict(base, bk=32, w_reuse=8)]
     else:
         base = dict(spec=spec, call_kb=kb, flat=default["flat"])
         grid = [dict(spec=s, call_kb=k, flat=f) for s in (spec, _swapped(spec))

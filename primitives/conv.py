@@ -139,7 +139,7 @@ def nchw_plan(g, dtype, vnni):
         rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
                              spec=g.specs[0])
         forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
-                     tile=_task_slots(bq * g.bk, g.group[0]),
+                     tile=_task_slots(bq * g.bk, g.w_reuse[0]),
                      epilogue=lambda n, k, pixel: (
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
         return rec.finish()
@@ -163,7 +163,7 @@ def nchw_dx_plan(g, dtype, vnni):
         rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
                              spec=g.specs[1])
         backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
-                      tile=_task_slots(bq * g.bc, g.group[1]),
+                      tile=_task_slots(bq * g.bc, g.w_reuse[1]),
                       epilogue=lambda n, c, row, u0: (
                           bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
         return rec.finish()
@@ -389,7 +389,7 @@ def search(pass_, shape, threads=None):
     """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
     shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
     all three passes share; bwd and upd tune their loop order (upd: its tiles), fwd
-    and bwd the pixel blocks that share each call's weights (group, where a task
+    and bwd the pixel blocks that share each call's weights (w_reuse, where a task
     has several), and each pass the bytes its kernel calls read (call_kb)."""
     import itertools
 
@@ -409,13 +409,13 @@ def search(pass_, shape, threads=None):
          + 4 * s["K"] * s["C"] * s["R"] * s["S"], "shape", "this layer's tensors and their copies")
     Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
     if pass_ == "fwd":
-        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb, group=gr) for sp, bc, bk, bq, kb, gr
+        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb, w_reuse=r) for sp, bc, bk, bq, kb, r
                  in itertools.product(("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64), (32, 64),
                                       (7, 14, 28, 56), (32, 128), (1, 8))
-                 if bq <= max(Q, 7) and (gr == 1 or sp.endswith("pq"))]  # group: rows in a task
+                 if bq <= max(Q, 7) and (r == 1 or sp.endswith("pq"))]  # w_reuse: rows in a task
     elif pass_ == "bwd":
-        cands = [dict(spec=sp, call_kb=kb, group=gr) for sp, kb, gr in itertools.product(
-            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128), (1, 8)) if gr == 1 or sp[2] == "h"]
+        cands = [dict(spec=sp, call_kb=kb, w_reuse=r) for sp, kb, r in itertools.product(
+            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128), (1, 8)) if r == 1 or sp[2] == "h"]
     else:
         cands = [dict(spec=sp, tiles=t, call_kb=kb)
                  for sp, t, kb in itertools.product(("KCRSJ", "CKRSJ"), (4, 8, 16, 32),

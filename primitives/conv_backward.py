@@ -16,8 +16,8 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     interior row and the class's pixels are all H x W, in blocks of bs that
     run on across rows. epilogue(n, c, row, u0): the ops of a block's last
     call (row: its interior row); tile(task, j): where in dx the task sums
-    its blocks, j (0 .. g.group[1] - 1) counting them in turn (the epilogue
-    stores them), instead of their places. g.group[1] blocks of a task take
+    its blocks, j (0 .. g.w_reuse[1] - 1) counting them in turn (the epilogue
+    stores them), instead of their places. g.w_reuse[1] blocks of a task take
     each call's weight blocks in turn (_calls.record_grouped)."""
     dyp = Layout(N=g.N, Kb=g.Kb, Pp=g.Pp, Qp=g.Qp, bk=g.bk)  # dy at (bp, bw) in a zero border
     wt = Layout(Cb=g.Cb, Kb=g.Kb, R=g.R, S=g.S, bk=g.bk, bc=g.bc)
@@ -32,7 +32,7 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                                           ldc=g.sw * dx.ld("Wp"), dtype=dtype, beta=beta,
                                           b_vnni=vnni)
         return blocks[m, beta]
-    slot = slot_in_group(g.group[1])
+    slot = slot_in_group(g.w_reuse[1])
 
     def tiles():
         for phase, task, at in loops.walk():
@@ -58,7 +58,7 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                               "wt", [wt.at(c, k, r, s) for k, r, s in taps[i:i + per_call]],
                               "dx", to, epilogue(n, c, h - g.ph, u0) if last else ()))
             yield phase, task, calls
-    record_grouped(ex, tiles(), g.group[1])
+    record_grouped(ex, tiles(), g.w_reuse[1])
 
 def columns_data_product(g, bd, bp):
     """dx^c (N P Q x C R S, plain: the im2col matrix's gradient, transposed) =

@@ -11,9 +11,9 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     With g.span[0] (conv_plans.spans_rows) p is 0 and q0 counts the P x Q
     pixels in blocks of bs that run on across rows. epilogue(n, k, pixel):
     the ops of a tile's last call (pixel = p Q + q0, its first pixel);
-    tile(task, j): where in y the task sums its tiles, j (0 .. g.group[0] - 1)
+    tile(task, j): where in y the task sums its tiles, j (0 .. g.w_reuse[0] - 1)
     counting them in turn (the epilogue stores them), instead of each tile's
-    own place. g.group[0] tiles of a task take each call's weight blocks
+    own place. g.w_reuse[0] tiles of a task take each call's weight blocks
     in turn (_calls.record_grouped)."""
     x = Layout(N=g.N, Cb=g.Cb, Hp=g.Hp, Wp=g.Wp, bc=g.bc)
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
@@ -28,7 +28,7 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
             blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
                                           ldc=y.ld("Q"), dtype=dtype, beta=beta, b_vnni=vnni)
         return blocks[m, beta]
-    slot = slot_in_group(g.group[0])
+    slot = slot_in_group(g.w_reuse[0])
 
     def tiles():
         for phase, task, at in loops.walk():
@@ -45,7 +45,7 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                               "w", [w.at(k, c, r, s) for c, r, s in taps[i:i + per_call]],
                               "y", to, epilogue(n, k, p * g.Q + q0) if last else ()))
             yield phase, task, calls
-    record_grouped(ex, tiles(), g.group[0])
+    record_grouped(ex, tiles(), g.w_reuse[0])
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):

@@ -28,8 +28,8 @@ from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, bloc
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
-                 "span_q": int, "group": int},
-          "bwd": {"spec": str, "call_kb": int, "span": bool, "group": int},
+                 "span_q": int, "w_reuse": int},
+          "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
 
@@ -62,7 +62,7 @@ class Geometry:
     bs: int = 1
     # fwd, bwd: pixel blocks of a task that take each kernel call's weight
     # blocks in turn (_calls.record_grouped; 1: one block's reduction at a time)
-    group: tuple = (1, 1)
+    w_reuse: tuple = (1, 1)
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -139,7 +139,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["spec"] for p in SCHEMA), splits,
                     tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
-                    tuple(cfg[p]["group"] for p in ("fwd", "bwd")))
+                    tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")))
 
 
 # ---------------------------------------------------------------- the loop nests

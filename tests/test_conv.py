@@ -148,7 +148,7 @@ def test_forward_stores_nchw(rng):
     from its epilogue, every task summing in one slot (conv.nchw_plan): random
     sizes with K whole blocks, ragged pixel blocks, strides and padding, the
     loop orders that make p or n parallel or sequential, one call or several
-    per tile, tiles of a task taking each call's weights in turn (group), x a
+    per tile, tiles of a task taking each call's weights in turn (w_reuse), x a
     strided view."""
     done = 0
     while done < 5:
@@ -161,7 +161,7 @@ def test_forward_stores_nchw(rng):
         K = 16 * int(rng.integers(1, 4))
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6)), "spec": spec,
                        "call_kb": int(rng.choice([1, 32])),  # 1: a call per tap
-                       "group": int(rng.choice([1, 2, 3, 8]))}}  # tiles sharing each call's w
+                       "w_reuse": int(rng.choice([1, 2, 3, 8]))}}  # tiles sharing each call's w
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
         if conv.columns(g, "f32", "cpu") or conv.pointwise(g, "f32", "cpu"):
             continue
@@ -185,7 +185,7 @@ def test_backward_stores_nchw(rng):
     other case the update reading dy in place (conv.reads_dy): random sizes
     with C whole blocks and stride 1 across, any stride down, padding, the
     loop orders, one call or several per block, blocks of a task taking each
-    call's weights in turn (group), dy a strided view or not."""
+    call's weights in turn (w_reuse), dy a strided view or not."""
     done = 0
     while done < 4:
         N, H, W, R, S = (int(v) for v in rng.integers(1, 12, 5))
@@ -199,7 +199,7 @@ def test_backward_stores_nchw(rng):
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
                "bwd": {"spec": ("NChu", "CNhu", "NCHu", "nCHu")[done],
                        "call_kb": int(rng.choice([1, 32])),  # 1: a call per tap
-                       "group": int(rng.choice([1, 2, 3, 8]))}}  # blocks sharing each call's wt
+                       "w_reuse": int(rng.choice([1, 2, 3, 8]))}}  # blocks sharing each call's wt
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
         if conv.pointwise(gt, "f32", "cpu"):
@@ -229,9 +229,9 @@ def test_forward_backward(rng, backend, case, dtype):
     x = rng.standard_normal((N, C, H, W)).astype(npdt)
     w = rng.standard_normal((K, C, R, S)).astype(npdt)
     # several blocks and a ragged pixel block; pixel blocks that share each
-    # call's weight blocks (group), in whatever number
-    cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5, "group": int(rng.choice([1, 2, 3, 8]))},
-           "bwd": {"group": int(rng.choice([1, 2, 3, 8]))}}
+    # call's weight blocks (w_reuse), in whatever number
+    cfg = {"fwd": {"bc": 32, "bk": 32, "bq": 5, "w_reuse": int(rng.choice([1, 2, 3, 8]))},
+           "bwd": {"w_reuse": int(rng.choice([1, 2, 3, 8]))}}
     print(cfg)
     y = conv.forward(x, w, stride, padding, dtype=dtype, config=cfg, backend=backend)
     dy = rng.standard_normal(y.shape).astype(npdt)
