@@ -68,6 +68,23 @@ def graph_time(fn, reps, inner=1, batches=9):
     return statistics.median(times), spread(times)
 
 
+def plain_time(fn, reps):
+    """graph_time's numbers without a graph (each call launched from Python)."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    med = statistics.median(times)
+    return med, (max(times) - min(times)) / med
+
+
 # the two ways of timing a pass: (graph calls per replay, replays per batch)
 MODES = {"replay": (1, 40), "in-graph": (20, 4)}
 

@@ -2,13 +2,11 @@
 benchmarks.gpu --what conv,lstm`: each pass's plans as the library builds them
 on "cuda" (conv.toml's and lstm.toml's "cuda" tables), timed as benchmarks.gpu
 times everything (CUDA graphs, medians of batches)."""
-import statistics
-
 import torch
 import torch.nn.functional as F
 
 from benchmarks.common import read_shapes
-from benchmarks.gpu import HEAD, graph_time, launch_text, plan_tensors, replay, row
+from benchmarks.gpu import HEAD, graph_time, launch_text, plain_time, plan_tensors, replay, row
 from brgemm.machine import cuda_launches
 from primitives import conv, lstm
 from primitives.conv_update import update_form
@@ -79,25 +77,14 @@ def torch_lstm_step(C, K, T, N, tdt):
 
 def torch_train_time(fn):
     """(ms, note) of PyTorch's forward + backward: from a CUDA graph where its
-    backward can be captured, else timed eagerly between events (launch
-    overhead included, which favours ours)."""
+    backward can be captured, else launched from Python (launch overhead
+    included, which favours ours)."""
     try:
         return graph_time(fn, 5)[0], ""
     except RuntimeError as e:  # capture refused
         print(f"  (torch's LSTM backward not captured: {str(e).splitlines()[0][:80]})")
         torch.cuda.synchronize()
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(9):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 5)
-        return statistics.median(times), ", eager"
+        return plain_time(fn, 5)[0], ", eager"
 
 
 def lstm_plans(layer):

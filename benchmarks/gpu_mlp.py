@@ -27,34 +27,16 @@ goes to stdout; --json writes the rows, --png plots samples/s against batch.
 """
 import argparse
 import json
-import statistics
 
 import numpy as np
 import torch
 
 import brgemm
-from benchmarks.gpu import graph_time
+from benchmarks.gpu import graph_time, plain_time
 from brgemm.machine import device_name, unavailable_reason
 from primitives import fc
 
 HIDDEN = 4
-
-
-def plain_time(fn, reps):
-    """graph_time's numbers without a graph (each call launched from Python)."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    med = statistics.median(times)
-    return med, (max(times) - min(times)) / med
 
 
 def timed(fn, reps, what):
