@@ -16,6 +16,7 @@ from primitives._args import backend_name, operands, positive
 from primitives import fc
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
+from primitives.lstm_strips import NO_TILES, backward_data, weight_tiles
 
 
 def vnni_operands(g, dtype, backend):
@@ -166,24 +167,12 @@ class LSTM:
         blocked = self._blocked
         if name not in blocked:
             buffer = self._weight_buffer if self._own else None
-            blocked[name] = transpose_tiles(blocked[of], name, buffer) if blocked[of] is not None \
-                else self._tiles_of(name, buffer)
+            if blocked[of] is not None:
+                blocked[name] = transpose_tiles(blocked[of], name, buffer)
+            else:  # read in place: tiles straight from the plain weight
+                w, bs = (self.w_ih, self.g.bc) if of == "wx" else (self.w_hh, self.g.bk)
+                blocked[name] = weight_tiles(self.g, w, bs, name, buffer)
         return blocked[name]
-
-    def _tiles_of(self, name, buffer):
-        """W_ih's or W_hh's tiles ([Cb or Kb][4Kb][bk][bc or bk]) straight from the
-        plain weight (read in place: no transposed tiles to transpose), one copy
-        where the gates are whole blocks, else gate by gate through a scratch copy."""
-        g, K = self.g, self.K
-        w, bs = (self.w_ih, g.bc) if name == "w_ih_tiles" else (self.w_hh, g.bk)
-        shape = (nblocks(w.shape[1], bs), 4 * g.Kb, g.bk, bs)
-        out = buffer(name, shape, np.float32) if buffer else aligned_empty(shape, np.float32)
-        if K % g.bk == 0:
-            return to_blocks(w, g.bk, bs, swap_grid=True, out=out)
-        for q in range(4):
-            out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(w[q * K:(q + 1) * K], g.bk, bs,
-                                                        swap_grid=True)
-        return out
 
     w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
                           doc="W_ih tiles [Cb][4Kb][bk][bc]")
@@ -299,13 +288,18 @@ class LSTM:
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
-        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh, wht=self.w_hh_tiles)
+        wh_plain = "w_hh" in self._in_place  # T = 1: the BPTT plan reads no W_hh tiles
+        t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh,
+                 wht=NO_TILES if wh_plain else self.w_hh_tiles)
         if self.dtype == "bf16":
             t["dG16"] = self._buffer("dG16", self.G.shape, ab)
         backward_plan(g, self.dtype, "h" in self.vnni).run(backend=self.backend, **t)
         dG_in = t.get("dG16", dG)
         dh = self._buffer("dh0", state)
-        self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
+        if wh_plain:
+            backward_data(g, dG_in[:g.Nb], self.w_hh, g.bk, dh, self._buffer, self.backend)
+        else:
+            self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
         if plain_grads and self._plain_updates():
             self._weight_grads_plain(dG_in, g, dG)
         else:
@@ -317,6 +311,8 @@ class LSTM:
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
+        if "w_ih" in self._in_place:  # strips of W_ih copied as they are used
+            return backward_data(g, dG, self.w_ih, g.bc, dxb, self._buffer, self.backend)
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb
 

@@ -79,3 +79,38 @@ def test_the_rule_reads_w_ih_in_place_and_w_hh_for_one_step_of_a_small_batch():
         assert not reads_in_place(g, "bf16", "cpu", x, w, w, None)  # f32 only
         assert not reads_in_place(g, "f32", "cpu", x, w, w, object())  # kept blocked wins
         assert not reads_in_place(g, "f32", "cpu", x, np.zeros((2, 2), np.float32).T, w, None)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_backward_data_by_strips(rng, case):
+    """lstm_strips.backward_data (W copied a strip of hidden blocks at a time,
+    each strip's plan right after) against float64 NumPy on random tiles,
+    padding included (W's padded rows are zeros, so dG's padding must not
+    count), with strips of every size up to whole gates, ragged last strips,
+    ragged gates and columns."""
+    from primitives.lstm_strips import backward_data
+    R, K, S = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(1, 100))
+    group, chunk = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    bs = (16, 32)[case % 2]
+    cfg = {"fwd": {"bn": 16, "bc": bs, "bk": 16, "dx_group": group, "dx_chunk": chunk}}
+    print(f"R={R} K={K} S={S} bs={bs} dx_group={group} dx_chunk={chunk}")
+    g = lstm.geometry(1, 16, S, K, cfg)
+    dG = rng.standard_normal((R, 4 * g.Kb, g.bn, g.bk)).astype(np.float32)  # padding too
+    w = rng.standard_normal((4 * K, S)).astype(np.float32)
+    Sb = -(-S // bs)
+    out = np.full((R, Sb, g.bn, bs), np.nan, np.float32)
+    bufs = {}
+
+    def buffer(name, shape):
+        return bufs.setdefault(name, np.full(10 ** 5, np.nan, np.float32))[
+            :int(np.prod(shape))].reshape(shape)
+    backward_data(g, dG, w, bs, out, buffer, "cpu")
+    # the plain dG: rows R*bn, each gate's first K columns
+    plain = dG.transpose(0, 2, 1, 3).reshape(R * g.bn, 4, g.Kb * g.bk)[:, :, :K]
+    plain = plain.reshape(R * g.bn, 4 * K).astype(np.float64)
+    want = plain @ w.astype(np.float64)
+    got = out.transpose(0, 2, 1, 3).reshape(R * g.bn, Sb * bs)[:, :S]
+    bound = 4 * K * np.finfo(np.float32).eps * (np.abs(plain) @ np.abs(w.astype(np.float64)))
+    err = np.abs(got - want)
+    print(f"max abs diff {err.max():.3e}, max bound {bound.max():.3e}")
+    assert np.all(err <= bound + 1e-30)
