@@ -77,6 +77,10 @@ class Eager:
             dst = _block_view(self.arrays[op.tensors[0]], op.offsets[0], C.shape[1], C.shape[0],
                               op.ld)
             dst[...] = C.T.astype(dtypes.bfloat16 if op.code == "store_t_bf16" else np.float32)
+        elif op.code == "copy_rows":
+            rows, cols = C.shape[0], op.stride
+            _block_view(self.arrays[op.tensors[1]], op.offsets[1], rows, cols, cols)[...] = \
+                _block_view(self.arrays[op.tensors[0]], op.offsets[0], rows, cols, op.ld)
         elif op.code == "lstm_cell":
             ldc = C.strides[0] // C.itemsize
             view = lambda q, extra=0: _block_view(  # noqa: E731

@@ -94,6 +94,14 @@ def store_t(tensor, offset, ld, bf16=False):
     return Op("store_t_bf16" if bf16 else "store_t", (tensor,), (offset,), ld)
 
 
+def copy_rows(src, src_offset, ld, dst, dst_offset, cols):
+    """dst[dst_offset + i*cols + j] = src[src_offset + i*ld + j] for i < m (the
+    call's), j < cols (f32), C untouched: a block of an operand the call has
+    just read, still in cache, copied into a tile of row stride cols (stored
+    around the caches where aligned: the tile is for a later pass; CPU only)."""
+    return Op("copy_rows", (src, dst), (src_offset, dst_offset), ld, cols)
+
+
 def accesses(op, blk):
     """What op touches besides its call's C block (blk: the call's Block), as
     (tensor, offsets, rows, cols, ld, writes, dtype) rows: a rows x cols block
@@ -105,6 +113,9 @@ def accesses(op, blk):
         return [(t[0], o, 1, m, m, False, "f32")]
     if code == "col_sum":  # read and written
         return [(t[0], o, 1, n, n, w, "f32") for w in (False, True)]
+    if code == "copy_rows":
+        return [(t[0], [o[0]], m, op.stride, op.ld, False, "f32"),
+                (t[1], [o[1]], m, op.stride, op.stride, True, "f32")]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):

@@ -51,15 +51,15 @@ from brgemm.backend import resolve as resolve_backend
 from brgemm.block import Block
 from brgemm.constants import CALL_RECORD, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.eager import Eager
-from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, lstm_cell, lstm_cell_bwd,
-                             relu, sigmoid, store_bf16, store_t, tanh)
+from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_rows, lstm_cell,
+                             lstm_cell_bwd, relu, sigmoid, store_bf16, store_t, tanh)
 from brgemm.lru import LRU
 from brgemm.races import check_races
 from brgemm.recorder import Recorder, TensorSpec
 
 __all__ = ["Block", "Op", "Eager", "Recorder", "TensorSpec", "Plan", "PlanCache", "bias", "relu",
            "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "act_grad", "store_t",
-           "bias_rows", "col_sum"]
+           "bias_rows", "col_sum", "copy_rows"]
 
 _CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records
 

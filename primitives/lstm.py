@@ -106,7 +106,7 @@ def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None, re
     this forward's state for lstm.backward(..., saved=)."""
     token, saved = _reuse.check(reuse), _check_saved(saved)
     layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
-    out = layer.forward(x, h0, c0)
+    out = layer.forward(x, h0, c0, backward_next=saved is not None)
     if saved is not None:
         saved.stamp = _stamp((x, h0, c0, w_ih, w_hh, b), (dtype, layer.backend, repr(config)))
     return out
@@ -123,7 +123,7 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
         _check_x(x, layer.C, dtype)
     else:
         layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
-        layer.forward(x, h0, c0)
+        layer.forward(x, h0, c0, backward_next=True)
         if saved is not None:
             saved.stamp = stamp
     dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True)

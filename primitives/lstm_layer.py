@@ -16,7 +16,7 @@ from primitives._args import backend_name, operands, positive
 from primitives import fc
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
-from primitives.lstm_strips import NO_TILES, backward_data, weight_tiles
+from primitives.lstm_strips import NO_TILES, backward_data, fits, weight_tiles
 
 
 def vnni_operands(g, dtype, backend):
@@ -52,8 +52,8 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
     rounded to bf16 on the way for dtype bf16, one parallel pass per copy. The
     backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are made
     from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
-    alone never pays for them. The operands
-    in `vnni` are packed in VNNI pairs (AMX), the transposes then made here.
+    alone never pays for them. The operands in `vnni` are packed in VNNI pairs
+    (AMX), the transposes then made here.
     buffer(name, shape, dtype): where each copy goes (default: new arrays).
     skip: "wx", "wh" not made (None): their weight read in place (reads_in_place;
     f32, no VNNI)."""
@@ -167,11 +167,9 @@ class LSTM:
         blocked = self._blocked
         if name not in blocked:
             buffer = self._weight_buffer if self._own else None
-            if blocked[of] is not None:
-                blocked[name] = transpose_tiles(blocked[of], name, buffer)
-            else:  # read in place: tiles straight from the plain weight
-                w, bs = (self.w_ih, self.g.bc) if of == "wx" else (self.w_hh, self.g.bk)
-                blocked[name] = weight_tiles(self.g, w, bs, name, buffer)
+            w, bs = (self.w_ih, self.g.bc) if of == "wx" else (self.w_hh, self.g.bk)
+            blocked[name] = transpose_tiles(blocked[of], name, buffer) if blocked[of] is not None \
+                else weight_tiles(self.g, w, bs, name, buffer)  # read in place: from W itself
         return blocked[name]
 
     w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),
@@ -192,8 +190,9 @@ class LSTM:
         return self._bufs.get(name, shape, dtype)
 
     # -- forward --
-    def forward(self, x, h0=None, c0=None):
-        """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype."""
+    def forward(self, x, h0=None, c0=None, backward_next=False):
+        """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype. backward_next: a backward
+        follows, whose tiles of a W read in place the projection makes as it reads W."""
         T, N = _check_x(x, self.C, self.dtype)
         g = self.prepare(T, N)
         ab = dtypes.NUMPY[self.dtype]
@@ -203,7 +202,7 @@ class LSTM:
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
         if self.wx is None:
-            self._project_in_place(g)
+            self._project_in_place(g, backward_next and fits(g, self.C, g.bc))
         else:
             self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G,
                                    b=self.bp)
@@ -219,10 +218,11 @@ class LSTM:
         return (y.astype(x.dtype, copy=False), (self._plain_state(self.h[T], "hT", x.dtype),
                                                 self._plain_state(self.c[T], "cT", x.dtype)))
 
-    def _project_in_place(self, g):
+    def _project_in_place(self, g, tiles):
         """G = x W_ih^T + b reading the plain W_ih (lstm_plans.projection_t_nest):
         x^T's tiles from x's, G's padding columns zeroed (the nest leaves them,
-        the blocked projection writes them as zero tiles would)."""
+        the blocked projection writes them as zero tiles would); with tiles, the
+        backward's w_ih_tiles (w_hh_tiles) made on the way."""
         rows = g.T * g.Nb
         xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, rows, g.bc, g.bn)))
         if g.K % g.bk:
@@ -231,7 +231,11 @@ class LSTM:
         if self.wh is None:  # T = 1, W_hh read in place too: h0's products join
             t = dict(u=self.w_hh, ht=transpose_blocks(self.h[0], out=self._buffer(
                 "ht", (g.Kb, g.Nb, g.bk, g.bn))))
-        plan = projection_t_plan(g, bool(t))
+        for a, name, S, bs in (("w", "w_ih_tiles", g.C, g.bc), ("u", "w_hh_tiles", g.K, g.bk)):
+            if tiles and (a == "w" or "u" in t):  # whole blocks (lstm_strips.fits)
+                t[a + "ti"] = self._blocked[name] = self._weight_buffer(
+                    name, (S // bs, 4 * g.Kb, g.bk, bs), np.float32)
+        plan = projection_t_plan(g, "u" in t, tiles)
         plan.run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp, **t,
                  yt=self._buffer("yt", (plan.extent["yt"],)))
 
@@ -288,7 +292,7 @@ class LSTM:
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
-        wh_plain = "w_hh" in self._in_place  # T = 1: the BPTT plan reads no W_hh tiles
+        wh_plain = "w_hh" in self._in_place and "w_hh_tiles" not in self._blocked  # T = 1
         t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh,
                  wht=NO_TILES if wh_plain else self.w_hh_tiles)
         if self.dtype == "bf16":
@@ -311,7 +315,7 @@ class LSTM:
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
-        if "w_ih" in self._in_place:  # strips of W_ih copied as they are used
+        if "w_ih" in self._in_place and "w_ih_tiles" not in self._blocked:  # in strips
             return backward_data(g, dG, self.w_ih, g.bc, dxb, self._buffer, self.backend)
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb

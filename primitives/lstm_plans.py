@@ -175,7 +175,7 @@ def backward_plan(g, dtype="f32", vnni=False):
 
 # ---------------------------------------------------------------- the input projection, W_ih in place
 
-def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False):
+def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=False):
     """G[t n][q k] = x[t n] @ W_ih[q k]^T + b with W_ih (plain [4K, C], row-major
     as the caller gave it) read in place as the broadcast operand A: each tile
     computed transposed, W_ih's rows of gate q, block k @ x^T's tiles (xt
@@ -186,7 +186,12 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False):
     padding columns), C not whole blocks a ragged last call (xt is padded).
     hidden (T = 1): the tile also gets h0 @ W_hh[q k]^T, W_hh (plain [4K, K],
     tensor "u") read in place as A against h0^T's tiles (ht [Kb][Nb][bk][bn]),
-    so that the step itself is the cell alone (cell_nest)."""
+    so that the step itself is the cell alone (cell_nest). tiles (whole blocks:
+    lstm_strips.fits): the calls of the first minibatch block also copy the
+    tiles of W_ih (and W_hh) they read, still in cache, into the backward's
+    tiles wti [Cb][4Kb][bk][bc] (uti [Kb][4Kb][bk][bk]; copy_rows): a backward
+    that follows needs them, and a copy of its own would read W from memory
+    again with no kernel running."""
     Nb, Kb, bk, bn, bc = g.T * g.Nb, g.Kb, g.bk, g.bn, g.bc
     G = g.layouts()[1]
     blocks = {}
@@ -214,14 +219,18 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False):
                                                        bk)]
         for i, (a, b, lda, nb, br, rs, depth, first) in enumerate(calls):
             last = i == len(calls) - 1 and (rs[-1] == nb - 1)
+            copies = tuple(bplan.copy_rows(a, row * lda + r * br, lda, a + "ti",
+                                           (r * 4 * Kb + qk) * bk * br, br)
+                           for r in rs) if tiles and n == 0 else ()
             ex.gemm(block(m, depth, 0.0 if first else 1.0, lda), a,
                     [row * lda + r * br for r in rs], b, [(r * Nb + n) * br * bn for r in rs],
-                    "yt", yt, ops=ends if last else ())
+                    "yt", yt, ops=copies + (ends if last else ()))
 
 
-def projection_t_plan(g, hidden=False):
+def projection_t_plan(g, hidden=False, tiles=False):
     """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt (scratch,
-    plan.extent["yt"] floats), G, b; with hidden, u (plain W_hh) and ht too.
+    plan.extent["yt"] floats), G, b; with hidden, u (plain W_hh) and ht too;
+    with tiles, wti (and with hidden uti).
     Tasks are the gate blocks q k, each walking the minibatch blocks in turn
     with one scratch tile, where there are at least 4 of them a thread (yt
     then a tile per gate block, not a copy of G's size); else (q k, n) pairs."""
@@ -229,14 +238,15 @@ def projection_t_plan(g, hidden=False):
     spec = "Knc" if per_task else "KNc"
 
     def record():
-        names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ())
+        names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ()) + \
+            (("wti",) + (("uti",) if hidden else ()) if tiles else ())
         rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec=spec)
         chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
         loops = parse_spec(spec, [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, chunk, hidden, per_task)
+        projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles)
         return rec.finish()
-    return _plans.get(("proj_t", g, hidden, spec), record)
+    return _plans.get(("proj_t", g, hidden, spec, tiles), record)
 
 
 def cell_plan(g):

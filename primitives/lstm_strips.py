@@ -11,7 +11,12 @@ each strip's plan right after its copy: the plan reads tiles still in cache, whe
 a whole copy first (48 MB on single_step_t1) writes them out to memory and
 reads them back. Strips go gate by gate (a gate whose K is not whole blocks
 gets its last block zero-padded), in order of the hidden blocks: each output
-tile is reduced in the order, and in the chunks (dx_chunk), of the layer's plan."""
+tile is reduced in the order, and in the chunks (dx_chunk), of the layer's plan.
+
+Where a backward follows a forward that read W in place and W's tiles are whole
+(`fits`), the forward's projection made the tiles as it read W, from cache
+(lstm_plans.projection_t_nest's tiles) and the layer's own plans run on them;
+backward_data is for the rest (padded tiles, a backward without that forward)."""
 import numpy as np
 
 from brgemm import plan as bplan
@@ -79,3 +84,9 @@ def weight_tiles(g, w, bs, name, buffer=None):
         out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(w[q * K:(q + 1) * K], g.bk, bs,
                                                     swap_grid=True)
     return out
+
+
+def fits(g, S, bs):
+    """Whether W [4K, S]'s tiles of bk x bs are whole (no padding), as the
+    projection's copies of them (lstm_plans.projection_t_nest's tiles) need."""
+    return g.K % g.bk == 0 and S % bs == 0

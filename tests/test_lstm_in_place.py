@@ -30,6 +30,8 @@ def test_in_place_matches_torch_and_the_blocked_path(rng, monkeypatch, case):
         monkeypatch.setattr(lstm, "reads_in_place", lambda *args, v=in_place: v)
         saved = lstm.Saved()
         out = lstm.forward(**a, config=CFG, saved=saved)
+        for w in in_place:  # whole blocks: the forward made the backward's tiles of W
+            assert (w + "_tiles" in saved.layer._blocked) == (case < 2)
         grads = lstm.backward(**d, **a, config=CFG, saved=saved)
         fresh = lstm.backward(**d, **a, config=CFG)  # the forward run again inside
         assert (saved.layer.wx is None) == ("w_ih" in in_place)
@@ -114,3 +116,26 @@ def test_backward_data_by_strips(rng, case):
     err = np.abs(got - want)
     print(f"max abs diff {err.max():.3e}, max bound {bound.max():.3e}")
     assert np.all(err <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_forward_makes_the_backward_tiles_either_task_split(rng, monkeypatch, case):
+    """With a backward to follow (saved=) and whole blocks, the in-place
+    projection copies the W_ih (T = 1: and W_hh) tiles it reads for the
+    backward (copy_rows ops), under either task split of projection_t_plan:
+    gradients against torch in float64."""
+    from primitives import lstm_plans
+    T, N = 1 + case % 2, int(rng.integers(1, 40))
+    C, K = 32 * int(rng.integers(1, 4)), 16 * int(rng.integers(1, 4))
+    print(f"T={T} N={N} C={C} K={K}")
+    a, d = make(rng, T, N, C, K, np.float32)
+    fwd, bwd = reference(a, d)
+    for threads in (1, 10 ** 6):
+        monkeypatch.setattr(lstm_plans, "cpu_threads", lambda t=threads: t)
+        saved = lstm.Saved()
+        y, (hT, cT) = lstm.forward(**a, config=CFG, saved=saved)
+        made = {w for w in ("w_ih", "w_hh") if w + "_tiles" in saved.layer._blocked}
+        assert made == ({"w_ih", "w_hh"} if T == 1 else {"w_ih"}) & saved.layer._in_place
+        check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
+        check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"],
+              lstm.backward(**d, **a, config=CFG, saved=saved), bwd, 1e-5)

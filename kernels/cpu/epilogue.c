@@ -158,11 +158,18 @@ int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int
       (has_avx2() ? forward_ops_avx2 : forward_ops_base)(c, m, n, ldc, b, act, dst, store->ld);
     return BRGEMM_OK;
   }
+  /* copies leave C alone: each once, before the chunks */
+  for (int32_t j = 0; j < count; ++j)
+    if (ops[j].code == BRGEMM_OP_COPY_ROWS) {
+      const int rc = brgemm_cpu_apply_op(&ops[j], c, m, n, ldc, tensors);
+      if (rc != BRGEMM_OK) return rc;
+    }
   /* a few KiB of C at a time: every op passes over a chunk while it is in L1 */
   const int64_t step = n >= 2048 ? 1 : 2048 / n;
   for (int64_t r = 0; r < m; r += step) {
     const int64_t rows = m - r < step ? m - r : step;
     for (int32_t j = 0; j < count; ++j) {
+      if (ops[j].code == BRGEMM_OP_COPY_ROWS) continue;
       const brgemm_plan_op o = rows_down(&ops[j], r, ldc);
       const int rc = brgemm_cpu_apply_op(&o, c + r * ldc, rows, n, ldc, tensors);
       if (rc != BRGEMM_OK) return rc;

@@ -3,6 +3,7 @@
  * machine at hand; EPILOGUE_FN names the function. Not a standalone header. */
 #include <stdint.h>
 #include <string.h>
+#include <xmmintrin.h>
 
 #include "brgemm_cpu.h"
 #include "brgemm_cpu_internal.h"
@@ -267,6 +268,25 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
         float* restrict row = c + i * ldc;
         const float add = bias[i];
         for (int64_t j = 0; j < n; ++j) row[j] += add;
+      }
+      return BRGEMM_OK;
+    }
+    case BRGEMM_OP_COPY_ROWS: {
+      const float* src = (const float*)tensors[op->tensor[0]] + op->offset[0];
+      float* dst = (float*)tensors[op->tensor[1]] + op->offset[1];
+      const int64_t cols = op->stride;
+      /* streaming stores: the tile is for a later pass, its lines need not be
+       * read in first (nor evict what this pass reads) */
+      const uintptr_t bits = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)(cols * 4) |
+                             (uintptr_t)(op->ld * 4);
+      if (bits % 16 == 0) {
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < cols; j += 4)
+            _mm_stream_ps(dst + i * cols + j, _mm_load_ps(src + i * op->ld + j));
+        _mm_sfence();
+      } else {
+        for (int64_t i = 0; i < m; ++i)
+          memcpy(dst + i * cols, src + i * op->ld, (size_t)cols * sizeof(float));
       }
       return BRGEMM_OK;
     }

@@ -37,9 +37,11 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
     if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
     for (int32_t j = 0; j < c->op_count; ++j) {
       const brgemm_plan_op* op = &p->ops[c->op_begin + j];
-      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COL_SUM) return 0;
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_ROWS) return 0;
+      if (op->code == BRGEMM_OP_COPY_ROWS && (op->stride < 1 || op->ld < 1)) return 0;
       const int operands = op->code == BRGEMM_OP_LSTM_CELL_BWD ? 6
                            : op->code == BRGEMM_OP_LSTM_CELL ? 4
+                           : op->code == BRGEMM_OP_COPY_ROWS ? 2
                            : (op->code == BRGEMM_OP_BIAS || op->code >= BRGEMM_OP_STORE_BF16);
       for (int q = 0; q < operands; ++q)
         if (op->tensor[q] < 0 || op->tensor[q] >= p->n_tensors || op->offset[q] < 0) return 0;
