@@ -6,7 +6,7 @@
 # host at 16 and 2 threads (device_functional.sh), then GPU_BENCH (arguments
 # of benchmarks.gpu, if set). Each part logs into its own folder; all of them
 # come back as one archive, $OUT/checks.tgz (only a few files come back from a
-# call). Expects .devcarry and the fatbins, as those scripts do; run from the
+# call; written after each part, so a call cut short keeps what ran). Expects .devcarry and the fatbins, as those scripts do; run from the
 # repository root. PARTS (default "gpu amx functional") picks parts.
 set -uo pipefail
 final=${OUT:-/tmp}
@@ -24,6 +24,7 @@ for part in $parts; do
   esac > $work/$part/log.txt 2>&1
   echo "== $part: exit $? in $(( $(date +%s) - start )) s"
   grep -E "passed|failed|^FAILED|geomean" $work/$part/log.txt | tail -20
+  tar czf $final/checks.tgz -C $work .  # after each part: a call cut short keeps what ran
 done
 if [ -n "${GPU_BENCH:-}" ]; then
   mkdir -p $work/bench
