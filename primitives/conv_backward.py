@@ -60,6 +60,7 @@ def backward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
             yield phase, task, calls
     record_grouped(ex, tiles(), g.w_reuse[1])
 
+
 def columns_data_product(g, bd, bp):
     """dx^c (N P Q x C R S, plain: the im2col matrix's gradient, transposed) =
     dy^t (N P Q x K, plain: each image's dy transposed) @ w (K x C R S, plain,
