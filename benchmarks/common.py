@@ -96,8 +96,9 @@ def set_threads(threads, onednn=True):
     return threads
 
 
-def interleaved(fns, reps=7, min_time=0.05):
-    """Median seconds per call of each fn, timed round-robin so drift hits all alike."""
+def interleaved_samples(fns, reps=7, min_time=0.05):
+    """Seconds per call of each fn in each of `reps` rounds, timed round-robin
+    so that drift hits all alike: samples[i][r] is fn i in round r."""
     loops = []
     for fn in fns:  # warm-up, and a loop count that makes each sample >= min_time
         fn()
@@ -111,8 +112,25 @@ def interleaved(fns, reps=7, min_time=0.05):
             for _ in range(loops[i]):
                 fn()
             samples[i].append((time.perf_counter() - t0) / loops[i])
-    return [statistics.median(s) for s in samples], [(max(s) - min(s)) / statistics.median(s)
-                                                     for s in samples]
+    return samples
+
+
+def spread_of(s):
+    """(max - min) / median of one fn's samples."""
+    return (max(s) - min(s)) / statistics.median(s)
+
+
+def interleaved(fns, reps=7, min_time=0.05):
+    """Median seconds per call of each fn (interleaved_samples), and each one's spread."""
+    samples = interleaved_samples(fns, reps, min_time)
+    return [statistics.median(s) for s in samples], [spread_of(s) for s in samples]
+
+
+def paired_ratio(num, den):
+    """The median over rounds of num[r] / den[r]: two fns' speed ratio from the
+    same rounds, so that a slow spell of the machine, which lasts about a
+    round, slows both sides of a ratio rather than one."""
+    return statistics.median(n / d for n, d in zip(num, den))
 
 
 def geomean(xs):
@@ -240,23 +258,28 @@ def functional_setup(threads, dtype, quick, title):
     torch = torch_threads(threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     tdt = torch.float32 if dtype == "f32" else torch.bfloat16
-    reps = 5 if quick else 7
-    print(f"\n{title(torch.__version__)}; {machine()}; median of {reps}, interleaved")
+    reps = 7 if quick else 9
+    print(f"\n{title(torch.__version__)}; {machine()}; {reps} rounds interleaved: times are "
+          "medians, ratios medians of the rounds' paired ratios")
     print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     return torch, npdt, tdt, reps
 
 
 def functional_row(name, pass_, func, torch_fn, layer, kept, reps, **fields):
     """Our functional form against PyTorch's own call and our layer path, same
-    run, interleaved, medians; speed ratios (> 1: the functional form is
-    faster). kept: the functional form with reuse= saying the weights are
-    unchanged (their blocked copy kept, primitives.reuse)."""
-    (t_func, t_torch, t_layer, t_kept), spread = interleaved([func, torch_fn, layer, kept],
-                                                             reps=reps)
+    run, interleaved; times are medians, ratios (> 1: the functional form is
+    faster) medians of the rounds' paired ratios (paired_ratio). kept: the
+    functional form with reuse= saying the weights are unchanged (their
+    blocked copy kept, primitives.reuse)."""
+    s_func, s_torch, s_layer, s_kept = interleaved_samples([func, torch_fn, layer, kept], reps=reps)
+    t_func, t_torch, t_layer, t_kept = (statistics.median(s) for s in (s_func, s_torch, s_layer,
+                                                                        s_kept))
     row = dict(fields, shape=name, pass_=pass_, func_ms=1e3 * t_func, torch_ms=1e3 * t_torch,
-               layer_ms=1e3 * t_layer, kept_ms=1e3 * t_kept, func_vs_torch=t_torch / t_func,
-               func_over_layer=t_layer / t_func, kept_over_layer=t_layer / t_kept,
-               spread=max(spread))
+               layer_ms=1e3 * t_layer, kept_ms=1e3 * t_kept,
+               func_vs_torch=paired_ratio(s_torch, s_func),
+               func_over_layer=paired_ratio(s_layer, s_func),
+               kept_over_layer=paired_ratio(s_layer, s_kept),
+               spread=max(spread_of(s) for s in (s_func, s_torch, s_layer, s_kept)))
     print(f"{name:<20}{pass_:<8}{row['func_ms']:>9.2f}{row['torch_ms']:>9.2f}{row['layer_ms']:>9.2f}"
           f"{row['func_vs_torch']:>11.2f}{row['func_over_layer']:>11.2f}"
           f"{row['kept_over_layer']:>11.2f}{100 * row['spread']:>7.0f}%", flush=True)
