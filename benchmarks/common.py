@@ -96,9 +96,11 @@ def set_threads(threads, onednn=True):
     return threads
 
 
-def interleaved_samples(fns, reps=7, min_time=0.05):
+def interleaved_samples(fns, reps=7, min_time=0.05, rotate=False):
     """Seconds per call of each fn in each of `reps` rounds, timed round-robin
-    so that drift hits all alike: samples[i][r] is fn i in round r."""
+    so that drift hits all alike: samples[i][r] is fn i in round r. rotate:
+    each round starts one fn later, so that no fn always runs right after the
+    same other one (and finds the caches as that one left them)."""
     loops = []
     for fn in fns:  # warm-up, and a loop count that makes each sample >= min_time
         fn()
@@ -106,11 +108,12 @@ def interleaved_samples(fns, reps=7, min_time=0.05):
         fn()
         loops.append(max(1, int(min_time / max(time.perf_counter() - t0, 1e-9))))
     samples = [[] for _ in fns]
-    for _ in range(reps):
-        for i, fn in enumerate(fns):
+    for r in range(reps):
+        for j in range(len(fns)):
+            i = (j + r) % len(fns) if rotate else j
             t0 = time.perf_counter()
             for _ in range(loops[i]):
-                fn()
+                fns[i]()
             samples[i].append((time.perf_counter() - t0) / loops[i])
     return samples
 
@@ -259,7 +262,7 @@ def functional_setup(threads, dtype, quick, title):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     tdt = torch.float32 if dtype == "f32" else torch.bfloat16
     reps = 7 if quick else 9
-    print(f"\n{title(torch.__version__)}; {machine()}; {reps} rounds interleaved: times are "
+    print(f"\n{title(torch.__version__)}; {machine()}; {reps} rotated rounds: times are "
           "medians, ratios medians of the rounds' paired ratios")
     print(FUNC_HEAD + "\n" + "-" * len(FUNC_HEAD))
     return torch, npdt, tdt, reps
@@ -267,11 +270,12 @@ def functional_setup(threads, dtype, quick, title):
 
 def functional_row(name, pass_, func, torch_fn, layer, kept, reps, **fields):
     """Our functional form against PyTorch's own call and our layer path, same
-    run, interleaved; times are medians, ratios (> 1: the functional form is
-    faster) medians of the rounds' paired ratios (paired_ratio). kept: the
+    run, in rotated rounds; times are medians, ratios (> 1: the functional
+    form is faster) medians of the rounds' paired ratios (paired_ratio). kept: the
     functional form with reuse= saying the weights are unchanged (their
     blocked copy kept, primitives.reuse)."""
-    s_func, s_torch, s_layer, s_kept = interleaved_samples([func, torch_fn, layer, kept], reps=reps)
+    s_func, s_torch, s_layer, s_kept = interleaved_samples([func, torch_fn, layer, kept], reps=reps,
+                                                            rotate=True)
     t_func, t_torch, t_layer, t_kept = (statistics.median(s) for s in (s_func, s_torch, s_layer,
                                                                         s_kept))
     row = dict(fields, shape=name, pass_=pass_, func_ms=1e3 * t_func, torch_ms=1e3 * t_torch,
