@@ -7,7 +7,9 @@
 # of benchmarks.gpu, if set). Each part logs into its own folder; all of them
 # come back as one archive, $OUT/checks.tgz (only a few files come back from a
 # call; written after each part, so a call cut short keeps what ran). Expects .devcarry and the fatbins, as those scripts do; run from the
-# repository root. PARTS (default "gpu amx functional") picks parts.
+# repository root. PARTS (default "gpu amx functional") picks parts; part
+# "layers" adds the bf16 layers against oneDNN with AMX at 2 threads
+# (device_amx.sh AMX_LAYERS, default fc conv lstm; TIMEOUT_<part> caps each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -19,6 +21,9 @@ for part in $parts; do
     gpu) OUT=$work/gpu CUDA_PREBUILT=1 SUITE_ONLY=1 SUITE_TIMEOUT=${SUITE_TIMEOUT:-170} BENCH=0 \
            bash benchmarks/device_gpu.sh ;;
     amx) OUT=$work/amx BUILT=1 bash benchmarks/device_amx.sh none ;;
+    layers) OUT=$work/layers BUILT=1 TESTS=0 KERNEL=0 TIMEOUT_fc=${TIMEOUT_fc:-25} \
+           TIMEOUT_conv=${TIMEOUT_conv:-40} TIMEOUT_lstm=${TIMEOUT_lstm:-40} \
+           bash benchmarks/device_amx.sh ${AMX_LAYERS:-fc conv lstm} ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
