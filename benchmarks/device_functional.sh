@@ -19,7 +19,8 @@ fi
 for threads in $all 2; do
   pin=""; [ $threads = 2 ] && [ $all -ge 4 ] && pin="taskset -c 2,3"  # away from core 0
   if [ "${FUNCTIONAL_STAGES:-1}" != 0 ]; then  # where the functional calls' time goes
-    timeout $limit $pin $py -m benchmarks.stages --threads $threads 2>&1 | grep -v '^threads:' \
+    only=""; case "${FUNCTIONAL_WHAT:-}" in conv|fc|lstm) only="--only $FUNCTIONAL_WHAT";; esac
+    timeout $limit $pin $py -m benchmarks.stages --threads $threads $only 2>&1 | grep -v '^threads:' \
       | tee -a $out/stages.txt
   fi
   for what in ${FUNCTIONAL_WHAT:-conv fc lstm}; do  # FUNCTIONAL_WHAT: fewer (a shorter lease)
