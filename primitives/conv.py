@@ -52,7 +52,7 @@ from primitives.conv_pointwise import (dw_from_transposed, pointwise, pointwise_
                                        pointwise_plan, pointwise_update, pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
-    narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
+    narrow, update_flat_nest, update_form, update_narrow_nest, update_nest, update_x_nest, x_rows)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
 from primitives.conv_plans import (SCHEMA, _check, _loops, _plans, geometry, plan,
@@ -189,6 +189,31 @@ def dy_plan(g):
     return _plans.get((g, "upd_dy", "f32"), record)
 
 
+def reads_x(g, dtype, backend, x):
+    """Whether the functional weight update reads x [N,C,H,W] in place
+    (x_plan), against backward-data's bordered dy, instead of a blocked copy
+    of x: f32 on the CPU backend, the row nest, stride 1 across (a tap's
+    pixels then neighbours in x's rows), C whole blocks, x f32 and
+    C-contiguous, and every tap of every share of the reduction reaching a
+    real row and column of x (update_x_nest clips the rest; a tile with no
+    call would stay unwritten)."""
+    if not (dtype == "f32" and backend == "cpu" and update_form(g) == "rows" and g.sw == 1
+            and g.C % g.bc == 0 and x.dtype == np.float32 and x.flags.c_contiguous):
+        return False
+    pixels = all(max(0, g.pw - s) < min(g.Q, g.W + g.pw - s) for s in range(g.S))
+    return pixels and all(rows for share in x_rows(g) for rows in share)
+
+
+def x_plan(g):
+    """The weight update's plan reading x in place (conv_update.update_x_nest):
+    dw^T tiles [J][Kb][Cb][R][S][bc][bk]."""
+    def record():
+        rec = bplan.Recorder({"x": "f32", "dyp": "f32", "dw": "f32"}, spec=g.specs[2])
+        update_x_nest(rec, _loops(g, "upd"), g, "f32")
+        return rec.finish()
+    return _plans.get((g, "upd_x", "f32"), record)
+
+
 # ---------------------------------------------------------------- functional API
 
 
@@ -305,7 +330,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     # backward-data of a pointwise layer is the pointwise forward of w^T
     gt = _transposed(g)
     bp = pointwise(gt, dtype, backend)
-    blocks = columns(g, dtype, backend)
+    blocks, dyp = columns(g, dtype, backend), None
     if (blocks and token is None and x.dtype == np.float32 and w.dtype == np.float32
             and w.flags.c_contiguous and g.R * g.S > 1):
         dx = _columns_data(dy, w, g, *blocks)
@@ -315,9 +340,9 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
                 "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
         dx = _pointwise(gt, dtype, backend, bp, dy, wt, "dx", plain_w=False)
     else:
-        t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni),
-                 dyp=block_y(dy, g, dtype, bordered=True,
-                             out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab)))
+        dyp = block_y(dy, g, dtype, bordered=True,
+                      out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
+        t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni), dyp=dyp)
         dx = _results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)
         if stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
             p = nchw_dx_plan(g, dtype, "bwd" in vnni)
@@ -334,6 +359,11 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         return dx, _pointwise_dw(dy, x, g, upd)
     if blocks and x.dtype == np.float32:
         return dx, _columns_update(dy, x, g, *blocks)
+    if dyp is not None and reads_x(g, dtype, backend, x):  # dw^T tiles from dyp and x in place
+        dw = _scratch.get("dw_t", (g.splits, g.Kb, g.Cb, g.R, g.S, g.bc, g.bk), np.float32)
+        x_plan(g).run(backend=backend, dw=dw, x=x, dyp=dyp)
+        return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype),
+                              c_rows=True)
     dw = update_output(g, _scratch.get)
     if reads_dy(g, dtype, backend, dy):
         dy_plan(g).run(backend=backend, dw=dw, dyt=dy, x=block_x(

@@ -7,7 +7,7 @@ from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, taps_from
                             taps_to_blocks)
 from brgemm.layouts import image_to_planes
 from brgemm.vnni import vnni_tiles
-from primitives.conv_update import c_rows, flat_layout
+from primitives.conv_update import c_rows as update_c_rows, flat_layout
 
 
 def block_x(x, g, dtype, out=None):
@@ -52,11 +52,13 @@ def layer_weights(w, g, dtype, vnni=frozenset()):
     return (vnni_tiles(wb) if "fwd" in vnni else wb, vnni_tiles(wt) if "bwd" in vnni else wt)
 
 
-def unblock_dw(t, g, dtype, out=None):
+def unblock_dw(t, g, dtype, out=None, c_rows=None):
     """The update's output (shares summed) [J][Kb][Cb][R][S][bk][bc], or
-    [..][bc][bk] for narrow layers, -> [K, C, R, S]."""
+    [..][bc][bk] where c_rows (default: the update nest's, conv_update.c_rows)
+    -> [K, C, R, S]."""
     t = t.reshape(t.shape[:3] + (g.R * g.S,) + t.shape[5:])
-    return taps_from_blocks(t, g.K, g.C, (g.R, g.S), c_rows=c_rows(g), dtype=dtype, out=out)
+    rows = update_c_rows(g) if c_rows is None else c_rows
+    return taps_from_blocks(t, g.K, g.C, (g.R, g.S), c_rows=rows, dtype=dtype, out=out)
 
 
 def block_xs(x, g, dtype, out=None):

@@ -56,6 +56,38 @@ def update_narrow_nest(ex, loops, g, dtype):
                     "dw", dw.at(j, k, c, r, s))
 
 
+def update_x_nest(ex, loops, g, dtype):
+    """The weight update with x read in place (conv.reads_x: stride 1 across):
+    dw^T[j][k][c][r][s] (bc x bk) = sum over the j-th share of the (n, p) rows
+    of x[n][c-block][p sh + r - ph][q + s - pw] (bc x pixels: NCHW, rows H W
+    apart) @ dyp[n][k][p + bp][q + bw] (pixels x bk: backward-data's bordered
+    dy). Each tap's runs of q are clipped to x's real pixels and its rows to
+    x's real rows (x_rows): the padding only adds zero products."""
+    dyp = Layout(N=g.N, Kb=g.Kb, Pp=g.Pp, Qp=g.Qp, bk=g.bk)
+    dw = Layout(J=g.splits, Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
+    rows = x_rows(g)
+    for phase, task, at in loops.walk():
+        k, c, r, s, j = (at[n] for n in ("k", "c", "r", "s", "j"))
+        q0, q1 = max(0, g.pw - s), min(g.Q, g.W + g.pw - s)  # the tap's real pixels
+        ex.at(phase, task)
+        for i, (m, pairs) in enumerate(_update_calls(g, rows[j][r], dtype, q0, q1)):
+            ex.gemm(bplan.Block(g.bc, g.bk, m, lda=g.H * g.W, ldb=g.bk, ldc=g.bk, dtype=dtype,
+                                beta=0.0 if i == 0 else 1.0),
+                    "x", [((n * g.C + c * g.bc) * g.H + p * g.sh + r - g.ph) * g.W + q + s - g.pw
+                          for n, p, q in pairs],
+                    "dyp", [dyp.at(n, k, p + g.bp, q + g.bw, 0) for n, p, q in pairs],
+                    "dw", dw.at(j, k, c, r, s))
+
+
+def x_rows(g):
+    """rows[j][r]: the (n, p) output rows of the update's j-th share whose tap
+    row r reads a real row of x (update_x_nest); an empty list where none does."""
+    rows = [(n, p) for n in range(g.N) for p in range(g.P)]
+    share = -(-len(rows) // g.splits)
+    return [[[(n, p) for n, p in rows[j * share:(j + 1) * share] if 0 <= p * g.sh + r - g.ph < g.H]
+             for r in range(g.R)] for j in range(g.splits)]
+
+
 def _row_tasks(loops, g, dtype):
     """The walk update_nest and update_narrow_nest share: per task, (phase,
     task, its weight tile (k, c, r, s, j), the tile's calls over its share
@@ -68,20 +100,22 @@ def _row_tasks(loops, g, dtype):
                _update_calls(g, rows[j * share:(j + 1) * share], dtype))
 
 
-def _update_calls(g, rows, dtype):
+def _update_calls(g, rows, dtype, q0=0, q1=None):
     """The weight update's kernel calls for one tile and share of rows: lists of
     (pixels per block, [(n, p, q0), ...]) whose blocks all accumulate into the
-    tile. Whole output rows up to UPDATE_ROW pixels are one block; a short last
-    block gets calls of its own; each call reads at most about the pass's
-    call_kb KiB of A and B (primitives/_calls.py)."""
-    bq = g.Q if g.Q <= UPDATE_ROW else g.bq
-    full = [(q0, bq) for q0 in range(0, g.Q - bq + 1, bq)]
-    rest = [(q0, g.Q - q0) for q0 in range(len(full) * bq, g.Q, bq)]
+    tile. Whole output rows (their pixels q0 to q1) up to UPDATE_ROW pixels are
+    one block; a short last block gets calls of its own; each call reads at
+    most about the pass's call_kb KiB of A and B (primitives/_calls.py)."""
+    q1 = g.Q if q1 is None else q1
+    run = q1 - q0
+    bq = run if run <= UPDATE_ROW else g.bq
+    full = [(q, bq) for q in range(q0, q1 - bq + 1, bq)]
+    rest = [(q, q1 - q) for q in range(q0 + len(full) * bq, q1, bq)]
     calls = []
     for blocks in (full, rest):
         if blocks:
             m = blocks[0][1]
-            pairs = [(n, p, q0) for n, p in rows for q0, _ in blocks]
+            pairs = [(n, p, q) for n, p in rows for q, _ in blocks]
             per_call = blocks_per_call(g.call_kb[2], (g.bk + g.bc) * m, dtype)
             calls += [(m, pairs[i:i + per_call]) for i in range(0, len(pairs), per_call)]
     return calls

@@ -211,14 +211,55 @@ def test_backward_stores_nchw(rng):
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         dy = rng.standard_normal((N, K, g.P, 2 * g.Q)).astype(np.float32)[..., ::2]
-        if in_place:
+        if in_place:  # x a strided view: the update copies x, so it reads dy in place
             dy = np.ascontiguousarray(dy)
+            x = np.ascontiguousarray(np.repeat(x, 2, axis=3))[..., ::2]
+            assert not conv.reads_x(g, "f32", "cpu", x)
             assert conv.reads_dy(g, "f32", "cpu", dy) == (conv.update_form(g) == "rows")
         dx, dw = conv.backward(dy, x, w, stride, padding, config=cfg)
         for got, want, mag in list(zip((dx, dw), reference(x, w, dy, stride, padding)[1:],
                                        magnitude(x, w, dy, stride, padding)[1:])):
             assert got.dtype == np.float32 and got.shape == want.shape
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+
+
+def test_update_reads_x(rng):
+    """The weight update reading x in place against backward-data's bordered dy
+    (conv.reads_x, conv_update.update_x_nest: each tap's rows and pixels
+    clipped to x's real ones): random sizes with C whole blocks and stride 1
+    across, any stride down, padding up to 2, K ragged or whole, shares of the
+    reduction (tiles), one call per block or several; rows wider than the
+    update's whole-row blocks (UPDATE_ROW); and a layer where a share has no
+    row that a tap reaches, which the rule leaves to the copy."""
+    done = 0
+    while done < 6:
+        N, H, W, R, S = (int(v) for v in rng.integers(1, 10, 5))
+        if done == 5:
+            W = int(rng.integers(66, 80))  # past UPDATE_ROW: the rows come in bq blocks
+        stride, padding = (int(rng.integers(1, 4)), 1), tuple(int(v) for v in rng.integers(0, 3, 2))
+        if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+            continue
+        C, K = 16 * int(rng.integers(1, 4)), int(rng.integers(1, 40))
+        cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
+               "upd": {"tiles": int(rng.choice([1, 16, 256])), "call_kb": int(rng.choice([1, 64]))}}
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        if conv.columns(g, "f32", "cpu") or not conv.reads_x(g, "f32", "cpu", x):
+            continue
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S} stride={stride} "
+              f"padding={padding} {cfg} shares={g.splits}")
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(np.float32)
+        dx, dw = conv.backward(dy, x, w, stride, padding, config=cfg)
+        for got, want, mag in list(zip((dx, dw), reference(x, w, dy, stride, padding)[1:],
+                                       magnitude(x, w, dy, stride, padding)[1:])):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+    # one row of one image, 3 taps down and a row of padding: tap row 0 reads only padding
+    g = conv.geometry(1, 16, 16, 1, 5, 3, 3, (1, 1), (1, 1))
+    x = rng.standard_normal((1, 16, 1, 5)).astype(np.float32)
+    assert not conv.reads_x(g, "f32", "cpu", x)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
