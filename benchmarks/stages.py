@@ -13,7 +13,8 @@ rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
 (conv.columns, conv.pointwise, fc.reads_w) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
-(conv.columns on small images, fc.reads_w), to show what it would cost.
+(conv.columns on small images, fc.reads_w), to show what it would cost;
+after each conv line, the layer path's own plans of that pass alone.
 lstm's lines (forward, and forward+backward as a training step makes them)
 are the calls themselves under the profiler: each layout copy and plan run,
 by the method that made it, medians of 15 calls profiled one by one (the
@@ -98,7 +99,7 @@ def _conv(N):
             lambda: conv.forward(x, w, st, pd)))
         layer = _steps([], lambda: pf.run(x=xb, w=wb, y=yb))[0]
         print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
-        if path == "blocked" and H <= 14:  # conv.columns' forward, where it is not taken
+        if path in ("blocked", "columns") and H <= 14:  # conv.columns' forward, alone
             _line(name, "fwd", "columns*", *_steps(_columns_steps(x, w, g)))
         if conv.stores_nchw_dx(g, "f32", "cpu", np.float32):  # the plan stores dx itself
             pn = conv.nchw_dx_plan(g, "f32", False)
@@ -107,18 +108,28 @@ def _conv(N):
         else:
             data = [("plan", lambda: pb.run(dyp=dyp, wt=wt, dx=dxb)),
                     ("dx", lambda: conv.unblock_x(dxb, g, np.float32, out=dx))]
-        if conv.reads_dy(g, "f32", "cpu", dy):  # the update reads dy in place
+        if conv.reads_x(g, "f32", "cpu", x) and path == "blocked":  # x in place, dyp
+            px = conv.x_plan(g)
+            dwt = np.empty((g.splits, g.Kb, g.Cb, R, S, g.bc, g.bk), np.float32)
+            upd = [("upd", lambda: px.run(dw=dwt, x=x, dyp=dyp)),
+                   ("dw", lambda: conv.unblock_dw(dwt, g, np.float32, out=dwp, c_rows=True))]
+        elif conv.reads_dy(g, "f32", "cpu", dy):  # the update reads dy in place
             pd_ = conv.dy_plan(g)
             upd = [("x", lambda: conv.block_x(x, g, "f32", out=xb)),
-                   ("upd", lambda: pd_.run(dw=dw, dyt=dy, x=xb))]
+                   ("upd", lambda: pd_.run(dw=dw, dyt=dy, x=xb)),
+                   ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))]
         else:
             upd = [("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
-                   ("upd", lambda: pu.run(dw=dw, **ui))]
+                   ("upd", lambda: pu.run(dw=dw, **ui)),
+                   ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))]
         _line(name, "bwd", path, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
-            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd + [
-            ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))],
+            ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd,
             lambda: conv.backward(dy, x, w, st, pd)))
+        layer = [_steps([], lambda: p.run(**a))[0] for p, a in (
+            (pb, dict(dyp=dyp, wt=wt, dx=dxb)), (pu, ui | dict(dw=dw)))]
+        print(f"{'':<31}the layer path's backward-data and update plans alone: {layer[0]:.3f}"
+              f" + {layer[1]:.3f} ms", flush=True)
         if path == "pointwise":  # what the pointwise call's steps are
             _line(name, "fwd", "pointwise*", *_steps([("plan", lambda: conv.pointwise_plan(
                 g, "f32", conv.pointwise(g, "f32", "cpu")).run(w=w, x=x, y=y))]))
