@@ -51,16 +51,24 @@ def test_blocks_to_image_rounds(rng):
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("taps", [(1, 1), (3, 3), (1, 7), (5,)])
 @pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (np.float32, BF16)])
-@pytest.mark.parametrize("size", ["small", "wide"])
+@pytest.mark.parametrize("size", ["small", "wide", "parts"])
 def test_taps_to_blocks(rng, transposed, taps, dtypes, size):
+    """parts: fewer (kb, cb) pairs than threads, so each pair's tiles are
+    copied in parts of its k and c ranges, ragged ones included."""
     src, dst = dtypes
     K, C = int(rng.integers(1, 50)), int(rng.integers(1, 50))
     bk, bc = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    threads = None
     if size == "wide":  # whole 8 x 8 SIMD blocks inside the tiles, ragged edges around them
         K, C = int(rng.integers(40, 140)), int(rng.integers(20, 90))
         bk, bc = int(rng.integers(16, 65)), int(rng.integers(8, 40))
+    if size == "parts":
+        bk, bc = int(rng.integers(17, 80)), int(rng.integers(17, 80))
+        K, C = int(rng.integers(1, 2 * bk)), int(rng.integers(1, 2 * bc))
+        threads = int(rng.choice([3, 7, 16]))
     w = rng.standard_normal((K, C) + taps).astype(src)
-    t = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst)
+    print(f"K={K} C={C} bk={bk} bc={bc} threads={threads}")
+    t = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst, threads=threads)
     Kb, Cb, RS = -(-K // bk), -(-C // bc), int(np.prod(taps))
     full = np.zeros((Kb * bk, Cb * bc, RS), dst)
     full[:K, :C] = w.reshape(K, C, RS).astype(np.float32).astype(dst)

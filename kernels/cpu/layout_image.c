@@ -265,11 +265,24 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
     return BRGEMM_EINVAL;
   const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
+  const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
+  const int staged = !transposed && RS > 1 && !one_pass;
+  /* where the (kb, cb) pairs are fewer than the threads (64-channel layers
+   * have one), each pair's k and c ranges in parts of multiples of 16 (whole
+   * lines of its tiles), k first, so that every thread copies a part */
+  int64_t kp = bk, cp = bc;
+  if (!staged && Kb * Cb < nt) {
+    const int64_t need = (nt + Kb * Cb - 1) / (Kb * Cb);
+    const int64_t pk = brgemm_min64((bk + 15) / 16, need);
+    kp = brgemm_min64(bk, ((bk + pk - 1) / pk + 15) / 16 * 16);
+    const int64_t pc = brgemm_min64((bc + 15) / 16, (need + (bk + kp - 1) / kp - 1) /
+                                                        ((bk + kp - 1) / kp));
+    cp = brgemm_min64(bc, ((bc + pc - 1) / pc + 15) / 16 * 16);
+  }
+  const int64_t parts_k = (bk + kp - 1) / kp, parts = parts_k * ((bc + cp - 1) / cp);
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
   {
-    const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
-    const int staged = !transposed && RS > 1 && !one_pass;
     /* [bk][RS][bc]: one (kb, cb)'s rows with taps outermost, for w's transposes */
     char* tmp = staged ? malloc((size_t)(bk * RS * bc * si)) : NULL;
     if (staged && !tmp) {
@@ -277,28 +290,39 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
       err = BRGEMM_ENOMEM;
     }
 #pragma omp for schedule(static)
-    for (int64_t o = 0; o < Kb * Cb; ++o) {
-      /* the RS tiles of one (kb, cb): w [Kb][Cb][RS][bc][bk], wt [Cb][Kb][RS][bk][bc] */
+    for (int64_t t = 0; t < Kb * Cb * parts; ++t) {
+      /* rows k0..k1 and columns c0..c1 of the RS tiles of one (kb, cb):
+       * w [Kb][Cb][RS][bc][bk], wt [Cb][Kb][RS][bk][bc] */
+      const int64_t o = t / parts, k0 = t % parts % parts_k * kp, c0 = t % parts / parts_k * cp;
       const int64_t kb = transposed ? o % Kb : o / Cb, cb = transposed ? o / Kb : o % Cb;
       const int64_t nk = brgemm_min64(bk, K - kb * bk), nc = brgemm_min64(bc, C - cb * bc);
+      const int64_t k1 = brgemm_min64(nk, k0 + kp), c1 = brgemm_min64(nc, c0 + cp);
       const char* in = (const char*)src + (kb * bk * C + cb * bc) * RS * si; /* w[k][c][rs] rows */
       char* out = (char*)dst + o * RS * tile * di;
-      if (transposed) { /* out[rs][k][c] = w[k][c][rs]: each row's taps de-interleaved */
-        for (int64_t k = 0; k < nk; ++k)
-          brgemm_window(in + k * C * RS * si, 1, RS, si, out + k * bc * di, tile, di, RS, nc);
-      } else if (RS == 1) { /* out[c][k] = w[k][c] */
-        brgemm_window(in, 1, C, si, out, bk, di, nc, nk);
-      } else if (one_pass) { /* out[rs][c][k] = w[k][c * RS + rs] */
-        taps_transposed((const float*)in, C * RS, (float*)out, nc * RS, nk, RS, bc, bk);
-      } else if (tmp) { /* out[rs][c][k]: taps de-interleaved, then each tap transposed */
-        for (int64_t k = 0; k < nk; ++k)
-          brgemm_window(in + k * C * RS * si, 1, RS, si, tmp + k * RS * bc * si, bc, si, RS, nc);
-        for (int64_t rs = 0; rs < RS; ++rs)
-          brgemm_window(tmp + rs * bc * si, 1, RS * bc, si, out + rs * tile * di, bk, di, nc, nk);
+      if (k0 < k1 && c0 < c1) {
+        if (transposed) { /* out[rs][k][c] = w[k][c][rs]: each row's taps de-interleaved */
+          for (int64_t k = k0; k < k1; ++k)
+            brgemm_window(in + (k * C * RS + c0 * RS) * si, 1, RS, si, out + (k * bc + c0) * di,
+                          tile, di, RS, c1 - c0);
+        } else if (RS == 1) { /* out[c][k] = w[k][c] */
+          brgemm_window(in + (k0 * C + c0) * si, 1, C, si, out + (c0 * bk + k0) * di, bk, di,
+                        c1 - c0, k1 - k0);
+        } else if (one_pass) { /* out[rs][c][k] = w[k][c * RS + rs] */
+          taps_transposed((const float*)in + k0 * C * RS + c0 * RS, C * RS,
+                          (float*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);
+        } else if (tmp) { /* out[rs][c][k]: taps de-interleaved, then each tap transposed */
+          for (int64_t k = 0; k < nk; ++k)
+            brgemm_window(in + k * C * RS * si, 1, RS, si, tmp + k * RS * bc * si, bc, si, RS,
+                          nc);
+          for (int64_t rs = 0; rs < RS; ++rs)
+            brgemm_window(tmp + rs * bc * si, 1, RS * bc, si, out + rs * tile * di, bk, di, nc,
+                          nk);
+        }
       }
-      for (int64_t rs = 0; rs < RS; ++rs)
-        zero_tile_edges(out + rs * tile * di, transposed ? bk : bc, transposed ? bc : bk,
-                        transposed ? nk : nc, transposed ? nc : nk, di);
+      if (k0 == 0 && c0 == 0)
+        for (int64_t rs = 0; rs < RS; ++rs)
+          zero_tile_edges(out + rs * tile * di, transposed ? bk : bc, transposed ? bc : bk,
+                          transposed ? nk : nc, transposed ? nc : nk, di);
     }
     free(tmp);
   }
