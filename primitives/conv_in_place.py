@@ -1,0 +1,115 @@
+"""Convolution's blocked path with operands in place (see primitives/conv.py
+for the layouts): the forward's and backward-data's plans that store y and
+dx straight into the NCHW results from their epilogues, and the weight
+update's plans that read dy, or x, in place; with the rules that say which
+layers take each. The functional forms in primitives/conv.py run them."""
+import numpy as np
+
+from brgemm import plan as bplan
+from primitives.conv_backward import backward_nest
+from primitives.conv_forward import forward_nest
+from primitives.conv_plans import _loops, _plans
+from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
+
+
+def _task_slots(floats, group):
+    """A nest's tile= for plans that store from the epilogue: each task (its
+    parallel loops' values) sums its tiles in `group` slots of `floats` of its
+    own (the tiles the nest keeps alive at once), numbered in the order the
+    tasks first come."""
+    slots = {}
+    return lambda task, j: (slots.setdefault(task, len(slots)) * group + j) * floats
+
+
+def stores_nchw(g, dtype, backend, out_dtype):
+    """Whether the functional forward's plan stores y straight into the NCHW
+    result (nchw_plan) instead of a pass of its own after it (unblock_y):
+    f32 results on the CPU backend, K a multiple of bk (a tile's channels all
+    real ones)."""
+    return out_dtype == np.float32 and backend == "cpu" and g.K % g.bk == 0
+
+
+def nchw_plan(g, dtype, vnni):
+    """The forward's plan (conv_forward.forward_nest) that stores each tile,
+    once summed, transposed into the NCHW result `out` [N,K,P,Q] by its last
+    call's epilogue, while it is in cache. Each task sums its tiles in turn in
+    one slot of its own in y (plan.extent["y"] floats: a tile per task), so
+    the blocked y is neither written out nor read back."""
+    def record():
+        PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
+        rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
+                             spec=g.specs[0])
+        forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
+                     tile=_task_slots(bq * g.bk, g.w_reuse[0]),
+                     epilogue=lambda n, k, pixel: (
+                         bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+        return rec.finish()
+    return _plans.get((g, "fwd_nchw", dtype, vnni), record)
+
+
+def stores_nchw_dx(g, dtype, backend, out_dtype):
+    """Whether the functional backward-data's plan stores dx straight into the
+    NCHW result (nchw_dx_plan): as stores_nchw, with C a multiple of bc and
+    stride 1 across (a block's pixels then neighbours in dx's rows)."""
+    return out_dtype == np.float32 and backend == "cpu" and g.C % g.bc == 0 and g.sw == 1
+
+
+def nchw_dx_plan(g, dtype, vnni):
+    """Backward-data's plan (conv_backward.backward_nest) that stores each
+    block of dx, once summed, transposed into the NCHW result `out`
+    [N,C,H,W] from its last call's epilogue; each task sums in one slot of its
+    own in dx (plan.extent["dx"] floats), as nchw_plan does for y."""
+    def record():
+        HW, bq = g.H * g.W, g.bs if g.span[1] else g.bq
+        rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
+                             spec=g.specs[1])
+        backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
+                      tile=_task_slots(bq * g.bc, g.w_reuse[1]),
+                      epilogue=lambda n, c, row, u0: (
+                          bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
+        return rec.finish()
+    return _plans.get((g, "bwd_nchw", dtype, vnni), record)
+
+
+def reads_dy(g, dtype, backend, dy):
+    """Whether the functional weight update reads dy [N,K,P,Q] in place as its
+    kernel's broadcast operand (dy_plan), rows P Q apart, instead of a
+    pixels-last copy (dyt): f32 on the CPU backend, the row nest
+    (update_form "rows"), K whole blocks, dy f32 and C-contiguous. The plan
+    runs as fast on dy as on the copy (benchmarks/RESULTS.md): the copy is saved."""
+    return (dtype == "f32" and backend == "cpu" and update_form(g) == "rows"
+            and g.K % g.bk == 0 and dy.dtype == np.float32 and dy.flags.c_contiguous)
+
+
+def dy_plan(g):
+    """The weight update's plan (conv_update.update_nest) reading dy in place."""
+    def record():
+        rec = bplan.Recorder({"dyt": "f32", "x": "f32", "dw": "f32"}, spec=g.specs[2])
+        update_nest(rec, _loops(g, "upd"), g, "f32", dy_nchw=True)
+        return rec.finish()
+    return _plans.get((g, "upd_dy", "f32"), record)
+
+
+def reads_x(g, dtype, backend, x):
+    """Whether the functional weight update reads x [N,C,H,W] in place
+    (x_plan), against backward-data's bordered dy, instead of a blocked copy
+    of x: f32 on the CPU backend, the row nest, stride 1 across (a tap's
+    pixels then neighbours in x's rows), C whole blocks, x f32 and
+    C-contiguous, and every tap of every share of the reduction reaching a
+    real row and column of x (update_x_nest clips the rest; a tile with no
+    call would stay unwritten)."""
+    if not (dtype == "f32" and backend == "cpu" and update_form(g) == "rows" and g.sw == 1
+            and g.C % g.bc == 0 and x.dtype == np.float32 and x.flags.c_contiguous):
+        return False
+    pixels = all(max(0, g.pw - s) < min(g.Q, g.W + g.pw - s) for s in range(g.S))
+    return pixels and all(rows for share in x_rows(g) for rows in share)
+
+
+def x_plan(g):
+    """The weight update's plan reading x in place (conv_update.update_x_nest):
+    dw^T tiles [J][Kb][Cb][R][S][bc][bk]."""
+    def record():
+        rec = bplan.Recorder({"x": "f32", "dyp": "f32", "dw": "f32"}, spec=g.specs[2])
+        update_x_nest(rec, _loops(g, "upd"), g, "f32")
+        return rec.finish()
+    return _plans.get((g, "upd_x", "f32"), record)
