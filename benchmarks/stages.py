@@ -14,9 +14,11 @@ layer path needs copies for); where the call takes another path
 (conv.columns, conv.pointwise, fc.reads_w) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost;
-after each conv line, the layer path's own plans of that pass alone.
-lstm's lines (forward, and forward+backward as a training step makes them)
-are the calls themselves under the profiler: each layout copy and plan run,
+after each conv line, the layer path's own plans of that pass alone; fc's
+last line per shape, the layer path's passes (fc.Linear) alone.
+lstm's lines (forward, and forward+backward as a training step makes them;
+then the layer path's, lstm.LSTM, the same way) are the calls themselves
+under the profiler: each layout copy and plan run,
 by the method that made it, medians of 15 calls profiled one by one (the
 call's median without the profiler first)."""
 import argparse
@@ -211,6 +213,15 @@ def _fc(threads):
             ("dyT+db", lambda: L.to_blocks(dy, g.bk, g.bn, transpose=True, out=dyt, sums=db)),
             ("upd", lambda: pu.run(dw=dw, x=xb, dyt=dyt))],
             lambda: fc.backward(dy, x, w)))
+        lin = fc.Linear(C, K, rng=rng)  # the layer path: its plans on blocked operands
+        lin.prepare(N)
+        lx, ldy = L.to_blocks(x, lin.g.bn, lin.g.bc), L.to_blocks(dy, lin.g.bn, lin.g.bk)
+        lin.forward_blocked(lx)
+        _, (f, b_, u) = _steps([("fwd", lambda: lin.forward_blocked(lx)),
+                                ("bwd", lambda: lin.backward_data_blocked(ldy)),
+                                ("upd", lambda: lin.update_blocked(ldy))])
+        print(f"{'':<31}the layer path's passes alone: fwd {f[1]:.3f}, bwd {b_[1]:.3f}, "
+              f"upd {u[1]:.3f} ms", flush=True)
 
 
 _NATIVE = {("plan.py", "run"): "plan", ("layouts.py", "to_blocks"): "to_blocks",
@@ -249,10 +260,13 @@ def _lstm():
     rng = np.random.default_rng(0)
     for (T, N, C, K), name in quick_shapes("gnmt_lstm", True, ("small_t10_n64",
                                                                 "single_step_t1")):
-        x, h0, c0, dy, dhT, dcT, w_ih, w_hh, b = (
-            rng.standard_normal(s).astype(np.float32) for s in (
-                (T, N, C), (N, K), (N, K), (T, N, K), (N, K), (N, K), (4 * K, C), (4 * K, K),
-                (4 * K,)))
+        x, h0, c0, dy, dhT, dcT = (rng.standard_normal(s).astype(np.float32) for s in (
+            (T, N, C), (N, K), (N, K), (T, N, K), (N, K), (N, K)))
+        # weights as torch.nn.LSTM draws them: with unit ones the gates saturate
+        # and the backward's products underflow to subnormals, which slow the
+        # Xeon's GEMMs down (RESULTS.md, issue 17, eleventh session)
+        w_ih, w_hh, b = (rng.uniform(-1, 1, s).astype(np.float32) / np.float32(np.sqrt(K))
+                         for s in ((4 * K, C), (4 * K, K), (4 * K,)))
         saved = lstm.Saved()
 
         def fwd():
@@ -266,6 +280,10 @@ def _lstm():
                                                    None))) or "blocked"
         _line(name, "fwd", path, *_profiled(fwd))
         _line(name, "f+b", path, *_profiled(fwd_bwd))
+        layer = lstm.LSTM(C, K, rng=rng)  # the layer path, weights kept blocked
+        _line(name, "fwd", "layer", *_profiled(lambda: layer.forward(x, h0, c0)))
+        _line(name, "f+b", "layer", *_profiled(lambda: (layer.forward(x, h0, c0),
+                                                         layer.backward(dy, dhT, dcT))))
 
 
 def main(argv=None):
