@@ -40,6 +40,30 @@ def scales(x, w, dy):
                 db=ady.sum(0).max() + 1)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_functional_calls_in_a_row(rng, backend, dtype):
+    """Calls after calls, new weights and data each time, at a random shape:
+    each result right although the scratch copies are reused, and the results
+    of earlier calls, still held, left as they were (brgemm.arrays.Recycler)."""
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    N, C, K = (int(v) for v in rng.integers(1, 150, 3))
+    print(f"N={N} C={C} K={K}")
+    held = []
+    for _ in range(3):
+        x, w, dy = (rng.standard_normal(s).astype(npdt) for s in ((N, C), (K, C), (N, K)))
+        b = rng.standard_normal(K).astype(npdt)
+        y = fc.forward(x, w, b, dtype=dtype, backend=backend)
+        dx, dw, db = fc.backward(dy, x, w, dtype=dtype, backend=backend)
+        ry, rdx, rdw, _ = reference(x, w, b, dy)
+        s = scales(x, w, dy)
+        held.append((y, ry, dw, rdw, s))
+        check("dx", dx, rdx, dtype, s["dx"])
+        check("db", db, dy.astype(np.float64).sum(0), dtype, s["db"])
+    for y, ry, dw, rdw, s in held:
+        check("y", y, ry, dtype, s["y"])
+        check("dw", dw, rdw, dtype, s["dw"])
+
+
 @pytest.mark.parametrize("N,C,K", SHAPES)
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("with_bias", [True, False])
