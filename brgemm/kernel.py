@@ -167,9 +167,9 @@ class Kernel:
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
         # the stride form's call bound to the last checked arrays' geometry (the
-        # backend's run and its binding), a weak reference to the last PackedB
-        # (None for an array B), the native kernel and what the binding needs kept
-        self._strd_last = (_unbound, None, None, None, None)
+        # backend's run), a weak reference to the last PackedB (None for an
+        # array B), the native kernel and what the binding needs kept
+        self._strd_last = (_unbound, None, None, None)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -204,11 +204,11 @@ class Kernel:
         # the call bound to the last checked arrays' geometry, which the backend
         # compares with these arrays' on every call (a PackedB is fixed, so the
         # last one is known by identity; its data's geometry is compared)
-        run, bound, packed, kern, _ = self._strd_last
+        run, packed, kern, _ = self._strd_last
         if packed is None:
-            rc = run(bound, id(A), id(B), id(C))
+            rc = run(A, B, C)
         else:
-            rc = run(bound, id(A), id(B.data), id(C)) if B is packed() else None
+            rc = run(A, B.data, C) if B is packed() else None
         if rc == 0:
             return C
         return self._strd_other(A, B, C, rc, kern)
@@ -245,8 +245,8 @@ class Kernel:
         bind = getattr(kern, "bind_strd", None)
         bound = None if bind is None else bind(A, data, C, A.shape[0], packed)
         if bound is not None:  # no array is kept alive: only a weak reference to a PackedB
-            run, handle, keep = bound
-            self._strd_last = (run, handle, weakref.ref(B) if packed else None, kern, keep)
+            run, keep = bound
+            self._strd_last = (run, weakref.ref(B) if packed else None, kern, keep)
         return _strd_run(kern, A, data, C, packed)
 
     def _check_strd(self, A, B, C):
@@ -389,7 +389,7 @@ class Kernel:
         return self._kernel("strd", "f32", self.k, self.n, self.n).path
 
 
-def _unbound(bound, a, b, c):  # the bound call's stand-in before any (or where none binds)
+def _unbound(A, B, C):  # the bound call's stand-in before any (or where none binds)
     return None
 
 

@@ -11,7 +11,7 @@ from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
 _run_strd, _OK, _EOVERLAP = lib.brgemm_cpu_run_strd, lib.BRGEMM_OK, lib.BRGEMM_EOVERLAP
-_bound_run, EGEOMETRY = lib.brgemm_cpu_bound_run, lib.BRGEMM_EGEOMETRY
+EGEOMETRY = lib.BRGEMM_EGEOMETRY
 _OBJECT_ADDRESSES = sys.implementation.name == "cpython"  # id() is the object's address
 FORMS = {"strd": lib.BRGEMM_STRD, "addr": lib.BRGEMM_ADDR, "offs": lib.BRGEMM_OFFS}
 DTYPES = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
@@ -73,23 +73,27 @@ class CpuKernel:
 
     def bind_strd(self, A, B, C, count, b_packed):
         """The stride form bound to the geometry of these arrays, which the checks
-        accepted (kernels/cpu/bound_call.h): (run, bound, keep), where
-        run(bound, id(A), id(B), id(C)) runs it on any arrays of that geometry
+        accepted (kernels/cpu/bound_call.h): (run, keep), where run(A, B, C), a
+        builtin function made in C, runs it on any arrays of that geometry
         (types, dtypes, shapes, strides; C writeable), compared in C on every
         call, with the data pointers read then; it returns 0 when done,
         EGEOMETRY when the arrays differ (check them, bind again), else a code
         for finish_strd. keep holds what C compares by address (the types and
-        dtypes) and this kernel: the caller keeps it with bound. Holds no array.
+        dtypes) and this kernel: the caller keeps it with run. Holds no array.
         None where nothing could be bound. Converting arrays to pointers in
         Python and comparing their geometry there cost more than a small call's
-        C work, so every call on arrays of one geometry skips both."""
+        C work, so every call on arrays of one geometry skips both; a builtin
+        taking the arrays themselves skips cffi's argument conversions too."""
         if not _OBJECT_ADDRESSES:
             return None
         bound = lib.brgemm_cpu_bind_strd(self._k, id(A), id(B), id(C), count, b_packed)
         if bound == ffi.NULL:
             return None
+        made = []  # the function comes back in here; it owns bound
+        if lib.brgemm_cpu_bound_function(bound, id(made)) != _OK:
+            return None
         keep = (self, type(A), A.dtype, type(B), B.dtype, type(C), C.dtype)
-        return _bound_run, ffi.gc(bound, lib.brgemm_cpu_bound_free), keep
+        return made[0], keep
 
     def finish_strd(self, rc):
         """A bound call's code other than 0: None for EGEOMETRY (the arrays are

@@ -29,4 +29,10 @@ void brgemm_cpu_bound_free(brgemm_cpu_bound* bound);
  * data with check_overlap. */
 int brgemm_cpu_bound_run(const brgemm_cpu_bound* bound, intptr_t a, intptr_t b, intptr_t c);
 
+/* The same call as a Python builtin function run(A, B, C) (the arrays
+ * themselves, no id()s), appended to the list at `list` (a live Python list):
+ * it owns bound from here on, and frees it when the function goes (also when
+ * making it fails: BRGEMM_ENOMEM, the list unchanged). */
+int brgemm_cpu_bound_function(brgemm_cpu_bound* bound, intptr_t list);
+
 #endif
