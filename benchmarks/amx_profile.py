@@ -27,7 +27,8 @@
    "default" for none), e.g. the groups of blocks (BRGEMM_AMX_GROUP: bytes of A
    and B per group) and the turns tile by tile (BRGEMM_AMX_TURN).
 5. Streams: one macro block over 64 blocks with A from L1 or L2 and B from
-   L2, under each T1 hint: the cost of tile loads from L2 without turns. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
+   L2, under each T1 hint and step order (BRGEMM_AMX_ORDER): the cost of
+   tile loads from L2 without turns. (Loading each step's tiles a step ahead, BRGEMM_AMX_PIPE,
    software prefetches, BRGEMM_AMX_PF, and the forward-only walk,
    BRGEMM_AMX_REVERSE=0, lost or tied: benchmarks/RESULTS.md.)"""
 import argparse
@@ -209,9 +210,13 @@ def streams(rng, reps):
     _, B, C = _data(m, n, k, count, rng)
     A_all = _data(m, n, k, count, rng)[0]
     A_one = np.broadcast_to(A_all[:1], A_all.shape)
-    cases = [(a_name, A, t1) for a_name, A in (("A from L1", A_one), ("A from L2", A_all))
-             for t1 in ("0", "2", "3", "4")]
-    ks = [_kernel(m, n, k, {"BRGEMM_AMX_T1": t1}, A, B, C) + (A,) for _, A, t1 in cases]
+    # (T1 mode, step order): each T1 hint A by A, and B's and both hints B by B
+    # (BRGEMM_AMX_ORDER=1)
+    modes = [("0", "0"), ("2", "0"), ("3", "0"), ("4", "0"), ("2", "1"), ("4", "1")]
+    cases = [(a_name, A, mode) for a_name, A in (("A from L1", A_one), ("A from L2", A_all))
+             for mode in modes]
+    ks = [_kernel(m, n, k, {"BRGEMM_AMX_T1": t1, "BRGEMM_AMX_ORDER": order}, A, B, C) + (A,)
+          for _, A, (t1, order) in cases]
     flops = 2.0 * m * n * k * count
     calls = max(50, int(0.03 * 1e12 / flops))
     pct = [[] for _ in ks]
@@ -220,9 +225,10 @@ def streams(rng, reps):
         for i, (kern, P, A) in enumerate(ks):
             pct[i].append(_pct(flops, kern.time_native(A, P, C, calls) / calls, pk))
     print(f"streams: {m}x{n}x{k} x{count}, B packed, % of the peak (median, max of {reps}); "
-          "T1 0 none, 2 B, 3 A, 4 both")
-    for (a_name, _, t1), p in zip(cases, pct):
-        print(f"  {a_name}, T1 {t1}: {statistics.median(p):6.1f}% {max(p):6.1f}%", flush=True)
+          "T1 0 none, 2 B, 3 A, 4 both; order 0 A by A, 1 B by B")
+    for (a_name, _, (t1, order)), p in zip(cases, pct):
+        print(f"  {a_name}, T1 {t1}, order {order}: {statistics.median(p):6.1f}% "
+              f"{max(p):6.1f}%", flush=True)
 
 
 def run(reps=5, parts=(1, 2, 3, 4, 5), named=None):

@@ -50,7 +50,8 @@ def test_model_kernel_tunables():
     ping-pong passes over 16 x 32 macro blocks, and groups of blocks with the
     macro blocks' snake turning between groups, with the turns between macro
     blocks tile by tile or all at once and the next macro block's first steps
-    prefetched, and both operands with the T1 hint."""
+    prefetched, and both operands with the T1 hint, A's with it where its
+    panel does not fit L1, and each step's products B tile by B tile."""
     for tunables in (dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PF="1", BRGEMM_AMX_BTILES="0",
                           BRGEMM_AMX_T1="0"),
                      dict(BRGEMM_AMX_L1="6000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_REVERSE="0"),
@@ -67,7 +68,9 @@ def test_model_kernel_tunables():
                      dict(BRGEMM_AMX_GROUP="1", BRGEMM_AMX_T1="4", BRGEMM_AMX_PFTURN="1"),
                      dict(BRGEMM_AMX_GROUP="20000", BRGEMM_AMX_PIPE="1", BRGEMM_AMX_BTILES="0"),
                      dict(BRGEMM_AMX_TURN="1", BRGEMM_AMX_REVERSE="0", BRGEMM_AMX_T1="5"),
-                     dict(BRGEMM_AMX_T1="5")):
+                     dict(BRGEMM_AMX_T1="5"), dict(BRGEMM_AMX_ORDER="1", BRGEMM_AMX_T1="6"),
+                     dict(BRGEMM_AMX_ORDER="1", BRGEMM_AMX_GROUP="3000", BRGEMM_AMX_L1="6000",
+                          BRGEMM_AMX_BTILES="0")):
         env = dict(os.environ, BRGEMM_AMX="model", **tunables)
         assert _pytest(str(TESTS / "amx_cases.py"), "-k",
                        "edges or random or depths or packing or whole", env=env) == 0, tunables

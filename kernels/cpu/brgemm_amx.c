@@ -60,7 +60,7 @@
 #define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 enum { MB = 32, NB = 32, TILE = 16, KC_MAX = 32, L1_BUDGET = 0, PF_DIST = 0, PIPELINED = 0,
-       T1_MODE = 0, B_TILES = 1, KEEP_TILES = 0, GROUP_BYTES = 0 };
+       T1_MODE = 0, B_TILES = 1, KEEP_TILES = 0, GROUP_BYTES = 0, B_MAJOR = 0 };
 /* the same two for runs on B packed ahead (Kernel.pack_b): B's tiles load with
  * the T1 hint there (T1_B below), which kept A in L1 for the next macro block
  * on 28x64x64 x9 (62% of the AMX peak against 47%; benchmarks/RESULTS.md) */
@@ -87,6 +87,7 @@ struct brgemm_amx_kernel {
   int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
   int pipelined;  /* load the next step's tiles between this step's products */
+  int b_major;  /* a step's products B tile by B tile (step_b_major) */
   int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
   int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
@@ -103,11 +104,20 @@ struct brgemm_amx_kernel {
 /* BRGEMM_AMX_T1: 0 no hints; 1 the operand the next macro block does not share
  * (so the shared one stays in L1 for it); 2 always B; 3 always A; 4 both; 5 an
  * operand that neither the last nor the next macro block shares (the shared
- * one loads into L1 for the next, or from L1 after the last). On the Xeon a
+ * one loads into L1 for the next, or from L1 after the last); 6 B, and A where
+ * its panel cannot stay in L1 anyway (T1_PANEL). On the Xeon a
  * load with the hint streams from L2 faster than a plain one that misses L1,
  * but reads a line in L1 no faster than from L2 (benchmarks/RESULTS.md, tenth
  * session), so the hint belongs on an operand read once. */
-enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4, T1_REUSE = 5 };
+enum { T1_NONE = 0, T1_UNSHARED = 1, T1_B = 2, T1_A = 3, T1_BOTH = 4, T1_REUSE = 5, T1_PANEL = 6 };
+/* T1_PANEL hints A where a macro block's A panel (its rows of every block in
+ * the pass) is larger than this: it cannot stay in L1 for the next macro block
+ * along the snake's row, which is what loading A plainly is for */
+enum { A_PANEL_L1 = 32768 };
+
+static int t1_a_panel(const brgemm_amx_kernel* kr, int rows, int64_t blocks) {
+  return (int64_t)rows * kr->kp * 2 * blocks > A_PANEL_L1;
+}
 
 /* Where a macro block's two B column tiles start in a B block (bytes) and the
  * bytes between their pair rows: in VNNI rows ([kp/2][ld][2], both tiles in
@@ -181,6 +191,9 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
    * step loading its own (benchmarks/RESULTS.md), so off by default. */
   const char* pipe = getenv("BRGEMM_AMX_PIPE");
   kr->pipelined = (pipe ? atoi(pipe) != 0 : PIPELINED) && kr->pf == 0;
+  /* BRGEMM_AMX_ORDER=1: each step's products B tile by B tile (block_steps) */
+  const char* order = getenv("BRGEMM_AMX_ORDER");
+  kr->b_major = order ? atoi(order) == 1 : B_MAJOR;
   /* BRGEMM_AMX_T1, BRGEMM_AMX_BTILES, BRGEMM_AMX_KEEP: load hints, B packed
    * ahead in strips (the default), tiles kept between calls (no faster:
    * benchmarks/RESULTS.md, benchmarks/amx_profile.py) */
@@ -192,7 +205,7 @@ static brgemm_amx_kernel* create(const brgemm_cpu_desc* d) {
                      : packed              ? T1_MODE_PACKED
                      : inplace             ? T1_MODE_INPLACE
                                            : T1_MODE;
-    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_REUSE) kr->t1[packed] = T1_NONE;
+    if (kr->t1[packed] < T1_NONE || kr->t1[packed] > T1_PANEL) kr->t1[packed] = T1_NONE;
   }
   const char* bt = getenv("BRGEMM_AMX_BTILES");
   kr->b_tiles = bt ? atoi(bt) != 0 : B_TILES;
@@ -459,6 +472,23 @@ static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t 
       LOAD(ta, 4, ai + kk * 2, sa);
       LOAD(tb, 6, b0 + kk / 2 * sb0, sb0);
       TILE_DP(0, 4, 6);
+      if (kr->b_major) {
+        /* B tile by B tile: a B tile's last product comes two products before
+         * the next step's first one on its register, an A tile's one product
+         * before (A by A, below: the other way round), so that the operand
+         * whose loads take longer (B from L2 with the T1 hint, while A's come
+         * from L1) has the longer time between */
+        if (two_rows) {
+          LOAD(ta, 5, ai + TILE * sa + kk * 2, sa);
+          TILE_DP(2, 5, 6);
+        }
+        if (two_cols) {
+          LOAD(tb, 7, b1 + kk / 2 * sb1, sb1);
+          TILE_DP(1, 4, 7);
+          if (two_rows) TILE_DP(3, 5, 7);
+        }
+        continue;
+      }
       if (two_cols) {
         LOAD(tb, 7, b1 + kk / 2 * sb1, sb1);
         TILE_DP(1, 4, 7);
@@ -683,8 +713,8 @@ static visit visit_of(const brgemm_amx_kernel* kr, int64_t v, int64_t visits, in
       .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
       .back = kr->reverse && (int)(v & 1),
       .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_a) ||
-             (t1 == T1_REUSE && !next_a && !last_a),
-      .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_b) ||
+             (t1 == T1_REUSE && !next_a && !last_a) || (t1 == T1_PANEL && t1_a_panel(kr, rows, nb)),
+      .t1b = t1 == T1_B || t1 == T1_BOTH || t1 == T1_PANEL || (t1 == T1_UNSHARED && !next_b) ||
              (t1 == T1_REUSE && !next_b && !last_b)};
   x.o = o;
   x.cfg = &kr->cfg[rows < MB][cols < NB];
@@ -819,8 +849,9 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
             .two_rows = rows > TILE, .two_cols = cols > TILE,
             .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
             .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_b) ||
-                   (t1 == T1_REUSE && !next_a && !last_a),
-            .t1b = t1 == T1_B || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_a) ||
+                   (t1 == T1_REUSE && !next_a && !last_a) ||
+                   (t1 == T1_PANEL && t1_a_panel(kr, rows, nb)),
+            .t1b = t1 == T1_B || t1 == T1_BOTH || t1 == T1_PANEL || (t1 == T1_UNSHARED && next_a) ||
                    (t1 == T1_REUSE && !next_b && !last_b)};
         macro_block(kr, &o, acc, sacc, load, j0);
       }
