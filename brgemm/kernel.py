@@ -14,7 +14,6 @@ JIT-compiled per (form, strides, dtype of C) and cached on this object
 (the most recently used few; brgemm/lru.py).
 """
 import operator
-import weakref
 
 import numpy as np
 
@@ -167,9 +166,9 @@ class Kernel:
         # array geometry -> JIT kernel, for checked stride-form calls
         self._strd_seen = LRU(GEOMETRIES_PER_OBJECT)
         # the stride form's call bound to the last checked arrays' geometry (the
-        # backend's run), a weak reference to the last PackedB (None for an
-        # array B), the native kernel and what the binding needs kept
-        self._strd_last = (_unbound, None, None, None)
+        # backend's run, which knows the last PackedB by identity), the native
+        # kernel and what the binding needs kept
+        self._strd_last = (_unbound, None, None)
 
     def __repr__(self):
         return (f"Kernel(m={self.m}, n={self.n}, k={self.k}, dtype={self.dtype!r}, "
@@ -204,11 +203,8 @@ class Kernel:
         # the call bound to the last checked arrays' geometry, which the backend
         # compares with these arrays' on every call (a PackedB is fixed, so the
         # last one is known by identity; its data's geometry is compared)
-        run, packed, kern, _ = self._strd_last
-        if packed is None:
-            rc = run(A, B, C)
-        else:
-            rc = run(A, B.data, C) if B is packed() else None
+        run, kern, _ = self._strd_last
+        rc = run(A, B, C)
         if rc == 0:
             return C
         return self._strd_other(A, B, C, rc, kern)
@@ -243,10 +239,11 @@ class Kernel:
         if not C.flags.writeable:  # the one check the geometry does not decide
             raise ValueError("C: is read-only; the kernel writes C in place")
         bind = getattr(kern, "bind_strd", None)
-        bound = None if bind is None else bind(A, data, C, A.shape[0], packed)
+        bound = None if bind is None else bind(A, data, C, A.shape[0], packed,
+                                               B if packed else None)
         if bound is not None:  # no array is kept alive: only a weak reference to a PackedB
             run, keep = bound
-            self._strd_last = (run, weakref.ref(B) if packed else None, kern, keep)
+            self._strd_last = (run, kern, keep)
         return _strd_run(kern, A, data, C, packed)
 
     def _check_strd(self, A, B, C):

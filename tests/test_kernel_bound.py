@@ -130,3 +130,28 @@ def test_a_packed_b_is_fixed(rng):
             return
     with pytest.raises(ValueError, match="^B: packed data must be"):
         kern(A, B, C)
+
+
+def test_a_bound_packed_b_is_known_by_identity(rng):
+    """The bound call takes the PackedB it was bound to and no other: one packed
+    for another kernel with data of the same geometry goes through the checks."""
+    k1, k2 = brgemm.Kernel(3, 6, 4, dtype="bf16"), brgemm.Kernel(3, 4, 6, dtype="bf16")
+    B = rng.standard_normal((2, 4, 6)).astype(brgemm.bfloat16)
+    P1 = k1.pack_b(B)
+    P2 = k2.pack_b(rng.standard_normal((2, 6, 4)).astype(brgemm.bfloat16))
+    if not isinstance(P1, brgemm.PackedB) or P1.data.shape != P2.data.shape:
+        pytest.skip(f"this path ({k1.path}) packs no blocks of one geometry for both kernels")
+    A = rng.standard_normal((2, 3, 4)).astype(brgemm.bfloat16)
+    C = np.zeros((3, 6), np.float32)
+    k1(A, P1, C)
+    k1(A, P1, C)  # bound to P1
+    with pytest.raises(ValueError, match="^B: PackedB.* was packed for another kernel"):
+        k1(A, P2, C)
+    with pytest.raises(TypeError, match="^B: expected dtype"):
+        k1(A, P1.data, C)  # the packed data itself is no B
+    B3 = rng.standard_normal((2, 4, 6)).astype(brgemm.bfloat16)
+    P3 = k1.pack_b(B3)  # another PackedB of this kernel: its own data
+    k1(A, P3, C)
+    k1(A, P1, C)
+    want = _want(A, B, _want(A, B3, _want(A, B, _want(A, B, np.zeros((3, 6))))))
+    np.testing.assert_allclose(C, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())

@@ -71,26 +71,24 @@ class CpuKernel:
             return False
         check(rc, "Kernel.__call__")
 
-    def bind_strd(self, A, B, C, count, b_packed):
+    def bind_strd(self, A, B, C, count, b_packed, packed=None):
         """The stride form bound to the geometry of these arrays, which the checks
         accepted (kernels/cpu/bound_call.h): (run, keep), where run(A, B, C), a
-        builtin function made in C, runs it on any arrays of that geometry
-        (types, dtypes, shapes, strides; C writeable), compared in C on every
-        call, with the data pointers read then; it returns 0 when done,
-        EGEOMETRY when the arrays differ (check them, bind again), else a code
-        for finish_strd. keep holds what C compares by address (the types and
-        dtypes) and this kernel: the caller keeps it with run. Holds no array.
-        None where nothing could be bound. Converting arrays to pointers in
-        Python and comparing their geometry there cost more than a small call's
-        C work, so every call on arrays of one geometry skips both; a builtin
-        taking the arrays themselves skips cffi's argument conversions too."""
+        builtin made in C, runs it on any arrays of that geometry (types,
+        dtypes, shapes, strides; C writeable), compared in C on every call, with
+        the data pointers read then; packed: the PackedB whose data B is, which
+        run then takes as B (that same object). run returns 0 when done,
+        EGEOMETRY when the arguments differ (check them, bind again), else a
+        code for finish_strd. keep holds what C compares by address (the types
+        and dtypes) and this kernel: the caller keeps it with run. Holds no
+        array. None where nothing could be bound. Converting arrays to pointers
+        in Python and comparing their geometry there cost more than a small
+        call's C work, so every call on arrays of one geometry skips both."""
         if not _OBJECT_ADDRESSES:
             return None
-        bound = lib.brgemm_cpu_bind_strd(self._k, id(A), id(B), id(C), count, b_packed)
-        if bound == ffi.NULL:
-            return None
-        made = []  # the function comes back in here; it owns bound
-        if lib.brgemm_cpu_bound_function(bound, id(made)) != _OK:
+        made = []  # run comes back in here
+        if lib.brgemm_cpu_bind_strd(self._k, id(A), id(B), id(C), count, b_packed,
+                                    0 if packed is None else id(packed), id(made)) != _OK:
             return None
         keep = (self, type(A), A.dtype, type(B), B.dtype, type(C), C.dtype)
         return made[0], keep

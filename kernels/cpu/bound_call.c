@@ -1,13 +1,15 @@
 /* The stride form bound to a geometry of NumPy arrays (see bound_call.h).
  * Only the fields NumPy's C API reads through its inline accessors; no NumPy
- * function is called, so the module needs no import_array. cffi calls these
- * without the GIL: the objects stay alive (the caller's arguments), and a
- * thread that changes an array's geometry meanwhile at worst leaves the old
- * one checked, on the same memory, which stays valid for it. */
+ * function is called, so the module needs no import_array. The bound call is
+ * a builtin function whose self is a capsule owning the binding: a call costs
+ * Python's vectorcall of a builtin, where a cffi function converts each
+ * argument (the arrays as id()s) and the caller's Python would read a
+ * PackedB's weak reference and data. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/ndarraytypes.h>
+#include <structmember.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,18 +24,20 @@ typedef struct {
   npy_intp dims[MAX_DIMS], strides[MAX_DIMS];
 } geometry;
 
-struct brgemm_cpu_bound {
+typedef struct {
   const brgemm_cpu_kernel* kernel;
   int64_t count;
   int b_packed;
-  geometry arrays[3];  /* A, B, C */
-};
+  geometry arrays[3];  /* A, B (a PackedB's data), C */
+  PyObject* packed;  /* a weak reference to the bound PackedB, or NULL for an array B */
+  Py_ssize_t data_offset;  /* where a PackedB object holds its data array */
+} brgemm_cpu_bound;
 
-static int record(geometry* g, intptr_t obj) {
+static int record(geometry* g, PyObject* obj) {
   PyArrayObject* x = (PyArrayObject*)obj;
   g->nd = PyArray_NDIM(x);
   if (g->nd > MAX_DIMS) return 0;
-  g->type = Py_TYPE((PyObject*)obj);
+  g->type = Py_TYPE(obj);
   g->descr = PyArray_DESCR(x);
   memcpy(g->dims, PyArray_DIMS(x), (size_t)g->nd * sizeof(npy_intp));
   memcpy(g->strides, PyArray_STRIDES(x), (size_t)g->nd * sizeof(npy_intp));
@@ -41,82 +45,92 @@ static int record(geometry* g, intptr_t obj) {
 }
 
 /* the type first: only an object of the bound ndarray type has array fields */
-static int matches(const geometry* g, intptr_t obj) {
-  if (Py_TYPE((PyObject*)obj) != g->type) return 0;
+static int matches(const geometry* g, PyObject* obj) {
+  if (Py_TYPE(obj) != g->type) return 0;
   PyArrayObject* x = (PyArrayObject*)obj;
   return PyArray_NDIM(x) == g->nd && PyArray_DESCR(x) == g->descr &&
          !memcmp(PyArray_DIMS(x), g->dims, (size_t)g->nd * sizeof(npy_intp)) &&
          !memcmp(PyArray_STRIDES(x), g->strides, (size_t)g->nd * sizeof(npy_intp));
 }
 
-brgemm_cpu_bound* brgemm_cpu_bind_strd(const brgemm_cpu_kernel* kernel, intptr_t a, intptr_t b,
-                                       intptr_t c, int64_t count, int b_packed) {
-  brgemm_cpu_bound* bound = (brgemm_cpu_bound*)calloc(1, sizeof(*bound));
-  if (!bound) return NULL;
-  bound->kernel = kernel, bound->count = count, bound->b_packed = b_packed;
-  if (!record(&bound->arrays[0], a) || !record(&bound->arrays[1], b) ||
-      !record(&bound->arrays[2], c)) {
-    free(bound);
-    return NULL;
-  }
-  return bound;
+/* The array B stands for: B itself, or where bound to a PackedB, that same
+ * PackedB's data (NULL for any other object) */
+static PyObject* b_array(const brgemm_cpu_bound* bound, PyObject* b) {
+  if (!bound->packed) return b;
+  if (PyWeakref_GET_OBJECT(bound->packed) != b) return NULL;
+  return *(PyObject**)((char*)b + bound->data_offset);  /* NULL if the slot is empty */
 }
 
-void brgemm_cpu_bound_free(brgemm_cpu_bound* bound) { free(bound); }
-
-/* whether a, b, c are of the bound geometry, c writeable */
-static int bound_matches(const brgemm_cpu_bound* bound, intptr_t a, intptr_t b, intptr_t c) {
-  return matches(&bound->arrays[0], a) && matches(&bound->arrays[1], b) &&
-         matches(&bound->arrays[2], c) &&
-         (PyArray_FLAGS((PyArrayObject*)c) & NPY_ARRAY_WRITEABLE);
+static void capsule_free(PyObject* capsule) {
+  brgemm_cpu_bound* bound = (brgemm_cpu_bound*)PyCapsule_GetPointer(capsule, NULL);
+  Py_XDECREF(bound->packed);
+  free(bound);
 }
 
-static int bound_kernel(const brgemm_cpu_bound* bound, intptr_t a, intptr_t b, intptr_t c) {
-  return brgemm_cpu_run_strd(bound->kernel, PyArray_DATA((PyArrayObject*)a),
-                             PyArray_DATA((PyArrayObject*)b), PyArray_DATA((PyArrayObject*)c),
-                             bound->count, bound->b_packed, 1);
-}
-
-int brgemm_cpu_bound_run(const brgemm_cpu_bound* bound, intptr_t a, intptr_t b, intptr_t c) {
-  if (!bound_matches(bound, a, b, c)) return BRGEMM_EGEOMETRY;
-  return bound_kernel(bound, a, b, c);
-}
-
-/* ---- the bound call as a Python function: run(A, B, C) -> code ----
- * A builtin function object whose self is a capsule owning the binding: a
- * call costs Python's vectorcall of a builtin, where cffi's call of
- * brgemm_cpu_bound_run converts four arguments and the caller takes three
- * id()s. The arrays are compared with the GIL held; the kernel runs without
- * it, as cffi's calls do. */
-static void capsule_free(PyObject* capsule) { free(PyCapsule_GetPointer(capsule, NULL)); }
-
-static PyObject* bound_function_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+/* run(A, B, C): 0, EGEOMETRY (touching nothing) unless A, B and C are of the
+ * bound geometry and C writeable, else brgemm_cpu_run_strd's code. The
+ * arrays are compared with the GIL held; the kernel runs without it. */
+static PyObject* bound_run(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   const brgemm_cpu_bound* bound = (const brgemm_cpu_bound*)PyCapsule_GetPointer(self, NULL);
+  if (nargs != 3) return PyLong_FromLong(BRGEMM_EGEOMETRY);
   int rc = BRGEMM_EGEOMETRY;
-  if (bound && nargs == 3 &&
-      bound_matches(bound, (intptr_t)args[0], (intptr_t)args[1], (intptr_t)args[2])) {
+  PyObject *a = args[0], *b = b_array(bound, args[1]), *c = args[2];
+  if (b && matches(&bound->arrays[0], a) && matches(&bound->arrays[1], b) &&
+      matches(&bound->arrays[2], c) && (PyArray_FLAGS((PyArrayObject*)c) & NPY_ARRAY_WRITEABLE)) {
+    void *pa = PyArray_DATA((PyArrayObject*)a), *pb = PyArray_DATA((PyArrayObject*)b),
+         *pc = PyArray_DATA((PyArrayObject*)c);
     Py_BEGIN_ALLOW_THREADS
-    rc = bound_kernel(bound, (intptr_t)args[0], (intptr_t)args[1], (intptr_t)args[2]);
+    rc = brgemm_cpu_run_strd(bound->kernel, pa, pb, pc, bound->count, bound->b_packed, 1);
     Py_END_ALLOW_THREADS
   }
   return PyLong_FromLong(rc);
 }
 
-static PyMethodDef bound_function_def = {"bound_run", (PyCFunction)(void (*)(void))bound_function_call,
-                                         METH_FASTCALL, "run(A, B, C) -> 0 or a BRGEMM_E* code"};
+static PyMethodDef bound_run_def = {"bound_run", (PyCFunction)(void (*)(void))bound_run,
+                                    METH_FASTCALL, "run(A, B, C) -> 0 or a BRGEMM_E* code"};
 
-int brgemm_cpu_bound_function(brgemm_cpu_bound* bound, intptr_t list) {
-  PyGILState_STATE gil = PyGILState_Ensure();  /* cffi called this without the GIL */
-  int rc = BRGEMM_ENOMEM;
-  PyObject* capsule = PyCapsule_New(bound, NULL, capsule_free);
+/* where objects of the PackedB's type hold `data`: a slot (PackedB's
+ * __slots__), else -1 */
+static Py_ssize_t data_slot(PyObject* packed) {
+  PyObject* descr = PyObject_GetAttrString((PyObject*)Py_TYPE(packed), "data");
+  Py_ssize_t offset = -1;
+  if (descr && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+      ((PyMemberDescrObject*)descr)->d_member->type == T_OBJECT_EX)
+    offset = ((PyMemberDescrObject*)descr)->d_member->offset;
+  Py_XDECREF(descr);
+  return offset;
+}
+
+int brgemm_cpu_bind_strd(const brgemm_cpu_kernel* kernel, intptr_t a, intptr_t b, intptr_t c,
+                         int64_t count, int b_packed, intptr_t packed, intptr_t list) {
+  PyGILState_STATE gil = PyGILState_Ensure();  /* cffi calls this without the GIL */
+  int rc = BRGEMM_EINVAL;
+  PyObject* fn = NULL;
+  brgemm_cpu_bound* bound = (brgemm_cpu_bound*)calloc(1, sizeof(*bound));
+  PyObject* capsule = bound ? PyCapsule_New(bound, NULL, capsule_free) : NULL;
   if (!capsule) {
     free(bound);
-  } else {
-    PyObject* fn = PyCFunction_New(&bound_function_def, capsule);
-    Py_DECREF(capsule);  /* fn holds it, or it goes now and frees bound */
-    if (fn && PyList_Append((PyObject*)list, fn) == 0) rc = BRGEMM_OK;
-    Py_XDECREF(fn);
+    rc = BRGEMM_ENOMEM;
+    goto done;
   }
+  bound->kernel = kernel, bound->count = count, bound->b_packed = b_packed;
+  if (!record(&bound->arrays[0], (PyObject*)a) || !record(&bound->arrays[1], (PyObject*)b) ||
+      !record(&bound->arrays[2], (PyObject*)c))
+    goto drop;
+  if (packed) {
+    bound->data_offset = data_slot((PyObject*)packed);
+    if (bound->data_offset < 0 ||
+        *(PyObject**)((char*)packed + bound->data_offset) != (PyObject*)b)
+      goto drop;
+    bound->packed = PyWeakref_NewRef((PyObject*)packed, NULL);
+    if (!bound->packed) goto drop;
+  }
+  fn = PyCFunction_New(&bound_run_def, capsule);
+  if (fn && PyList_Append((PyObject*)list, fn) == 0) rc = BRGEMM_OK;
+  Py_XDECREF(fn);
+drop:
+  Py_DECREF(capsule);  /* fn holds it, or it goes now with bound */
+done:
   if (rc != BRGEMM_OK) PyErr_Clear();
   PyGILState_Release(gil);
   return rc;
