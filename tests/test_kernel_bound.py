@@ -155,3 +155,23 @@ def test_a_bound_packed_b_is_known_by_identity(rng):
     k1(A, P1, C)
     want = _want(A, B, _want(A, B3, _want(A, B, _want(A, B, np.zeros((3, 6))))))
     np.testing.assert_allclose(C, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("other", [None, "packed's data"])
+def test_a_dead_packed_b_binds_nothing(rng, other):
+    """Once the bound PackedB is gone, its weak reference reads None: a call
+    with None (or anything else) as B goes through the checks, which name B."""
+    kern = brgemm.Kernel(3, 5, 4, dtype="bf16")
+    A = rng.standard_normal((2, 3, 4)).astype(brgemm.bfloat16)
+    B = rng.standard_normal((2, 4, 5)).astype(brgemm.bfloat16)
+    C = np.zeros((3, 5), np.float32)
+    P = kern.pack_b(B)
+    kern(A, P, C)
+    kern(A, P, C)  # bound to P
+    data = P.data if isinstance(P, brgemm.PackedB) else None
+    del P
+    gc.collect()
+    with pytest.raises(TypeError, match="^B: "):
+        kern(A, None if other is None else data, C)
+    want = _want(A, B, _want(A, B, np.zeros((3, 5))))
+    np.testing.assert_allclose(C, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())

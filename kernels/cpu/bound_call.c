@@ -57,7 +57,9 @@ static int matches(const geometry* g, PyObject* obj) {
  * PackedB's data (NULL for any other object) */
 static PyObject* b_array(const brgemm_cpu_bound* bound, PyObject* b) {
   if (!bound->packed) return b;
-  if (PyWeakref_GET_OBJECT(bound->packed) != b) return NULL;
+  /* a dead reference reads None, and None has no data slot to read */
+  PyObject* live = PyWeakref_GET_OBJECT(bound->packed);
+  if (live == Py_None || live != b) return NULL;
   return *(PyObject**)((char*)b + bound->data_offset);  /* NULL if the slot is empty */
 }
 
