@@ -228,6 +228,16 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       /* dst[j * ld + i] = c[i * ldc + j]: in 8 x 8 (AVX2) or 4 x 4 sub-blocks,
        * as the layout copies transpose (the element loop ran at ~2 cycles each) */
       brgemm_transpose4((const uint32_t*)c, ldc, (uint32_t*)dst, op->ld, n, m);
+      /* conv's NCHW stores: a task's next tile usually lands on the next m
+       * columns of the same n rows, too many rows far apart for the hardware
+       * prefetchers to follow; asked for now, their lines arrive during the
+       * next tile's calls (a hint: no fault past the array's end; measured
+       * in benchmarks/RESULTS.md, issue 17, eleventh session) */
+      for (int64_t j = 0; j < n; ++j) {
+        const char* row = (const char*)(dst + j * op->ld + m);
+        for (int64_t b = 0; b < 4 * m; b += 64) __builtin_prefetch(row + b, 1, 3);
+        __builtin_prefetch(row + 4 * m - 1, 1, 3);
+      }
       return BRGEMM_OK;
     }
     case BRGEMM_OP_RELU_BWD_BF16:
