@@ -81,13 +81,22 @@ def test_taps_to_blocks(rng, transposed, taps, dtypes, size):
 @pytest.mark.parametrize("taps", [(1, 1), (3, 3), (7,)])
 @pytest.mark.parametrize("J", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
-def test_taps_from_blocks(rng, c_rows, taps, J, dtype):
+@pytest.mark.parametrize("parts", [False, True])
+def test_taps_from_blocks(rng, c_rows, taps, J, dtype, parts):
+    """parts: fewer (kb, cb) pairs than threads, so each pair's tiles are
+    summed and written in parts of its k and c ranges, ragged ones included."""
     K, C = int(rng.integers(1, 50)), int(rng.integers(1, 50))
     bk, bc = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    threads = None
+    if parts:
+        bk, bc = int(rng.integers(17, 80)), int(rng.integers(17, 80))
+        K, C = int(rng.integers(1, 2 * bk)), int(rng.integers(1, 2 * bc))
+        threads = int(rng.choice([3, 7, 16]))
+    print(f"K={K} C={C} bk={bk} bc={bc} threads={threads}")
     Kb, Cb, RS = -(-K // bk), -(-C // bc), int(np.prod(taps))
     tile = (bc, bk) if c_rows else (bk, bc)
     t = rng.standard_normal((J, Kb, Cb, RS) + tile).astype(np.float32)
-    got = L.taps_from_blocks(t, K, C, taps, c_rows=c_rows, dtype=dtype)
+    got = L.taps_from_blocks(t, K, C, taps, c_rows=c_rows, dtype=dtype, threads=threads)
     s = t.sum(axis=0, dtype=np.float64)
     s = s.transpose(0, 4, 1, 3, 2) if c_rows else s.transpose(0, 3, 1, 4, 2)
     ref = s.reshape(Kb * bk, Cb * bc, RS)[:K, :C].reshape((K, C) + taps)

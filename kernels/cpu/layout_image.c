@@ -257,6 +257,20 @@ static void taps_transposed(const float* in, int64_t lds, float* out, int64_t na
   }
 }
 
+/* Where a layer's (kb, cb) pairs are fewer than the threads (64-channel
+ * layers have one), the weight copies split each pair's k and c ranges into
+ * parts of kp and cp, multiples of 16 (whole lines of the tiles), k first,
+ * so that every thread has a part; else kp = bk and cp = bc. */
+static void tile_parts(int64_t pairs, int nt, int64_t bk, int64_t bc, int64_t* kp, int64_t* cp) {
+  *kp = bk, *cp = bc;
+  if (pairs >= nt) return;
+  const int64_t need = (nt + pairs - 1) / pairs;
+  const int64_t pk = brgemm_min64((bk + 15) / 16, need);
+  *kp = brgemm_min64(bk, ((bk + pk - 1) / pk + 15) / 16 * 16);
+  const int64_t got = (bk + *kp - 1) / *kp, pc = brgemm_min64((bc + 15) / 16, (need + got - 1) / got);
+  *cp = brgemm_min64(bc, ((bc + pc - 1) / pc + 15) / 16 * 16);
+}
+
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
                                       int src_itemsize, int64_t bk, int64_t bc, int transposed,
                                       void* dst, int dst_itemsize, int threads) {
@@ -267,18 +281,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
   const int nt = brgemm_cpu_plan_threads(threads);
   const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
   const int staged = !transposed && RS > 1 && !one_pass;
-  /* where the (kb, cb) pairs are fewer than the threads (64-channel layers
-   * have one), each pair's k and c ranges in parts of multiples of 16 (whole
-   * lines of its tiles), k first, so that every thread copies a part */
   int64_t kp = bk, cp = bc;
-  if (!staged && Kb * Cb < nt) {
-    const int64_t need = (nt + Kb * Cb - 1) / (Kb * Cb);
-    const int64_t pk = brgemm_min64((bk + 15) / 16, need);
-    kp = brgemm_min64(bk, ((bk + pk - 1) / pk + 15) / 16 * 16);
-    const int64_t pc = brgemm_min64((bc + 15) / 16, (need + (bk + kp - 1) / kp - 1) /
-                                                        ((bk + kp - 1) / kp));
-    cp = brgemm_min64(bc, ((bc + pc - 1) / pc + 15) / 16 * 16);
-  }
+  if (!staged) tile_parts(Kb * Cb, nt, bk, bc, &kp, &cp);
   const int64_t parts_k = (bk + kp - 1) / kp, parts = parts_k * ((bc + cp - 1) / cp);
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
@@ -336,8 +340,14 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
   if (!src || !dst || J < 1 || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 ||
       (di != 2 && di != 4))
     return BRGEMM_EINVAL;
-  const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, group = RS * bk * bc;
+  const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc,
+                group = RS * tile;
   const int nt = brgemm_cpu_plan_threads(threads);
+  int64_t kp, cp;
+  tile_parts(Kb * Cb, nt, bk, bc, &kp, &cp);
+  const int64_t parts_k = (bk + kp - 1) / kp, parts = parts_k * ((bc + cp - 1) / cp);
+  /* element (k, c) of a tap's tile: [bk][bc], or [bc][bk] with c_rows */
+  const int64_t sk = c_rows ? 1 : bc, scc = c_rows ? bk : 1;
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
   {
@@ -347,28 +357,40 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
       err = BRGEMM_ENOMEM;
     }
 #pragma omp for schedule(static)
-    for (int64_t o = 0; o < Kb * Cb; ++o) { /* the RS tiles of one (kb, cb), shares summed */
+    for (int64_t t = 0; t < Kb * Cb * parts; ++t) {
+      /* rows k0..k1 and columns c0..c1 of the RS tiles of one (kb, cb), shares summed */
       if (J > 1 && !acc) continue;
-      const float* in = src + o * group;
-      if (J > 1) {
-        memcpy(acc, in, (size_t)group * sizeof(float));
-        for (int64_t j = 1; j < J; ++j) {
-          const float* share = in + j * Kb * Cb * group;
-          for (int64_t i = 0; i < group; ++i) acc[i] += share[i];
-        }
-        in = acc;
-      }
+      const int64_t o = t / parts, k0 = t % parts % parts_k * kp, c0 = t % parts / parts_k * cp;
       const int64_t kb = o / Cb, cb = o % Cb, nk = brgemm_min64(bk, K - kb * bk),
                     nc = brgemm_min64(bc, C - cb * bc);
-      /* element (k, c) of a tap's tile: [bk][bc], or [bc][bk] with c_rows */
-      const int64_t sk = c_rows ? 1 : bc, scc = c_rows ? bk : 1;
+      const int64_t k1 = brgemm_min64(nk, k0 + kp), c1 = brgemm_min64(nc, c0 + cp);
+      if (k0 >= k1 || c0 >= c1) continue;
+      const float* in = src + o * group;
+      if (J > 1) { /* the part's elements of each share, summed into acc at their places */
+        int64_t na = c_rows ? c1 - c0 : k1 - k0, nb = c_rows ? k1 - k0 : c1 - c0, taps = RS;
+        const int64_t first = k0 * sk + c0 * scc, line = c_rows ? bk : bc;
+        if (nb == line) nb *= na, na = 1; /* whole lines: one run a tap */
+        if (nb == tile) nb *= RS, taps = 1; /* whole tiles: one run */
+        for (int64_t rs = 0; rs < taps; ++rs)
+          for (int64_t a = 0; a < na; ++a) {
+            const int64_t at = rs * tile + first + a * line;
+            float* restrict sum = acc + at;
+            memcpy(sum, in + at, (size_t)nb * sizeof(float));
+            for (int64_t j = 1; j < J; ++j) {
+              const float* restrict share = in + j * Kb * Cb * group + at;
+              for (int64_t b = 0; b < nb; ++b) sum[b] += share[b];
+            }
+          }
+        in = acc;
+      }
       char* out = (char*)dst + (kb * bk * C + cb * bc) * RS * di;
       if (RS == 1) /* out[k][c] */
-        brgemm_window((const char*)in, sk, scc, 4, out, C, di, nk, nc);
+        brgemm_window((const char*)(in + k0 * sk + c0 * scc), sk, scc, 4,
+                      out + (k0 * C + c0) * di, C, di, k1 - k0, c1 - c0);
       else /* out[k][c][rs] = tile rs's (k, c) */
-        for (int64_t k = 0; k < nk; ++k)
-          brgemm_window((const char*)(in + k * sk), scc, bk * bc, 4, out + k * C * RS * di, RS,
-                        di, nc, RS);
+        for (int64_t k = k0; k < k1; ++k)
+          brgemm_window((const char*)(in + k * sk + c0 * scc), scc, tile, 4,
+                        out + (k * C + c0) * RS * di, RS, di, c1 - c0, RS);
     }
     free(acc);
   }
