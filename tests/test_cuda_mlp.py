@@ -7,6 +7,7 @@ of any tile; both training paths (stored activations with the weight gradients
 as batch-reduce plans, and recompute); NumPy arrays and PyTorch CUDA tensors;
 CUDA-graph capture; the shapes the kernels refuse fall back with a warning.
 Skipped without a GPU."""
+import os
 import warnings
 
 import numpy as np
@@ -31,7 +32,8 @@ MODES = mlp_cuda.MODES
 
 
 def new_seed():
-    seed = int(np.random.SeedSequence().entropy % 2**31)
+    """A fresh seed, printed; BRGEMM_SEED replays a printed one."""
+    seed = int(os.environ.get("BRGEMM_SEED") or np.random.SeedSequence().entropy % 2**31)
     print("seed", seed)
     return seed
 
@@ -142,16 +144,22 @@ def test_torch_tensors_in_place(dtype, mode):
         check(f"db[{i}] {what}", layer.grad_bias.cpu().numpy(), rdb, seed)
     # PyTorch autograd in f32 on the same bf16 values. Rounding activations to bf16 moves
     # a few relu decisions (each one a whole element of a gradient), so the yardstick is
-    # how far PyTorch's own bf16 autograd lands from its f32 one
+    # how far PyTorch's own bf16 autograd lands from its f32 one, plus how far the float64
+    # model of our roundings (checked above element by element) lands from it: where its
+    # decisions differ from PyTorch's f32 ones (seed 1410781954: dx 4.3e-2 against torch
+    # bf16's 3.8e-3), ours follow them
     ty, tdx, tgrads = torch_autograd(net, x, dy)
     by, bdx, bgrads = torch_autograd(net, x, dy, torch.bfloat16)
     ours = [y, dx] + [layer.grad_weight for layer in net.layers]
     f32 = [ty, tdx] + [tw for tw, _ in tgrads]
     b16 = [by, bdx] + [bw for bw, _ in bgrads]
-    for name, o, t, b in zip(["y", "dx"] + [f"dW{i}" for i in range(len(net.layers))], ours,
-                             f32, b16):
-        print(f"{name}: ours {rel(o, t):.2e}, torch bf16 {rel(b, t):.2e} from torch f32")
-        assert rel(o, t) <= 3 * rel(b, t) + 1e-2, name
+    model = [torch.as_tensor(v, device=ty.device)
+             for v in [ry[0], rdx[0]] + [rdw[0] for rdw, _ in grads]]
+    for name, o, t, b, m in zip(["y", "dx"] + [f"dW{i}" for i in range(len(net.layers))], ours,
+                                f32, b16, model):
+        print(f"{name}: ours {rel(o, t):.2e}, torch bf16 {rel(b, t):.2e}, "
+              f"our rounding model {rel(m, t):.2e} from torch f32")
+        assert rel(o, t) <= 3 * rel(b, t) + rel(m, t) + 1e-2, name
 
 
 @pytest.mark.parametrize("mode", MODES)
