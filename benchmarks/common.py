@@ -136,6 +136,21 @@ def paired_ratio(num, den):
     return statistics.median(n / d for n, d in zip(num, den))
 
 
+def layer_peak(dtype, threads, seconds=0.2):
+    """(GFLOP/s, what): the measured peak of one core times `threads` for the
+    instruction dtype's CPU kernel path runs on: AMX tdpbf16ps (bf16-amx),
+    AVX512-BF16 dot products (bf16-vnni), else f32 FMAs (f32, and bf16
+    widened to f32), so that a layer's % of peak is against its own unit."""
+    from brgemm import machine as brgemm_machine
+    from brgemm.info import kernel_path
+    path = kernel_path(dtype, "cpu") or ""
+    if path.startswith("bf16-amx"):
+        return brgemm_machine.amx_peak(seconds) * threads, "AMX tdpbf16ps"
+    if path.startswith("bf16-vnni"):
+        return brgemm_machine.bf16_peak(seconds) * threads, "AVX512-BF16 dot"
+    return brgemm_machine.fma_peak(seconds)[0] * threads, "f32 FMA"
+
+
 def geomean(xs):
     xs = [x for x in xs if x > 0]
     return (statistics.geometric_mean(xs)) if xs else float("nan")

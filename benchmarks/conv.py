@@ -19,8 +19,7 @@ import brgemm
 from brgemm.info import kernel_path
 from benchmarks.common import (VsTable, check_close, compare, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
-                               machine, quick_shapes, ratio_row, set_threads)
-from brgemm.machine import fma_peak
+                               layer_peak, machine, quick_shapes, ratio_row, set_threads)
 from primitives import conv, reuse
 
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
@@ -57,11 +56,11 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     rng = np.random.default_rng()
     shapes = quick_shapes(shape_set, quick, QUICK)
     N = threads
-    peak = fma_peak(0.2)[0] * threads
+    peak, unit = layer_peak(dtype, threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
-          f"{peak:.0f} GFLOP/s; median of {reps}, interleaved")
+          f"{peak:.0f} GFLOP/s ({unit} x threads); median of {reps}, interleaved")
     table = VsTable(17, 5, label="layer")
     table.head()
     rows = []

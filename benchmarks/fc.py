@@ -17,8 +17,7 @@ import numpy as np
 import brgemm
 from benchmarks.common import (VsTable, check_close, compare, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
-                               machine, ratio_row, read_shapes, set_threads)
-from brgemm.machine import fma_peak
+                               layer_peak, machine, ratio_row, read_shapes, set_threads)
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc, reuse
 
@@ -34,10 +33,10 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
-    peak = fma_peak(0.2)[0] * threads
+    peak, unit = layer_peak(dtype, threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured f32 "
-          f"FMA x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
+    print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured "
+          f"{unit} x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
     table = VsTable(15, 5, func_gflops=True)
     table.head()
     rows = []

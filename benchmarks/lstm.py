@@ -16,8 +16,7 @@ import numpy as np
 
 from benchmarks.common import (VsTable, check_close, compare, differs, finish_functional,
                                finish_report, functional_row, functional_setup, interleaved,
-                               machine, quick_shapes, ratio_row, set_threads)
-from brgemm.machine import fma_peak
+                               layer_peak, machine, quick_shapes, ratio_row, set_threads)
 from primitives import lstm, reuse
 
 QUICK = ("small_t10_n64", "single_step_t1")
@@ -46,10 +45,10 @@ def _vs_onednn(quick, dtype, threads, shape_set):
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
     shapes = quick_shapes(shape_set, quick, QUICK)
-    peak = fma_peak(0.2)[0] * threads
+    peak, unit = layer_peak(dtype, threads)
     reps = 5 if quick else 7
-    print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s; median of {reps}, "
-          "interleaved")
+    print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s ({unit} x "
+          f"threads); median of {reps}, interleaved")
     table = VsTable(20, 8)
     table.head()
     rows = []
