@@ -119,6 +119,22 @@ static int t1_a_panel(const brgemm_amx_kernel* kr, int rows, int64_t blocks) {
   return (int64_t)rows * kr->kp * 2 * blocks > A_PANEL_L1;
 }
 
+/* Whether a macro block's A (t1_on_a) or B (t1_on_b) tiles load with the T1
+ * hint under mode t1: unshared, whether the caller's order counts the operand
+ * as one the next macro block does not share (T1_UNSHARED); next, last:
+ * whether the next and the last macro block read it too (T1_REUSE); rows and
+ * blocks: the macro block's A panel (T1_PANEL). */
+static int t1_on_a(const brgemm_amx_kernel* kr, int t1, int unshared, int next, int last,
+                   int rows, int64_t blocks) {
+  return t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && unshared) ||
+         (t1 == T1_REUSE && !next && !last) || (t1 == T1_PANEL && t1_a_panel(kr, rows, blocks));
+}
+
+static int t1_on_b(int t1, int unshared, int next, int last) {
+  return t1 == T1_B || t1 == T1_BOTH || t1 == T1_PANEL || (t1 == T1_UNSHARED && unshared) ||
+         (t1 == T1_REUSE && !next && !last);
+}
+
 /* Where a macro block's two B column tiles start in a B block (bytes) and the
  * bytes between their pair rows: in VNNI rows ([kp/2][ld][2], both tiles in
  * one row) or in our strips of 16 columns ([n/16][kp/2][16][2], each tile's
@@ -712,10 +728,8 @@ static visit visit_of(const brgemm_amx_kernel* kr, int64_t v, int64_t visits, in
       .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
       .bc = b_columns(kr, j0, sb, strips), .two_rows = rows > TILE, .two_cols = cols > TILE,
       .back = kr->reverse && (int)(v & 1),
-      .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && !next_a) ||
-             (t1 == T1_REUSE && !next_a && !last_a) || (t1 == T1_PANEL && t1_a_panel(kr, rows, nb)),
-      .t1b = t1 == T1_B || t1 == T1_BOTH || t1 == T1_PANEL || (t1 == T1_UNSHARED && !next_b) ||
-             (t1 == T1_REUSE && !next_b && !last_b)};
+      .t1a = t1_on_a(kr, t1, !next_a, next_a, last_a, rows, nb),
+      .t1b = t1_on_b(t1, !next_b, next_b, last_b)};
   x.o = o;
   x.cfg = &kr->cfg[rows < MB][cols < NB];
   x.cb = (char*)acc + i0 * sacc + j0 * 4;
@@ -848,11 +862,8 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
             .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
             .two_rows = rows > TILE, .two_cols = cols > TILE,
             .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
-            .t1a = t1 == T1_A || t1 == T1_BOTH || (t1 == T1_UNSHARED && next_b) ||
-                   (t1 == T1_REUSE && !next_a && !last_a) ||
-                   (t1 == T1_PANEL && t1_a_panel(kr, rows, nb)),
-            .t1b = t1 == T1_B || t1 == T1_BOTH || t1 == T1_PANEL || (t1 == T1_UNSHARED && next_a) ||
-                   (t1 == T1_REUSE && !next_b && !last_b)};
+            .t1a = t1_on_a(kr, t1, next_b, next_a, last_a, rows, nb),
+            .t1b = t1_on_b(t1, next_a, next_b, last_b)};
         macro_block(kr, &o, acc, sacc, load, j0);
       }
     }
