@@ -450,6 +450,17 @@ static void c_end(const operands* o, char* cb, int64_t sacc) {
   if (two_rows && two_cols) TILE_STORE(3, cb + TILE * sacc + TILE * 4, sacc);
 }
 
+/* The lines that o's step on block i, k chunk kk reads (its A rows and B's
+ * pair rows: one line each, a k chunk being at most 64 bytes) into L1 */
+static void prefetch_step(const brgemm_amx_kernel* kr, const operands* o, int64_t i, int64_t kk) {
+  const char* an = (const char*)o->a[i] + o->i0 * o->sa + kk * 2;
+  for (int r = 0; r < (o->two_rows ? 2 : 1) * TILE; ++r) PREFETCH(an + r * o->sa);
+  for (int t = 0; t < (o->two_cols ? 2 : 1); ++t) {
+    const char* bn = (const char*)o->b[i] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
+    for (int64_t p = 0; p < kr->kc / 2; ++p) PREFETCH(bn + p * o->bc.stride[t]);
+  }
+}
+
 /* A macro block's steps `first` (0, or 1 after turn_by_tile ran its first
  * step) to `end` (at most count * nk): block by block, k chunk by k chunk,
  * four products each */
@@ -475,16 +486,7 @@ static void block_steps(const brgemm_amx_kernel* kr, const operands* o, int64_t 
     const int64_t q_end = end - ii * nk < nk ? end - ii * nk : nk;
     for (int64_t q = ii == first / nk ? first % nk : 0; q < q_end; ++q) {
       const int64_t kk = (o->back ? nk - 1 - q : q) * kr->kc;
-      if (ahead) {
-        const char* an = (const char*)o->a[i + pf] + o->i0 * sa + kk * 2;
-        for (int r = 0; r < (two_rows ? 2 : 1) * TILE; ++r)
-          for (int64_t x = 0; x < kr->kc * 2; x += 64) PREFETCH(an + r * sa + x);
-        for (int t = 0; t < (two_cols ? 2 : 1); ++t) {
-          const char* bn = (const char*)o->b[i + pf] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
-          for (int64_t p = 0; p < kr->kc / 2; ++p)
-            for (int64_t x = 0; x < TILE * 4; x += 64) PREFETCH(bn + p * o->bc.stride[t] + x);
-        }
-      }
+      if (ahead) prefetch_step(kr, o, i + pf, kk);
       LOAD(ta, 4, ai + kk * 2, sa);
       LOAD(tb, 6, b0 + kk / 2 * sb0, sb0);
       TILE_DP(0, 4, 6);
@@ -740,13 +742,7 @@ static visit visit_of(const brgemm_amx_kernel* kr, int64_t v, int64_t visits, in
 static void prefetch_first(const brgemm_amx_kernel* kr, const operands* o, int64_t steps) {
   for (int64_t s = 0; s < steps && s < o->count * o->nk; ++s) {
     const int64_t i = o->back ? o->count - 1 - s / o->nk : s / o->nk;
-    const int64_t kk = (o->back ? o->nk - 1 - s % o->nk : s % o->nk) * kr->kc;
-    const char* an = (const char*)o->a[i] + o->i0 * o->sa + kk * 2;
-    for (int r = 0; r < (o->two_rows ? 2 : 1) * TILE; ++r) PREFETCH(an + r * o->sa);
-    for (int t = 0; t < (o->two_cols ? 2 : 1); ++t) {
-      const char* bn = (const char*)o->b[i] + o->bc.off[t] + kk / 2 * o->bc.stride[t];
-      for (int64_t p = 0; p < kr->kc / 2; ++p) PREFETCH(bn + p * o->bc.stride[t]);
-    }
+    prefetch_step(kr, o, i, (o->back ? o->nk - 1 - s % o->nk : s % o->nk) * kr->kc);
   }
 }
 
