@@ -87,7 +87,7 @@ struct brgemm_amx_kernel {
   int reverse;  /* every other macro block walks the blocks backwards */
   int64_t pf;  /* prefetch the A and B lines this many blocks ahead into L1 (0: none) */
   int pipelined;  /* load the next step's tiles between this step's products */
-  int b_major;  /* a step's products B tile by B tile (step_b_major) */
+  int b_major;  /* a step's products B tile by B tile (block_steps) */
   int t1[2];  /* which operand loads with the T1 hint (tileloaddt1) [b_packed]: T1_* below */
   int b_tiles;  /* B packed ahead (pack_b, b_packed runs): each 16-column strip apart */
   int keep;  /* public runs leave the tiles configured (brgemm_amx_finish) */
@@ -787,6 +787,45 @@ static void grouped(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int6
 
 static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* The default schedule: blocks in chunks (passes) whose A and B stay in L1
+ * while every macro block of C passes over them, the macro blocks in a snake,
+ * the accumulators back to acc between chunks; c_in: acc holds C to add to
+ * (else the first pass starts from zero). */
+static void snake(const brgemm_amx_kernel* kr, const uint16_t* const* ap, int64_t sa,
+                  const uint16_t* const* bp, int64_t sb, int b_packed, int64_t count, float* acc,
+                  int64_t sacc, int c_in, int64_t chunk) {
+  const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
+  for (int64_t b0 = 0; b0 < count; b0 += chunk) {
+    const int64_t nb = count - b0 < chunk ? count - b0 : chunk;
+    const int load = b0 > 0 || c_in;
+    for (int64_t ib = 0; ib < row_blocks; ++ib) {
+      const int64_t i0 = ib * MB;
+      const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
+      /* a snake over C: the next macro block shares its A rows or its B
+       * columns with the last one, which are still in L1 */
+      const int back = ib & 1;
+      for (int64_t jb = 0; jb < col_blocks; ++jb) {
+        const int64_t j0 = (back ? col_blocks - 1 - jb : jb) * NB;
+        const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
+        use_config(&kr->cfg[rows < MB][cols < NB]);
+        /* T1_UNSHARED: the next macro block shares A along a row of the
+         * snake, B where it turns; the last one shares nothing */
+        const int next_a = jb + 1 < col_blocks, next_b = !next_a && ib + 1 < row_blocks;
+        const int last_a = jb > 0, last_b = jb == 0 && ib > 0;
+        const int t1 = kr->t1[b_packed != 0];
+        const operands o = {
+            .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
+            .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
+            .two_rows = rows > TILE, .two_cols = cols > TILE,
+            .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
+            .t1a = t1_on_a(kr, t1, next_b, next_a, last_a, rows, nb),
+            .t1b = t1_on_b(t1, next_a, next_b, last_b)};
+        macro_block(kr, &o, acc, sacc, load, j0);
+      }
+    }
+  }
+}
+
 static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* const* b, void* c,
                int64_t count, int b_packed) {
   const int pad = kr->kp != kr->k, pack = !b_packed && !kr->b_vnni;
@@ -818,52 +857,14 @@ static int run(const brgemm_amx_kernel* kr, const void* const* a, const void* co
   const int64_t sb = (ours ? kr->n : kr->ldb) * 4;
   const int64_t sacc = (kr->direct ? kr->ldc : kr->n) * 4;
   MEMORY_BARRIER();  /* packed blocks and C written before the tiles read them */
-  if (kr->pingpong) {
-    pingpong(kr, ap, sa, bp, sb, b_packed && kr->b_tiles, count, acc, sacc,
-             kr->direct && kr->beta == 1.0f);
-    MEMORY_BARRIER();
-    if (!kr->direct) combine(kr, acc, c);
-    return BRGEMM_OK;
-  }
   const int64_t chunk = kr->chunk[b_packed != 0];
-  if (chunk == INT64_MAX && (kr->group < count || kr->turn)) {
-    grouped(kr, ap, sa, bp, sb, b_packed, count, acc, sacc, kr->direct && kr->beta == 1.0f);
-    MEMORY_BARRIER();
-    if (!kr->direct) combine(kr, acc, c);
-    return BRGEMM_OK;
-  }
-  /* blocks in chunks whose A and B stay in L1 while every macro block of C
-   * passes over them; the accumulators go back to acc between chunks */
-  const int64_t col_blocks = (kr->n + NB - 1) / NB, row_blocks = (kr->m + MB - 1) / MB;
-  for (int64_t b0 = 0; b0 < count; b0 += chunk) {
-    const int64_t nb = count - b0 < chunk ? count - b0 : chunk;
-    const int load = b0 > 0 || (kr->direct && kr->beta == 1.0f);
-    for (int64_t ib = 0; ib < row_blocks; ++ib) {
-      const int64_t i0 = ib * MB;
-      const int rows = (int)(kr->m - i0 < MB ? kr->m - i0 : MB);
-      /* a snake over C: the next macro block shares its A rows or its B
-       * columns with the last one, which are still in L1 */
-      const int back = ib & 1;
-      for (int64_t jb = 0; jb < col_blocks; ++jb) {
-        const int64_t j0 = (back ? col_blocks - 1 - jb : jb) * NB;
-        const int cols = (int)(kr->n - j0 < NB ? kr->n - j0 : NB);
-        use_config(&kr->cfg[rows < MB][cols < NB]);
-        /* T1_UNSHARED: the next macro block shares A along a row of the
-         * snake, B where it turns; the last one shares nothing */
-        const int next_a = jb + 1 < col_blocks, next_b = !next_a && ib + 1 < row_blocks;
-        const int last_a = jb > 0, last_b = jb == 0 && ib > 0;
-        const int t1 = kr->t1[b_packed != 0];
-        const operands o = {
-            .a = ap + b0, .b = bp + b0, .sa = sa, .count = nb, .nk = kr->kp / kr->kc, .i0 = i0,
-            .bc = b_columns(kr, j0, sb, b_packed && kr->b_tiles),
-            .two_rows = rows > TILE, .two_cols = cols > TILE,
-            .back = kr->reverse && (int)((ib * col_blocks + jb) & 1),
-            .t1a = t1_on_a(kr, t1, next_b, next_a, last_a, rows, nb),
-            .t1b = t1_on_b(t1, next_a, next_b, last_b)};
-        macro_block(kr, &o, acc, sacc, load, j0);
-      }
-    }
-  }
+  const int c_in = kr->direct && kr->beta == 1.0f;
+  if (kr->pingpong)
+    pingpong(kr, ap, sa, bp, sb, b_packed && kr->b_tiles, count, acc, sacc, c_in);
+  else if (chunk == INT64_MAX && (kr->group < count || kr->turn))
+    grouped(kr, ap, sa, bp, sb, b_packed, count, acc, sacc, c_in);
+  else
+    snake(kr, ap, sa, bp, sb, b_packed, count, acc, sacc, c_in, chunk);
   MEMORY_BARRIER();  /* the tiles' stores before plain reads of acc and C */
   if (!kr->direct) combine(kr, acc, c);
   return BRGEMM_OK;
