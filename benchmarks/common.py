@@ -136,19 +136,25 @@ def paired_ratio(num, den):
     return statistics.median(n / d for n, d in zip(num, den))
 
 
-def layer_peak(dtype, threads, seconds=0.2):
-    """(GFLOP/s, what): the measured peak of one core times `threads` for the
-    instruction dtype's CPU kernel path runs on: AMX tdpbf16ps (bf16-amx),
-    AVX512-BF16 dot products (bf16-vnni), else f32 FMAs (f32, and bf16
-    widened to f32), so that a layer's % of peak is against its own unit."""
+def path_peak(path, seconds=0.2):
+    """(GFLOP/s, unit): the measured peak of one core for the instruction a CPU
+    kernel path runs on: AMX tdpbf16ps ("amx") for bf16-amx, AVX512-BF16 dot
+    products ("bf16dot") for bf16-vnni, else f32 FMAs (f32, and bf16 widened
+    to f32; the unit is the vector extension they ran on)."""
     from brgemm import machine as brgemm_machine
-    from brgemm.info import kernel_path
-    path = kernel_path(dtype, "cpu") or ""
     if path.startswith("bf16-amx"):
-        return brgemm_machine.amx_peak(seconds) * threads, "AMX tdpbf16ps"
+        return brgemm_machine.amx_peak(seconds), "amx"
     if path.startswith("bf16-vnni"):
-        return brgemm_machine.bf16_peak(seconds) * threads, "AVX512-BF16 dot"
-    return brgemm_machine.fma_peak(seconds)[0] * threads, "f32 FMA"
+        return brgemm_machine.bf16_peak(seconds), "bf16dot"
+    return brgemm_machine.fma_peak(seconds)
+
+
+def layer_peak(dtype, threads, seconds=0.2):
+    """path_peak of dtype's CPU kernel path here, times `threads`: a layer's %
+    of peak is against its own unit."""
+    from brgemm.info import kernel_path
+    peak, unit = path_peak(kernel_path(dtype, "cpu") or "", seconds)
+    return peak * threads, unit
 
 
 def geomean(xs):

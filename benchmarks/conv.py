@@ -60,7 +60,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     reps = 5 if quick else 7
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
-          f"{peak:.0f} GFLOP/s ({unit} x threads); median of {reps}, interleaved")
+          f"{peak:.0f} GFLOP/s (one core's {unit} peak x threads); median of {reps}, interleaved")
     table = VsTable(17, 5, label="layer")
     table.head()
     rows = []

@@ -35,8 +35,8 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
     peak, unit = layer_peak(dtype, threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (measured "
-          f"{unit} x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
+    print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (one core's "
+          f"{unit} peak x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
     table = VsTable(15, 5, func_gflops=True)
     table.head()
     rows = []

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import brgemm
+from benchmarks.common import path_peak
 from brgemm import machine as brgemm_machine
 
 # (m, n, k, count), row-major. The seed paper's 64x28x64 x9 block (a 3x3 conv
@@ -48,16 +49,12 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
     for _ in range(calls // 10 + 1):  # warm-up: JIT, caches, clocks
         kern(A, B, C)
     api, nat, peaks = [], [], []
-    # each path against the peak of the instruction it runs on: AMX tiles, bf16
-    # dot products, or f32 FMAs (also the widening path's)
-    probe = {"bf16-amx": lambda: (brgemm_machine.amx_peak(0.05), "amx"),
-             "bf16-vnni": lambda: (brgemm_machine.bf16_peak(0.05), "bf16dot")}.get(
-                 kern.path, lambda: brgemm_machine.fma_peak(0.05))
     if packed:  # B in the kernel's layout once (as the layers keep weights): no packing per call
         B = kern.pack_b(B)
         calls = _calls_for(seconds, flops, 1000.0)
     for _ in range(reps):
-        peak, isa = probe()
+        # each path against the peak of the instruction it runs on (path_peak)
+        peak, isa = path_peak(kern.path, 0.05)
         t0 = time.perf_counter()
         for _ in range(calls):
             kern(A, B, C)

@@ -47,8 +47,8 @@ def _vs_onednn(quick, dtype, threads, shape_set):
     shapes = quick_shapes(shape_set, quick, QUICK)
     peak, unit = layer_peak(dtype, threads)
     reps = 5 if quick else 7
-    print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s ({unit} x "
-          f"threads); median of {reps}, interleaved")
+    print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (one "
+          f"core's {unit} peak x threads); median of {reps}, interleaved")
     table = VsTable(20, 8)
     table.head()
     rows = []
