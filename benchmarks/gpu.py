@@ -324,9 +324,6 @@ def run_fc_gemm(quick, dtypes, skip_tma=False):
                                "in-graph", f"matmul {M}x{Nn}x{Kk}; {launch_text(p)}")
 
 
-# forward for the GPU: every loop parallel (a task per output row block), one
-# kernel call per task (all of C, R, S), wider
-# output-channel and pixel blocks than the CPU's cache-sized defaults
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__)
     parser.add_argument("--quick", action="store_true")
