@@ -13,6 +13,8 @@
 # limits the layer runs to those passes; UPD_VARIANTS names BRGEMM_CONFIG files
 # (benchmarks/amx_upd/*.toml), each one more conv weight-update run at 2
 # threads (and 16 with AMX16=1), logged together in upd_variants.txt.
+# BLOCK=1: the kernel benchmark's block as FC shapes (benchmarks/shapes/
+# amx_block.txt), ours against oneDNN's own AMX kernels at one thread on core 2.
 # LAYER_VARIANTS: kernel tunables (joined by commas, as VARIANT_TESTS), each
 # one more 2-thread run of each layer part right after its default run (of the
 # parts in VARIANT_PARTS, default all), logged together in layer_variants.txt.
@@ -20,7 +22,7 @@
 # repository root.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
-[ "${*:-fc conv lstm}" = none ] || device_onednn_setup  # oneDNN for the layer runs only
+[ "${*:-fc conv lstm}" = none ] && [ "${BLOCK:-0}" != 1 ] || device_onednn_setup  # oneDNN for layers only
 device_machine
 device_build_cpu
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
@@ -53,6 +55,10 @@ for v in $variants; do
     --quick 2>&1 | tee -a $out/kernel_bench_$i.txt
   i=$((i + 1))
 done
+if [ "${BLOCK:-0}" = 1 ]; then
+  OMP_NUM_THREADS=1 taskset -c 2 timeout ${TIMEOUT_block:-90} $py -m benchmarks fc --set amx_block \
+    --dtype bf16 --threads 1 2>&1 | tee $out/block_bf16_t1.txt
+fi
 parts=${*:-fc conv lstm}
 pass_args=""
 for p in ${PASSES:-}; do pass_args="$pass_args --pass $p"; done
