@@ -58,7 +58,7 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
     x = Layout(N=g.N, C=g.C, HW=HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
-    per_call = blocks_per_call(g.call_kb[0], (g.bk + bp) * g.bc, dtype)
+    per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():
         n, k, p = at["n"], at["k"], at["p"]
         m, width = min(g.bk, g.K - k * g.bk), min(bp, HW - p * bp)

@@ -28,7 +28,7 @@ from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, bloc
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
-                 "span_q": int, "w_reuse": int},
+                 "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -63,6 +63,10 @@ class Geometry:
     # fwd, bwd: pixel blocks of a task that take each kernel call's weight
     # blocks in turn (_calls.record_grouped; 1: one block's reduction at a time)
     w_reuse: tuple = (1, 1)
+    # the functional forms' pointwise plans (conv_pointwise, 1x1 layers): KiB of
+    # A and B blocks per kernel call, and the pixel block's target
+    pointwise_kb: int = 32
+    pointwise_bp: int = 112
 
     P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
     Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
@@ -139,7 +143,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["spec"] for p in SCHEMA), splits,
                     tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
-                    tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")))
+                    tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
+                    f["pointwise_bp"])
 
 
 # ---------------------------------------------------------------- the loop nests

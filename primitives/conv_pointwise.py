@@ -27,7 +27,7 @@ def pointwise(g, dtype, backend):
     if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
             or dtype != "f32" or backend != "cpu" or 16 * nblocks(HW, 16) - HW > HW // 16):
         return None
-    return pick_block(HW, 112, 16)  # 112 beat 128 on 196 pixels (benchmarks/RESULTS.md)
+    return pick_block(HW, g.pointwise_bp, 16)  # config: the pointwise_bp target
 
 
 def pointwise_update(g, dtype, backend, dy):

@@ -47,19 +47,22 @@ def test_pointwise_forward_backward(rng):
     forward reads w and x in place and writes y in place (conv.pointwise),
     and backward-data, the pointwise forward of w^T (its tiles), reads dy in
     place and writes dx in place. Random sizes, K and C ragged against their
-    blocks, a ragged last pixel block."""
-    for it in range(4):
+    blocks, a ragged last pixel block; random call sizes and pixel blocks
+    (pointwise_kb, pointwise_bp: one block a call up to the whole reduction)."""
+    for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
         if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
             H += 1
         C, K = 16 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
         if it % 2:  # backward-data's turn: K whole blocks, C ragged
             C, K = K, C
-        print(f"N={N} C={C} K={K} H={H} W={W}")
-        cfg = {"fwd": {"bc": 16, "bk": 16}}
+        kb, bp = int(rng.choice([1, 8, 32, 1024])), int(rng.choice([32, 64, 112]))
+        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp}")
+        cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp}}
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
+        assert (g.pointwise_kb, g.pointwise_bp) == (kb, bp)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
-        assert conv.pointwise(gt if it % 2 else g, "f32", "cpu")  # the path under test
+        assert conv.pointwise(gt if it % 2 else g, "f32", "cpu") <= bp  # the path under test
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
         y = conv.forward(x, w, config=cfg)
