@@ -40,6 +40,7 @@ import numpy as np
 
 import brgemm
 from brgemm import machine
+from benchmarks.kernel import block_data
 
 SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (7, 64, 64, 18), (196, 64, 64, 4)]
 TUNABLES = ("BRGEMM_AMX_T1", "BRGEMM_AMX_BTILES", "BRGEMM_AMX_L1", "BRGEMM_AMX_SWAP")
@@ -52,11 +53,7 @@ TOUCH = (16384, 65536)  # bytes written between two calls from C: an L1's worth,
 
 
 def _data(m, n, k, count, rng):
-    A = brgemm.aligned_empty((count, m, k), brgemm.bfloat16)
-    B = brgemm.aligned_empty((count, k, n), brgemm.bfloat16)
-    A[...] = rng.standard_normal(A.shape)
-    B[...] = rng.standard_normal(B.shape)
-    return A, B, np.zeros((m, n), np.float32)
+    return block_data(m, n, k, count, "bf16", rng)
 
 
 def _per_call(fn, seconds=0.05):

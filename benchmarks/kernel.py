@@ -23,7 +23,8 @@ SHAPES = [(64, 64, 64, 16), (28, 64, 64, 9), (32, 32, 32, 1)]
 DTYPES = ["f32", "bf16"]
 
 
-def _data(m, n, k, count, dtype, rng):
+def block_data(m, n, k, count, dtype, rng):
+    """Random A [count, m, k], B [count, k, n] of dtype and a zeroed f32 C [m, n]."""
     dt = np.float32 if dtype == "f32" else brgemm.bfloat16
     A = brgemm.aligned_empty((count, m, k), dt)
     B = brgemm.aligned_empty((count, k, n), dt)
@@ -42,7 +43,7 @@ def measure(m, n, k, count, dtype, reps=7, seconds=0.2, rng=None, packed=False):
     """One row of the table: medians over `reps` of GFLOP/s and % of peak;
     packed: B packed once (Kernel.pack_b), as the layers keep their weights."""
     rng = rng or np.random.default_rng()
-    A, B, C = _data(m, n, k, count, dtype, rng)
+    A, B, C = block_data(m, n, k, count, dtype, rng)
     kern = brgemm.Kernel(m, n, k, dtype=dtype)
     flops = 2.0 * m * n * k * count
     calls = _calls_for(seconds, flops)

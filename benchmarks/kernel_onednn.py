@@ -41,7 +41,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     set_threads(1)  # ours and oneDNN's, proven (its verbose report)
     rng = np.random.default_rng()
-    A, B, C = kernel._data(M, N, K, COUNT, "bf16", rng)
+    A, B, C = kernel.block_data(M, N, K, COUNT, "bf16", rng)
     kern = brgemm.Kernel(M, N, K, dtype="bf16")
     Bp = kern.pack_b(B)
     flops = 2.0 * M * N * K * COUNT
