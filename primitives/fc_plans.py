@@ -134,27 +134,41 @@ def vnni_passes(g, dtype, backend, plain=False):
                      and (not plain or rest == 0 or takes_vnni_b(rest, dtype, backend)))
 
 
+def outputs_first(spec):
+    """The functional forward's spec: the configured one with its parallel
+    output loop K moved just ahead of the parallel minibatch loop N ("NKc" ->
+    "KNc"). The forward copies W^T's tiles on every call, each thread a run of
+    output blocks (brgemm.layouts.to_blocks): with K outer each thread's tasks
+    read the tiles it has just copied, from its own cache; with N outer every
+    thread reads every tile, and the next call's copy rewrites lines that all
+    cores hold, which made that copy several times slower on the 16-core Xeon
+    (benchmarks/RESULTS.md)."""
+    return spec.replace("NK", "KN") if spec.count("N") == spec.count("K") == 1 else spec
+
+
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
          vnni=False):
     """The recorded plan of one pass (cached by geometry and options); plain: the
-    functional form's plan, on plain matrices as the plain nests above say;
-    vnni: the plan's B tiles (w, wt, and dy or x in the update) in VNNI pairs
-    (see vnni_passes)."""
+    functional form's plan, on plain matrices as the plain nests above say (the
+    forward's with outputs_first's spec); vnni: the plan's B tiles (w, wt, and
+    dy or x in the update) in VNNI pairs (see vnni_passes)."""
     if plain and bf16_out:
         raise ValueError("bf16_out: the plain (functional) plans write f32 only")
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
-        product = _PRODUCTS[pass_](g, plain)
+        gp = g if not (plain and pass_ == "fwd") else \
+            dataclasses.replace(g, specs=(outputs_first(g.specs[0]),) + g.specs[1:])
+        product = _PRODUCTS[pass_](gp, plain)
         a, b, c = product.a[0], product.b[0], product.c[0]
         tensors = {a: dtype, b: dtype, c: "f32"}
         if pass_ == "fwd" and has_bias:
             tensors["b"] = "f32"
         if bf16_out:
             tensors[c + "16"] = "bf16"
-        rec = bplan.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
-        product_nest(rec, _loops(g, pass_), product, dtype,
-                     _epilogue(g, pass_, has_bias, activation, bf16_out), g.chunk[pass_], vnni)
+        rec = bplan.Recorder(tensors, spec=gp.specs[("fwd", "bwd", "upd").index(pass_)])
+        product_nest(rec, _loops(gp, pass_), product, dtype,
+                     _epilogue(gp, pass_, has_bias, activation, bf16_out), gp.chunk[pass_], vnni)
         return rec.finish()
     return _plans.get(key, record)
 

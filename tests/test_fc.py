@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import brgemm
-from primitives import fc
+from primitives import fc, fc_plans
 
 SHAPES = [(1, 1, 1), (7, 3, 5), (64, 64, 64), (100, 70, 130), (65, 128, 1), (33, 1, 17), (256, 200, 96)]
 
@@ -102,6 +102,26 @@ def test_forward_reading_w_in_place(rng):
                         + (0 if b is None else np.abs(b)))
         print(f"N={N} C={C} K={K} bias={b is not None}")
         assert y.shape == (N, K) and (np.abs(y - ref) <= bound).all()
+
+
+def test_functional_forward_puts_its_output_blocks_outer(rng):
+    """The functional forward's plain plan runs the configured spec with K moved
+    ahead of N (fc_plans.outputs_first), so each thread reads the W^T tiles it
+    copied: its second task is the next minibatch block of the same outputs.
+    Its results stay right (test_functional, test_specs_and_chunks)."""
+    assert [fc_plans.outputs_first(s) for s in ("NKc", "n|NKc", "KNc", "Nkc", "NcK")] == \
+        ["KNc", "n|KNc", "KNc", "Nkc", "NcK"]
+    N, C, K = (int(v) for v in rng.integers(65, 200, 3))
+    print(f"N={N} C={C} K={K}")
+    cfg = {"fwd": {"spec": "NKc", "bn": 32, "bc": 32, "bk": 32}}
+    g = fc.geometry(N, C, K, cfg)
+    p = fc.plan(g, "fwd", plain=True)
+    first = p.calls["c_off"][p.task_begin[1:3]]  # the first calls of tasks 1 and 2
+    assert list(first) == [g.bn * K, 2 * g.bn * K]  # (n 1, k 0), (n 2, k 0): y rows bn, 2 bn
+    x, w = rng.standard_normal((N, C)).astype(np.float32), rng.standard_normal((K, C)).astype(
+        np.float32)
+    check("y", fc.forward(x, w, config=cfg), reference(x, w, None, np.zeros((N, K)))[0], "f32",
+          scales(x, w, np.zeros((N, K)))["y"])
 
 
 def test_bf16_accepts_float32_inputs(rng, backend):
