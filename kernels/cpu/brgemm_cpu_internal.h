@@ -21,6 +21,23 @@ static inline uint16_t brgemm_f32_to_bf16(float f) {  /* round to nearest even, 
   return (uint16_t)(u >> 16);
 }
 
+/* Every cache line of the `bytes` at p asked for now, to be read (write 0) or
+ * written (write 1): a hint, which faults nowhere, even past an array's end.
+ * For spans the hardware prefetchers do not follow (rows pages apart). */
+static inline void brgemm_prefetch_span(const void* p, int64_t bytes, int write) {
+  const char* c = (const char*)p;
+  for (int64_t o = 0; o < bytes; o += 64) {
+    if (write)  /* (the hint's arguments must be constants) */
+      __builtin_prefetch(c + o, 1, 3);
+    else
+      __builtin_prefetch(c + o, 0, 3);
+  }
+  if (write)  /* the last line, where the span ends past a 64-byte step */
+    __builtin_prefetch(c + bytes - 1, 1, 3);
+  else
+    __builtin_prefetch(c + bytes - 1, 0, 3);
+}
+
 /* The offset form with BYTE offsets, as libxsmm takes them: no conversion
  * pass, for plans that store byte offsets. Works for any form's kernel whose
  * f32 function is the offset form (the plan creates BRGEMM_OFFS kernels). */

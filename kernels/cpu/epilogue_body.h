@@ -233,11 +233,7 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
        * prefetchers to follow; asked for now, their lines arrive during the
        * next tile's calls (a hint: no fault past the array's end; measured
        * in benchmarks/RESULTS.md, issue 17, eleventh session) */
-      for (int64_t j = 0; j < n; ++j) {
-        const char* row = (const char*)(dst + j * op->ld + m);
-        for (int64_t b = 0; b < 4 * m; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 4 * m - 1, 1, 3);
-      }
+      for (int64_t j = 0; j < n; ++j) brgemm_prefetch_span(dst + j * op->ld + m, 4 * m, 1);
       return BRGEMM_OK;
     }
     case BRGEMM_OP_RELU_BWD_BF16:

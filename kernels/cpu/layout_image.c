@@ -611,12 +611,6 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
 /* pixels ahead whose im2col row columns_to_image_avx512 prefetches */
 enum { COL2IM_AHEAD = 4 };
 
-static inline void prefetch_span(const float* p, int64_t bytes) {
-  const char* c = (const char*)p;
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
-  __builtin_prefetch(c + bytes - 1, 0, 3);
-}
-
 /* columns_to_image with AVX-512: a task's 16 channels of one image summed in
  * a per-thread plane of 16-channel vectors ([Hp][Wp][16], the padded image:
  * taps that land in the padding add there and are dropped), each pixel's
@@ -652,14 +646,15 @@ __attribute__((target("avx512f"))) static int columns_to_image_avx512(
       const float* first = src + n * P * Q * ld + c0 * RS;
       const int64_t bytes = nc * RS * (int64_t)sizeof(float);
       for (int64_t i = 0; i < P * Q && i < COL2IM_AHEAD; ++i)
-        prefetch_span(first + i * ld, bytes);
+        brgemm_prefetch_span(first + i * ld, bytes, 0);
       for (int64_t p = 0; p < P; ++p)
         for (int64_t q = 0; q < Q; ++q) {
           const float* row = src + ((n * P + p) * Q + q) * ld + c0 * RS;
           /* the gathers below wait on each row's lines in turn, rows ld
            * apart (pages apart, past the hardware prefetchers): ask for a
            * later pixel's row now */
-          if (p * Q + q + COL2IM_AHEAD < P * Q) prefetch_span(row + COL2IM_AHEAD * ld, bytes);
+          if (p * Q + q + COL2IM_AHEAD < P * Q)
+            brgemm_prefetch_span(row + COL2IM_AHEAD * ld, bytes, 0);
           float* at = acc + (p * sh * Wp + q * sw) * 16;
           for (int64_t r = 0; r < R; ++r)
             for (int64_t s = 0; s < S; ++s) {
