@@ -40,10 +40,11 @@ def _archives():
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(_cdef(CPU / "brgemm_cpu.h") + "\n" + _cdef(CPU / "bound_call.h"))
+HEADERS = ("brgemm_cpu.h", "bound_call.h", "bound_plan.h")  # the C API and the cdef
+ffibuilder.cdef("\n".join(_cdef(CPU / h) for h in HEADERS))
 ffibuilder.set_source(
     "brgemm._brgemm_cpu",
-    '#include "brgemm_cpu.h"\n#include "bound_call.h"',
+    "".join(f'#include "{h}"\n' for h in HEADERS),
     # relative paths: setuptools refuses absolute ones
     # brgemm_amx.c holds AMX and AVX-512 code behind its own target pragma (run
     # only after CPUID says so); brgemm_amx_model.c is the same source over the
@@ -53,8 +54,8 @@ ffibuilder.set_source(
                                                   "epilogue", "epilogue_avx2", "epilogue_avx512",
                                                   "plan", "layout", "jit",
                                                   "layout_image", "layout_vnni", "peak",
-                                                  "timing", "bound_call")],
-    # bound_call.c reads NumPy arrays' fields through NumPy's headers
+                                                  "timing", "bound_call", "bound_plan")],
+    # bound_call.c and bound_plan.c read NumPy arrays' fields through NumPy's headers
     include_dirs=[str(CPU), numpy.get_include()] + ([LIBXSMM_INC] if LIBXSMM_INC else []),
     extra_objects=_archives(),
     libraries=["pthread", "rt", "dl", "m"],

@@ -126,6 +126,9 @@ class Plan:
 
     def replay(self, backend=None):
         """The backend's replay of this plan, made on first use and kept."""
+        replay = self._replays.get(backend)  # a name that resolved before (None never is)
+        if replay is not None:
+            return replay
         name = resolve_backend(backend)
         replay = self._replays.get(name)
         if replay is None:
@@ -182,6 +185,9 @@ class Plan:
         adopt = getattr(replay, "adopt", None)  # other libraries' device tensors (DLPack)
         if adopt is not None:
             arrays = adopt(arrays)
+        checked = getattr(replay, "run_checked", None)  # this check natively, and the run
+        if checked is not None and checked(arrays, threads):
+            return None
         self.check(arrays, replay.device_array)
         return replay.run(arrays, threads)
 

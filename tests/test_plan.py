@@ -167,6 +167,38 @@ class TestBadInput:
         with pytest.raises(ValueError, match="^threads: expected a positive int"):
             self.plan.run(threads=0, **self.ok)
 
+    def test_each_run_checks_its_own_arrays(self, rng):
+        """The run's native checks (kernels/cpu/bound_plan.h) see each call's
+        arrays afresh: a partial overlap after clean runs, a buffer one element
+        short, a read-only view; arrays it is stricter about than Plan.check
+        (a subclass, an equal dtype of another object) still run, correctly."""
+        self.run()
+        big = np.zeros(160, np.float32)
+        A, C = big[:64], big[48:112]  # C's first 16 elements are A's last
+        with pytest.raises(ValueError, match="^C: overlaps A"):
+            self.run(A=A, C=C)
+        A, C = big[:64], big[64:128]  # adjacent, not overlapping: runs
+        A[:] = rand(rng, 64)
+        B = rand(rng, 8, 8)
+        self.run(A=A, B=B, C=C)
+        ref, mag = gemm_ref(A.reshape(8, 8), B)
+        close(C.reshape(8, 8), ref, mag)
+        with pytest.raises(ValueError, match="^B: the plan touches 64 elements, the array has 63"):
+            self.run(B=np.ones(64, np.float32)[1:])
+        ro = np.zeros(64, np.float32).reshape(8, 8)  # a read-only view of a writeable array
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="^C: is read-only"):
+            self.run(C=ro)
+
+        class Sub(np.ndarray):
+            pass
+        for A in (rand(rng, 8, 8).view(Sub), rand(rng, 8, 8).astype(
+                np.dtype(np.float32, metadata={"m": 1}))):
+            C = np.zeros((8, 8), np.float32)
+            self.run(A=A, B=B, C=C)
+            ref, mag = gemm_ref(np.asarray(A), B)
+            close(C, ref, mag)
+
     def test_recorder_checks(self):
         rec = P.Recorder({"A": "f32", "B": "f32", "C": "f32"})
         blk = P.Block(2, 2, 2, lda=2, ldb=2, ldc=2)

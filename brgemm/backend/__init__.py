@@ -19,8 +19,11 @@ A backend is a module brgemm.backend.<name> (and a name in KNOWN) with:
                  Attributes: device_array (the resident array class Plan.run
                  accepts besides NumPy, or None), takes_threads (whether
                  run's threads= means anything), optionally adopt(arrays)
-                 (other libraries' device tensors as device_array); and
-                 run(arrays, threads): arrays already checked by Plan.check.
+                 (other libraries' device tensors as device_array),
+                 optionally run_checked(arrays, threads) (Plan.check's tests
+                 made natively, then the run: False, nothing run, where any
+                 fails; Plan.check then says why); and run(arrays, threads):
+                 arrays already checked by Plan.check.
 
 Everything a plan needs checked is checked once, by the plan: its tables
 when it is recorded, a run's arrays by Plan.check. A replay checks nothing

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from brgemm import dtypes
 from brgemm._brgemm_cpu import ffi, lib
 from brgemm.arrays import aligned_empty
 
@@ -207,6 +208,41 @@ class PlanReplay:
             task_begin=buf("int64_t", plan.task_begin), n_tasks=len(plan.task_begin) - 1,
             phase_begin=buf("int64_t", plan.phase_begin), n_phases=len(plan.phase_begin) - 1))
         self._keep = keep  # the struct points into these
+        self._checked_run = self._bind_checked(plan)
+
+    def _bind_checked(self, plan):
+        """The plan's run with Plan.check's tests in C (kernels/cpu/bound_plan.h),
+        or None where nothing could be bound: checking a run's arrays in Python
+        cost more than a small plan's C work."""
+        if not _OBJECT_ADDRESSES:
+            return None
+        names = tuple(self.names)
+        types = tuple(dtypes.NUMPY[plan.tensors[n]] for n in names)
+        extent = np.array([plan.extent[n] for n in names] or [0], np.int64)
+        itemsize = np.array([t.itemsize for t in types] or [0], np.int64)
+        written = np.array([n in plan.written for n in names] or [0], np.int8)
+        made = []  # run comes back in here
+        if lib.brgemm_cpu_bind_plan(self.native, id(names), id(types),
+                                    ffi.from_buffer("int64_t[]", extent),
+                                    ffi.from_buffer("int64_t[]", itemsize),
+                                    ffi.from_buffer("int8_t[]", written), id(np.ndarray),
+                                    id(made)) != _OK:
+            return None
+        self._checked_keep = (names, types)  # what C compares by address
+        return made[0]
+
+    def run_checked(self, arrays, threads=None):
+        """Run on arrays that pass Plan.check's tests, tested in C: True when
+        it ran, False (nothing touched) where any test failed or C is stricter
+        than Plan.check (an ndarray subclass, an equal dtype of another
+        object): Plan.check then says what is wrong or accepts, and run runs."""
+        if self._checked_run is None:
+            return False
+        rc = self._checked_run(arrays, threads_arg(threads))
+        if rc == EGEOMETRY:
+            return False
+        check(rc, "Plan.run")
+        return True
 
     def _bind(self, arrays):
         return ffi.new("void *[]", [address(arrays[n]) for n in self.names] or [ffi.NULL])
