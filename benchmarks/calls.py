@@ -3,8 +3,10 @@
 What a functional call costs besides its kernels: each functional form
 (fc, conv, lstm; forward and backward; f32 and bf16) on shapes so small that
 the kernel work is negligible, at one thread (set before the extension
-loads). Per call: the least over R rounds of the mean of N calls (the
-least is what the code costs; the rest is the machine's noise)."""
+loads). Per call: the least over R rounds (the cases interleaved) of the
+mean of N calls in the calling thread's CPU time (time.thread_time: another
+process's time slices left out; the least is what the code costs, the rest
+is the machine's noise)."""
 import argparse
 import os
 
@@ -50,15 +52,18 @@ def cases(dtype):
     return out
 
 
-def per_call(fn, calls, reps):
-    for _ in range(calls):  # warm: plans recorded, kernels compiled, buffers made
-        fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def per_call(fns, calls, reps):
+    """name -> least seconds per call of fns[name]() over reps interleaved rounds."""
+    for fn in fns.values():  # warm: plans recorded, kernels compiled, buffers made
         for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.thread_time()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.thread_time() - t0) / calls)
     return best
 
 
@@ -68,11 +73,11 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append")
     args = parser.parse_args(argv)
-    print(f"functional calls on tiny shapes, 1 thread, {machine()}: us per call, least of "
-          f"{args.reps} rounds of {args.calls}")
+    print(f"functional calls on tiny shapes, 1 thread, {machine()}: us per call (thread "
+          f"CPU time), least of {args.reps} rounds of {args.calls}")
     for dtype in args.dtype or ["f32", "bf16"]:
-        for name, fn in cases(dtype).items():
-            print(f"{dtype:<5} {name:<26} {per_call(fn, args.calls, args.reps) * 1e6:8.1f}")
+        for name, t in per_call(cases(dtype), args.calls, args.reps).items():
+            print(f"{dtype:<5} {name:<26} {t * 1e6:8.1f}")
 
 
 if __name__ == "__main__":

@@ -41,12 +41,13 @@ def nblocks(dim, b):
 def _row_stride(x, name):
     if x.ndim != 2:
         raise ValueError(f"{name}: expected 2 dimensions, got shape {x.shape}")
-    if x.itemsize not in (2, 4):
+    item = x.itemsize
+    if item not in (2, 4):
         raise TypeError(f"{name}: expected 2- or 4-byte elements (bf16, f32), got {x.dtype}")
-    if x.shape[1] > 1 and x.strides[1] != x.itemsize or x.strides[0] < 0 or \
-            x.strides[0] % x.itemsize:
+    (rows, cols), (s0, s1) = x.shape, x.strides
+    if cols > 1 and s1 != item or s0 < 0 or s0 % item:
         return None
-    return max(x.strides[0] // x.itemsize, x.shape[1]) if x.shape[0] > 1 else x.shape[1]
+    return max(s0 // item, cols) if rows > 1 else cols
 
 
 def _out_dtype(src, dtype, name="x"):
@@ -190,7 +191,7 @@ def _image_strides(x):
     """x (read in place where its strides allow) and its element strides for C."""
     # a dimension of one element has no stride that matters (NumPy keeps any, even
     # negative, and calls the array contiguous): give it the contiguous one
-    steps = [s if n > 1 else x.itemsize * int(np.prod(x.shape[i + 1:]))
+    steps = [s if n > 1 else x.itemsize * math.prod(x.shape[i + 1:])
              for i, (n, s) in enumerate(zip(x.shape, x.strides))]
     if any(s < 0 or s % x.itemsize for s in steps):
         x = np.ascontiguousarray(x)

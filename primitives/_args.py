@@ -52,12 +52,19 @@ def block_sizes(blocks, name="blocks"):
     return tuple(int(b) for b in blocks)
 
 
-def memory_bytes():
-    """This machine's physical memory: no buffer larger than it can be made."""
+def _physical_memory():
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 1 << 62
+
+
+_MEMORY = _physical_memory()  # read once: two sysconf calls cost a functional call 1 us
+
+
+def memory_bytes():
+    """This machine's physical memory: no buffer larger than it can be made."""
+    return _MEMORY
 
 
 def fits(nbytes, name, what):

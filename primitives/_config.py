@@ -3,12 +3,13 @@ import json
 import os
 import pathlib
 
+from brgemm import environ
 from brgemm.config import check_config, load_config
 from brgemm.lru import LRU
 
 DEFAULTS = pathlib.Path(__file__).resolve().parent / "configs"
 _cache = LRU(256)
-_geometries = LRU(256)
+_derived = LRU(512)
 
 
 def _stamp(path):
@@ -27,7 +28,7 @@ def _sources(primitive, config):
     """Everything a primitive's settings depend on besides the shape: the
     override (config=, else BRGEMM_CONFIG) and the defaults file, by content stamp."""
     check_config(config)
-    override = config if config is not None else os.environ.get("BRGEMM_CONFIG") or None
+    override = config if config is not None else environ.get("BRGEMM_CONFIG") or None
     if isinstance(override, dict):
         source = ("dict", json.dumps(override, sort_keys=True, default=str))
     else:
@@ -51,8 +52,11 @@ def settings(primitive, pass_, shape, schema, config=None, path=None):
         primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS, path=path)))
 
 
-def geometry(primitive, args, config, make):
-    """make() -- a primitive's frozen geometry for `args` -- cached as settings
-    are: a functional call pays one stat per file instead of the settings
-    lookups of every pass, which cost more than the call's own work on small layers."""
-    return _geometries.get_or_make((primitive, args, _sources(primitive, config)), make)
+def cached(primitive, args, config, make):
+    """make() -- what a primitive derives from `args` and its settings: a
+    frozen geometry, or a functional call's plans and choices for its
+    arguments -- cached as settings are: a functional call pays one stat per
+    file instead of the settings lookups of every pass and the look-ups of
+    each plan, which cost more than the call's own work on small layers.
+    args: hashable, and naming what make() returns (its first item, say)."""
+    return _derived.get_or_make((primitive, args, _sources(primitive, config)), make)

@@ -16,7 +16,7 @@ from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives._args import fits, operands
-from primitives._config import geometry as cached_geometry
+from primitives._config import cached
 from primitives._config import settings
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest
@@ -99,9 +99,9 @@ def geometry(N, C, K, H, W, R, S, stride, padding, config=None, path=None):
     stride = (min(stride[0], H + 2 * padding[0] - R + 1), min(stride[1], W + 2 * padding[1] - S + 1))
     padding = tuple(padding)
     threads = cpu_threads()  # the weight update's shares feed this many
-    return cached_geometry("conv", (N, C, K, H, W, R, S, stride, padding, path, threads), config,
-                           lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path,
-                                             threads))
+    return cached("conv", ("geometry", N, C, K, H, W, R, S, stride, padding, path, threads),
+                  config, lambda: _geometry(N, C, K, H, W, R, S, stride, padding, config, path,
+                                            threads))
 
 
 def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1):
@@ -175,6 +175,8 @@ def vnni_passes(g, dtype, backend):
     """The passes whose B operands are kept in VNNI pairs here (AMX): the
     forward's w (depth bc), the backward's wt (bk) and the flat update's dyf
     (its chunks)."""
+    if dtype != "bf16":  # takes_vnni_b's first condition, ahead of flat_layout
+        return frozenset()
     depths = (("fwd", g.bc), ("bwd", g.bk)) + ((("upd", flat_layout(g).Tc),) if g.flat else ())
     return frozenset(p for p, k in depths if takes_vnni_b(k, dtype, backend))
 
@@ -242,6 +244,8 @@ def update_output(g, buffer=None):
 # ---------------------------------------------------------------- functional API
 
 def _pair(v, name, minimum):
+    if type(v) is int and v >= minimum:  # the common case, decided at once
+        return v, v
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         v = (int(v), int(v))
     if (not isinstance(v, (tuple, list)) or len(v) != 2

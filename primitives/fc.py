@@ -25,7 +25,7 @@ from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits, operands
-from primitives._config import settings
+from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
@@ -95,13 +95,28 @@ def can_read_w(dtype, backend, x, w, token):
             and w.dtype == np.float32 and w.flags.c_contiguous)
 
 
+def small_batch(g):
+    """Whether the batch is small enough that copying x (N x C; y^T's tiles
+    stay in cache) and storing y^T transposed cost well under copying W (K x
+    C): N (C + K) under half of C K (at N = K / 2 the blocked path was ahead,
+    at N = K / 4 even)."""
+    return 2 * g.N * (g.C + g.K) < g.C * g.K
+
+
 def reads_w(g, dtype, backend, x, w, token):
     """Whether the forward reads W in place (fc_forward.forward_t): where it
-    can (can_read_w) and the batch is small enough that copying x (N x C; y^T's
-    tiles stay in cache) and storing y^T transposed cost well under copying W
-    (K x C): N (C + K) under half of C K (at N = K / 2 the blocked path was
-    ahead, at N = K / 4 even)."""
-    return can_read_w(dtype, backend, x, w, token) and 2 * g.N * (g.C + g.K) < g.C * g.K
+    can (can_read_w) and the batch is small (small_batch)."""
+    return can_read_w(dtype, backend, x, w, token) and small_batch(g)
+
+
+def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable):
+    """(g, plan, whether it reads W in place, whether W's tiles are VNNI pairs)
+    of fc.forward, readable: can_read_w."""
+    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
+    if readable and small_batch(g):
+        return g, plan_t(g, has_bias=has_bias), True, False
+    vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
+    return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni), False, vnni
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
@@ -119,27 +134,30 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
             raise ValueError(f"b: expected shape ({K},), got {b.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
+    # the geometry, the plan and the path, decided once per such call
+    readable = can_read_w(dtype, backend, x, w, token)
+    g, p, in_place, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
+                                         readable), config, lambda: _forward_plan(
+        N, C, K, dtype, backend, config, b is not None, readable))
     ab = dtypes.NUMPY[dtype]
-    if reads_w(g, dtype, backend, x, w, token):
+    if in_place:
         y = _results.empty("y", (N, K), np.float32)
         t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True,
                                         out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)),
                  yt=_buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32))
         if b is not None:
             t["b"] = np.ascontiguousarray(b, dtype=np.float32)
-        plan_t(g, has_bias=b is not None).run(backend=backend, **t)
+        p.run(backend=backend, **t)
         return y
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
     # which slows the kernel calls down (see the note above fc's nests)
     y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
         _buffer("y", (N, K), np.float32)
-    vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
     t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token, vnni))
     if b is not None:
         t["b"] = np.ascontiguousarray(b, dtype=np.float32)
-    plan(g, "fwd", dtype, has_bias=b is not None, plain=True, vnni=vnni).run(backend=backend, **t)
+    p.run(backend=backend, **t)
     return _result(y, out_dtype, "y")
 
 
@@ -156,14 +174,14 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
+    g, vnni, p_bwd, p_upd = cached("fc", ("backward", N, C, K, dtype, backend), config,
+                                   lambda: _backward_plans(N, C, K, dtype, backend, config))
     ab = dtypes.NUMPY[dtype]
     f32 = out_dtype == np.float32
     dy_p = _plain(dy, ab, "dy")
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
-    vnni = vnni_passes(g, dtype, backend, plain=True)
-    plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni).run(
-        backend=backend, dy=dy_p, dx=dx, wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
+    p_bwd.run(backend=backend, dy=dy_p, dx=dx,
+              wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
     xb = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab))
     if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
@@ -173,10 +191,17 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     db = _results.empty("db", (K,), np.float32) if f32 else _buffer("db", (K,), np.float32)
     dyt = to_blocks(dy, g.bk, g.bn, transpose=True, dtype=ab, sums=db,
                     out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab))
-    plan(g, "upd", dtype, plain=True, vnni="upd" in vnni).run(backend=backend, dw=dw, x=xb,
-                                                              dyt=dyt)
+    p_upd.run(backend=backend, dw=dw, x=xb, dyt=dyt)
     return (_result(dx, out_dtype, "dx"), _result(dw, out_dtype, "dw"),
             _result(db, out_dtype, "db"))
+
+
+def _backward_plans(N, C, K, dtype, backend, config):
+    """(g, the passes in VNNI pairs, backward-data's plan, the update's) of fc.backward."""
+    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
+    vnni = vnni_passes(g, dtype, backend, plain=True)
+    return (g, vnni, plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni),
+            plan(g, "upd", dtype, plain=True, vnni="upd" in vnni))
 
 
 # ---------------------------------------------------------------- tuning

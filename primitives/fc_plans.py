@@ -9,7 +9,7 @@ from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b
 from primitives._args import block_sizes
-from primitives._config import geometry as cached_geometry
+from primitives._config import cached
 from primitives._config import settings
 from primitives.fc_backward import backward
 from primitives.fc_forward import T_CHUNK, forward, forward_t
@@ -75,8 +75,8 @@ def geometry(N, C, K, config=None, blocks=None, path=None):
     """Block sizes from the [fwd] config (or `blocks` = (bn, bc, bk) targets);
     path: the kernel path (brgemm.info.kernel_path), whose tables apply."""
     blocks = block_sizes(blocks)
-    return cached_geometry("fc", (N, C, K, blocks, path), config,
-                           lambda: _geometry(N, C, K, config, blocks, path))
+    return cached("fc", ("geometry", N, C, K, blocks, path), config,
+                  lambda: _geometry(N, C, K, config, blocks, path))
 
 
 def _geometry(N, C, K, config, blocks, path=None):
@@ -129,6 +129,8 @@ def vnni_passes(g, dtype, backend, plain=False):
     """The passes whose B tiles are kept in VNNI pairs here (AMX): the forward's
     w (depth bc), the backward's wt (bk), the update's dy (bn; x in the plain
     plans). The plain plans' ragged last reduction block must fit too."""
+    if dtype != "bf16":  # takes_vnni_b's first condition, ahead of the dict
+        return frozenset()
     depth = {"fwd": (g.bc, g.C % g.bc), "bwd": (g.bk, g.K % g.bk), "upd": (g.bn, 0)}
     return frozenset(p for p, (k, rest) in depth.items() if takes_vnni_b(k, dtype, backend)
                      and (not plain or rest == 0 or takes_vnni_b(rest, dtype, backend)))

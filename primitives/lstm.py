@@ -83,7 +83,8 @@ def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
         engines = getattr(_engines, "layers", None)
         if engines is None:
             engines = _engines.layers = LRU(ENGINES_PER_THREAD)
-        key = (C, K, dtype, backend, json.dumps(config, sort_keys=True, default=str))
+        key = (C, K, dtype, backend,
+               None if config is None else json.dumps(config, sort_keys=True, default=str))
         layer = engines.get_or_make(key, lambda: LSTM(C, K, dtype=dtype, backend=backend,
                                                       config=config, init=False))
     T, N = x.shape[:2]

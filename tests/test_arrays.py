@@ -58,5 +58,14 @@ def test_buffers_keep_memory_by_name_and_grow_only():
     assert d.dtype == brgemm.bfloat16
     assert bufs.get("x", (0,), np.float32).shape == (0,)
     assert bufs.nbytes >= 30 * 2
+    # asked again as before: the same memory, shape and dtype, NaN again; after
+    # another shape or dtype in between, that one's memory
+    d[...] = 1
+    e = bufs.get("w", [5, 6], brgemm.bfloat16)
+    assert e.ctypes.data == d.ctypes.data and e.shape == (5, 6)
+    assert np.isnan(e.astype(np.float32)).all()
+    f = bufs.get("w", (2, 2), np.float32)
+    assert f.dtype == np.float32 and f.shape == (2, 2) and f.ctypes.data != d.ctypes.data
+    assert bufs.get("w", (5, 6), brgemm.bfloat16).ctypes.data != d.ctypes.data  # f32 memory now
     bufs.clear()
     assert bufs.nbytes == 0

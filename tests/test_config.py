@@ -110,6 +110,21 @@ def test_env_var_empty_is_unset(defaults, monkeypatch):
     assert load(defaults)["bm"] == 16
 
 
+def test_environ_reads_what_os_environ_holds(monkeypatch):
+    """brgemm.environ.get, which the per-call reads use, sees every change made
+    through os.environ at once: set, changed, emptied, removed, non-ASCII."""
+    import os
+    from brgemm import environ
+    name = "BRGEMM_TEST_ENVIRON"
+    monkeypatch.delenv(name, raising=False)
+    assert environ.get(name) is None and environ.get(name, "d") == "d"
+    for value in ("a.toml", "other.toml", "", "caf\u00e9/\u00fc.toml"):
+        monkeypatch.setenv(name, value)
+        assert environ.get(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert environ.get(name) is None
+
+
 def test_env_var_missing_file(defaults, tmp_path, monkeypatch):
     monkeypatch.setenv("BRGEMM_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(ConfigError, match=r"BRGEMM_CONFIG=.*nope\.toml: file not found"):

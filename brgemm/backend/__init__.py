@@ -29,7 +29,8 @@ Everything a plan needs checked is checked once, by the plan: its tables
 when it is recorded, a run's arrays by Plan.check. A replay checks nothing
 again in Python; native code still refuses what it cannot run (error codes)."""
 import importlib
-import os
+
+from brgemm import environ
 
 KNOWN = ("cpu", "sycl", "cuda")
 _loaded = {}
@@ -58,7 +59,7 @@ def available() -> list[str]:
 def resolve(backend=None) -> str:
     """The backend argument: a known, available name; None means BRGEMM_BACKEND, else "cpu"."""
     if backend is None:
-        backend = os.environ.get("BRGEMM_BACKEND") or "cpu"
+        backend = environ.get("BRGEMM_BACKEND") or "cpu"
     if not isinstance(backend, str) or backend not in KNOWN:
         raise ValueError(f"backend: unknown {backend!r} (known: {', '.join(KNOWN)})")
     reason = _module(backend)[1]
