@@ -1,4 +1,4 @@
-"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|layouts|mlp|sycl|train> [--set NAME] [--quick]
+"""python -m benchmarks <all|kernel|plan|conv|fc|lstm|layouts|mlp|modules|sycl|train> [--set NAME] [--quick]
     [--dtype f32|bf16] [--threads N] [--pass fwd|bwd|upd] [--vs onednn,torch] [--epochs N]
 
 Each primitive against oneDNN itself (benchmarks/onednn), same run, same threads;
@@ -6,20 +6,20 @@ sycl: the SYCL backend on the SYCL device here against our CPU backend (informat
 train: a digits CNN and a character LSTM trained with primitives.nn and with torch.nn;
 layouts: the functional forms' layout copies alone, at 1, 2 and --threads (default all) threads.
 conv, fc, lstm --vs torch: the functional forms against PyTorch's calls and our layer path.
+modules: primitives.nn's Conv2d, Linear and LSTM against torch.nn's (inference, SGD steps).
 mlp: the fused MLP against our unfused one and PyTorch's (samples/s, TFLOP/s, a plot);
 mlp --device cuda: on the GPU against PyTorch eager and torch.compile (benchmarks.gpu_mlp's
 main case, widths and batch sweep, with its plot)."""
 import argparse
 
-from benchmarks import conv, fc, kernel, layouts, lstm, mlp, plan, sycl, train
+from benchmarks import conv, fc, kernel, layouts, lstm, mlp, modules, plan, sycl, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["all", "kernel", "plan", "conv", "fc", "lstm", "layouts",
-                                             "mlp", "sycl",
-                                             "train"],
+                                             "mlp", "modules", "sycl", "train"],
                         help="what to benchmark")
     parser.add_argument("--set", dest="shape_set",
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
@@ -59,6 +59,9 @@ def main(argv=None):
     elif args.what == "mlp":
         mlp.run(quick=args.quick, dtypes=args.dtype or ["f32"], threads=args.threads,
                 max_batch_log2=args.max_batch_log2)
+    elif args.what == "modules":
+        for dtype in args.dtype or ["f32"]:
+            modules.run(quick=args.quick, dtype=dtype, threads=args.threads)
     elif args.what == "train":
         train.run(quick=args.quick, epochs=args.epochs, threads=args.threads)
     elif args.what == "sycl":

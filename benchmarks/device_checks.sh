@@ -9,7 +9,9 @@
 # call; written after each part, so a call cut short keeps what ran). Expects .devcarry and the fatbins, as those scripts do; run from the
 # repository root. PARTS (default "gpu amx functional") picks parts; part
 # "layers" adds the bf16 layers against oneDNN with AMX at 2 threads
-# (device_amx.sh AMX_LAYERS, default fc conv lstm; TIMEOUT_<part> caps each).
+# (device_amx.sh AMX_LAYERS, default fc conv lstm; TIMEOUT_<part> caps each);
+# part "modules", primitives.nn against torch.nn (python -m benchmarks
+# modules --quick) at all cores and at 2 pinned ones (MODULES_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -24,6 +26,9 @@ for part in $parts; do
     layers) OUT=$work/layers BUILT=1 TESTS=0 KERNEL=0 TIMEOUT_fc=${TIMEOUT_fc:-25} \
            TIMEOUT_conv=${TIMEOUT_conv:-40} TIMEOUT_lstm=${TIMEOUT_lstm:-40} \
            bash benchmarks/device_amx.sh ${AMX_LAYERS:-fc conv lstm} ;;
+    modules) (OUT=$work/modules BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && pin="taskset -c 2,3"
+             timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t; done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
