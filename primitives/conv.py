@@ -184,6 +184,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     token = _reuse.check(reuse)
     backend = backend_name(backend)
     g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
+    token = _reuse.steady(token, ("conv.forward", g, dtype, backend), (w,))
     ab = dtypes.NUMPY[dtype]
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
@@ -226,6 +227,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
                          f"{getattr(dy, 'shape', type(dy).__name__)}")
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
+    token = _reuse.steady(token, ("conv.backward", g, dtype, backend), (w,))
     ab = dtypes.NUMPY[dtype]
     vnni = vnni_passes(g, dtype, backend)
     # backward-data of a pointwise layer is the pointwise forward of w^T

@@ -134,6 +134,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
             raise ValueError(f"b: expected shape ({K},), got {b.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+    token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
     # the geometry, the plan and the path, decided once per such call
     readable = can_read_w(dtype, backend, x, w, token)
     g, p, in_place, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
@@ -174,6 +175,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+    token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
     g, vnni, p_bwd, p_upd = cached("fc", ("backward", N, C, K, dtype, backend), config,
                                    lambda: _backward_plans(N, C, K, dtype, backend, config))
     ab = dtypes.NUMPY[dtype]

@@ -58,10 +58,11 @@ _engines = threading.local()  # .layers: this thread's engines by shape and opti
 ENGINES_PER_THREAD = 16  # functional calls' LSTM engines one thread keeps (brgemm/lru.py)
 
 
-def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
+def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, site, saved=None):
     """An LSTM engine holding these weights: the caller's Saved one, else one
     per thread and options, reused from call to call (plans, buffers, and the
-    blocked weights when `token` says they are unchanged; primitives.reuse)."""
+    blocked weights when `token` says they are unchanged and have been since
+    the last call from `site`; primitives.reuse)."""
     operands(dtype, w_ih, w_hh, b, names=("w_ih", "w_hh", "b"), ndim=None)
     if w_ih.ndim != 2 or w_ih.shape[0] % 4 or w_ih.shape[0] == 0:
         raise ValueError(f"w_ih: expected shape (4K, C), got {w_ih.shape}")
@@ -89,6 +90,7 @@ def _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved=None):
                                                       config=config, init=False))
     T, N = x.shape[:2]
     layer.prepare(T, N)
+    token = _reuse.steady(token, (site, layer.g, dtype, backend), (w_ih, w_hh, b))
     in_place = reads_in_place(layer.g, dtype, backend, x, w_ih, w_hh, token)
     layer.set_weights(w_ih, w_hh, b, token, in_place)
     return layer
@@ -106,7 +108,7 @@ def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None, re
     weights across calls (primitives.reuse); saved: an lstm.Saved() that keeps
     this forward's state for lstm.backward(..., saved=)."""
     token, saved = _reuse.check(reuse), _check_saved(saved)
-    layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
+    layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, "lstm.forward", saved)
     out = layer.forward(x, h0, c0, backward_next=saved is not None)
     if saved is not None:
         saved.stamp = _stamp((x, h0, c0, w_ih, w_hh, b), (dtype, layer.backend, repr(config)))
@@ -123,7 +125,7 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
         layer = saved.layer
         _check_x(x, layer.C, dtype)
     else:
-        layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, saved)
+        layer = _layer(x, w_ih, w_hh, b, dtype, backend, config, token, "lstm.backward", saved)
         layer.forward(x, h0, c0, backward_next=True)
         if saved is not None:
             saved.stamp = stamp

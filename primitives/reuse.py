@@ -109,6 +109,29 @@ def blocked(token, what, sources, make):
     return value
 
 
+def steady(token, site, sources):
+    """token, or None where the weights under it changed since the last call
+    from the same `site` (a functional form and its geometry): a training
+    loop, where every kept copy would serve one call, made in fresh memory.
+    The call then runs as it would without reuse= (its scratch buffers, the
+    paths that read the weights in place), and the stale copies under the
+    token go. Unchanged since the last call (inference), or never seen: the
+    token, so the copy is kept (again)."""
+    if token is None:
+        return None
+    key = (token._slot(), ("steady", site))
+    state = (token._state(), tuple(_stamp(a) for a in sources))
+    seen = _cache.get(key)
+    _cache.put(key, (state, token, None))
+    if seen is None or (seen[0] == state and (
+            not isinstance(token, _Tensors) or token._same_objects(seen[1]))):
+        return token
+    slot = token._slot()
+    for k in [k for k, _ in _cache.items() if k[0] == slot and k[1][0] != "steady"]:
+        _cache.pop(k)
+    return None
+
+
 def _sweep():
     """Drop the copies of tensors that died."""
     for key, (_, token, _) in _cache.items():

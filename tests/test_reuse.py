@@ -37,7 +37,8 @@ def test_torch_versions(rng):
     close(fc.forward(x, t.numpy(), reuse=reuse.tensors(t)), x @ t.numpy().T, C)
     with torch.no_grad():
         t.mul_(3)  # bumps t._version: the kept copy is stale and not used
-    close(fc.forward(x, t.numpy(), reuse=reuse.tensors(t)), x @ t.numpy().T, C)
+    for _ in range(2):  # (the call after a change runs without a copy; the next keeps one)
+        close(fc.forward(x, t.numpy(), reuse=reuse.tensors(t)), x @ t.numpy().T, C)
     before = reuse.nbytes()
     u = t.clone()  # same contents, another tensor: kept apart
     close(fc.forward(x, u.numpy(), reuse=reuse.tensors(u)), x @ u.numpy().T, C)
@@ -81,6 +82,58 @@ def test_conv_pointwise_key(rng):
         dx, dw = conv.backward(dy, x, w, reuse=key)
         close(dx, tx.grad.numpy(), 48)
         close(dw, tw.grad.numpy(), 512)
+
+
+def _training_then_inference(step, steps=4):
+    """step(t, check) runs one call pattern on weights t (a torch tensor) and
+    returns the weights' gradient; check compares with the reference. While t
+    changes between calls (a training loop: SGD steps) no copy is kept past
+    the first; once it stops changing, the next call keeps one again."""
+    reuse.clear()
+    sizes = []
+    for i in range(steps):
+        dw = step()
+        sizes.append(reuse.nbytes())
+        step.weights.sub_(torch.from_numpy(dw) * 1e-3)  # in place: bumps the version
+    assert sizes[0] > 0 and sizes[1:] == [0] * (steps - 1), sizes
+    step(), step()  # unchanged weights from here on
+    assert reuse.nbytes() > 0
+
+
+def test_changing_weights_keep_no_copies(rng):
+    """Weights that change between calls (reuse.tensors of a parameter SGD
+    updates) are not copied into fresh memory call after call: the calls run
+    as without reuse=, and stay right."""
+    N, C, K = (int(v) for v in rng.integers(8, 80, 3))
+    x, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (N, K)))
+    t = torch.from_numpy(rng.standard_normal((K, C)).astype(np.float32))
+
+    def fc_step():
+        w = t.numpy()
+        close(fc.forward(x, w, reuse=reuse.tensors(t)), x @ w.T, C)
+        dx, dw, _ = fc.backward(dy, x, w, reuse=reuse.tensors(t))
+        close(dx, dy @ w, K)
+        return dw.copy()
+    fc_step.weights = t
+    _training_then_inference(fc_step)
+
+    Ni, Ci, Ki, H, W = 2, *(int(v) for v in rng.integers(3, 20, 2)), *(int(v) for v in rng.integers(5, 12, 2))
+    xi = rng.standard_normal((Ni, Ci, H, W)).astype(np.float32)
+    dyi = rng.standard_normal((Ni, Ki, H, W)).astype(np.float32)
+    tc = torch.from_numpy(rng.standard_normal((Ki, Ci, 3, 3)).astype(np.float32))
+
+    def conv_step():
+        tx, tw = torch.from_numpy(xi).requires_grad_(), tc.clone().requires_grad_()
+        ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+        ty.backward(torch.from_numpy(dyi))
+        close(conv.forward(xi, tc.numpy(), 1, 1, reuse=reuse.tensors(tc)), ty.detach().numpy(),
+              9 * Ci)
+        dx, dw = conv.backward(dyi, xi, tc.numpy(), 1, 1, reuse=reuse.tensors(tc))
+        close(dx, tx.grad.numpy(), 9 * Ki)
+        close(dw, tw.grad.numpy(), Ni * H * W)
+        return dw.copy()
+    conv_step.weights = tc
+    _training_then_inference(conv_step)
 
 
 def lstm_data(rng, T, N, C, K):
