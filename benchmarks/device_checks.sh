@@ -11,7 +11,8 @@
 # "layers" adds the bf16 layers against oneDNN with AMX at 2 threads
 # (device_amx.sh AMX_LAYERS, default fc conv lstm; TIMEOUT_<part> caps each);
 # part "modules", primitives.nn against torch.nn (python -m benchmarks
-# modules --quick) at all cores and at 2 pinned ones (MODULES_LIMIT s each).
+# modules --quick) at all cores and at 2 pinned ones (MODULES_LIMIT s each);
+# FUNCTIONAL_DTYPES="f32 bf16" runs both parts in bf16 as well.
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -28,7 +29,9 @@ for part in $parts; do
            bash benchmarks/device_amx.sh ${AMX_LAYERS:-fc conv lstm} ;;
     modules) (OUT=$work/modules BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            for t in $(nproc) 2; do pin=""; [ $t = 2 ] && pin="taskset -c 2,3"
-             timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t; done) ;;
+             for d in ${FUNCTIONAL_DTYPES:-f32}; do
+               timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t \
+                 --dtype $d; done; done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The functional forms (conv, fc, lstm; f32) against PyTorch's own calls and
-# our layer path on the lent GPU machine's host CPU (a 16-core Xeon), at 16
+# The functional forms (conv, fc, lstm; f32, and bf16 with FUNCTIONAL_DTYPES="f32
+# bf16") against PyTorch's own calls and our layer path on the lent GPU machine's host CPU (a 16-core Xeon), at 16
 # threads and at 2 threads pinned to 2 cores, each call's steps timed in its
 # order (benchmarks.stages; FUNCTIONAL_STAGES=0 skips them), plus the layout
 # copies alone at 1, 2 and 16 threads. No GPU and no oneDNN needed (--vs torch). Expects
@@ -23,10 +23,12 @@ for threads in $all 2; do
     timeout $limit $pin $py -m benchmarks.stages --threads $threads $only 2>&1 | grep -v '^threads:' \
       | tee -a $out/stages.txt
   fi
-  for what in ${FUNCTIONAL_WHAT:-conv fc lstm}; do  # FUNCTIONAL_WHAT: fewer (a shorter lease)
-    lim=$limit  # conv at 16 threads took 25 s whole (RESULTS.md), cut at 25 and 28 before
-    [ $what = conv ] && [ $lim -lt 40 ] && lim=40
-    timeout $lim $pin $py -m benchmarks $what --quick --vs torch --threads $threads 2>&1 \
-      | grep -v '^threads:' | tee -a $out/functional.txt
+  for dtype in ${FUNCTIONAL_DTYPES:-f32}; do  # e.g. "f32 bf16"
+    for what in ${FUNCTIONAL_WHAT:-conv fc lstm}; do  # FUNCTIONAL_WHAT: fewer (a shorter lease)
+      lim=$limit  # conv at 16 threads took 25 s whole (RESULTS.md), cut at 25 and 28 before
+      [ $what = conv ] && [ $lim -lt 40 ] && lim=40
+      timeout $lim $pin $py -m benchmarks $what --quick --vs torch --threads $threads \
+        --dtype $dtype 2>&1 | grep -v '^threads:' | tee -a $out/functional.txt
+    done
   done
 done
