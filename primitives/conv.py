@@ -37,6 +37,7 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
+from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
 from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
                             pick_block, to_blocks, transpose_blocks)
@@ -45,7 +46,7 @@ from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
 from primitives._calls import blocks_per_call
-from primitives._config import settings
+from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
@@ -138,13 +139,13 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
                           blocked)
 
 
-def _pointwise(g, dtype, backend, bp, x, w, name, plain_w=True):
-    """The pointwise plan of g on images x [N, C, H, W] (read in place) and w
-    (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc] where not
-    plain_w): the result [N, K, H, W] (`name` among the returned arrays)."""
+def _pointwise(p, g, backend, x, w, name):
+    """p, a pointwise plan of g (pointwise_plan), on images x [N, C, H, W] (read
+    in place) and w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc]
+    where the plan's w is not plain): the result [N, K, H, W] (`name` among the
+    returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
-    pointwise_plan(g, dtype, bp, plain_w).run(backend=backend, w=w, x=np.ascontiguousarray(x),
-                                              y=y)
+    p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y)
     return y
 
 
@@ -177,41 +178,94 @@ def _pointwise_dw(dy, x, g, upd):
     return dw_from_transposed(dwt, dw)
 
 
+def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy=None):
+    """(g, the path, its plan, its blocks or VNNI choice) of conv.forward (pass_
+    "fwd") or of conv.backward's backward-data ("bwd"; also the transposed
+    geometry and the weight update's path), decided once per call signature:
+    the sizes, the options and, of the arrays, what the path rules read (their
+    dtypes, C-contiguity; reuse= or not)."""
+    arrays = (x, w) if dy is None else (x, w, dy)
+    key = (pass_, dims, stride, padding, dtype, backend, token is None, cpu_threads(),
+           tuple(a.dtype for a in arrays), tuple(a.flags.c_contiguous for a in arrays))
+    return cached("conv", key, config, lambda: (_forward_route if pass_ == "fwd" else
+                                                _backward_route)(
+        geometry(*dims, stride, padding, config, kernel_path(dtype, backend)),
+        dtype, backend, token, x, w, dy))
+
+
+def _forward_route(g, dtype, backend, token, x, w, dy):
+    bp = pointwise(g, dtype, backend)
+    if bp and x.dtype == np.float32 and w.dtype == np.float32:
+        return g, "pointwise", pointwise_plan(g, dtype, bp), bp
+    blocks = columns(g, dtype, backend) if token is None else None
+    if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
+        return g, "columns", columns_plan(g, dtype, *blocks), blocks
+    vnni = "fwd" in vnni_passes(g, dtype, backend)
+    if stores_nchw(g, dtype, backend, x.dtype):
+        return g, "nchw", nchw_plan(g, dtype, vnni), vnni
+    return g, "blocked", plan(g, "fwd", dtype, vnni), vnni
+
+
+def _backward_route(g, dtype, backend, token, x, w, dy):
+    """g, the passes in VNNI pairs, and (path, plan, blocks) of backward-data and
+    of the weight update (see backward)."""
+    vnni = vnni_passes(g, dtype, backend)
+    gt = _transposed(g)  # backward-data of a pointwise layer: the pointwise forward of w^T
+    bp, blocks = pointwise(gt, dtype, backend), columns(g, dtype, backend)
+    f32 = x.dtype == np.float32 and w.dtype == np.float32
+    if blocks and token is None and f32 and w.flags.c_contiguous and g.R * g.S > 1:
+        data = "columns", None, blocks
+    elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
+        data = "pointwise", pointwise_plan(gt, dtype, bp, plain_w=False), gt
+    elif stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
+        data = "nchw", nchw_dx_plan(g, dtype, "bwd" in vnni), None
+    else:
+        data = "blocked", plan(g, "bwd", dtype, "bwd" in vnni), None
+    upd = pointwise_update(g, dtype, backend, dy) if x.dtype == np.float32 else None
+    if upd:
+        update = "pointwise", None, upd
+    elif blocks and x.dtype == np.float32:
+        update = "columns", None, blocks
+    elif data[0] in ("nchw", "blocked") and reads_x(g, dtype, backend, x):
+        update = "x", x_plan(g), None  # dw^T tiles from backward-data's dyp and x in place
+    elif reads_dy(g, dtype, backend, dy):
+        update = "dy", dy_plan(g), None
+    else:
+        update = "blocked", plan(g, "upd", dtype, "upd" in vnni), None
+    return g, vnni, data, update
+
+
 def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
     """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q].
     reuse: keep w's blocked copy across calls (primitives.reuse)."""
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
-    g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
-    token = _reuse.steady(token, ("conv.forward", g, dtype, backend), (w,))
+    token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend), (w,))
+    g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w)
     ab = dtypes.NUMPY[dtype]
-    bp = pointwise(g, dtype, backend)
-    if bp and x.dtype == np.float32 and w.dtype == np.float32:
-        return _pointwise(g, dtype, backend, bp, x, np.ascontiguousarray(w), "y")
-    blocks = columns(g, dtype, backend) if token is None else None
-    if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
-        bd, bp = blocks
+    if path == "pointwise":
+        return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
+    if path == "columns":
+        bd, bp = choice
         PQ = g.P * g.Q
         xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
             "xc", (nblocks(g.N * PQ, bp), nblocks(g.C * g.R * g.S, bd), bd, bp), ab))
         yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
-        columns_plan(g, dtype, bd, bp).run(backend=backend, w=w, xc=xc, yc=yc)
+        p.run(backend=backend, w=w, xc=xc, yc=yc)
         # y^c [K][N][PQ] -> y [N][K][PQ]: one tile of K x PQ per image
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
         to_blocks(yc, g.K, PQ, swap_grid=True, out=y.reshape(g.N, 1, g.K, PQ))
         return y
-    vnni = "fwd" in vnni_passes(g, dtype, backend)
     t = dict(x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-             w=_weights(w, g, dtype, False, token, vnni))
+             w=_weights(w, g, dtype, False, token, choice))
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
-    if stores_nchw(g, dtype, backend, x.dtype):  # y: each task's tile slot, all written first
-        p = nchw_plan(g, dtype, vnni)
+    if path == "nchw":  # y: each task's tile slot, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
               **t)
         return out
     y = _scratch.get("y", (g.N, g.Kb, g.P, g.Q, g.bk), np.float32)  # all written: beta 0 first
-    plan(g, "fwd", dtype, vnni).run(backend=backend, y=y, **t)
+    p.run(backend=backend, y=y, **t)
     return unblock_y(y, g, x.dtype, out=out)
 
 
@@ -221,59 +275,54 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
-    g = geometry(*dims, stride, padding, config, kernel_path(dtype, backend))
-    if not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
-        raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got "
-                         f"{getattr(dy, 'shape', type(dy).__name__)}")
+    if not isinstance(dy, np.ndarray):
+        raise ValueError(f"dy: expected a numpy.ndarray, got {type(dy).__name__}")
+    # the weights' site: the call's sizes (its geometry, whatever the config)
+    token = _reuse.steady(token, ("conv.backward", dims, stride, padding, dtype, backend), (w,))
+    g, vnni, (data, p, choice), (update, pu, upd) = _route(
+        "bwd", dims, stride, padding, config, dtype, backend, token, x, w, dy)
+    if dy.shape != (g.N, g.K, g.P, g.Q):
+        raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got {dy.shape}")
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
-    token = _reuse.steady(token, ("conv.backward", g, dtype, backend), (w,))
-    ab = dtypes.NUMPY[dtype]
-    vnni = vnni_passes(g, dtype, backend)
-    # backward-data of a pointwise layer is the pointwise forward of w^T
-    gt = _transposed(g)
-    bp = pointwise(gt, dtype, backend)
-    blocks, dyp = columns(g, dtype, backend), None
-    if (blocks and token is None and x.dtype == np.float32 and w.dtype == np.float32
-            and w.flags.c_contiguous and g.R * g.S > 1):
-        dx = _columns_data(dy, w, g, *blocks)
-    elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
+    ab, dyp = dtypes.NUMPY[dtype], None
+    if data == "columns":
+        dx = _columns_data(dy, w, g, *choice)
+    elif data == "pointwise":
         wt = _reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
             w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else _scratch.get(
                 "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
-        dx = _pointwise(gt, dtype, backend, bp, dy, wt, "dx", plain_w=False)
+        dx = _pointwise(p, choice, backend, dy, wt, "dx")
     else:
         dyp = block_y(dy, g, dtype, bordered=True,
                       out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
         t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni), dyp=dyp)
         dx = _results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)
-        if stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
-            p = nchw_dx_plan(g, dtype, "bwd" in vnni)
+        if data == "nchw":
             p.run(backend=backend, out=dx, dx=_scratch.get("dx_tiles", (p.extent["dx"],),
                                                            np.float32), **t)
         else:
             # the plan writes dx's interior (every residue class, a call even where no
             # tap reaches); the border stays unwritten and unblock_x never reads it
             dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-            plan(g, "bwd", dtype, "bwd" in vnni).run(backend=backend, dx=dxb, **t)
+            p.run(backend=backend, dx=dxb, **t)
             unblock_x(dxb, g, x.dtype, out=dx)
-    upd = pointwise_update(g, dtype, backend, dy) if x.dtype == np.float32 else None
-    if upd:
+    if update == "pointwise":
         return dx, _pointwise_dw(dy, x, g, upd)
-    if blocks and x.dtype == np.float32:
-        return dx, _columns_update(dy, x, g, *blocks)
-    if dyp is not None and reads_x(g, dtype, backend, x):  # dw^T tiles from dyp and x in place
+    if update == "columns":
+        return dx, _columns_update(dy, x, g, *upd)
+    if update == "x":  # dw^T tiles from dyp and x in place
         dw = _scratch.get("dw_t", (g.splits, g.Kb, g.Cb, g.R, g.S, g.bc, g.bk), np.float32)
-        x_plan(g).run(backend=backend, dw=dw, x=x, dyp=dyp)
+        pu.run(backend=backend, dw=dw, x=x, dyp=dyp)
         return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype),
                               c_rows=True)
     dw = update_output(g, _scratch.get)
-    if reads_dy(g, dtype, backend, dy):
-        dy_plan(g).run(backend=backend, dw=dw, dyt=dy, x=block_x(
+    if update == "dy":
+        pu.run(backend=backend, dw=dw, dyt=dy, x=block_x(
             x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)))
     else:
-        plan(g, "upd", dtype, "upd" in vnni).run(
-            backend=backend, dw=dw, **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
+        pu.run(backend=backend, dw=dw,
+               **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
 
 

@@ -366,6 +366,8 @@ class TestBadInput:
             conv.forward(np.ones((3, 8, 8), np.float32), self.w)
         with pytest.raises(ValueError, match=r"^dy: expected shape \(1, 4, 6, 6\)"):
             conv.backward(np.ones((1, 4, 5, 6), np.float32), self.x, self.w)
+        with pytest.raises(ValueError, match="^dy: expected a numpy.ndarray, got list"):
+            conv.backward([1.0], self.x, self.w)
 
     def test_stride_and_padding(self):
         with pytest.raises(ValueError, match="^padding: expected values >= 0"):
