@@ -71,6 +71,12 @@ def _check_out(out, shape, dtype, name="out"):
     return out
 
 
+# the C entry points the copies below call, looked up once (a functional call
+# makes several copies; each attribute path costs as much as a check)
+_address, _ok, _NULL = cpu.address, cpu.check, cpu.ffi.NULL
+_to_blocks, _from_blocks = cpu.lib.brgemm_cpu_to_blocks_sums, cpu.lib.brgemm_cpu_from_blocks
+
+
 def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None,
               sums=None):
     """M = x (or x.T with transpose) as [Rb][Sb][br][bs] tiles ([Sb][Rb][..] with
@@ -84,19 +90,18 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
         ld = x.shape[1]
     dt = _out_dtype(x, dtype)
     R, S = (x.shape[1], x.shape[0]) if transpose else x.shape
-    Rb, Sb = nblocks(R, br), nblocks(S, bs)
-    shape = (Sb, Rb, br, bs) if swap_grid else (Rb, Sb, br, bs)
-    out = _check_out(out, shape, dt)
+    Rb, Sb = -(-R // br), -(-S // bs)
+    out = _check_out(out, (Sb, Rb, br, bs) if swap_grid else (Rb, Sb, br, bs), dt)
     if np.may_share_memory(out, x):
         raise ValueError("out: overlaps x")
     if sums is not None:
         sums = _check_out(sums, (x.shape[1],), dtypes.float32, "sums")
         if np.may_share_memory(sums, x) or np.may_share_memory(sums, out):
             raise ValueError("sums: overlaps x or out")
-    cpu.check(cpu.lib.brgemm_cpu_to_blocks_sums(
-        cpu.address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, cpu.address(out),
-        out.itemsize, cpu.ffi.NULL if sums is None else cpu.ffi.cast("float *", cpu.address(sums)),
-        threads or 0), "to_blocks")
+    _ok(_to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
+                   _address(out), out.itemsize,
+                   _NULL if sums is None else cpu.ffi.cast("float *", _address(sums)),
+                   threads or 0), "to_blocks")
     return out
 
 
@@ -105,9 +110,8 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
     (default t's), as a new array or into `out` (C-contiguous, not overlapping t)."""
     if t.ndim != 4 or not t.flags.c_contiguous:
         raise ValueError(f"t: expected C-contiguous tiles [.., .., br, bs], got shape {t.shape}")
-    br, bs = t.shape[2:]
-    grid = (nblocks(S, bs), nblocks(R, br)) if swap_grid else (nblocks(R, br), nblocks(S, bs))
-    if t.shape[:2] != grid:
+    Rt, St, br, bs = t.shape
+    if (Rt, St) != ((-(-S // bs), -(-R // br)) if swap_grid else (-(-R // br), -(-S // bs))):
         raise ValueError(f"t: tiles {t.shape} do not cover a {R}x{S} matrix")
     shape = (S, R) if transpose else (R, S)
     widen = dtype is not None and t.dtype == dtypes.bfloat16 and np.dtype(dtype) == dtypes.float32
@@ -119,9 +123,8 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
         raise ValueError(f"out: expected a writeable C-contiguous {dt} array of shape {shape}")
     elif np.may_share_memory(out, t):
         raise ValueError("out: overlaps t")
-    cpu.check(cpu.lib.brgemm_cpu_from_blocks(cpu.address(t), R, S, br, bs, swap_grid, transpose,
-                                             t.itemsize, cpu.address(out), out.shape[1],
-                                             out.itemsize, threads or 0), "from_blocks")
+    _ok(_from_blocks(_address(t), R, S, br, bs, swap_grid, transpose, t.itemsize, _address(out),
+                     shape[1], out.itemsize, threads or 0), "from_blocks")
     return out.astype(np.float32) if widen else out
 
 

@@ -68,18 +68,19 @@ class Geometry:
     pointwise_kb: int = 32
     pointwise_bp: int = 112
 
-    P = property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
-    Q = property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
-    Hp = property(lambda g: g.H + 2 * g.ph)
-    Wp = property(lambda g: g.W + 2 * g.pw)
-    Cb = property(lambda g: nblocks(g.C, g.bc))
-    Kb = property(lambda g: nblocks(g.K, g.bk))
+    # sizes derived from the fields, computed on first use (plans and calls read them often)
+    P = functools.cached_property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
+    Q = functools.cached_property(lambda g: (g.W + 2 * g.pw - g.S) // g.sw + 1)
+    Hp = functools.cached_property(lambda g: g.H + 2 * g.ph)
+    Wp = functools.cached_property(lambda g: g.W + 2 * g.pw)
+    Cb = functools.cached_property(lambda g: nblocks(g.C, g.bc))
+    Kb = functools.cached_property(lambda g: nblocks(g.K, g.bk))
     # dy's zero border for backward-data: output rows/pixels a tap can reach from outside
-    bp = property(lambda g: -(-(g.R - 1) // g.sh))
-    bw = property(lambda g: -(-(g.S - 1) // g.sw))
-    Pp = property(lambda g: g.P + 2 * g.bp)
+    bp = functools.cached_property(lambda g: -(-(g.R - 1) // g.sh))
+    bw = functools.cached_property(lambda g: -(-(g.S - 1) // g.sw))
+    Pp = functools.cached_property(lambda g: g.P + 2 * g.bp)
     # a residue class of padded input pixels reaches dy pixels up to (Wp - 1) / sw
-    Qp = property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
+    Qp = functools.cached_property(lambda g: max(g.Q, nblocks(g.Wp, g.sw)) + 2 * g.bw)
 
 
 def spans_rows(S, sh, sw, pw):

@@ -3,6 +3,7 @@ fc_backward, fc_update; blocked or on plain matrices) each pass records, with
 which epilogue, cached per shape, dtype and config. Layouts and formulas:
 primitives/fc.py."""
 import dataclasses
+from functools import cached_property
 
 from brgemm import plan as bplan
 from brgemm.layouts import nblocks, pick_block
@@ -65,9 +66,10 @@ class Geometry:
     chunks: tuple   # (fwd, bwd, upd) reduction chunks, in blocks
     groups: tuple   # (fwd, bwd, upd) outer block of the loop a spec names twice, or None
 
-    Nb = property(lambda g: nblocks(g.N, g.bn))
-    Cb = property(lambda g: nblocks(g.C, g.bc))
-    Kb = property(lambda g: nblocks(g.K, g.bk))
+    # sizes derived from the fields, computed on first use (plans and calls read them often)
+    Nb = cached_property(lambda g: nblocks(g.N, g.bn))
+    Cb = cached_property(lambda g: nblocks(g.C, g.bc))
+    Kb = cached_property(lambda g: nblocks(g.K, g.bk))
     chunk = property(lambda g: dict(zip(("fwd", "bwd", "upd"), g.chunks)))
 
 

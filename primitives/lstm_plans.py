@@ -2,6 +2,7 @@
 time) and their plans; the layer (primitives.lstm_layer) drives them and
 primitives.lstm is the public face. Layouts and formulas: primitives/lstm.py."""
 import dataclasses
+from functools import cached_property
 
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, nblocks, pick_block
@@ -37,10 +38,11 @@ class Geometry:
     fc_chunks: tuple
     fc_groups: tuple
 
-    Nb = property(lambda g: nblocks(g.N, g.bn))
-    Cb = property(lambda g: nblocks(g.C, g.bc))
-    Kb = property(lambda g: nblocks(g.K, g.bk))
-    Kp = property(lambda g: g.Kb * g.bk)
+    # sizes derived from the fields, computed on first use (plans and calls read them often)
+    Nb = cached_property(lambda g: nblocks(g.N, g.bn))
+    Cb = cached_property(lambda g: nblocks(g.C, g.bc))
+    Kb = cached_property(lambda g: nblocks(g.K, g.bk))
+    Kp = cached_property(lambda g: g.Kb * g.bk)
 
     def fc_input(self):
         """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
@@ -57,7 +59,7 @@ class Geometry:
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
     # on square 32 x 32 tiles its update was measurably slower than dW_ih's
     # (benchmarks/RESULTS.md)
-    hpair = property(lambda g: 2 if g.Kb % 2 == 0 else 1)
+    hpair = cached_property(lambda g: 2 if g.Kb % 2 == 0 else 1)
 
     def layouts(self):
         """The recurrent nests' tensors: the states h, c (and dy) of steps 0..T,

@@ -210,7 +210,8 @@ int brgemm_cpu_plan_run(const brgemm_cpu_plan* plan, void* const* tensors, int t
 /* Threads a run with `threads` would use: threads, or OpenMP's default when
  * threads <= 0, at most brgemm_cpu_max_threads(). */
 int brgemm_cpu_plan_threads(int threads);
-/* The most threads a run uses: 4 per core the process may run on, in [8, 1024]. */
+/* The most threads a run uses: 4 per core the process may run on (counted at
+ * the first call), in [8, 1024]. */
 int brgemm_cpu_max_threads(void);
 /* OpenMP's default thread count from now on (as OMP_NUM_THREADS at start-up;
  * libraries sharing the OpenMP runtime, such as oneDNN's gomp build, follow). */

@@ -77,10 +77,18 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
 
 /* Each OpenMP thread costs a stack; libgomp ends the process when it cannot
  * create one, and OMP_NUM_THREADS=100000 asks for that many. Past a few
- * threads per core nothing runs faster, so thread counts stop here. */
+ * threads per core nothing runs faster, so thread counts stop here. Counted
+ * once: libgomp's omp_get_num_procs asks the kernel for the affinity mask
+ * (a system call) each time, and every plan run and layout copy asks. */
 int brgemm_cpu_max_threads(void) {
-  const int cap = 4 * omp_get_num_procs();
-  return cap < 8 ? 8 : cap > 1024 ? 1024 : cap;
+  static int cap;  /* 0 until counted; threads racing here store the same value */
+  int c = __atomic_load_n(&cap, __ATOMIC_RELAXED);
+  if (!c) {
+    c = 4 * omp_get_num_procs();
+    c = c < 8 ? 8 : c > 1024 ? 1024 : c;
+    __atomic_store_n(&cap, c, __ATOMIC_RELAXED);
+  }
+  return c;
 }
 
 int brgemm_cpu_plan_threads(int threads) {
