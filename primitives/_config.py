@@ -52,6 +52,13 @@ def settings(primitive, pass_, shape, schema, config=None, path=None):
         primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS, path=path)))
 
 
+def clear():
+    """Forget every cached setting and derived state: for tests that plant a
+    fault in a derivation (a stale entry would outlive the plant)."""
+    _cache.clear()
+    _derived.clear()
+
+
 def cached(primitive, args, config, make):
     """make() -- what a primitive derives from `args` and its settings: a
     frozen geometry, or a functional call's plans and choices for its

@@ -12,6 +12,7 @@ import torch
 import brgemm
 import brgemm.arrays
 from primitives import conv, fc
+from primitives._config import clear as forget_derived
 
 
 def test_suite_runs_in_check_mode():
@@ -20,7 +21,7 @@ def test_suite_runs_in_check_mode():
         assert np.isnan(brgemm.aligned_empty((3, 5), dtype).astype(np.float64)).all()
 
 
-def _plant_empty_share(monkeypatch):
+def _plant_empty_share(monkeypatch, request):
     real = conv.geometry
 
     def planted(*args, **kwargs):
@@ -28,9 +29,13 @@ def _plant_empty_share(monkeypatch):
         # one row per share and one share more than rows: the last one has none
         return dataclasses.replace(g, splits=g.N * g.P + 1)
     monkeypatch.setattr(conv, "geometry", planted)
+    # a functional call decides its geometry and plans once per call signature
+    # (primitives._config.cached): forget them now, and the planted ones after
+    forget_derived()
+    request.addfinalizer(forget_derived)
 
 
-def test_check_mode_exposes_an_unwritten_share(rng, monkeypatch):
+def test_check_mode_exposes_an_unwritten_share(rng, monkeypatch, request):
     # a 1x1 layer of stride 2: the row nest's shares (at stride 1 the update is
     # conv.pointwise_update's, which splits its reduction its own way)
     x = rng.standard_normal((2, 16, 5, 5)).astype(np.float32)
@@ -44,7 +49,7 @@ def test_check_mode_exposes_an_unwritten_share(rng, monkeypatch):
     _, dw = conv.backward(dy, x, w, 2)
     assert np.all(np.abs(dw - want) <= 1e-5 * mag)          # the real geometry is right
 
-    _plant_empty_share(monkeypatch)
+    _plant_empty_share(monkeypatch, request)
     _, dw = conv.backward(dy, x, w, 2)
     assert np.isnan(dw).all()   # every weight sums in the empty share's NaN slice
 
