@@ -29,9 +29,11 @@ def vnni_tiles(x, out=None, threads=None):
                          f"got shape {x.shape}")
     if out is None:
         out = aligned_empty(x.shape, x.dtype)
-    elif out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous or \
-            np.shares_memory(out, x):
-        raise ValueError("out: expected a C-contiguous array of x's shape and dtype, apart from x")
+    elif (not isinstance(out, np.ndarray) or out.shape != x.shape or out.dtype != x.dtype
+          or not out.flags.c_contiguous or not out.flags.writeable
+          or np.may_share_memory(out, x)):  # both contiguous: their bounds are their bytes
+        raise ValueError("out: expected a writeable C-contiguous array of x's shape and dtype, "
+                         "apart from x")
     rows, cols = x.shape[-2:]
     cpu.check(cpu.lib.brgemm_cpu_vnni_tiles(cpu.address(x), x.size // (rows * cols), rows, cols,
                                             cpu.address(out), threads or 0), "vnni_tiles")

@@ -13,13 +13,15 @@ def backend_name(backend):
     return resolve_backend(backend)
 
 
+_TAKES = {"f32": (dtypes.float32,), "bf16": (dtypes.float32, dtypes.bfloat16)}
+
+
 def operands(dtype, *arrays, names, ndim=2, nonempty=False):
     """The one check of a primitive's array arguments: NumPy arrays of a dtype
     that dtype= takes (f32: float32; bf16: float32 or bfloat16), with `ndim`
     dimensions (None: any), none of them empty with nonempty. Returns the
     first array's dtype (what the primitive's results come back in)."""
-    dtypes.check_name(dtype)
-    allowed = (dtypes.float32,) if dtype == "f32" else (dtypes.float32, dtypes.bfloat16)
+    allowed = _TAKES.get(dtypes.check_name(dtype))
     for x, name in zip(arrays, names):
         if not isinstance(x, np.ndarray):
             raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")

@@ -40,7 +40,7 @@ def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
     out = set()
     if fc.can_read_w(dtype, backend, x, w_ih, token):
         out.add("w_ih")
-        if g.T == 1 and fc.reads_w(g.fc_hidden(1), dtype, backend, x, w_hh, token):
+        if g.T == 1 and fc.reads_w(g.fc_step, dtype, backend, x, w_hh, token):
             out.add("w_hh")
     return frozenset(out)
 
@@ -121,7 +121,7 @@ class LSTM:
         g = self.g = geometry(T, N, self.C, self.K, self.config,
                               kernel_path(self.dtype, self.backend))
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
-        self.gx, self.gh1 = g.fc_input(), g.fc_hidden(1)
+        self.gx, self.gh1 = g.fc_input(), g.fc_step
         self.gh = g.fc_hidden(T, g.hpair * g.bk)
         v = self.vnni = vnni_operands(g, d, self.backend)
         self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True, vnni="x" in v),

@@ -56,6 +56,8 @@ class Geometry:
                            bc or self.bk, self.bk, self.fc_specs, self.fc_chunks,
                            self.fc_groups)
 
+    fc_step = cached_property(lambda g: g.fc_hidden(1))  # one step's: asked for per call
+
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
     # on square 32 x 32 tiles its update was measurably slower than dW_ih's
     # (benchmarks/RESULTS.md)

@@ -80,3 +80,20 @@ def test_transpose_blocks(rng, dtype, br, bs):
     np.testing.assert_array_equal(transpose_blocks(t), to_blocks(x, bs, br, transpose=True))
     with pytest.raises(ValueError, match="^out"):
         transpose_blocks(t, out=np.empty(3, dtype))
+
+
+def test_vnni_tiles_into_out(rng):
+    """vnni_tiles pairs rows 2p and 2p+1 of each tile; `out` must be writeable,
+    of x's shape and dtype and apart from x (a view of x's buffer is refused)."""
+    from brgemm.vnni import vnni_tiles
+    x = rng.standard_normal((3, 4, 6)).astype(np.float32).astype(brgemm.bfloat16)
+    want = x.reshape(3, 2, 2, 6).transpose(0, 1, 3, 2).reshape(3, 4, 6)
+    out = np.empty_like(x)
+    assert vnni_tiles(x, out=out) is out and np.array_equal(out, want)
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    both = np.empty((6, 4, 6), brgemm.bfloat16)
+    both[:3] = x
+    for bad in (ro, both[2:5], np.empty((3, 4, 4), brgemm.bfloat16), out.astype(np.float32)):
+        with pytest.raises(ValueError, match="^out: expected a writeable C-contiguous array"):
+            vnni_tiles(both[:3] if bad.base is both else x, out=bad)
