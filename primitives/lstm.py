@@ -120,7 +120,8 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
     """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db. Runs the forward again unless
     `saved` holds the forward of these same arrays (lstm.Saved)."""
     token, saved = _reuse.check(reuse), _check_saved(saved)
-    stamp = _stamp((x, h0, c0, w_ih, w_hh, b), (dtype, backend_name(backend), repr(config)))
+    stamp = None if saved is None else _stamp((x, h0, c0, w_ih, w_hh, b),
+                                              (dtype, backend_name(backend), repr(config)))
     if saved is not None and saved.layer is not None and saved.stamp == stamp:
         layer = saved.layer
         _check_x(x, layer.C, dtype)
