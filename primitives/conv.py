@@ -39,8 +39,8 @@ from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
-from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
-                            pick_block, to_blocks, transpose_blocks)
+from brgemm.layouts import (column_sums, columns_to_image, conv_unwrap, from_blocks,
+                            image_to_columns, nblocks, pick_block, to_blocks, transpose_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
@@ -57,6 +57,7 @@ from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
+                                      shifted, shifted_plan,
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
@@ -197,6 +198,8 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
         return g, "pointwise", pointwise_plan(g, dtype, bp), bp
+    if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
+        return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     blocks = columns(g, dtype, backend) if token is None else None
     if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
         return g, "columns", columns_plan(g, dtype, *blocks), blocks
@@ -246,6 +249,10 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     ab = dtypes.NUMPY[dtype]
     if path == "pointwise":
         return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
+    if path == "shifted":
+        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
+        p.run(backend=backend, w=_weights(w, g, dtype, True, token), x=x, y=y)
+        return conv_unwrap(y, x, np.ascontiguousarray(w))
     if path == "columns":
         bd, bp = choice
         PQ = g.P * g.Q
