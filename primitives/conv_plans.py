@@ -28,7 +28,8 @@ from primitives.conv_layouts import block_dyf, block_x, block_xf, block_xs, bloc
 SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape key's dimensions
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
-                 "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int},
+                 "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
+                 "shifted": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -67,6 +68,8 @@ class Geometry:
     # A and B blocks per kernel call, and the pixel block's target
     pointwise_kb: int = 32
     pointwise_bp: int = 112
+    # the functional forward's shifted plan where its rule allows (conv_in_place.shifted)
+    shifted: bool = False
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
     P = functools.cached_property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
@@ -145,7 +148,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
-                    f["pointwise_bp"])
+                    f["pointwise_bp"], f["shifted"])
 
 
 # ---------------------------------------------------------------- the loop nests

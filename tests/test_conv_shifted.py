@@ -19,7 +19,8 @@ def _case(rng, W_lo, W_hi):
     N, H, W = int(rng.integers(1, 4)), int(rng.integers(2, 12)), int(rng.integers(W_lo, W_hi))
     bc, bk = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
     C, K = bc * int(rng.integers(1, 4)), int(rng.integers(1, 100))  # K ragged against bk
-    cfg = {"fwd": {"bc": bc, "bk": bk, "pointwise_bp": int(rng.integers(16, 160))}}
+    cfg = {"fwd": {"bc": bc, "bk": bk, "pointwise_bp": int(rng.integers(16, 160)),
+                   "shifted": True}}  # on: the AMX table turns it off
     print(f"N={N} C={C} K={K} H={H} W={W} {cfg}")
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
@@ -38,6 +39,22 @@ def test_forward_shifted(rng):
         x, w, g, cfg = _case(rng, 28, 70)
         assert conv.shifted(g, "f32", "cpu", x)  # the path under test
         _check(conv.forward(x, w, 1, 1, config=cfg), x, w)
+
+
+def test_shifted_off_by_config(rng):
+    """shifted = false: the rule says no, and the forward takes the path before."""
+    x, w, g, cfg = _case(rng, 28, 40)
+    cfg["fwd"]["shifted"] = False
+    g = conv.geometry(g.N, g.C, g.K, g.H, g.W, 3, 3, (1, 1), (1, 1), config=cfg)
+    assert not conv.shifted(g, "f32", "cpu", x)
+    _check(conv.forward(x, w, 1, 1, config=cfg), x, w)
+
+
+def test_shifted_by_kernel_path():
+    """The defaults turn the path on; the AMX Xeon's table ("f32@amx") off."""
+    shape = (2, 64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
+    assert conv.geometry(*shape, path="f32").shifted
+    assert not conv.geometry(*shape, path="f32@amx").shifted
 
 
 def test_shifted_plan_any_size(rng):
