@@ -80,7 +80,7 @@ def shifted_nest(ex, g, dtype, bp):
     shifted by (r - 1) W + s - 1 pixels. Output rows 1..H-2 run as one flat
     run of pixels in blocks of bp (across row ends: the taps s = 0 and 2 of
     the row ends' pixels read the neighbouring row there, which
-    brgemm.layouts.conv_unwrap takes back; the run's first pixel leaves s = 0
+    brgemm.conv_unwrap takes back; the run's first pixel leaves s = 0
     out and its last s = 2, so that no read leaves x). Rows 0 and H-1 take
     their real taps only, each s on the pixels it reaches. A call per c
     block: its 9 taps in one batch."""

@@ -38,7 +38,7 @@ def shifted(g, dtype, backend, x):
 def shifted_plan(g, bp):
     """The forward's plan conv_forward.shifted_nest records (f32; tensors w:
     the transposed weight tiles [Cb][Kb][3][3][bk][bc], x, y: NCHW); y then
-    needs brgemm.layouts.conv_unwrap."""
+    needs brgemm.conv_unwrap."""
     def record():
         rec = bplan.Recorder({"w": "f32", "x": "f32", "y": "f32"}, spec="shifted")
         shifted_nest(rec, g, "f32", bp)

@@ -1,5 +1,5 @@
 """The shifted forward (conv.shifted, conv_in_place.shifted_plan and
-brgemm.layouts.conv_unwrap): a 3x3 layer with stride 1 and padding 1 on
+brgemm.conv_unwrap): a 3x3 layer with stride 1 and padding 1 on
 NCHW x and y in place, rows 1..H-2 as one flat run of pixels and the wrapped
 taps taken back after. Against PyTorch (float64): the functional forward on
 random sizes where the rule takes the path, the plan and the fix on any
@@ -9,7 +9,7 @@ runs them), and its argument checks."""
 import numpy as np
 import pytest
 
-from brgemm.layouts import conv_unwrap
+from brgemm.conv_unwrap import conv_unwrap
 from primitives import conv
 from primitives.conv_in_place import shifted_plan
 from test_conv import magnitude, reference
@@ -98,6 +98,7 @@ def test_unwrap_arguments():
     w = np.zeros((5, 2, 3, 3), np.float32)
     y = np.zeros((1, 5, 3, 4), np.float32)
     for name, args in (("x", (y, x.astype(np.float64), w)), ("w", (y, x, w[:, :, :2])),
-                       ("y", (y[:, :4], x, w)), ("y", (np.asfortranarray(y), x, w))):
+                       ("y", (y[:, :4], x, w)), ("y", (np.asfortranarray(y), x, w)),
+                       ("x", (y, x[0], w)), ("w", (y, x, [1.0]))):
         with pytest.raises(ValueError, match=f"^{name}:"):
             conv_unwrap(*args)
