@@ -11,7 +11,7 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.columns, conv.pointwise, fc.reads_w) the line says which. Lines
+(conv.columns, conv.pointwise, conv.shifted, fc.reads_w) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost;
 after each conv line, the layer path's own plans of that pass alone; fc's
@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
 from brgemm import layouts as L
+from brgemm.conv_unwrap import conv_unwrap
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
 from primitives import conv, fc, lstm
@@ -95,10 +96,17 @@ def _conv(N):
         else:
             out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
                    ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
-        _line(name, "fwd", path, *_steps([
+        if conv.shifted(g, "f32", "cpu", x):  # x and y in place (conv_in_place.shifted)
+            ps, ws = conv.shifted_plan(g, g.pointwise_bp), conv.block_w(w, g, "f32", True)
+            _line(name, "fwd", "shifted", *_steps([
+                ("w", lambda: conv.block_w(w, g, "f32", True, out=ws)),
+                ("plan", lambda: ps.run(w=ws, x=x, y=y)),
+                ("unwrap", lambda: conv_unwrap(y, x, w))], lambda: conv.forward(x, w, st, pd)))
+        alone = conv.shifted(g, "f32", "cpu", x)  # then the blocked steps below are not the call's
+        _line(name, "fwd", "blocked*" if alone else path, *_steps([
             ("x", lambda: conv.block_x(x, g, "f32", out=xb)),
             ("w", lambda: conv.block_w(w, g, "f32", out=wb))] + out,
-            lambda: conv.forward(x, w, st, pd)))
+            None if alone else lambda: conv.forward(x, w, st, pd)))
         layer = _steps([], lambda: pf.run(x=xb, w=wb, y=yb))[0]
         print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
         if path in ("blocked", "columns") and H <= 14:  # conv.columns' forward, alone
