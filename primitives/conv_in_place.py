@@ -28,8 +28,8 @@ def shifted(g, dtype, backend, x):
     x f32 and C-contiguous, C whole blocks, and rows of 28 pixels or more (the
     kernel's vectors run over pixels: the first and last rows' calls fill them
     in part; on 56- and 28-pixel rows the plan ran faster than the layer's,
-    benchmarks/RESULTS.md); and the config's fwd key `shifted` on (off on the
-    AMX Xeon's table until the path has run there)."""
+    benchmarks/RESULTS.md); and the config's fwd key `shifted` on (off in the
+    AMX Xeon's table: slower there)."""
     return (g.shifted and (g.R, g.S, g.sh, g.sw, g.ph, g.pw) == (3, 3, 1, 1, 1, 1)
             and dtype == "f32" and backend == "cpu" and x.dtype == np.float32
             and x.flags.c_contiguous and g.C % g.bc == 0 and g.H >= 2 and g.W >= 28)
