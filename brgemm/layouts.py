@@ -71,8 +71,7 @@ def _check_out(out, shape, dtype, name="out"):
     return out
 
 
-# the C entry points the copies below call, looked up once (a functional call
-# makes several copies; each attribute path costs as much as a check)
+# C entry points looked up once: a functional call makes several copies
 _address, _ok, _NULL = cpu.address, cpu.check, cpu.ffi.NULL
 _to_blocks, _from_blocks = cpu.lib.brgemm_cpu_to_blocks_sums, cpu.lib.brgemm_cpu_from_blocks
 
@@ -98,9 +97,8 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
         sums = _check_out(sums, (x.shape[1],), dtypes.float32, "sums")
         if np.may_share_memory(sums, x) or np.may_share_memory(sums, out):
             raise ValueError("sums: overlaps x or out")
-    _ok(_to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
-                   _address(out), out.itemsize,
-                   _NULL if sums is None else cpu.ffi.cast("float *", _address(sums)),
+    _ok(_to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, _address(out),
+                   out.itemsize, _NULL if sums is None else cpu.ffi.cast("float *", _address(sums)),
                    threads or 0), "to_blocks")
     return out
 
@@ -192,6 +190,8 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
 
 def _image_strides(x):
     """x (read in place where its strides allow) and its element strides for C."""
+    if x.flags.c_contiguous:  # the common case at once (the callers refuse an empty x)
+        return x, cpu.ffi.new("int64_t[4]", (x.size // len(x), x[0, 0].size, x.shape[3], 1))
     # a dimension of one element has no stride that matters (NumPy keeps any, even
     # negative, and calls the array contiguous): give it the contiguous one
     steps = [s if n > 1 else x.itemsize * math.prod(x.shape[i + 1:])

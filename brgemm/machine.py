@@ -81,9 +81,15 @@ def set_cpu_threads(threads: int) -> None:
     get("cpu").lib.brgemm_cpu_set_threads(threads)
 
 
+_plan_threads = []  # the CPU backend's brgemm_cpu_plan_threads, once looked up
+
+
 def cpu_threads() -> int:
-    """Threads a CPU plan replay uses when it is not told how many."""
-    return get("cpu").lib.brgemm_cpu_plan_threads(0)
+    """Threads a CPU plan replay uses when it is not told how many (asked on
+    every functional conv call: the backend looked up once)."""
+    if not _plan_threads:
+        _plan_threads.append(get("cpu").lib.brgemm_cpu_plan_threads)
+    return _plan_threads[0](0)
 
 
 def unavailable_reason(backend: str):
