@@ -28,7 +28,7 @@ for part in $parts; do
            TIMEOUT_conv=${TIMEOUT_conv:-40} TIMEOUT_lstm=${TIMEOUT_lstm:-40} \
            bash benchmarks/device_amx.sh ${AMX_LAYERS:-fc conv lstm} ;;
     modules) (OUT=$work/modules BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && pin="taskset -c 2,3"
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
              for d in ${FUNCTIONAL_DTYPES:-f32}; do
                timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t \
                  --dtype $d; done; done) ;;
