@@ -115,21 +115,23 @@ def steady(token, site, sources):
     loop, where every kept copy would serve one call, made in fresh memory.
     The call then runs as it would without reuse= (its scratch buffers, the
     paths that read the weights in place), and the stale copies under the
-    token go. Unchanged since the last call (inference), or never seen: the
-    token, so the copy is kept (again)."""
+    token go, once: only a site's call that returned the token can have left
+    copies, so the sweep over the cache runs after those alone, never call
+    after call in a training loop. Unchanged since the last call
+    (inference), or never seen: the token, so the copy is kept (again)."""
     if token is None:
         return None
-    key = (token._slot(), ("steady", site))
-    state = (token._state(), tuple(_stamp(a) for a in sources))
-    seen = _cache.get(key)
-    _cache.put(key, (state, token, None))
-    if seen is None or (seen[0] == state and (
-            not isinstance(token, _Tensors) or token._same_objects(seen[1]))):
-        return token
     slot = token._slot()
-    for k in [k for k, _ in _cache.items() if k[0] == slot and k[1][0] != "steady"]:
-        _cache.pop(k)
-    return None
+    key = (slot, ("steady", site))
+    state = (token._state(), tuple(_stamp(a) for a in sources))
+    seen = _cache.get(key)  # (state, token, whether that call returned the token)
+    keep = seen is None or (seen[0] == state and (
+        not isinstance(token, _Tensors) or token._same_objects(seen[1])))
+    _cache.put(key, (state, token, keep))
+    if not keep and seen[2]:
+        for k in [k for k, _ in _cache.items() if k[0] == slot and k[1][0] != "steady"]:
+            _cache.pop(k)
+    return token if keep else None
 
 
 def _sweep():
