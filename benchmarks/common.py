@@ -57,6 +57,23 @@ def check_close(what, ours, theirs, dtype, against, bf16_tol=2e-2):
         raise AssertionError(why)
 
 
+def arbitrate(name, what, ours, theirs, want, dtype, against="torch.nn", bf16_tol=3e-2):
+    """Ours and the other side's results (in the order of `what`'s names)
+    against `want`, the same computation in float64 on the same rounded
+    inputs: ours must agree (else AssertionError); the first of theirs that
+    does not is printed as a note and returned (None: all agree), and the
+    caller times both all the same."""
+    for w, got, ref in zip(what, ours, want):
+        check_close(f"{name} {w}", got, ref, dtype, "float64", bf16_tol)
+    for w, got, ref in zip(what, theirs, want):
+        why = differs(f"{name} {w}", got, ref, dtype, "float64", bf16_tol)
+        if why:
+            note = why.replace("ours", against, 1)
+            print(f"  note: {note}; timed all the same", flush=True)
+            return note
+    return None
+
+
 def set_threads(threads, onednn=True):
     """Same thread count (and cores) for us (OpenMP), PyTorch and oneDNN, and proof of it:
     our executor's count from C, oneDNN's from its own verbose report (run in

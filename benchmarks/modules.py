@@ -24,7 +24,7 @@ import copy
 
 import numpy as np
 
-from benchmarks.common import (differs, geomean, interleaved_samples, machine,
+from benchmarks.common import (arbitrate, geomean, interleaved_samples, machine,
                                paired_ratio, quick_shapes, read_shapes, save_report, set_threads,
                                spread_of, torch_threads)
 from benchmarks import conv as bconv, lstm as blstm
@@ -71,24 +71,12 @@ def _results(m, x, dy):
 
 def _check(name, dtype, mine, theirs, x, dy):
     """Both modules' results against the same module in float64 on the same
-    (rounded) inputs: ours must be within the dtype's tolerance (else
-    AssertionError); what is wrong on torch.nn's side is returned (None: nothing)
-    and printed, and its rows are timed all the same."""
-    ref64 = copy.deepcopy(theirs).double()
-    x64 = x.detach().double().requires_grad_()
-    want = _results(ref64, x64, dy.double())
-    got = {"ours": _results(mine, x, dy), "torch": _results(theirs, x, dy)}
+    (rounded) inputs (benchmarks.common.arbitrate): what is wrong on torch.nn's
+    side is returned (None: nothing), and its rows are timed all the same."""
+    want = _results(copy.deepcopy(theirs).double(), x.detach().double().requires_grad_(),
+                    dy.double())
     what = ["y", "input grad"] + [f"grad {n}" for n, _ in theirs.named_parameters()]
-    wrong = None
-    for side, arrays in got.items():
-        for w, a, b in zip(what, arrays, want):
-            why = differs(f"{name} {w}", a, b, dtype, "float64", bf16_tol=3e-2)
-            if why and side == "ours":
-                raise AssertionError(why)
-            if why and wrong is None:
-                wrong = why.replace("ours", "torch.nn", 1)
-                print(f"  note: {wrong}", flush=True)
-    return wrong
+    return arbitrate(name, what, _results(mine, x, dy), _results(theirs, x, dy), want, dtype)
 
 
 def run(quick=False, dtype="f32", threads=None):
