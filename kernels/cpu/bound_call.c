@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bound_builtin.h"
 #include "bound_call.h"
 
 enum { MAX_DIMS = 3 };
@@ -103,37 +104,36 @@ static Py_ssize_t data_slot(PyObject* packed) {
   return offset;
 }
 
+/* bound's fields: the kernel, the arrays' geometries and (packed, not 0) the
+ * PackedB whose data B is; 1, or 0 where they cannot be bound (bound partly
+ * filled; capsule_free releases what is in it) */
+static int fill(brgemm_cpu_bound* bound, const brgemm_cpu_kernel* kernel, PyObject* a,
+                PyObject* b, PyObject* c, int64_t count, int b_packed, PyObject* packed) {
+  bound->kernel = kernel, bound->count = count, bound->b_packed = b_packed;
+  if (!record(&bound->arrays[0], a) || !record(&bound->arrays[1], b) ||
+      !record(&bound->arrays[2], c))
+    return 0;
+  if (packed) {
+    bound->data_offset = data_slot(packed);
+    if (bound->data_offset < 0 || *(PyObject**)((char*)packed + bound->data_offset) != b)
+      return 0;
+    bound->packed = PyWeakref_NewRef(packed, NULL);
+    if (!bound->packed) return 0;
+  }
+  return 1;
+}
+
 int brgemm_cpu_bind_strd(const brgemm_cpu_kernel* kernel, intptr_t a, intptr_t b, intptr_t c,
                          int64_t count, int b_packed, intptr_t packed, intptr_t list) {
   PyGILState_STATE gil = PyGILState_Ensure();  /* cffi calls this without the GIL */
-  int rc = BRGEMM_EINVAL;
-  PyObject* fn = NULL;
-  brgemm_cpu_bound* bound = (brgemm_cpu_bound*)calloc(1, sizeof(*bound));
-  PyObject* capsule = bound ? PyCapsule_New(bound, NULL, capsule_free) : NULL;
-  if (!capsule) {
-    free(bound);
-    rc = BRGEMM_ENOMEM;
-    goto done;
+  brgemm_cpu_bound* bound = NULL;
+  PyObject* capsule = brgemm_bound_new(sizeof(*bound), capsule_free, (void**)&bound);
+  int rc = BRGEMM_ENOMEM;
+  if (capsule) {
+    const int filled = fill(bound, kernel, (PyObject*)a, (PyObject*)b, (PyObject*)c, count,
+                            b_packed, (PyObject*)packed);
+    rc = brgemm_bound_publish(&bound_run_def, capsule, filled, (PyObject*)list);
   }
-  bound->kernel = kernel, bound->count = count, bound->b_packed = b_packed;
-  if (!record(&bound->arrays[0], (PyObject*)a) || !record(&bound->arrays[1], (PyObject*)b) ||
-      !record(&bound->arrays[2], (PyObject*)c))
-    goto drop;
-  if (packed) {
-    bound->data_offset = data_slot((PyObject*)packed);
-    if (bound->data_offset < 0 ||
-        *(PyObject**)((char*)packed + bound->data_offset) != (PyObject*)b)
-      goto drop;
-    bound->packed = PyWeakref_NewRef((PyObject*)packed, NULL);
-    if (!bound->packed) goto drop;
-  }
-  fn = PyCFunction_New(&bound_run_def, capsule);
-  if (fn && PyList_Append((PyObject*)list, fn) == 0) rc = BRGEMM_OK;
-  Py_XDECREF(fn);
-drop:
-  Py_DECREF(capsule);  /* fn holds it, or it goes now with bound */
-done:
-  if (rc != BRGEMM_OK) PyErr_Clear();
   PyGILState_Release(gil);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include <numpy/ndarraytypes.h>
 #include <stdlib.h>
 
+#include "bound_builtin.h"
 #include "bound_plan.h"
 
 enum { MAX_TENSORS = 64 };  /* more: bind nothing (Plan.check and the cffi call serve) */
@@ -77,41 +78,42 @@ static PyObject* bound_run(PyObject* self, PyObject* const* args, Py_ssize_t nar
 static PyMethodDef bound_run_def = {"bound_plan_run", (PyCFunction)(void (*)(void))bound_run,
                                     METH_FASTCALL, "run(arrays, threads) -> 0 or a BRGEMM_E* code"};
 
-int brgemm_cpu_bind_plan(const brgemm_cpu_plan* plan, intptr_t names, intptr_t dtypes,
-                         const int64_t* extent, const int64_t* itemsize,
-                         const int8_t* written, intptr_t ndarray, intptr_t list) {
-  PyGILState_STATE gil = PyGILState_Ensure();  /* cffi calls this without the GIL */
-  int rc = BRGEMM_EINVAL;
-  PyObject *n = (PyObject*)names, *d = (PyObject*)dtypes, *fn = NULL;
-  bound_plan* bound = (bound_plan*)calloc(1, sizeof(*bound));
-  PyObject* capsule = bound ? PyCapsule_New(bound, NULL, capsule_free) : NULL;
-  if (!capsule) {
-    free(bound);
-    rc = BRGEMM_ENOMEM;
-    goto done;
-  }
+/* bound's fields from the plan's tensors (tuples of names and dtypes, in the
+ * plan's order) and their sizes: 1, or 0 where they do not fit it (bound
+ * partly filled; capsule_free releases what is in it) */
+static int fill(bound_plan* bound, const brgemm_cpu_plan* plan, PyObject* n, PyObject* d,
+                const int64_t* extent, const int64_t* itemsize, const int8_t* written,
+                PyObject* ndarray) {
   if (!PyTuple_Check(n) || !PyTuple_Check(d) || PyTuple_GET_SIZE(n) != PyTuple_GET_SIZE(d) ||
       PyTuple_GET_SIZE(n) > MAX_TENSORS || PyTuple_GET_SIZE(n) != plan->n_tensors ||
-      !PyType_Check((PyObject*)ndarray))
-    goto drop;
+      !PyType_Check(ndarray))
+    return 0;
   bound->plan = plan;
   bound->ndarray = (PyTypeObject*)ndarray;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n); i++) {
     PyObject *name = PyTuple_GET_ITEM(n, i), *dtype = PyTuple_GET_ITEM(d, i);
-    if (!PyUnicode_CheckExact(name)) goto drop;
+    if (!PyUnicode_CheckExact(name)) return 0;
     Py_INCREF(name);
     Py_INCREF(dtype);
     bound->names[i] = name, bound->dtypes[i] = dtype, bound->n = i + 1;
     bound->extent[i] = (npy_intp)extent[i], bound->itemsize[i] = (npy_intp)itemsize[i];
     bound->written[i] = written[i] != 0;
   }
-  fn = PyCFunction_New(&bound_run_def, capsule);
-  if (fn && PyList_Append((PyObject*)list, fn) == 0) rc = BRGEMM_OK;
-  Py_XDECREF(fn);
-drop:
-  Py_DECREF(capsule);  /* fn holds it, or it goes now with bound */
-done:
-  if (rc != BRGEMM_OK) PyErr_Clear();
+  return 1;
+}
+
+int brgemm_cpu_bind_plan(const brgemm_cpu_plan* plan, intptr_t names, intptr_t dtypes,
+                         const int64_t* extent, const int64_t* itemsize,
+                         const int8_t* written, intptr_t ndarray, intptr_t list) {
+  PyGILState_STATE gil = PyGILState_Ensure();  /* cffi calls this without the GIL */
+  bound_plan* bound = NULL;
+  PyObject* capsule = brgemm_bound_new(sizeof(*bound), capsule_free, (void**)&bound);
+  int rc = BRGEMM_ENOMEM;
+  if (capsule) {
+    const int filled = fill(bound, plan, (PyObject*)names, (PyObject*)dtypes, extent, itemsize,
+                            written, (PyObject*)ndarray);
+    rc = brgemm_bound_publish(&bound_run_def, capsule, filled, (PyObject*)list);
+  }
   PyGILState_Release(gil);
   return rc;
 }
