@@ -89,9 +89,15 @@ def columns(g, dtype, backend):
 # call: their C tiles (bp x bd, 32 KiB) cost more to reload between calls than
 # the layer's (benchmarks/RESULTS.md: res5a_branch2b's backward-data 8% faster)
 COLUMNS_CALLS = 16
-# backward-data's pixel blocks (its dy^t and dx^c are plain matrices): all
-# pixels of the 7 x 7 layers, so w's rows pass once (RESULTS.md: 2-7% faster)
+# the backward's pixel blocks (backward-data's dy^t and dx^c are plain matrices,
+# the update reduces over them): all pixels of the 7 x 7 layers, so w's rows pass
+# once and the update has no ragged block (RESULTS.md: 2-7% and 10% faster)
 COLUMNS_DATA_PIXELS = 128
+# and the tiles' width along C R S, where w and dW have their rows C R S floats
+# apart (which maps them onto few cache sets): narrower than the forward's, so a
+# call's rows of w stay in L1 while the kernel walks the pixels (RESULTS.md:
+# res5a_branch2b's backward-data plan 10-15% faster, its update 5-10%)
+COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 32, 64
 
 
 def columns_plan(g, dtype, bd, bp, pass_="fwd"):
@@ -218,7 +224,7 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     bp, blocks = pointwise(gt, dtype, backend), columns(g, dtype, backend)
     f32 = x.dtype == np.float32 and w.dtype == np.float32
     if blocks and token is None and f32 and w.flags.c_contiguous and g.R * g.S > 1:
-        data = "columns", None, blocks
+        data = "columns", None, None
     elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
         data = "pointwise", pointwise_plan(gt, dtype, bp, plain_w=False), gt
     elif stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
@@ -229,7 +235,7 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     if upd:
         update = "pointwise", None, upd
     elif blocks and x.dtype == np.float32:
-        update = "columns", None, blocks
+        update = "columns", None, None
     elif data[0] in ("nchw", "blocked") and reads_x(g, dtype, backend, x):
         update = "x", x_plan(g), None  # dw^T tiles from backward-data's dyp and x in place
     elif reads_dy(g, dtype, backend, dy):
@@ -295,7 +301,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab, dyp = dtypes.NUMPY[dtype], None
     if data == "columns":
-        dx = _columns_data(dy, w, g, *choice)
+        dx = _columns_data(dy, w, g)
     elif data == "pointwise":
         wt = _reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
             w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else _scratch.get(
@@ -318,7 +324,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if update == "pointwise":
         return dx, _pointwise_dw(dy, x, g, upd)
     if update == "columns":
-        return dx, _columns_update(dy, x, g, *upd)
+        return dx, _columns_update(dy, x, g)
     if update == "x":  # dw^T tiles from dyp and x in place
         dw = _scratch.get("dw_t", (g.splits, g.Kb, g.Cb, g.R, g.S, g.bc, g.bk), np.float32)
         pu.run(backend=backend, dw=dw, x=x, dyp=dyp)
@@ -344,11 +350,11 @@ def _transposed(g):
                                                                   bk=g.bc))
 
 
-def _columns_data(dy, w, g, bd, bp):
+def _columns_data(dy, w, g):
     """dx where the forward reads w in place (columns): w read in place again,
     against each image's dy transposed; dx^c summed into dx after."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    bp = pick_block(cols, COLUMNS_DATA_PIXELS)
+    bd, bp = pick_block(D, COLUMNS_DATA_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
     dyt = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       transpose=True, swap_grid=True,
                       out=_scratch.get("dyt", (cols, g.K), np.float32))
@@ -358,10 +364,11 @@ def _columns_data(dy, w, g, bd, bp):
                             out=_results.empty("dx", (g.N, g.C, g.H, g.W), np.float32))
 
 
-def _columns_update(dy, x, g, bd, bp):
+def _columns_update(dy, x, g):
     """dW where the forward reads w in place (columns): written in w's own
     layout by one plan, from x's im2col tiles transposed and dy [K][N][PQ]."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
+    bd, bp = pick_block(D, COLUMNS_UPDATE_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
     xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
         "xc", (nblocks(cols, bp), nblocks(D, bd), bd, bp), np.float32))
     xct = transpose_blocks(xc, out=_scratch.get("xct", (xc.shape[1], xc.shape[0], bp, bd),
