@@ -1,20 +1,21 @@
 """Probe (issue 17): conv's shifted forward (conv_in_place.shifted) part by
 part against the path without it, on res2a_branch2b and res3a_branch2b,
-all sides of a layer timed interleaved in one process (rotated rounds,
-medians, paired ratios over the layer's plan):
+all sides of a part timed interleaved in one process (rotated rounds,
+medians, paired ratios over the part's first side):
 
     python -m benchmarks.probe_shifted [--threads T] [--reps 7] [--only NAME]
+        [--parts kernels,forward,steps,backward]
 
-Sides: the layer's plan (blocked x, w, y); the NCHW-storing plan and the x
-copy (the path without the shifted plan); the shifted plan alone on NumPy's
-x and y (16 bytes past a line), on 64-byte aligned ones, on 2 MiB pages,
-with pixel blocks of 64, with each call split by tap row; the unwrap pass;
-both whole calls; and kernel calls alone (one call repeated on a task's own
-buffer: the shifted call's offsets, the same with every tap's offset on a
-whole line, the layer's call). Then the backward's parts against the
-layer's plans. Speeds only: no result is checked here."""
+kernels: one kernel call repeated on a task's own buffers (the shifted
+call at pixel blocks of 16, 32 and 112 with its taps' offsets, the same
+with every tap on whole lines, the layer's call). forward: the layer's
+plan, the NCHW-storing plan and the x copy (the path without the shifted
+plan), the shifted plan alone (NumPy's x and y, 64-byte aligned ones,
+pixel blocks of 32 and 16), the unwrap pass, whole calls. steps: the
+forward without the shifted plan by hand, at bq 28 and 56. backward:
+conv.backward's steps by hand, in its order, with the update first, with
+the update's shares one image each. Speeds only: no result is checked."""
 import argparse
-import mmap
 import statistics
 
 import numpy as np
@@ -28,23 +29,6 @@ from primitives import conv
 from primitives.conv_plans import update_inputs, update_output
 
 LAYERS = {"res2a_branch2b": (64, 64, 56, 56), "res3a_branch2b": (128, 128, 28, 28)}
-_keep = []  # mappings the huge-page arrays view
-
-
-def huge_empty(n):
-    """n floats on 2 MiB pages where the kernel grants them (madvise)."""
-    size = n * 4 + (2 << 20)
-    m = mmap.mmap(-1, size + (2 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        m.madvise(mmap.MADV_HUGEPAGE)
-    _keep.append(m)
-    raw = np.frombuffer(m, np.uint8)
-    start = -raw.ctypes.data % (2 << 20)
-    a = raw[start:start + n * 4].view(np.float32)
-    a[:] = 0
-    return a
-
-
 def variant(g, bp, split=False):
     """conv_forward.shifted_nest's calls (timing only), each call's 9 taps
     split into one call per tap row with split."""
@@ -86,14 +70,15 @@ def variant(g, bp, split=False):
     return rec.finish()
 
 
-def kernel_plan(g, threads, kind, reps=16):
+def kernel_plan(g, threads, kind, bp=112, reps=16):
     """One kernel call repeated `reps` times per task, 4 tasks a thread, each
     task on its own x, w and y. kind "shifted": the shifted plan's flat call
-    (bk x 112 pixels, 9 taps at (r - 1) W + s - 1); "lines": the same with
+    (bk x bp pixels, 9 taps at (r - 1) W + s - 1); "lines": the same with
     each tap (r - 1) 64 + (s - 1) 16 pixels on (whole lines, x 64-aligned);
     "layer": the layer plan's call (bq pixels x bk, bc deep, 5 taps)."""
-    HW, W, bk, bc, bp = g.H * g.W, g.W, g.bk, g.bc, 112
+    HW, W, bk, bc = g.H * g.W, g.W, g.bk, g.bc
     tasks = 4 * threads
+    reps = reps * 112 // bp
     rec = bplan.Recorder({"w": "f32", "x": "f32", "y": "f32"})
     if kind == "layer":
         xs, ws, ys = 3 * (g.bq + 2) * bc, 9 * bc * bk, g.bq * bk
@@ -104,7 +89,7 @@ def kernel_plan(g, threads, kind, reps=16):
         step = (W, 1) if kind == "shifted" else (64, 16)
         xs, ws, ys = bc * HW, 9 * bk * bc, bk * HW
         blk = bplan.Block(bk, bp, bc, lda=bc, ldb=HW, ldc=HW, dtype="f32", beta=1.0)
-        j0 = W + bp if kind == "shifted" else 4 * 64  # as the plan's second flat block
+        j0 = W + 112 if kind == "shifted" else 4 * 64  # as the plan's second flat block
         xo = [j0 + (r - 1) * step[0] + (s - 1) * step[1] for r in range(3) for s in range(3)]
         wo = [t * bk * bc for t in range(9)]
     for t in range(tasks):
@@ -119,6 +104,20 @@ def kernel_plan(g, threads, kind, reps=16):
     return p, arrays
 
 
+def kernel_sides(name, threads):
+    """The kernel's rate by call shape: the shifted call at pixel blocks of
+    16 to 112, taps as the plan has them and on whole lines, and the layer's."""
+    C, K, H, W = LAYERS[name]
+    g = conv.geometry(threads, C, K, H, W, 3, 3, (1, 1), (1, 1), config={"fwd": {"shifted": True}},
+                      path=kernel_path("f32"))
+    kern = {"layer call": kernel_plan(g, threads, "layer")}
+    for bp in (16, 32, 112):
+        for kind in ("shifted", "lines"):
+            kern[f"{kind} bp {bp}"] = kernel_plan(g, threads, kind, bp)
+    sides = {k: (lambda p=p, a=a: p.run(**a)) for k, (p, a) in kern.items()}
+    return sides, {k: p.flops for k, (p, _) in kern.items()}
+
+
 def forward_sides(name, N, threads):
     C, K, H, W = LAYERS[name]
     rng = np.random.default_rng(0)
@@ -126,6 +125,7 @@ def forward_sides(name, N, threads):
     w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
     on, off = {"fwd": {"shifted": True}}, {"fwd": {"shifted": False}}
     on32 = {"fwd": {"shifted": True, "pointwise_bp": 32}}
+    on16 = {"fwd": {"shifted": True, "pointwise_bp": 16}}
     g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=on, path=kernel_path("f32"))
     go = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=off, path=kernel_path("f32"))
     print(f"\n{name} N={N}: bc {g.bc} bk {g.bk} bq {g.bq} call_kb {g.call_kb} w_reuse {g.w_reuse}"
@@ -137,13 +137,7 @@ def forward_sides(name, N, threads):
     ps = conv.shifted_plan(g, g.pointwise_bp)
     xa, ya = aligned_empty(x.shape, np.float32), aligned_empty(y.shape, np.float32)
     xa[...] = x
-    xh, yh = huge_empty(x.size), huge_empty(y.size)
-    xh[:] = x.reshape(-1)
-    p64, p32, pr = variant(g, 64), variant(g, 32), variant(g, g.pointwise_bp, split=True)
-    g32 = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config={"fwd": {"shifted": True, "bc": 32}},
-                        path=kernel_path("f32"))
-    pc32, wt32 = variant(g32, g.pointwise_bp), conv.block_w(w, g32, "f32", True)
-    kern = {k: kernel_plan(g, threads, k) for k in ("shifted", "lines", "layer")}
+    p32, p16 = variant(g, 32), variant(g, 16)
     sides = {
         "layer plan": lambda: pf.run(x=xb, w=wb, y=yb),
         "nchw plan": lambda: pn.run(x=xb, w=wb, y=slots, out=y),
@@ -151,49 +145,99 @@ def forward_sides(name, N, threads):
         "forward, shifted off": lambda: conv.forward(x, w, 1, 1, config=off),
         "forward, shifted on": lambda: conv.forward(x, w, 1, 1, config=on),
         "forward, shifted on, bp 32": lambda: conv.forward(x, w, 1, 1, config=on32),
+        "forward, shifted on, bp 16": lambda: conv.forward(x, w, 1, 1, config=on16),
         "shifted plan": lambda: ps.run(w=wt, x=x, y=y),
         "shifted plan, x y aligned": lambda: ps.run(w=wt, x=xa, y=ya),
-        "shifted plan, 2M pages": lambda: ps.run(w=wt, x=xh, y=yh),
-        "shifted plan bp 64": lambda: p64.run(w=wt, x=x, y=y),
         "shifted plan bp 32": lambda: p32.run(w=wt, x=x, y=y),
-        "shifted plan, calls by r": lambda: pr.run(w=wt, x=x, y=y),
-        "shifted plan bc 32": lambda: pc32.run(w=wt32, x=x, y=y),
+        "shifted plan bp 16": lambda: p16.run(w=wt, x=x, y=y),
         "unwrap": lambda: conv_unwrap(y, x, w),
-        "kernel: shifted call": lambda: kern["shifted"][0].run(**kern["shifted"][1]),
-        "kernel: taps on lines": lambda: kern["lines"][0].run(**kern["lines"][1]),
-        "kernel: layer call": lambda: kern["layer"][0].run(**kern["layer"][1]),
     }
-    flops = {f"kernel: {k} call" if k != "lines" else "kernel: taps on lines": p.flops
-             for k, (p, _) in kern.items()}
-    flops.update({k: pf.flops for k in sides if "plan" in k or "forward" in k})
+    flops = {k: pf.flops for k in sides if "plan" in k or "forward" in k}
     return sides, flops
 
 
 def backward_sides(name, N):
+    """conv.backward's steps on res2a/res3a as it runs them (dy's bordered
+    copy, the dx plan storing NCHW, the update reading x in place, dW), by
+    hand in call order; the same with the update first; both with the
+    update's shares one image each, shares outermost (a thread's tasks then
+    read the images it copied); against the layer's two plans."""
     C, K, H, W = LAYERS[name]
     rng = np.random.default_rng(1)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
     dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
-    g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), path=kernel_path("f32"))
+    path = kernel_path("f32")
+    g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), path=path)
+    tiles = g.Cb * g.Kb * 9
+    g1 = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), path=path,
+                       config={"upd": {"spec": "JKCRS", "tiles": tiles * N}})
+    print(f"{name} backward: shares {g.splits} (spec {g.specs[2]}), image shares {g1.splits}"
+          f" (spec {g1.specs[2]})", flush=True)
     dyp, wt = conv.block_y(dy, g, "f32", bordered=True), conv.block_w(w, g, "f32", True)
     dxb = aligned_empty((N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
-    pb, pu, pn, px = conv.plan(g, "bwd", "f32"), conv.plan(g, "upd", "f32"), \
-        conv.nchw_dx_plan(g, "f32", False), conv.x_plan(g)
+    pb, pu, pn = conv.plan(g, "bwd", "f32"), conv.plan(g, "upd", "f32"), conv.nchw_dx_plan(g, "f32", False)
     ui, dw = update_inputs(x, dy, g, "f32"), update_output(g)
-    slots, dx = aligned_empty((pn.extent["dx"],), np.float32), np.empty_like(x)
-    dwt = aligned_empty((g.splits, g.Kb, g.Cb, 3, 3, g.bc, g.bk), np.float32)
-    dwp = np.empty_like(w)
+    pu1, ui1, dw1 = conv.plan(g1, "upd", "f32"), update_inputs(x, dy, g1, "f32"), update_output(g1)
+    slots, dx, dwp = aligned_empty((pn.extent["dx"],), np.float32), np.empty_like(x), np.empty_like(w)
+    ups = {}
+    for key, gg in (("now", g), ("image shares", g1)):
+        ups[key] = (gg, conv.x_plan(gg), aligned_empty((gg.splits, gg.Kb, gg.Cb, 3, 3, gg.bc, gg.bk),
+                                                        np.float32))
+
+    def steps(order, key):
+        gg, px, dwt = ups[key]
+        conv.block_y(dy, g, "f32", bordered=True, out=dyp)
+        conv.block_w(w, g, "f32", True, out=wt)
+        for step in order:
+            if step == "data":
+                pn.run(dyp=dyp, wt=wt, dx=slots, out=dx)
+            else:
+                px.run(dw=dwt, x=x, dyp=dyp)
+        conv.unblock_dw(dwt, gg, np.float32, out=dwp, c_rows=True)
+
     sides = {
-        "layer bwd-data plan": lambda: pb.run(dyp=dyp, wt=wt, dx=dxb),
-        "layer update plan": lambda: pu.run(dw=dw, **ui),
-        "dy copy (dyp)": lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp),
-        "wt copy": lambda: conv.block_w(w, g, "f32", True, out=wt),
-        "nchw dx plan": lambda: pn.run(dyp=dyp, wt=wt, dx=slots, out=dx),
-        "update plan, x in place": lambda: px.run(dw=dwt, x=x, dyp=dyp),
-        "dw unblock": lambda: conv.unblock_dw(dwt, g, np.float32, out=dwp, c_rows=True),
+        "layer bwd-data + update plans": lambda: (pb.run(dyp=dyp, wt=wt, dx=dxb), pu.run(dw=dw, **ui)),
+        "layer's, image shares": lambda: (pb.run(dyp=dyp, wt=wt, dx=dxb), pu1.run(dw=dw1, **ui1)),
         "backward whole": lambda: conv.backward(dy, x, w, 1, 1),
+        "steps as now": lambda: steps(("data", "upd"), "now"),
+        "steps, update first": lambda: steps(("upd", "data"), "now"),
+        "steps, image shares": lambda: steps(("data", "upd"), "image shares"),
+        "steps, update first, image shares": lambda: steps(("upd", "data"), "image shares"),
+        "update plan alone": lambda: ups["now"][1].run(dw=ups["now"][2], x=x, dyp=dyp),
+        "update plan alone, image shares": lambda: ups["image shares"][1].run(
+            dw=ups["image shares"][2], x=x, dyp=dyp),
     }
+    return sides, {}
+
+
+def forward_steps(name, N):
+    """conv.forward without the shifted plan, by hand (x copy, w copy, the
+    NCHW-storing plan) against the whole call and the layer's plan, and the
+    same at bq 56 (a tile a whole row: the store writes whole rows)."""
+    C, K, H, W = LAYERS[name]
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
+    off = {"fwd": {"shifted": False}}
+    sides = {}
+    for label, cfg in (("", off), (", bq 56", {"fwd": {"shifted": False, "bq": 56}})):
+        g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=cfg, path=kernel_path("f32"))
+        xb, wb = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32")
+        yb = aligned_empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
+        pf, pn = conv.plan(g, "fwd", "f32"), conv.nchw_plan(g, "f32", False)
+        slots, y = aligned_empty((pn.extent["y"],), np.float32), np.empty((N, K, H, W), np.float32)
+
+        def by_hand(g=g, xb=xb, wb=wb, pn=pn, slots=slots, y=y):
+            conv.block_x(x, g, "f32", out=xb)
+            conv.block_w(w, g, "f32", out=wb)
+            pn.run(x=xb, w=wb, y=slots, out=y)
+        sides.update({
+            "layer plan" + label: lambda pf=pf, xb=xb, wb=wb, yb=yb: pf.run(x=xb, w=wb, y=yb),
+            "nchw plan" + label: lambda pn=pn, xb=xb, wb=wb, slots=slots, y=y: pn.run(
+                x=xb, w=wb, y=slots, out=y),
+            "steps by hand" + label: by_hand,
+            "forward whole" + label: lambda cfg=cfg: conv.forward(x, w, 1, 1, config=cfg)})
     return sides, {}
 
 
@@ -215,20 +259,24 @@ def main():
     parser.add_argument("--threads", type=int)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--only", choices=tuple(LAYERS))
-    parser.add_argument("--skip-backward", action="store_true")
+    parser.add_argument("--parts", default="kernels,forward,steps,backward")
     args = parser.parse_args()
     threads = set_threads(args.threads, onednn=False)
-    try:
-        print("transparent huge pages:", open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip())
-    except OSError:
-        pass
+    parts = args.parts.split(",")
     for name in ([args.only] if args.only else LAYERS):
-        sides, flops = forward_sides(name, threads, threads)
-        report(f"{name} forward, {threads} threads", sides, flops, args.reps, "layer plan")
-        if not args.skip_backward:
+        if "kernels" in parts:
+            sides, flops = kernel_sides(name, threads)
+            report(f"{name} kernel calls, {threads} threads", sides, flops, args.reps, "layer call")
+        if "forward" in parts:
+            sides, flops = forward_sides(name, threads, threads)
+            report(f"{name} forward, {threads} threads", sides, flops, args.reps, "layer plan")
+        if "steps" in parts:
+            sides, flops = forward_steps(name, threads)
+            report(f"{name} forward steps, {threads} threads", sides, flops, args.reps, "layer plan")
+        if "backward" in parts:
             sides, flops = backward_sides(name, threads)
             report(f"{name} backward, {threads} threads", sides, flops, args.reps,
-                   "layer bwd-data plan")
+                   "layer bwd-data + update plans")
 
 
 if __name__ == "__main__":
