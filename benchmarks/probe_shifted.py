@@ -241,6 +241,45 @@ def forward_steps(name, N):
     return sides, {}
 
 
+def table_sides(name, N):
+    """The weight update's table for this host (conv.toml, ["f32@amx".upd]) against
+    the defaults it replaces (spec KCRSJ, tiles 16): the functional forward +
+    backward, and the layer's passes as benchmarks.conv times them (fwd, bwd,
+    upd plans, the shares summed into dW)."""
+    C, K, H, W = LAYERS[name]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
+    old = {"upd": {"spec": "KCRSJ", "tiles": 16}}
+    path = kernel_path("f32")
+    g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), path=path)
+    go = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=old, path=path)
+    print(f"{name}: update {g.specs[2]} x {g.splits} shares here, {go.specs[2]} x {go.splits} "
+          "before", flush=True)
+    xb, wb, wt = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32"), conv.block_w(w, g, "f32", True)
+    yb = aligned_empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
+    dyp, dxb = conv.block_y(dy, g, "f32", bordered=True), aligned_empty((N, g.Cb, g.Hp, g.Wp, g.bc),
+                                                                        np.float32)
+    pf, pb = conv.plan(g, "fwd", "f32"), conv.plan(g, "bwd", "f32")
+    dwp = np.empty_like(w)
+
+    def layer(gg):
+        pu, ui, dw = conv.plan(gg, "upd", "f32"), update_inputs(x, dy, gg, "f32"), update_output(gg)
+
+        def run():
+            pf.run(x=xb, w=wb, y=yb)
+            pb.run(dyp=dyp, wt=wt, dx=dxb)
+            pu.run(dw=dw, **ui)
+            conv.unblock_dw(dw, gg, np.float32, out=dwp)
+        return run
+
+    def func(cfg):
+        return lambda: (conv.forward(x, w, 1, 1, config=cfg), conv.backward(dy, x, w, 1, 1, config=cfg))
+    return {"layer fwd+bwd, before": layer(go), "layer fwd+bwd, table": layer(g),
+            "func fwd+bwd, before": func(old), "func fwd+bwd, table": func(None)}, {}
+
+
 def report(title, sides, flops, reps, base):
     names = list(sides)
     samples = interleaved_samples([sides[n] for n in names], reps=reps, rotate=True)
@@ -259,7 +298,7 @@ def main():
     parser.add_argument("--threads", type=int)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--only", choices=tuple(LAYERS))
-    parser.add_argument("--parts", default="kernels,forward,steps,backward")
+    parser.add_argument("--parts", default="kernels,forward,steps,backward")  # or table
     args = parser.parse_args()
     threads = set_threads(args.threads, onednn=False)
     parts = args.parts.split(",")
@@ -273,6 +312,10 @@ def main():
         if "steps" in parts:
             sides, flops = forward_steps(name, threads)
             report(f"{name} forward steps, {threads} threads", sides, flops, args.reps, "layer plan")
+        if "table" in parts:
+            sides, flops = table_sides(name, threads)
+            report(f"{name} update table, {threads} threads", sides, flops, args.reps,
+                   "layer fwd+bwd, before")
         if "backward" in parts:
             sides, flops = backward_sides(name, threads)
             report(f"{name} backward, {threads} threads", sides, flops, args.reps,
