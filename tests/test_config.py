@@ -300,6 +300,19 @@ def test_amx_cpus_take_their_fc_tables():
                                                                        path="f32")
 
 
+def test_amx_cpus_take_their_conv_update_tables():
+    """conv.toml's ["f32@amx".upd] table for res3a_branch2b at N = 16: one
+    image a share, shares outermost; N = 2 and the other CPUs keep the
+    defaults (shares innermost, as many as the threads need)."""
+    from primitives import conv
+    shape = (128, 128, 28, 28, 3, 3, (1, 1), (1, 1))
+    amx = conv.geometry(16, *shape, path="f32@amx")
+    assert (amx.specs[2], amx.splits) == ("JKCRS", 16)
+    for g in (conv.geometry(16, *shape, path="f32"), conv.geometry(2, *shape, path="f32@amx")):
+        assert g.specs[2] == "KCRSJ" and g.splits < 16
+        assert g.specs[:2] == amx.specs[:2]
+
+
 def test_kernel_path_names_amx_cpus():
     """kernel_path adds "@amx" where bf16 runs on AMX tiles in hardware, and
     only there (our CI machines: never)."""

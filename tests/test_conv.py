@@ -244,7 +244,8 @@ def test_update_reads_x(rng):
             continue
         C, K = 16 * int(rng.integers(1, 4)), int(rng.integers(1, 40))
         cfg = {"fwd": {"bc": 16, "bk": 16, "bq": int(rng.integers(1, 6))},
-               "upd": {"tiles": int(rng.choice([1, 16, 256])), "call_kb": int(rng.choice([1, 64]))}}
+               "upd": {"tiles": int(rng.choice([1, 16, 256])), "call_kb": int(rng.choice([1, 64])),
+                       "spec": str(rng.choice(["KCRSJ", "JKCRS"]))}}  # shares in or outermost
         g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=cfg)
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         if conv.columns(g, "f32", "cpu") or not conv.reads_x(g, "f32", "cpu", x):
