@@ -413,14 +413,15 @@ class Layout:
             f" strides {self.strides}"
 
 
-def matrix_tiles(rows, cols, br, bc, names, plain=False):
+def matrix_tiles(rows, cols, br, bc, names, plain=False, ld=None):
     """A rows x cols matrix in tiles of br x bc as the grid [Rb][Cb][br][bc],
     its dimensions named (r, c, "b" + r, "b" + c) for names (r, c): blocked
     (to_blocks' layout), or plain (row-major, tile (i, j) at row i * br and
-    column j * bc, rows `cols` apart)."""
+    column j * bc, rows `ld` apart: `cols`, or more for a column window)."""
     r, c = names
     dims = {r: nblocks(rows, br), c: nblocks(cols, bc), "b" + r: br, "b" + c: bc}
-    return Layout((br * cols, bc, cols, 1), **dims) if plain else Layout(**dims)
+    ld = cols if ld is None else ld
+    return Layout((br * ld, bc, ld, 1), **dims) if plain else Layout(**dims)
 
 
 # at(*index) for given strides, one function per rank: a generic loop over

@@ -21,7 +21,8 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
-from brgemm.layouts import convert, to_blocks
+from brgemm.layouts import convert, nblocks, to_blocks
+from brgemm.machine import cpu_threads
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits, operands
@@ -29,7 +30,7 @@ from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
-from primitives.fc_plans import SCHEMA, geometry, plan, plan_t, vnni_passes
+from primitives.fc_plans import SCHEMA, geometry, plan, plan_strip, plan_t, vnni_passes
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -176,14 +177,19 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
-    g, vnni, p_bwd, p_upd = cached("fc", ("backward", N, C, K, dtype, backend), config,
-                                   lambda: _backward_plans(N, C, K, dtype, backend, config))
+    plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
+    g, vnni, p_bwd, p_upd, strips = cached(
+        "fc", ("backward", N, C, K, dtype, backend, plain_w, cpu_threads()), config,
+        lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w))
     ab = dtypes.NUMPY[dtype]
     f32 = out_dtype == np.float32
     dy_p = _plain(dy, ab, "dy")
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
-    p_bwd.run(backend=backend, dy=dy_p, dx=dx,
-              wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
+    if strips:
+        _backward_data_strips(dy_p, w, dx, g, strips, backend)
+    else:
+        p_bwd.run(backend=backend, dy=dy_p, dx=dx,
+                  wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
     xb = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab))
     if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
@@ -198,12 +204,51 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
             _result(db, out_dtype, "db"))
 
 
-def _backward_plans(N, C, K, dtype, backend, config):
-    """(g, the passes in VNNI pairs, backward-data's plan, the update's) of fc.backward."""
+def _backward_plans(N, C, K, dtype, backend, config, plain_w):
+    """(g, the passes in VNNI pairs, backward-data's plan, the update's, and
+    backward-data's strips or None) of fc.backward; plain_w: W is f32,
+    C-contiguous and not kept blocked (reuse=)."""
     g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     vnni = vnni_passes(g, dtype, backend, plain=True)
+    width = strip_width(g, cpu_threads()) if (
+        plain_w and dtype == "f32" and backend == "cpu") else None
+    strips = None if width is None else tuple(
+        (c0, plan_strip(g, min(width, C - c0))) for c0 in range(0, C, width))
     return (g, vnni, plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni),
-            plan(g, "upd", dtype, plain=True, vnni="upd" in vnni))
+            plan(g, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
+
+
+# backward-data in strips of dx's columns where W's tiles exceed STRIP_MIN
+# bytes, each strip about STRIP_BYTES of tiles: the whole copy is written to
+# memory and read back by the plan, a strip's tiles stay in cache between its
+# copy and its plan (benchmarks/RESULTS.md)
+STRIP_MIN = 32 << 20
+STRIP_BYTES = 4 << 20
+
+
+def strip_width(g, threads):
+    """dx's columns per strip of fc.backward's backward-data (a multiple of bc),
+    or None for one copy of all of W's tiles: strips of about STRIP_BYTES of
+    tiles, with at least two tasks per thread (the plan's tasks are its n and
+    c blocks), where W's tiles exceed STRIP_MIN and there are two strips or more."""
+    column = g.Kb * g.bk * g.bc * 4  # one block column of W's tiles
+    if g.Cb * column < STRIP_MIN:
+        return None
+    blocks = max(-(-STRIP_BYTES // column), -(-2 * threads // g.Nb))
+    return blocks * g.bc if 2 * blocks <= g.Cb else None
+
+
+def _backward_data_strips(dy, w, dx, g, strips, backend):
+    """dx = dy @ W strip by strip: each strip's W tiles copied into one
+    buffer, then its plan (fc_plans.plan_strip) run on them."""
+    width = strips[1][0] if len(strips) > 1 else g.C
+    buf = _buffer("wt_strip", (nblocks(width, g.bc), g.Kb, g.bk, g.bc), np.float32)
+    flat = dx.reshape(-1)
+    for c0, p in strips:
+        wd = min(width, g.C - c0)
+        tiles = buf[:nblocks(wd, g.bc)]
+        to_blocks(w[:, c0:c0 + wd], g.bk, g.bc, swap_grid=True, out=tiles)
+        p.run(backend=backend, dy=dy, dx=flat[c0:], wt=tiles)
 
 
 # ---------------------------------------------------------------- tuning

@@ -177,6 +177,20 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     return _plans.get(key, record)
 
 
+def plan_strip(g, width):
+    """Backward-data's plain f32 plan on a strip of `width` columns of dx (see
+    fc.backward): tensors dy (plain N x K), wt (the strip's W tiles
+    [ceil(width / bc)][Kb][bk][bc]) and dx from the strip's first column on,
+    rows g.C apart."""
+    def record():
+        gs = dataclasses.replace(g, C=width)
+        rec = bplan.Recorder({"dy": "f32", "wt": "f32", "dx": "f32"}, spec=g.specs[1])
+        product_nest(rec, _loops(gs, "bwd"), backward(gs, plain=True, ld=g.C), "f32",
+                     lambda n, c: (), gs.chunk["bwd"])
+        return rec.finish()
+    return _plans.get((g, "bwd_strip", width), record)
+
+
 def plan_t(g, has_bias=False):
     """The functional forward's plan that reads W in place (fc_forward.forward_t;
     f32): tensors w (plain K x C), xt (x^T tiles), yt (scratch tiles), y, b."""

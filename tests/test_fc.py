@@ -104,6 +104,36 @@ def test_forward_reading_w_in_place(rng):
         assert y.shape == (N, K) and (np.abs(y - ref) <= bound).all()
 
 
+def test_backward_data_in_strips(rng, monkeypatch):
+    """Where W's tiles are large, fc.backward's backward-data runs strip by
+    strip of dx's columns (fc.strip_width), each strip's W tiles copied into one
+    buffer and its plan run on them. Forced on with small thresholds: random
+    sizes with ragged blocks and a ragged last strip, either parallel loop
+    outer, reductions in chunks, dx (from a recycled result array) against float64."""
+    from brgemm.machine import cpu_threads
+    from primitives import _config
+    monkeypatch.setattr(fc, "STRIP_MIN", 1)
+    for _ in range(6):
+        N, K = int(rng.integers(1, 100)), int(rng.integers(1, 200))
+        C = int(rng.integers(8 * 32 * cpu_threads() + 1, 8 * 32 * cpu_threads() + 400))
+        spec, chunk = str(rng.choice(["NCk", "CNk"])), int(rng.choice([1, 2, 1024]))
+        cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"spec": spec, "chunk": chunk}}
+        g = fc.geometry(N, C, K, cfg)
+        column = g.Kb * g.bk * g.bc * 4  # bytes of one block column of W's tiles
+        monkeypatch.setattr(fc, "STRIP_BYTES", int(rng.integers(1, 4)) * column - 1)
+        _config.clear()  # the strips are decided once per call signature
+        width = fc.strip_width(g, cpu_threads())
+        print(f"N={N} C={C} K={K} spec={spec} chunk={chunk} strip width={width}")
+        assert width is not None and width % g.bc == 0 and width < C
+        x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
+        dx, dw, db = fc.backward(dy, x, w, config=cfg)
+        _, rdx, rdw, _ = reference(x, w, None, dy)
+        s = scales(x, w, dy)
+        check("dx", dx, rdx, "f32", s["dx"])
+        check("dw", dw, rdw, "f32", s["dw"])
+    _config.clear()
+
+
 def test_functional_forward_puts_its_output_blocks_outer(rng):
     """The functional forward's plain plan runs the configured spec with K moved
     ahead of N (fc_plans.outputs_first), so each thread reads the W^T tiles it
