@@ -219,22 +219,24 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w):
 
 
 # backward-data in strips of dx's columns where W's tiles exceed STRIP_MIN
-# bytes, each strip about STRIP_BYTES of tiles: the whole copy is written to
-# memory and read back by the plan, a strip's tiles stay in cache between its
-# copy and its plan (benchmarks/RESULTS.md)
-STRIP_MIN = 32 << 20
+# bytes per thread, each strip about STRIP_BYTES of tiles per thread: one copy
+# of all the tiles is written to memory and read back by the plan, while a
+# strip's tiles stay in cache between their copy and their plan. With many
+# threads the whole copy was the faster one (benchmarks/RESULTS.md).
+STRIP_MIN = 16 << 20
 STRIP_BYTES = 4 << 20
 
 
 def strip_width(g, threads):
     """dx's columns per strip of fc.backward's backward-data (a multiple of bc),
     or None for one copy of all of W's tiles: strips of about STRIP_BYTES of
-    tiles, with at least two tasks per thread (the plan's tasks are its n and
-    c blocks), where W's tiles exceed STRIP_MIN and there are two strips or more."""
+    tiles per thread with at least two tasks per thread (the plan's tasks are
+    its n and c blocks), where W's tiles exceed STRIP_MIN bytes per thread and
+    there are two strips or more."""
     column = g.Kb * g.bk * g.bc * 4  # one block column of W's tiles
-    if g.Cb * column < STRIP_MIN:
+    if g.Cb * column < STRIP_MIN * threads:
         return None
-    blocks = max(-(-STRIP_BYTES // column), -(-2 * threads // g.Nb))
+    blocks = max(-(-STRIP_BYTES * threads // column), -(-2 * threads // g.Nb))
     return blocks * g.bc if 2 * blocks <= g.Cb else None
 
 

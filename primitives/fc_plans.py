@@ -138,16 +138,18 @@ def vnni_passes(g, dtype, backend, plain=False):
                      and (not plain or rest == 0 or takes_vnni_b(rest, dtype, backend)))
 
 
-def outputs_first(spec):
-    """The functional forward's spec: the configured one with its parallel
-    output loop K moved just ahead of the parallel minibatch loop N ("NKc" ->
-    "KNc"). The forward copies W^T's tiles on every call, each thread a run of
-    output blocks (brgemm.layouts.to_blocks): with K outer each thread's tasks
-    read the tiles it has just copied, from its own cache; with N outer every
-    thread reads every tile, and the next call's copy rewrites lines that all
-    cores hold, which made that copy several times slower on the 16-core Xeon
-    (benchmarks/RESULTS.md)."""
-    return spec.replace("NK", "KN") if spec.count("N") == spec.count("K") == 1 else spec
+def outputs_first(spec, out="K"):
+    """The functional passes' spec: the configured one with its parallel
+    output loop (K for the forward, C for backward-data's strips) moved just
+    ahead of the parallel minibatch loop N ("NKc" -> "KNc"). Those passes
+    copy W's tiles on every call: with the output blocks outer each thread's
+    tasks read few tiles, each for every minibatch block in a row, from its own
+    cache; with N outer every thread reads every tile. In the forward the next
+    call's copy then rewrote lines that all cores held, which made that copy
+    several times slower on the 16-core Xeon; backward-data's strips at 2
+    threads ran faster with C outer (benchmarks/RESULTS.md)."""
+    return spec.replace("N" + out, out + "N") if spec.count("N") == spec.count(out) == 1 \
+        else spec
 
 
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
@@ -179,12 +181,13 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
 
 def plan_strip(g, width):
     """Backward-data's plain f32 plan on a strip of `width` columns of dx (see
-    fc.backward): tensors dy (plain N x K), wt (the strip's W tiles
-    [ceil(width / bc)][Kb][bk][bc]) and dx from the strip's first column on,
-    rows g.C apart."""
+    fc.backward), the configured spec with C ahead of N (outputs_first):
+    tensors dy (plain N x K), wt (the strip's W tiles [ceil(width / bc)][Kb][bk][bc])
+    and dx from the strip's first column on, rows g.C apart."""
     def record():
-        gs = dataclasses.replace(g, C=width)
-        rec = bplan.Recorder({"dy": "f32", "wt": "f32", "dx": "f32"}, spec=g.specs[1])
+        spec = outputs_first(g.specs[1], out="C")
+        gs = dataclasses.replace(g, C=width, specs=(g.specs[0], spec, g.specs[2]))
+        rec = bplan.Recorder({"dy": "f32", "wt": "f32", "dx": "f32"}, spec=spec)
         product_nest(rec, _loops(gs, "bwd"), backward(gs, plain=True, ld=g.C), "f32",
                      lambda n, c: (), gs.chunk["bwd"])
         return rec.finish()

@@ -107,11 +107,13 @@ def test_forward_reading_w_in_place(rng):
 def test_backward_data_in_strips(rng, monkeypatch):
     """Where W's tiles are large, fc.backward's backward-data runs strip by
     strip of dx's columns (fc.strip_width), each strip's W tiles copied into one
-    buffer and its plan run on them. Forced on with small thresholds: random
+    buffer and its plan, C outer, run on them. Forced on with small thresholds: random
     sizes with ragged blocks and a ragged last strip, either parallel loop
     outer, reductions in chunks, dx (from a recycled result array) against float64."""
     from brgemm.machine import cpu_threads
     from primitives import _config
+    assert [fc_plans.outputs_first(s, out="C") for s in ("NCk", "CNk", "n|NCk")] == \
+        ["CNk", "CNk", "n|CNk"]
     monkeypatch.setattr(fc, "STRIP_MIN", 1)
     for _ in range(6):
         N, K = int(rng.integers(1, 100)), int(rng.integers(1, 200))
@@ -120,7 +122,8 @@ def test_backward_data_in_strips(rng, monkeypatch):
         cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"spec": spec, "chunk": chunk}}
         g = fc.geometry(N, C, K, cfg)
         column = g.Kb * g.bk * g.bc * 4  # bytes of one block column of W's tiles
-        monkeypatch.setattr(fc, "STRIP_BYTES", int(rng.integers(1, 4)) * column - 1)
+        strip = int(rng.integers(1, 4)) * column // cpu_threads() - 1  # 1-3 blocks
+        monkeypatch.setattr(fc, "STRIP_BYTES", strip)
         _config.clear()  # the strips are decided once per call signature
         width = fc.strip_width(g, cpu_threads())
         print(f"N={N} C={C} K={K} spec={spec} chunk={chunk} strip width={width}")
