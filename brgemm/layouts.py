@@ -420,8 +420,7 @@ def matrix_tiles(rows, cols, br, bc, names, plain=False, ld=None):
     column j * bc, rows `ld` apart: `cols`, or more for a column window)."""
     r, c = names
     dims = {r: nblocks(rows, br), c: nblocks(cols, bc), "b" + r: br, "b" + c: bc}
-    ld = cols if ld is None else ld
-    return Layout((br * ld, bc, ld, 1), **dims) if plain else Layout(**dims)
+    return Layout((br * (ld or cols), bc, ld or cols, 1), **dims) if plain else Layout(**dims)
 
 
 # at(*index) for given strides, one function per rank: a generic loop over
