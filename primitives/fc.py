@@ -218,12 +218,14 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w):
             plan(g, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
 
 
-# backward-data in strips of dx's columns where W's tiles exceed STRIP_MIN
-# bytes per thread, each strip about STRIP_BYTES of tiles per thread: one copy
-# of all the tiles is written to memory and read back by the plan, while a
-# strip's tiles stay in cache between their copy and their plan. With many
-# threads the whole copy was the faster one (benchmarks/RESULTS.md).
-STRIP_MIN = 16 << 20
+# backward-data in strips of dx's columns where W's tiles come to STRIP_MIN
+# bytes per thread or more, each strip about STRIP_BYTES of tiles per thread:
+# one copy of all the tiles is written to memory and read back by the plan,
+# while a strip's tiles stay in cache between their copy and their plan. With
+# 16 threads the whole copy was the faster one; each strip costs two parallel
+# regions, which on cores shared with other processes can each wait out a
+# scheduler slice (benchmarks/RESULTS.md).
+STRIP_MIN = 32 << 20
 STRIP_BYTES = 4 << 20
 
 
@@ -231,8 +233,8 @@ def strip_width(g, threads):
     """dx's columns per strip of fc.backward's backward-data (a multiple of bc),
     or None for one copy of all of W's tiles: strips of about STRIP_BYTES of
     tiles per thread with at least two tasks per thread (the plan's tasks are
-    its n and c blocks), where W's tiles exceed STRIP_MIN bytes per thread and
-    there are two strips or more."""
+    its n and c blocks), where W's tiles come to STRIP_MIN bytes per thread
+    or more and there are two strips or more."""
     column = g.Kb * g.bk * g.bc * 4  # one block column of W's tiles
     if g.Cb * column < STRIP_MIN * threads:
         return None
