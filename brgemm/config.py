@@ -37,8 +37,9 @@ PATHS = ("f32", "bf16-amx", "bf16-vnni", "bf16-via-f32", "cuda")
 # what the CPU may add to its kernel path ("<path>@<cpu>", brgemm.info.kernel_path):
 # ["f32@amx".fwd] applies after ["f32".fwd], on CPUs with AMX tiles (Xeons of
 # Sapphire Rapids' generation on), whose caches and memory differ from the
-# AVX-512 machines that the unqualified tables were tuned on
-CPUS = ("amx",)
+# AVX-512 machines that the unqualified tables were tuned on; ["f32@avx2".fwd]
+# likewise where libxsmm's kernels are AVX2 or narrower (no AVX-512)
+CPUS = ("amx", "avx2")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 

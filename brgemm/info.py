@@ -16,6 +16,9 @@ def info(backend=None):
 
 
 _paths = {}
+# libxsmm's targets without AVX-512 (brgemm.machine.cpu_arch): their kernels'
+# vectors are 8 floats or fewer, and the CPU adds "@avx2" to its kernel path
+NARROW_TARGETS = ("generic", "wsm", "snb", "hsw")
 
 
 def kernel_path(dtype, backend="cpu"):
@@ -23,7 +26,9 @@ def kernel_path(dtype, backend="cpu"):
     tables of primitive configs: the CPU kernel's ("f32", "bf16-amx", ...),
     with "@amx" on a CPU with AMX tiles where the path itself does not say so
     ("f32@amx": the ["f32".<pass>] tables, then the ["f32@amx".<pass>] ones;
-    brgemm.config.CPUS), "cuda" on NVIDIA GPUs (both dtypes), None elsewhere."""
+    brgemm.config.CPUS) and "@avx2" where libxsmm targets no AVX-512
+    (NARROW_TARGETS, LIBXSMM_TARGET included), "cuda" on NVIDIA GPUs (both
+    dtypes), None elsewhere."""
     if backend == "cuda":
         return "cuda"
     if backend != "cpu":
@@ -32,5 +37,5 @@ def kernel_path(dtype, backend="cpu"):
         from brgemm.backend import cpu
         path = Kernel(32, 32, 32, dtype=dtype, backend="cpu").path
         _paths[dtype] = path + "@amx" if cpu.amx()[0] == "hardware" and "amx" not in path \
-            else path
+            else path + "@avx2" if cpu.arch() in NARROW_TARGETS else path
     return _paths[dtype]

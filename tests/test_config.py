@@ -315,13 +315,16 @@ def test_amx_cpus_take_their_conv_update_tables():
 
 def test_kernel_path_names_amx_cpus():
     """kernel_path adds "@amx" where bf16 runs on AMX tiles in hardware, and
-    only there (our CI machines: never)."""
+    only there (our CI machines: never), "@avx2" where libxsmm targets no
+    AVX-512."""
     import brgemm
     from brgemm.backend import cpu
-    from brgemm.info import kernel_path
+    from brgemm.info import NARROW_TARGETS, kernel_path
     amx = cpu.amx()[0] == "hardware"
-    assert kernel_path("f32") == ("f32@amx" if amx else "f32")
-    assert kernel_path("bf16") == ("bf16-amx" if amx else brgemm.Kernel(8, 8, 8, "bf16").path)
+    cpu_ = "@amx" if amx else "@avx2" if cpu.arch() in NARROW_TARGETS else ""
+    assert kernel_path("f32") == "f32" + cpu_
+    assert kernel_path("bf16") == ("bf16-amx" if amx else
+                                   brgemm.Kernel(8, 8, 8, "bf16").path + cpu_)
 
 
 def test_cuda_takes_its_own_lstm_and_conv_tables():

@@ -51,10 +51,12 @@ def test_shifted_off_by_config(rng):
 
 
 def test_shifted_by_kernel_path():
-    """The defaults turn the path on; the AMX Xeon's table ("f32@amx") off."""
+    """The defaults turn the path on; the AMX Xeon's table ("f32@amx") and
+    AVX2 kernels' ("f32@avx2") off."""
     shape = (2, 64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
     assert conv.geometry(*shape, path="f32").shifted
     assert not conv.geometry(*shape, path="f32@amx").shifted
+    assert not conv.geometry(*shape, path="f32@avx2").shifted
 
 
 def test_shifted_plan_any_size(rng):
