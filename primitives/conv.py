@@ -95,9 +95,9 @@ COLUMNS_CALLS = 16
 COLUMNS_DATA_PIXELS = 128
 # and the tiles' width along C R S, where w and dW have their rows C R S floats
 # apart (which maps them onto few cache sets): narrower than the forward's, so a
-# call's rows of w stay in L1 while the kernel walks the pixels (RESULTS.md:
-# res5a_branch2b's backward-data plan 10-15% faster, its update 5-10%)
-COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 32, 64
+# call's rows of w stay in cache while the kernel walks the pixels (RESULTS.md:
+# res5a_branch2b's backward 5-10% faster on the EPYC, 0-6% on the Xeon)
+COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 48, 64
 
 
 def columns_plan(g, dtype, bd, bp, pass_="fwd"):
