@@ -12,7 +12,7 @@ transpose, the transpose alone) and one thread's bare replay (time_bare);
 interleaved with the default's (paired ratios, under 1 = faster); (4) the
 functional backward and its update's parts."""
 import argparse
-import os
+import dataclasses
 import statistics
 
 import numpy as np
@@ -21,13 +21,15 @@ from benchmarks.common import (interleaved_samples, machine, paired_ratio, path_
                                quick_shapes, set_threads)
 from brgemm import Kernel
 from brgemm.arrays import aligned_empty
-from brgemm.backend import cpu as cpu_backend
 from brgemm.info import kernel_path
-from brgemm.layouts import to_blocks, transpose_blocks
+from brgemm.layouts import to_blocks
 from primitives import fc
 from primitives._config import settings
 
 QUICK = ("square_1k", "square_1k_n1k", "square_4k")
+REF = {"upd plan": "fwd plan", "update_blocked": "upd plan", "upd chunk 1": "upd plan",
+       "upd bn=N": "upd plan", "func upd plan": "upd plan", "func upd plan chunk 1": "func upd plan",
+       "func upd plan bn=N": "func upd plan", "func backward chunk 1": "func backward"}
 
 
 def gf(flops, t):
@@ -38,10 +40,7 @@ def kernels_alone(g, N, peak1, reps=5):
     """GF/s of single kernel calls repeated on the same blocks, one thread."""
     shapes = {"fwd": (g.bn, g.bk, g.bc, min(g.chunk["fwd"], g.Cb)),
               "upd": (g.bc, g.bk, g.bn, g.Nb),
-              "upd bn=N": (g.bc, g.bk, g.bn * g.Nb, 1),
-              "upd bk=32": (g.bc, 32, g.bn, g.Nb),
-              "upd bk=128": (g.bc, 128, g.bn, g.Nb),
-              "upd bc=64": (64, g.bk, g.bn, g.Nb)}
+              "upd bn=N": (g.bc, g.bk, g.bn * g.Nb, 1)}
     rng = np.random.default_rng(0)
     timers = []
     for name, (m, n, k, count) in shapes.items():
@@ -62,14 +61,12 @@ def kernels_alone(g, N, peak1, reps=5):
         print(f"  kernel {name:11s} m{m} n{n} k{k} x{count}: {r:6.1f} GF/s  {100 * r / peak1:3.0f}%")
 
 
-def nts_replay(plan):
-    """A second CPU replay of `plan` whose beta-0 f32 kernels store C with
-    non-temporal stores (a probe-only switch in kernels/cpu/brgemm_cpu.c)."""
-    os.environ["BRGEMM_PROBE_NTS"] = "1"
-    try:
-        return cpu_backend.PlanReplay(plan)
-    finally:
-        del os.environ["BRGEMM_PROBE_NTS"]
+def configs(N, C, K, path, **upd):
+    """fc's config tables for this shape here, with `upd` over the [upd] one."""
+    cfg = {p: settings("fc", p, {"N": N, "C": C, "K": K}, fc.SCHEMA[p], path=path)
+           for p in fc.SCHEMA}
+    cfg["upd"].update(upd)
+    return cfg
 
 
 def run(threads, reps):
@@ -85,6 +82,7 @@ def run(threads, reps):
         w = rng.standard_normal((K, C)).astype(np.float32)
         lin = fc.Linear(C, K, bias=False)
         g = lin.prepare(N)
+        print(f"{name}: peak now {path_peak(path)[0]:.0f} GF/s per core")
         print(f"{name} N={N} C={C} K={K}: blocks bn {g.bn} bc {g.bc} bk {g.bk}, specs {g.specs}, "
               f"chunks {g.chunks}")
         kernels_alone(g, N, peak1)
@@ -98,61 +96,42 @@ def run(threads, reps):
         print(f"  bare replay, 1 thread: fwd {gf(flops, bare['fwd']):6.1f} GF/s "
               f"{100 * gf(flops, bare['fwd']) / peak1:3.0f}%, upd {gf(flops, bare['upd']):6.1f} "
               f"{100 * gf(flops, bare['upd']) / peak1:3.0f}%")
-        nts = nts_replay(pu)
         fns = {"fwd plan": lambda: lin.plans["fwd"].run(x=xb, w=lin.w, y=lin.y),
                "upd plan": lambda: pu.run(**t),
-               "upd plan NTS": lambda: nts.run(t, None),
-               "update_blocked": lambda: lin.update_blocked(dyb),
-               "transpose x": lambda: transpose_blocks(xb, out=lin.xt)}
-        # the update's plan under other blockings / loop orders (same data)
-        for label, blocks, spec, chunk in (("spec CKn", None, "CKn", None),
-                                           ("spec c|KCn g2", None, ("c|KCn", 2), None),
-                                           ("spec k|CKn g2", None, ("k|CKn", 2), None),
-                                           ("chunk 1", None, None, 1),
-                                           ("bn=N", (N if N <= 512 else 256, g.bc, g.bk), None, None),
-                                           ("bk=32", (g.bn, g.bc, 32), None, None),
-                                           ("bk=128", (g.bn, g.bc, 128), None, None),
-                                           ("bc=64", (g.bn, 64, g.bk), None, None),
-                                           ("bc=256", (g.bn, 256, g.bk), None, None)):
-            cfg = {p: settings("fc", p, {"N": N, "C": C, "K": K}, fc.SCHEMA[p], path=path)
-                   for p in fc.SCHEMA}
-            if spec:
-                spec, group = spec if isinstance(spec, tuple) else (spec, None)
-                cfg["upd"]["spec"] = spec
-                if group:
-                    cfg["upd"]["group"] = group
-            if chunk:
-                cfg["upd"]["chunk"] = chunk
-            v = fc.Linear(C, K, bias=False, blocks=blocks, config=cfg)
+               "update_blocked": lambda: lin.update_blocked(dyb)}
+        # the update's plan under other reduction blockings (same data)
+        for label, blocks, upd in (("chunk 1", None, dict(chunk=1)),
+                                   ("bn=N", (min(N, 256), g.bc, g.bk), {})):
+            v = fc.Linear(C, K, bias=False, blocks=blocks, config=configs(N, C, K, path, **upd))
             gv = v.prepare(N)
             xv, dv = to_blocks(x, gv.bn, gv.bc), to_blocks(dy, gv.bn, gv.bk)
             v.forward_blocked(xv)
             v.update_blocked(dv)
             fns[f"upd {label}"] = lambda v=v, dv=dv: v.plans["upd"].run(xt=v.xt, dy=dv, dw=v.dw)
-        # the functional backward and its update's parts
-        fc.backward(dy, x, w)
+        # the functional backward's update plan, its variants, and the whole call
         gp = fc.geometry(N, C, K, path=path)
-        pp = fc.plan(gp, "upd", "f32", plain=True)
-        xtiles = to_blocks(x, gp.bn, gp.bc)
-        db = np.empty(K, np.float32)
-        dyt = to_blocks(dy, gp.bk, gp.bn, transpose=True, sums=db)
         dw = aligned_empty((K, C), np.float32)
-        ppn = nts_replay(pp)
+        db = np.empty(K, np.float32)
+        for label, gv in (("", gp), (" chunk 1", dataclasses.replace(gp, chunks=gp.chunks[:2] + (1,))),
+                          (" bn=N", dataclasses.replace(gp, bn=min(N, 256)))):
+            pp = fc.plan(gv, "upd", "f32", plain=True)
+            tx = to_blocks(x, gv.bn, gv.bc)
+            tdy = to_blocks(dy, gv.bk, gv.bn, transpose=True, sums=db)
+            fns["func upd plan" + label] = lambda pp=pp, tx=tx, tdy=tdy: pp.run(dw=dw, x=tx, dyt=tdy)
+        c1 = configs(N, C, K, path, chunk=1)
         fns.update({"func backward": lambda: fc.backward(dy, x, w),
-                    "func upd plan": lambda: pp.run(dw=dw, x=xtiles, dyt=dyt),
-                    "func upd plan NTS": lambda: ppn.run(dict(dw=dw, x=xtiles, dyt=dyt), None),
-                    "func x tiles": lambda: to_blocks(x, gp.bn, gp.bc, out=xtiles),
-                    "func dy^T tiles+db": lambda: to_blocks(dy, gp.bk, gp.bn, transpose=True,
-                                                            sums=db, out=dyt)})
+                    "func backward chunk 1": lambda: fc.backward(dy, x, w, config=c1)})
+        ref = fc.backward(dy, x, w)
+        got = fc.backward(dy, x, w, config=c1)
+        assert all(np.allclose(a, b, rtol=1e-4, atol=1e-3) for a, b in zip(ref, got))
         names = list(fns)
         s = interleaved_samples([fns[n] for n in names], reps=reps, rotate=True)
-        base = s[names.index("upd plan")]
         for n, si in zip(names, s):
             med = statistics.median(si)
             rate = gf(flops, med)
-            extra = f"  /upd plan {paired_ratio(si, base):5.2f}" if n.startswith("upd") or \
-                n.startswith("func upd") else ""
-            print(f"  {n:20s} {1e3 * med:8.3f} ms  {rate:7.1f} GF/s {100 * rate / peak1 / threads:4.0f}%"
+            r = REF.get(n)
+            extra = f"  / {r} x{paired_ratio(si, s[names.index(r)]):5.2f}" if r else ""
+            print(f"  {n:22s} {1e3 * med:8.3f} ms  {rate:7.1f} GF/s {100 * rate / peak1 / threads:4.0f}%"
                   f"{extra}", flush=True)
 
 
