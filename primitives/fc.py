@@ -11,7 +11,9 @@ Weight update:  dw[k][c] = sum_n xt[c][n] @ dy[n][k],   db = sum_n dy
 Each nest's loops (in blocks): forward n, k and c (reduction chunks of `chunk`
 blocks); backward n, c, k; update k, c, n. Specs and block sizes come from
 configs/fc.toml (BRGEMM_CONFIG or config= override); the block sizes of the
-[fwd] table are the layer's blocking for all three passes. A spec may name a
+[fwd] table are the layer's blocking for all three passes (the functional
+backward's update, on tiles of its own, takes its minibatch block from the
+[upd] table's bn where one is set). A spec may name a
 loop twice, blocking it by `group` blocks: "n|KCn" with group = 8 runs the
 update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
 its L2 (see the LSTM's defaults).
@@ -30,7 +32,8 @@ from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
-from primitives.fc_plans import SCHEMA, geometry, plan, plan_strip, plan_t, vnni_passes
+from primitives.fc_plans import (SCHEMA, geometry, plain_update, plan, plan_strip, plan_t,
+                                 vnni_passes)
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -178,7 +181,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
     plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
-    g, vnni, p_bwd, p_upd, strips = cached(
+    g, gu, vnni, p_bwd, p_upd, strips = cached(
         "fc", ("backward", N, C, K, dtype, backend, plain_w, cpu_threads()), config,
         lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w))
     ab = dtypes.NUMPY[dtype]
@@ -191,31 +194,36 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                   wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
-    xb = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x", (g.Nb, g.Cb, g.bn, g.bc), ab))
+    # the update on its own tiles of x and dy^T (gu: its minibatch block)
+    xb = to_blocks(x, gu.bn, gu.bc, dtype=ab, out=_buffer("x", (gu.Nb, gu.Cb, gu.bn, gu.bc), ab))
     if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
         xb = vnni_tiles(xb, out=_buffer("x_vnni", xb.shape, ab))
     # dy^T's tiles (bf16 rounded on the way) and db = dy's column sums, in f32
     # from dy as given, in one pass over dy
     db = _results.empty("db", (K,), np.float32) if f32 else _buffer("db", (K,), np.float32)
-    dyt = to_blocks(dy, g.bk, g.bn, transpose=True, dtype=ab, sums=db,
-                    out=_buffer("dyt", (g.Kb, g.Nb, g.bk, g.bn), ab))
+    dyt = to_blocks(dy, gu.bk, gu.bn, transpose=True, dtype=ab, sums=db,
+                    out=_buffer("dyt", (gu.Kb, gu.Nb, gu.bk, gu.bn), ab))
     p_upd.run(backend=backend, dw=dw, x=xb, dyt=dyt)
     return (_result(dx, out_dtype, "dx"), _result(dw, out_dtype, "dw"),
             _result(db, out_dtype, "db"))
 
 
 def _backward_plans(N, C, K, dtype, backend, config, plain_w):
-    """(g, the passes in VNNI pairs, backward-data's plan, the update's, and
-    backward-data's strips or None) of fc.backward; plain_w: W is f32,
-    C-contiguous and not kept blocked (reuse=)."""
-    g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
-    vnni = vnni_passes(g, dtype, backend, plain=True)
+    """(g, the update's geometry (fc_plans.plain_update), the passes in VNNI
+    pairs, backward-data's plan, the update's, and backward-data's strips or
+    None) of fc.backward; plain_w: W is f32, C-contiguous and not kept
+    blocked (reuse=)."""
+    path = kernel_path(dtype, backend)
+    g = geometry(N, C, K, config, path=path)
+    gu = plain_update(g, config, path)
+    vnni = ((vnni_passes(g, dtype, backend, plain=True) - {"upd"})
+            | (vnni_passes(gu, dtype, backend, plain=True) & {"upd"}))
     width = strip_width(g, cpu_threads()) if (
         plain_w and dtype == "f32" and backend == "cpu") else None
     strips = None if width is None else tuple(
         (c0, plan_strip(g, min(width, C - c0))) for c0 in range(0, C, width))
-    return (g, vnni, plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni),
-            plan(g, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
+    return (g, gu, vnni, plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni),
+            plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
 
 
 # backward-data in strips of dx's columns where W's tiles come to STRIP_MIN

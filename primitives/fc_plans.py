@@ -22,7 +22,7 @@ SHAPE = ("N", "C", "K")  # the dimensions of a shape key
 
 SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
           "bwd": {"spec": str, "chunk": int, "group": int},
-          "upd": {"spec": str, "chunk": int, "group": int}}
+          "upd": {"spec": str, "chunk": int, "group": int, "bn": int}}
 
 ACTIVATIONS = {None: (), "none": (), "relu": (bplan.relu(),), "sigmoid": (bplan.sigmoid(),),
                "tanh": (bplan.tanh(),)}
@@ -90,6 +90,17 @@ def _geometry(N, C, K, config, blocks, path=None):
                     tuple(cfg[p]["spec"] for p in ("fwd", "bwd", "upd")),
                     tuple(cfg[p]["chunk"] for p in ("fwd", "bwd", "upd")),
                     tuple(cfg[p].get("group") for p in ("fwd", "bwd", "upd")))
+
+
+def plain_update(g, config=None, path=None):
+    """The geometry of the functional backward's update: g with the [upd]
+    config's minibatch block bn where one is set. That update tiles x and
+    dy^T afresh on every call, so its reduction block need not be the
+    layer's: in fewer, deeper blocks each kernel call walks fewer batch
+    blocks for the same work (benchmarks/RESULTS.md, issue 17)."""
+    bn = settings("fc", "upd", {"N": g.N, "C": g.C, "K": g.K}, SCHEMA["upd"], config,
+                  path).get("bn")
+    return g if bn is None else dataclasses.replace(g, bn=pick_block(g.N, bn))
 
 
 def _loops(g, pass_, chunk=None):

@@ -137,6 +137,34 @@ def test_backward_data_in_strips(rng, monkeypatch):
     _config.clear()
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_backward_update_minibatch_block(rng, backend, dtype):
+    """fc.backward's update on x and dy^T tiles of the [upd] config's bn,
+    not the layer's: random sizes with ragged blocks, bn under, at and over
+    N, the default's on "f32" CPU paths (256); dW and db against float64."""
+    from brgemm.info import kernel_path
+    from brgemm.layouts import pick_block
+    path = kernel_path(dtype, backend)
+    for _ in range(4):
+        N, C, K = (int(v) for v in rng.integers(1, 300, 3))
+        bn = int(rng.choice([8, 48, 256, 1024]))
+        cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 16}, "upd": {"bn": bn}}
+        g = fc.geometry(N, C, K, cfg, path=path)
+        assert fc_plans.plain_update(g, cfg, path).bn == pick_block(N, bn) and g.bn == pick_block(N, 32)
+        if path and path.startswith("f32"):
+            assert fc_plans.plain_update(g, None, path).bn == pick_block(N, 256)
+        x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
+        dx, dw, db = fc.backward(dy, x, w, dtype=dtype, backend=backend, config=cfg)
+        print(f"N={N} C={C} K={K} bn={bn} {dtype}")
+        if dtype == "bf16":
+            x, w, dy = (a.astype(brgemm.bfloat16).astype(np.float32) for a in (x, w, dy))
+        _, rdx, rdw, rdb = reference(x, w, np.zeros(K, np.float32), dy)
+        s = scales(x, w, dy)
+        check("dw", dw, rdw, "f32", s["dw"])
+        check("dx", dx, rdx, "f32", s["dx"])
+        check("db", db, rdb, dtype, s["db"])
+
+
 def test_functional_forward_puts_its_output_blocks_outer(rng):
     """The functional forward's plain plan runs the configured spec with K moved
     ahead of N (fc_plans.outputs_first), so each thread reads the W^T tiles it
