@@ -5,12 +5,19 @@ go to benchmarks/RESULTS.md by hand.
     taskset -c 2,3 python -m benchmarks.probe_fc_update --threads 2
 
 Per quick shape: (1) kernels alone, one thread, the same blocks every call
-(data in L1/L2): the forward's call shape against the update's and a few
-other update shapes; (2) the layer plans at --threads (fwd, upd, upd with x's
-transpose, the transpose alone) and one thread's bare replay (time_bare);
-(3) the update's plan under other blockings and loop orders, each timed
-interleaved with the default's (paired ratios, under 1 = faster); (4) the
-functional backward and its update's parts."""
+(data in L1/L2): the forward's call shape against the update's, and the
+update's with one block over the minibatch; one core's FMA peak, measured
+again before each shape (the lent host's speed drifts); (2) one thread's
+bare replay (time_bare) of the layer's forward and update plans; (3) in the
+same rotated rounds at --threads: the layer's forward plan, its update plan
+(with and without x's transpose, update_blocked), the update plan in calls
+of one block (chunk 1) and on one block over the minibatch (bn), the
+functional backward's update plan with the same variants, and the whole
+fc.backward with chunk 1; paired time ratios against each one's reference
+(REF; under 1 = faster). The first version (b60dc6f) also tried loop orders,
+dW tile sizes and non-temporal dW stores (with an uncommitted switch in
+kernels/cpu/brgemm_cpu.c that added LIBXSMM_GEMM_FLAG_ALIGN_C_NTS_HINT to
+beta-0 f32 kernels), and ran at 16 threads too (benchmarks/RESULTS.md, upd22)."""
 import argparse
 import dataclasses
 import statistics
