@@ -52,8 +52,10 @@ from primitives.conv_backward import backward_nest, columns_data_product  # noqa
 from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import columns_update_product, pointwise_x_block
-from primitives.conv_pointwise import (dw_from_transposed, pointwise, pointwise_copies_dy,  # noqa: F401
-                                       pointwise_plan, pointwise_update, pointwise_update_plan)
+from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
+                                       dw_from_transposed, forward_lines, pointwise,
+                                       pointwise_copies_dy, pointwise_plan, pointwise_update,
+                                       pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -255,6 +257,8 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w)
     ab = dtypes.NUMPY[dtype]
     if path == "pointwise":
+        x = np.ascontiguousarray(x)
+        p, x = forward_lines(g, dtype, choice, x, _scratch) or (p, x)  # x's rows on whole lines
         return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
     if path == "shifted":
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
@@ -303,9 +307,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if data == "columns":
         dx = _columns_data(dy, w, g)
     elif data == "pointwise":
-        wt = _reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
-            w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else _scratch.get(
-                "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
+        dy = np.ascontiguousarray(dy)
+        p, wt = data_operands(p, choice, g, dtype, dy, w, token, _scratch)
         dx = _pointwise(p, choice, backend, dy, wt, "dx")
     else:
         dyp = block_y(dy, g, dtype, bordered=True,

@@ -1,5 +1,7 @@
 """2-D convolution, forward: the loop nest (see primitives/conv.py for the
 layouts, the geometry and the plans that record this nest)."""
+import math
+
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
 from primitives._calls import blocks_per_call, record_grouped, slot_in_group
@@ -48,15 +50,16 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     record_grouped(ex, tiles(), g.w_reuse[0])
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, x_ld=None):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
     x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
-    blocks of bp. No copy of x or y, nor of a plain w."""
+    blocks of bp. No copy of x or y, nor of a plain w. x_ld: x's rows that
+    far apart (x_ld >= HW; default HW, NCHW as it is)."""
     HW, Cb = g.H * g.W, g.Cb
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
-    x = Layout(N=g.N, C=g.C, HW=HW)
+    x = Layout(N=g.N, C=g.C, HW=x_ld or HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():
@@ -147,3 +150,59 @@ def columns_operands(g, bd, bp):
     return (D, cols, matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True),
             matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True),
             {"k": (g.K, g.bk), "p": (cols, bp), "d": (D, bd)})
+
+
+def line_period(HW):
+    """L: rows of HW floats back to back start where they start on a 64-byte
+    line every L rows."""
+    return 16 // math.gcd(HW, 16)
+
+
+def row_classes(rows, HW, align):
+    """The classes of an NCHW array's pixel rows (`rows` of HW elements, its
+    first element `align` elements past a 16-float line) by where they start
+    on a line: rows c = r, r + L, r + 2 L, .. (L = line_period(HW), a divisor
+    of `rows`; else None) start alike. [(r, s)]: s, the first pixel of the
+    rows of class r that starts a line."""
+    L = line_period(HW)
+    return [(r, -(align + r * HW) % 16) for r in range(L)] if rows % L == 0 else None
+
+
+def line_blocks(HW, s, bp):
+    """(first pixel, width) of the pixel blocks of a class whose rows start
+    lines at pixel s: the head [0, s), then blocks of bp (a multiple of 16)
+    from s, a last remainder of under 16 pixels joined to the block before it."""
+    starts = list(range(s, HW, bp))
+    if len(starts) > 1 and HW - starts[-1] < 16:
+        starts.pop()
+    return ([(0, s)] if s else []) + [(j, (starts[i + 1] if i + 1 < len(starts) else HW) - j)
+                                      for i, j in enumerate(starts)]
+
+
+def aligned_pointwise_nest(ex, loops, g, dtype, bp, align):
+    """pointwise_nest's product, y[n] = w @ x[n] on NCHW arrays in place, its
+    reduction split by row_classes of x[n] (its first element `align` floats
+    past a line), so that every kernel call loads x's 16-pixel vectors from
+    whole lines: the calls of class r reduce over its rows (L HW apart) on
+    pixel blocks that start where those rows start lines (line_blocks). w in
+    tiles of each class, [L][Kb][C / L / bc][bk][bc] (conv_pointwise.
+    class_tiles). A task per image and output block; class 0's calls write
+    y (beta 0), the others add."""
+    HW, C, bk, bc = g.H * g.W, g.C, g.bk, g.bc
+    classes = row_classes(C, HW, align)
+    L = len(classes)
+    tiles = C // L // bc  # of a class, along the reduction
+    per_call = blocks_per_call(g.pointwise_kb, (bk + bp) * bc, dtype)
+    calls = [range(i, min(i + per_call, tiles)) for i in range(0, tiles, per_call)]
+    for phase, task, at in loops.walk():
+        n, k = at["n"], at["k"]
+        m = min(bk, g.K - k * bk)
+        ex.at(phase, task)
+        for r, s in classes:
+            for j0, width in line_blocks(HW, s, bp):
+                for first, items in zip([r == 0] + [False] * len(calls), calls):
+                    ex.gemm(bplan.Block(m, width, bc, lda=bc, ldb=L * HW, ldc=HW, dtype=dtype,
+                                        beta=0.0 if first else 1.0),
+                            "w", [((r * g.Kb + k) * tiles + i) * bk * bc for i in items],
+                            "x", [(n * C + r + L * i * bc) * HW + j0 for i in items],
+                            "y", (n * g.K + k * bk) * HW + j0)
