@@ -100,6 +100,9 @@ def forward_sides(N):
     sides["x copy onto lines"] = lambda: conv.forward_lines(
         dataclasses.replace(g, pointwise_align=True), "f32", bp, x, scratch)
     sides["lines plan (x copied)"] = lambda: pl.run(w=w2, x=xl, y=y)
+    for b in {64, 112} - {bp}:
+        pb = conv.pointwise_plan(g, "f32", b, x_ld=208)
+        sides[f"lines plan, bp {b}"] = lambda pb=pb: pb.run(w=w2, x=xl, y=y)
     for b in (64, 112):
         pt = conv.aligned_plan(g, "f32", b, a)
         sides[f"classes, w tiles, bp {b}"] = lambda pt=pt: pt.run(w=wtl, x=x, y=y)
