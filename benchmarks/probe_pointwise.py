@@ -8,12 +8,13 @@ rounds, medians, paired ratios over the part's first side):
 forward: the layer's plan on blocked x, w, y; the pointwise plan as the
 functional forward routes it; the same calls with x's (and y's) rows padded
 to whole lines (208 floats, 64-byte aligned: what the kernel does when no
-16-float load of x straddles two lines); pointwise_align's copy of x onto
-lines (conv_pointwise.forward_lines) and its plan; the plan by classes of
-x's rows (conv_pointwise.aligned_plan, on w regrouped into tiles of each
-class: not a path, the copy-free x's bound); whole conv.forward calls with
-and without pointwise_align. backward: the same for backward-data (w^T in tiles, dy's
-rows by class) and whole conv.backward calls. both: forward + backward as
+16-float load of x straddles two lines) and that copy of x; the plan by
+classes of x's rows (conv_pointwise.aligned_plan, on w regrouped into tiles
+of each class: not a path; w would need that copy each call); the whole
+conv.forward call. backward: backward-data's layer plan, its pointwise plan, the
+same on dy's rows padded to lines, the plan by classes of dy's rows
+(pointwise_classes) at three pixel blocks, the w^T copies of both, whole
+conv.backward calls with pointwise_classes off and on. both: forward + backward as
 benchmarks.conv times them (the layer's three plans and dW's unblocking
 against conv.forward + conv.backward), and the forward alone so. Speeds only: no result is
 checked (tests/test_conv_aligned.py does)."""
@@ -25,7 +26,7 @@ import numpy as np
 
 from benchmarks.common import interleaved_samples, paired_ratio, set_threads
 from brgemm import plan as bplan
-from brgemm.arrays import Scratch, aligned_empty
+from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import nblocks, to_blocks
 from primitives import conv
@@ -35,12 +36,13 @@ from primitives.conv_plans import update_inputs, update_output
 
 C, K, H, W = 256, 1024, 14, 14
 HW = H * W
-ON = {"fwd": {"pointwise_align": True}}
+ON = {"fwd": {"pointwise_classes": True}}
+OFF = {"fwd": {"pointwise_classes": False}}
 
 
-def padded_plan(g, bp, hx, hy):
-    """conv_forward.pointwise_nest's calls (w plain, spec NPK) with x's rows
-    hx and y's hy floats apart."""
+def padded_plan(g, bp, hx, hy, wt=False):
+    """conv_forward.pointwise_nest's calls (w plain, or with wt in tiles
+    [Kb][Cb][bk][bc]; spec NPK) with x's rows hx and y's hy floats apart."""
     rec = bplan.Recorder({"w": "f32", "x": "f32", "y": "f32"})
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, "f32")
     for n in range(g.N):
@@ -50,9 +52,10 @@ def padded_plan(g, bp, hx, hy):
                 width = min(bp, HW - p * bp)
                 for c0 in range(0, g.Cb, per_call):
                     cs = range(c0, min(c0 + per_call, g.Cb))
-                    rec.gemm(bplan.Block(g.bk, width, g.bc, lda=g.C, ldb=hx, ldc=hy, dtype="f32",
-                                         beta=0.0 if c0 == 0 else 1.0),
-                             "w", [k * g.bk * g.C + c * g.bc for c in cs],
+                    rec.gemm(bplan.Block(g.bk, width, g.bc, lda=g.bc if wt else g.C, ldb=hx, ldc=hy,
+                                         dtype="f32", beta=0.0 if c0 == 0 else 1.0),
+                             "w", [(k * g.Cb + c) * g.bk * g.bc if wt else k * g.bk * g.C + c * g.bc
+                                   for c in cs],
                              "x", [(n * g.C + c * g.bc) * hx + p * bp for c in cs],
                              "y", (n * g.K + k * g.bk) * hy + p * bp)
     return rec.finish()
@@ -89,25 +92,22 @@ def forward_sides(N):
     wtl = forward_tiles(w2, g, L)
     pf, pp = conv.plan(g, "fwd", "f32"), conv.pointwise_plan(g, "f32", bp)
     px, pxy = padded_plan(g, bp, 208, HW), padded_plan(g, bp, 208, 208)
-    a, scratch = align(x), Scratch()
+    a = align(x)
     sides = {
         "layer plan": lambda: pf.run(x=xb, w=wb, y=yb),
         "pointwise plan": lambda: pp.run(w=w2, x=x, y=y),
         "pointwise, x on lines": lambda: px.run(w=w2, x=xpad, y=y),
         "pointwise, x y on lines": lambda: pxy.run(w=w2, x=xpad, y=ypad),
     }
-    pl, xl = conv.forward_lines(dataclasses.replace(g, pointwise_align=True), "f32", bp, x, scratch)
-    sides["x copy onto lines"] = lambda: conv.forward_lines(
-        dataclasses.replace(g, pointwise_align=True), "f32", bp, x, scratch)
-    sides["lines plan (x copied)"] = lambda: pl.run(w=w2, x=xl, y=y)
+    xl = xpad.reshape(N * C // 16, 1, 16, 208)
+    sides["x copy onto lines"] = lambda: to_blocks(x.reshape(N * C, HW), 16, 208, out=xl)
     for b in {64, 112} - {bp}:
-        pb = conv.pointwise_plan(g, "f32", b, x_ld=208)
-        sides[f"lines plan, bp {b}"] = lambda pb=pb: pb.run(w=w2, x=xl, y=y)
+        pb = padded_plan(dataclasses.replace(g, pointwise_bp=b), b, 208, HW)
+        sides[f"pointwise, x on lines, bp {b}"] = lambda pb=pb: pb.run(w=w2, x=xpad, y=y)
     for b in (64, 112):
         pt = conv.aligned_plan(g, "f32", b, a)
         sides[f"classes, w tiles, bp {b}"] = lambda pt=pt: pt.run(w=wtl, x=x, y=y)
     sides["forward whole"] = lambda: conv.forward(x, w)
-    sides["forward whole, aligned"] = lambda: conv.forward(x, w, config=ON)
     return sides, {k: pf.flops for k in sides if "copy" not in k}
 
 
@@ -129,6 +129,8 @@ def backward_sides(N):
     wtt = to_blocks(w2, g.bc, g.bk, transpose=True)
     wcl = conv.class_tiles(w2, L, g.bc, g.bk)
     dx = np.empty((N, C, H, W), np.float32)
+    dypad = aligned_empty((N, K, 208), np.float32)
+    dypad[:, :, :HW] = dy.reshape(N, K, HW)
     pb, pp = conv.plan(g, "bwd", "f32"), conv.pointwise_plan(gt, "f32", bp, plain_w=False)
     a = align(dy)
     sides = {
@@ -137,18 +139,21 @@ def backward_sides(N):
         "w^T tiles copy": lambda: to_blocks(w2, g.bc, g.bk, transpose=True, out=wtt),
         "class tiles copy": lambda: conv.class_tiles(w2, L, g.bc, g.bk, out=wcl),
     }
-    for b in (64, 112):
+    for b in (32, 64, 112):
         pt = conv.aligned_plan(gt, "f32", b, a)
         sides[f"classes, tiles, bp {b}"] = lambda pt=pt: pt.run(w=wcl, x=dy, y=dx)
-    sides["backward whole"] = lambda: conv.backward(dy, x, w)
-    sides["backward whole, aligned"] = lambda: conv.backward(dy, x, w, config=ON)
+    for b in (64, 112):  # x y: dy's rows and dx's on whole lines
+        pd = padded_plan(dataclasses.replace(gt, pointwise_bp=b), b, 208, HW, wt=True)
+        sides[f"pointwise, dy on lines, bp {b}"] = lambda pd=pd: pd.run(w=wtt, x=dypad, y=dx)
+    sides["backward whole, classes off"] = lambda: conv.backward(dy, x, w, config=OFF)
+    sides["backward whole, classes on"] = lambda: conv.backward(dy, x, w, config=ON)
     return sides, {k: pb.flops for k in sides if "copy" not in k}
 
 
 def both_sides(N):
     """forward + backward as benchmarks.conv times them: the layer's fwd, bwd
     and upd plans and dW unblocked, against conv.forward + conv.backward with
-    pointwise_align as the host's config has it and on."""
+    pointwise_classes off and on; the forward alone so."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = (rng.standard_normal((K, C, 1, 1)) / np.sqrt(C)).astype(np.float32)
@@ -167,12 +172,12 @@ def both_sides(N):
         pu.run(dw=dw, **ui)
         conv.unblock_dw(dw, g, np.float32, out=dwp)
     return {"layer fwd+bwd": layer,
-            "func fwd+bwd": lambda: (conv.forward(x, w), conv.backward(dy, x, w)),
-            "func fwd+bwd, aligned": lambda: (conv.forward(x, w, config=ON),
-                                              conv.backward(dy, x, w, config=ON)),
+            "func fwd+bwd, classes off": lambda: (conv.forward(x, w),
+                                                  conv.backward(dy, x, w, config=OFF)),
+            "func fwd+bwd, classes on": lambda: (conv.forward(x, w),
+                                                 conv.backward(dy, x, w, config=ON)),
             "layer fwd plan": lambda: pf.run(x=xb, w=wb, y=yb),
-            "func fwd": lambda: conv.forward(x, w),
-            "func fwd, aligned": lambda: conv.forward(x, w, config=ON)}, {}
+            "func fwd": lambda: conv.forward(x, w)}, {}
 
 
 def report(title, sides, flops, reps, base):

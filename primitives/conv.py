@@ -53,7 +53,7 @@ from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import columns_update_product, pointwise_x_block
 from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
-                                       dw_from_transposed, forward_lines, pointwise,
+                                       dw_from_transposed, pointwise,
                                        pointwise_copies_dy, pointwise_plan, pointwise_update,
                                        pointwise_update_plan)
 from primitives.fc_nest import product_nest
@@ -257,8 +257,6 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w)
     ab = dtypes.NUMPY[dtype]
     if path == "pointwise":
-        x = np.ascontiguousarray(x)
-        p, x = forward_lines(g, dtype, choice, x, _scratch) or (p, x)  # x's rows on whole lines
         return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
     if path == "shifted":
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)

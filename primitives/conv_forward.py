@@ -50,16 +50,15 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     record_grouped(ex, tiles(), g.w_reuse[0])
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, x_ld=None):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
     x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
-    blocks of bp. No copy of x or y, nor of a plain w. x_ld: x's rows that
-    far apart (x_ld >= HW; default HW, NCHW as it is)."""
+    blocks of bp. No copy of x or y, nor of a plain w."""
     HW, Cb = g.H * g.W, g.Cb
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
-    x = Layout(N=g.N, C=g.C, HW=x_ld or HW)
+    x = Layout(N=g.N, C=g.C, HW=HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():

@@ -29,7 +29,8 @@ SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape k
 
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
-                 "pointwise_align": bool, "shifted": bool},
+                 "pointwise_classes": bool,
+                 "classes_bp": int, "shifted": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -68,8 +69,10 @@ class Geometry:
     # A and B blocks per kernel call, and the pixel block's target
     pointwise_kb: int = 32
     pointwise_bp: int = 112
-    # ... whose x (or dy) vectors start lines (conv_pointwise.aligned_plan)
-    pointwise_align: bool = False
+    # backward-data's pointwise plan by classes of dy's rows (conv_pointwise.
+    # data_operands), and its pixel block's target
+    pointwise_classes: bool = False
+    classes_bp: int = 64
     # the functional forward's shifted plan where its rule allows (conv_in_place.shifted)
     shifted: bool = False
 
@@ -150,7 +153,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
-                    f["pointwise_bp"], f["pointwise_align"], f["shifted"])
+                    f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"], f["shifted"])
 
 
 # ---------------------------------------------------------------- the loop nests

@@ -3,8 +3,6 @@ where each image's product is a GEMM on the NCHW arrays as they are. Which
 layers take them (pointwise, pointwise_update) and their plans; the nests
 are conv_forward.pointwise_nest and conv_update.pointwise_update_nest, the
 functional forms that run them are in primitives/conv.py."""
-import math
-
 import numpy as np
 
 from brgemm import plan as bplan
@@ -60,9 +58,8 @@ def pointwise_copies_dy(g):
     return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
 
 
-def pointwise_plan(g, dtype, bp, plain_w=True, x_ld=None):
-    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles,
-    x's rows x_ld apart (default H W: NCHW in place).
+def pointwise_plan(g, dtype, bp, plain_w=True):
+    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles.
     Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
@@ -70,9 +67,9 @@ def pointwise_plan(g, dtype, bp, plain_w=True, x_ld=None):
         loops = parse_spec("NPK", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
                                    Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
         rec = bplan.Recorder({"w": dtype, "x": dtype, "y": "f32"}, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w, x_ld)
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w, x_ld), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w), record)
 
 
 def pointwise_update_plan(g, bp, shares):
@@ -116,45 +113,25 @@ def class_tiles(w, L, bc, bk, out=None):
     aligned_pointwise_nest's tiles of each class of w's rows (r, r + L, ..):
     [L][C / bc][K / L / bk][bc][bk], tile (r, i, j) at [u][t] holding
     w[r + L (j bk + t)][i bc + u]."""
-    K, C = w.shape
-    out = np.empty((L, C // bc, K // L // bk, bc, bk), np.float32) if out is None else out
-    for r in range(L):
-        to_blocks(w[r::L], bc, bk, transpose=True, out=out[r])
-    return out
-
-
-def forward_lines(g, dtype, bp, x, scratch):
-    """With pointwise_align, where x's rows do not all start 64-byte lines (a
-    pixel count not a multiple of 16, or x itself off a line): (the pointwise
-    plan on x's rows padded to whole lines, x so copied into `scratch`), so
-    that no 16-float load of x straddles two lines. The copy moves the
-    reduction's smaller operand: x copies pass over it once, classes of rows
-    (aligned_plan) would need w's columns regrouped, a strided gather of the
-    larger operand. Else None."""
-    HW = g.H * g.W
-    if not g.pointwise_align or HW % 16 == 0 and x.ctypes.data % 64 == 0:
-        return None
-    ld, rows = -(-HW // 16) * 16, g.N * g.C
-    br = math.gcd(rows, 16)
-    xl = to_blocks(x.reshape(rows, HW), br, ld, out=scratch.get("x_lines", (rows // br, 1, br, ld),
-                                                                np.float32))
-    return pointwise_plan(g, dtype, bp, x_ld=ld), xl
+    K, C = w.shape  # w's rows by class, side by side: [K / L][L C], then its transpose in tiles
+    return to_blocks(w.reshape(K // L, L * C), bc, bk, transpose=True, out=None if out is None else
+                     out.reshape(L * C // bc, K // L // bk, bc, bk)).reshape(L, C // bc, -1, bc, bk)
 
 
 def data_operands(p, gt, g, dtype, dy, w, token, scratch):
     """Backward-data's pointwise plan (gt: g transposed) and w^T in its tiles,
     kept under `token` while unchanged (primitives.reuse): p on gt's tiles,
-    or with pointwise_align, the plan by classes of dy's rows (aligned_plan)
-    on class_tiles, where the rows fall into at most 4 classes (more leave
-    few rows a call) of whole tiles. w^T is copied into tiles either way;
-    dy stays in place."""
+    or where pointwise_classes says so, the plan by classes of dy's rows
+    (aligned_plan) on class_tiles, where the rows fall into at most 4 classes
+    (more leave few rows a call) of whole tiles. w^T is copied into tiles
+    either way; dy stays in place."""
     L = line_period(g.H * g.W)
-    if not gt.pointwise_align or L > 4 or gt.C % (L * gt.bc):
+    if not gt.pointwise_classes or L > 4 or gt.C % (L * gt.bc):
         return p, reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
             w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else scratch.get(
                 "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
     wt = reuse.blocked(token, ("conv", "wt_classes", g, dtype), (w,), lambda: class_tiles(
         w.reshape(g.K, g.C), L, g.bc, g.bk, out=None if token else scratch.get(
             "wt_classes", (L, g.Cb, g.K // L // g.bk, g.bc, g.bk), np.float32)))
-    bp = max(16, gt.pointwise_bp // 16 * 16)
+    bp = max(16, gt.classes_bp // 16 * 16)
     return aligned_plan(gt, dtype, bp, dy.ctypes.data // 4 % 16), wt

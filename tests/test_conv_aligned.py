@@ -1,8 +1,7 @@
-"""conv's pointwise plans with pointwise_align (the forward on x's rows
-padded to whole lines; backward-data by classes of dy's rows, grouped by
-where they start on a 64-byte line, each class on pixel blocks that start
-lines) against PyTorch autograd in float64, on arrays that start anywhere
-on a line."""
+"""conv's backward-data by classes of dy's rows (pointwise_classes: rows
+grouped by where they start on a 64-byte line, each class on pixel blocks
+that start lines) against PyTorch autograd in float64, on arrays that start
+anywhere on a line."""
 import dataclasses
 
 import numpy as np
@@ -48,11 +47,11 @@ def test_row_classes(rng):
             assert all((align + c * HW + s) % 16 == 0 for c in range(r, rows, L))
 
 
-def test_aligned_forward_backward(rng):
-    """pointwise_align on: the forward (x's rows copied onto whole lines) and
-    backward-data (w^T in tiles of each class of dy's rows) on images whose
-    pixel count is a multiple of 4 (1, 2 or 4 classes), x and dy starting at
-    random places on a line; random pixel blocks and call sizes; results as
+def test_classes_backward(rng):
+    """pointwise_classes on: backward-data (w^T in tiles of each class of dy's
+    rows, dy in place) on images whose pixel count is a multiple of 4 (1, 2
+    or 4 classes), dy (and x) starting at random places on a line; random
+    pixel blocks and call sizes; class_tiles against w^T by hand; results as
     F.conv2d's and its autograd's."""
     for it in range(6):
         N = int(rng.integers(1, 4))
@@ -64,16 +63,19 @@ def test_aligned_forward_backward(rng):
         ox, ody = (int(o) for o in rng.integers(0, 16, 2))
         print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp} "
               f"x at {ox}, dy at {ody} floats past a line")
-        cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp,
-                       "pointwise_align": True}}
+        cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_classes": True,
+                       "classes_bp": bp}}
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
         x, dy = at_offset(rng, (N, C, H, W), ox), at_offset(rng, (N, K, H, W), ody)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)  # backward-data's
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
         p = conv.pointwise_plan(gt, "f32", bp)  # the paths under test:
-        assert conv.data_operands(p, gt, g, "f32", dy, w, None, Scratch())[0] is not p
-        assert (conv.forward_lines(g, "f32", bp, x, Scratch()) is not None) == (
-            H * W % 16 != 0 or ox != 0)
+        pc, wt = conv.data_operands(p, gt, g, "f32", dy, w, None, Scratch())
+        assert pc is not p
+        L = 16 // np.gcd(H * W, 16)
+        for r in range(L):  # tile (r, i, j) at [u][t]: w[r + L (j bk + t)][i bc + u]
+            want = w.reshape(K, C)[r::L].T.reshape(C // 16, 16, K // L // 16, 16).transpose(0, 2, 1, 3)
+            assert np.array_equal(wt[r], want)
         y = conv.forward(x, w, config=cfg)
         dx, dw = conv.backward(dy, x, w, config=cfg)
         for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
@@ -81,13 +83,12 @@ def test_aligned_forward_backward(rng):
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
 
 
-def test_aligned_not_taken():
+def test_classes_not_taken():
     """Backward-data keeps gt's tiles where dy's rows fall into more than 4
     classes (odd pixel counts: 16) or a class holds part of a tile, or
-    pointwise_align is off; the forward copies no x whose rows all start
-    lines, nor where pointwise_align is off."""
-    on = {"fwd": {"bc": 16, "bk": 16, "pointwise_align": True}}
-    off = {"fwd": {"bc": 16, "bk": 16, "pointwise_align": False}}
+    pointwise_classes is off."""
+    on = {"fwd": {"bc": 16, "bk": 16, "pointwise_classes": True}}
+    off = {"fwd": {"bc": 16, "bk": 16, "pointwise_classes": False}}
     for (C, K, H, W), cfg in (((32, 64, 15, 15), on), ((32, 48, 14, 14), on),
                               ((32, 64, 14, 14), off)):
         g = conv.geometry(1, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
@@ -95,7 +96,3 @@ def test_aligned_not_taken():
         dy, w = aligned_empty((1, K, H, W), np.float32), np.zeros((K, C, 1, 1), np.float32)
         p = conv.pointwise_plan(gt, "f32", 64)
         assert conv.data_operands(p, gt, g, "f32", dy, w, None, Scratch())[0] is p
-    x = aligned_empty((1, 32, 16, 16), np.float32)
-    for cfg in (on, off):
-        g = conv.geometry(1, 32, 64, 16, 16, 1, 1, (1, 1), (0, 0), config=cfg)
-        assert conv.forward_lines(g, "f32", 64, x, Scratch()) is None
