@@ -96,3 +96,11 @@ def test_classes_not_taken():
         dy, w = aligned_empty((1, K, H, W), np.float32), np.zeros((K, C, 1, 1), np.float32)
         p = conv.pointwise_plan(gt, "f32", 64)
         assert conv.data_operands(p, gt, g, "f32", dy, w, None, Scratch())[0] is p
+
+
+def test_classes_where():
+    """On by the AMX Xeon's table ("f32@amx", where straddling loads cost), off
+    by default (the EPYC: the same speed either way)."""
+    shape = (2, 256, 1024, 14, 14, 1, 1, (1, 1), (0, 0))
+    assert conv.geometry(*shape, path="f32@amx").pointwise_classes
+    assert not conv.geometry(*shape, path="f32").pointwise_classes
