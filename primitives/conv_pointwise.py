@@ -112,7 +112,7 @@ def class_tiles(w, L, bc, bk, out=None):
     transposed geometry, whose reduction runs along w's rows) in
     aligned_pointwise_nest's tiles of each class of w's rows (r, r + L, ..):
     [L][C / bc][K / L / bk][bc][bk], tile (r, i, j) at [u][t] holding
-    w[r + L (j bk + t)][i bc + u]."""
+    w[r + L (j bk + t)][i bc + u]. bc divides C, L bk divides K."""
     K, C = w.shape  # w's rows by class, side by side: [K / L][L C], then its transpose in tiles
     return to_blocks(w.reshape(K // L, L * C), bc, bk, transpose=True, out=None if out is None else
                      out.reshape(L * C // bc, K // L // bk, bc, bk)).reshape(L, C // bc, -1, bc, bk)
@@ -123,10 +123,11 @@ def data_operands(p, gt, g, dtype, dy, w, token, scratch):
     kept under `token` while unchanged (primitives.reuse): p on gt's tiles,
     or where pointwise_classes says so, the plan by classes of dy's rows
     (aligned_plan) on class_tiles, where the rows fall into at most 4 classes
-    (more leave few rows a call) of whole tiles. w^T is copied into tiles
-    either way; dy stays in place."""
+    (more leave few rows a call) of whole tiles, and C fills whole blocks (a
+    class's rows of w^T start on a tile). w^T is copied into tiles either
+    way; dy stays in place."""
     L = line_period(g.H * g.W)
-    if not gt.pointwise_classes or L > 4 or gt.C % (L * gt.bc):
+    if not gt.pointwise_classes or L > 4 or gt.C % (L * gt.bc) or g.C % g.bc:
         return p, reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
             w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else scratch.get(
                 "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles

@@ -85,12 +85,12 @@ def test_classes_backward(rng):
 
 def test_classes_not_taken():
     """Backward-data keeps gt's tiles where dy's rows fall into more than 4
-    classes (odd pixel counts: 16) or a class holds part of a tile, or
-    pointwise_classes is off."""
+    classes (odd pixel counts: 16), a class holds part of a tile, C is
+    ragged against its blocks, or pointwise_classes is off."""
     on = {"fwd": {"bc": 16, "bk": 16, "pointwise_classes": True}}
     off = {"fwd": {"bc": 16, "bk": 16, "pointwise_classes": False}}
     for (C, K, H, W), cfg in (((32, 64, 15, 15), on), ((32, 48, 14, 14), on),
-                              ((32, 64, 14, 14), off)):
+                              ((40, 64, 14, 14), on), ((32, 64, 14, 14), off)):
         g = conv.geometry(1, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
         dy, w = aligned_empty((1, K, H, W), np.float32), np.zeros((K, C, 1, 1), np.float32)
