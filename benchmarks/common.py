@@ -140,10 +140,14 @@ def spread_of(s):
     return (max(s) - min(s)) / statistics.median(s)
 
 
-def interleaved(fns, reps=7, min_time=0.05):
-    """Median seconds per call of each fn (interleaved_samples), and each one's spread."""
-    samples = interleaved_samples(fns, reps, min_time)
-    return [statistics.median(s) for s in samples], [spread_of(s) for s in samples]
+def interleaved(fns, reps=7, min_time=0.05, rounds=False):
+    """Median seconds per call of each fn (interleaved_samples, rotated, so
+    that no fn always runs right after the same other one, oneDNN's call say,
+    whose TBB workers may still be awake on our cores), and each one's spread;
+    rounds: the samples as well (for paired_ratio)."""
+    samples = interleaved_samples(fns, reps, min_time, rotate=True)
+    out = [statistics.median(s) for s in samples], [spread_of(s) for s in samples]
+    return (*out, samples) if rounds else out
 
 
 def paired_ratio(num, den):
@@ -151,6 +155,14 @@ def paired_ratio(num, den):
     same rounds, so that a slow spell of the machine, which lasts about a
     round, slows both sides of a ratio rather than one."""
     return statistics.median(n / d for n, d in zip(num, den))
+
+
+def func_over_ours(samples, ours, func):
+    """The functional call's speed over the layer path's, paired by round
+    (paired_ratio): samples from interleaved(..., rounds=True), ours the
+    indices of the layer's passes that the functional call does (summed per
+    round), func the functional call's index."""
+    return paired_ratio([sum(r) for r in zip(*(samples[i] for i in ours))], samples[func])
 
 
 def path_peak(path, seconds=0.2):

@@ -17,8 +17,8 @@ import numpy as np
 
 import brgemm
 from brgemm.info import kernel_path
-from benchmarks.common import (VsTable, check_close, compare, finish_functional,
-                               finish_report, functional_row, functional_setup, interleaved,
+from benchmarks.common import (VsTable, check_close, compare, finish_functional, finish_report,
+                               func_over_ours, functional_row, functional_setup, interleaved,
                                layer_peak, machine, quick_shapes, ratio_row, set_threads)
 from primitives import conv, reuse
 
@@ -102,16 +102,13 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
                              lambda: upd_plan.run(dw=t["dw"], **upd)],
                      "upd": []}[p]
-            times, spread = interleaved([ours, job.run] + extra, reps=reps)
+            times, spread, rounds = interleaved([ours, job.run] + extra, reps=reps, rounds=True)
             t_ours, t_dnn = times[:2]
-            func_over_ours = None
-            if p == "fwd":
-                func_over_ours = t_ours / times[2]
-            elif p == "bwd":
-                func_over_ours = (t_ours + times[3]) / times[2]
+            # the functional call (fn 2) against the layer's passes it does (0, and 3)
+            f_o = func_over_ours(rounds, [0] + [3][:len(extra) - 1], 2) if extra else None
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
                           threads=threads, impl=job.impl, spread=max(spread[:2]),
-                          func_over_ours=func_over_ours)
+                          func_over_ours=f_o)
             rows.append(r)
             table.line(r)
     return finish_report(f"conv-{dtype}-{threads}t", rows, passes)

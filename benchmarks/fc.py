@@ -15,8 +15,8 @@ threads and dtype, and against the layer path (fc.Linear's blocked passes)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import (VsTable, check_close, compare, finish_functional,
-                               finish_report, functional_row, functional_setup, interleaved,
+from benchmarks.common import (VsTable, check_close, compare, finish_functional, finish_report,
+                               func_over_ours, functional_row, functional_setup, interleaved,
                                layer_peak, machine, ratio_row, read_shapes, set_threads)
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc, reuse
@@ -70,14 +70,14 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             # the same rounds, so that both sides of func/ours share their drift
             upd = [lambda: lin.update_blocked(dyb)] if p == "bwd" and func else []
             fns = [ours, job.run] + ([func] if func else []) + upd
-            times, spread = interleaved(fns, reps=5 if quick else 7)
+            times, spread, rounds = interleaved(fns, reps=5 if quick else 7, rounds=True)
             t_ours, t_dnn = times[0], times[1]
             t_func = times[2] if func else None
-            t_func_ref = t_ours + (times[3] if upd else 0.0)
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,
                           dtype=dtype, threads=threads, spread=max(spread[:2]), impl=job.impl,
                           func=flops / t_func * 1e-9 if t_func else None,
-                          func_over_ours=t_func_ref / t_func if t_func else None)
+                          func_over_ours=func_over_ours(rounds, [0] + [3][:len(upd)], 2)
+                          if func else None)
             rows.append(r)
             table.line(r)
     return finish_report(f"fc-{dtype}-{threads}t", rows, passes)

@@ -15,8 +15,9 @@ weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
 from benchmarks.common import (VsTable, arbitrate, compare, differs, finish_functional,
-                               finish_report, functional_row, functional_setup, interleaved,
-                               layer_peak, machine, quick_shapes, ratio_row, set_threads)
+                               finish_report, func_over_ours, functional_row, functional_setup,
+                               interleaved, layer_peak, machine, quick_shapes, ratio_row,
+                               set_threads)
 from primitives import lstm, reuse
 
 QUICK = ("small_t10_n64", "single_step_t1")
@@ -91,15 +92,17 @@ def _vs_onednn(quick, dtype, threads, shape_set):
             if why:
                 print(f"{why}: timed anyway, left out of the geomeans", flush=True)
         fns = [ours_f, jf.run, ours_fb, lambda: (jf.run(), jb.run()), func_f, func_fb]
-        times, spread = interleaved(fns, reps=reps)
+        times, spread, rounds = interleaved(fns, reps=reps, rounds=True)
         t_f, t_df, t_fb, t_db, t_ff, t_ffb = times
         fb_differs = y_differs or dx_differs
-        for p, t_ours, t_dnn, t_func, flops, sp, why in (
-                ("fwd", t_f, t_df, t_ff, fwd_flops, spread[:2], y_differs),
-                ("fwd+bwd", t_fb, t_db, t_ffb, 3 * fwd_flops, spread[2:4], fb_differs)):
+        for p, t_ours, t_dnn, f_o, flops, sp, why in (
+                ("fwd", t_f, t_df, func_over_ours(rounds, [0], 4), fwd_flops, spread[:2],
+                 y_differs),
+                ("fwd+bwd", t_fb, t_db, func_over_ours(rounds, [2], 5), 3 * fwd_flops,
+                 spread[2:4], fb_differs)):
             row = ratio_row(flops, t_ours, t_dnn, peak, shape=name, T=T, N=N, C=C, K=K, pass_=p,
                             threads=threads, impl=jf.impl, spread=max(sp),
-                            func_over_ours=t_ours / t_func, **({"mismatch": why} if why else {}))
+                            func_over_ours=f_o, **({"mismatch": why} if why else {}))
             rows.append(row)
             table.line(row)
     return finish_report(f"lstm-{dtype}-{threads}t", rows, ("fwd", "fwd+bwd"))
