@@ -135,6 +135,23 @@ def interleaved_samples(fns, reps=7, min_time=0.05, rotate=False):
     return samples
 
 
+def report_sides(title, sides, flops, reps, base):
+    """A probe's table: each of `sides` (name -> fn) timed in rotated rounds
+    (interleaved_samples): its median ms, its time over side `base`'s paired by
+    round (paired_ratio; > 1: slower), its spread, and GFLOP/s where `flops`
+    names it."""
+    names = list(sides)
+    samples = interleaved_samples([sides[n] for n in names], reps=reps, rotate=True)
+    by = dict(zip(names, samples))
+    print(f"{title}: {reps} rotated rounds; ms (median), over '{base}' (paired), spread")
+    for n in names:
+        s = by[n]
+        med = statistics.median(s)
+        rate = f"  {flops[n] / med / 1e9:8.1f} GFLOP/s" if n in flops else ""
+        print(f"  {n:<30}{1e3 * med:9.3f}{paired_ratio(s, by[base]):8.3f}"
+              f"{100 * spread_of(s):6.0f}%{rate}", flush=True)
+
+
 def spread_of(s):
     """(max - min) / median of one fn's samples."""
     return (max(s) - min(s)) / statistics.median(s)

@@ -20,11 +20,10 @@ against conv.forward + conv.backward), and the forward alone so. Speeds only: no
 checked (tests/test_conv_aligned.py does)."""
 import argparse
 import dataclasses
-import statistics
 
 import numpy as np
 
-from benchmarks.common import interleaved_samples, paired_ratio, set_threads
+from benchmarks.common import report_sides as report, set_threads
 from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
@@ -178,19 +177,6 @@ def both_sides(N):
                                                  conv.backward(dy, x, w, config=ON)),
             "layer fwd plan": lambda: pf.run(x=xb, w=wb, y=yb),
             "func fwd": lambda: conv.forward(x, w)}, {}
-
-
-def report(title, sides, flops, reps, base):
-    names = list(sides)
-    samples = interleaved_samples([sides[n] for n in names], reps=reps, rotate=True)
-    by = dict(zip(names, samples))
-    print(f"{title}: {reps} rotated rounds; ms (median), over '{base}' (paired), spread")
-    for n in names:
-        s = by[n]
-        med = statistics.median(s)
-        rate = f"  {flops[n] / med / 1e9:8.1f} GFLOP/s" if n in flops else ""
-        print(f"  {n:<30}{1e3 * med:9.3f}{paired_ratio(s, by[base]):8.3f}"
-              f"{100 * (max(s) - min(s)) / med:6.0f}%{rate}", flush=True)
 
 
 def main():

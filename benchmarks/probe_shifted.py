@@ -16,11 +16,10 @@ forward without the shifted plan by hand, at bq 28 and 56. backward:
 conv.backward's steps by hand, in its order, with the update first, with
 the update's shares one image each. Speeds only: no result is checked."""
 import argparse
-import statistics
 
 import numpy as np
 
-from benchmarks.common import interleaved_samples, paired_ratio, set_threads
+from benchmarks.common import report_sides as report, set_threads
 from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
 from brgemm.conv_unwrap import conv_unwrap
@@ -278,19 +277,6 @@ def table_sides(name, N):
         return lambda: (conv.forward(x, w, 1, 1, config=cfg), conv.backward(dy, x, w, 1, 1, config=cfg))
     return {"layer fwd+bwd, before": layer(go), "layer fwd+bwd, table": layer(g),
             "func fwd+bwd, before": func(old), "func fwd+bwd, table": func(None)}, {}
-
-
-def report(title, sides, flops, reps, base):
-    names = list(sides)
-    samples = interleaved_samples([sides[n] for n in names], reps=reps, rotate=True)
-    by = dict(zip(names, samples))
-    print(f"{title}: {reps} rotated rounds; ms (median), over '{base}' (paired), spread")
-    for n in names:
-        s = by[n]
-        med = statistics.median(s)
-        rate = f"  {flops[n] / med / 1e9:8.1f} GFLOP/s" if n in flops else ""
-        print(f"  {n:<30}{1e3 * med:9.3f}{paired_ratio(s, by[base]):8.3f}"
-              f"{100 * (max(s) - min(s)) / med:6.0f}%{rate}", flush=True)
 
 
 def main():
