@@ -48,61 +48,44 @@ static inline void unwrap_store(const float* sums, int rows, int64_t kn, int64_t
     for (int64_t kk = 0; kk < kn; ++kk) y[kk * H * W + (row + i) * W + q] -= sums[i * UNWRAP_K + kk];
 }
 
-__attribute__((target("avx2,fma"))) static void unwrap_avx2(const float* col, int64_t C,
-                                                            int64_t H, int64_t W,
-                                                            const float* wk, int64_t kn,
-                                                            int64_t p0, int64_t np, int64_t dp,
-                                                            int64_t q, float* y) {
-  enum { P = 3, V = UNWRAP_K / 8 };
-  for (int64_t p = 0; p < np; p += P) {
-    __m256 acc[P][V];
-    for (int i = 0; i < P; ++i)
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < 3; ++r) {
-        const float* wr = wk + (c * 3 + r) * UNWRAP_K;
-        const float* xc = col + c * H + p0 + dp + r + p;
-        __m256 wv[V];
-        for (int v = 0; v < V; ++v) wv[v] = _mm256_loadu_ps(wr + 8 * v);
-        for (int i = 0; i < P; ++i) {
-          const __m256 x = _mm256_broadcast_ss(xc + i);
-          for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(x, wv[v], acc[i][v]);
-        }
-      }
-    float sums[P * UNWRAP_K];
-    for (int i = 0; i < P; ++i)
-      for (int v = 0; v < V; ++v) _mm256_storeu_ps(sums + i * UNWRAP_K + 8 * v, acc[i][v]);
-    unwrap_store(sums, np - p < P ? (int)(np - p) : P, kn, H, W, p0 + p, q, y);
+/* unwrap_plain's sums in vectors: P rows at once (UNWRAP_P at most), the
+ * UNWRAP_K channels as V vectors of LANES floats; one body for both widths */
+#define UNWRAP_SIMD(NAME, TARGET, VEC, LANES, ROWS, ZERO, LOAD, BCAST, FMADD, STORE)         \
+  __attribute__((target(TARGET))) static void NAME(                                          \
+      const float* col, int64_t C, int64_t H, int64_t W, const float* wk, int64_t kn,        \
+      int64_t p0, int64_t np, int64_t dp, int64_t q, float* y) {                             \
+    enum { P = ROWS, V = UNWRAP_K / LANES };                                                 \
+    for (int64_t p = 0; p < np; p += P) {                                                    \
+      VEC acc[P][V];                                                                         \
+      for (int i = 0; i < P; ++i)                                                            \
+        for (int v = 0; v < V; ++v) acc[i][v] = ZERO();                                      \
+      for (int64_t c = 0; c < C; ++c)                                                        \
+        for (int64_t r = 0; r < 3; ++r) {                                                    \
+          const float* wr = wk + (c * 3 + r) * UNWRAP_K;                                     \
+          const float* xc = col + c * H + p0 + dp + r + p;                                   \
+          VEC wv[V];                                                                         \
+          for (int v = 0; v < V; ++v) wv[v] = LOAD(wr + LANES * v);                          \
+          for (int i = 0; i < P; ++i) {                                                      \
+            const VEC x = BCAST(xc + i);                                                     \
+            for (int v = 0; v < V; ++v) acc[i][v] = FMADD(x, wv[v], acc[i][v]);              \
+          }                                                                                  \
+        }                                                                                    \
+      float sums[P * UNWRAP_K];                                                              \
+      for (int i = 0; i < P; ++i)                                                            \
+        for (int v = 0; v < V; ++v) STORE(sums + i * UNWRAP_K + LANES * v, acc[i][v]);       \
+      unwrap_store(sums, np - p < P ? (int)(np - p) : P, kn, H, W, p0 + p, q, y);            \
+    }                                                                                        \
   }
+
+/* _mm256_broadcast_ss's AVX-512 twin: a float from memory into every lane */
+__attribute__((target("avx512f"))) static inline __m512 broadcast512(const float* x) {
+  return _mm512_set1_ps(*x);
 }
 
-__attribute__((target("avx512f"))) static void unwrap_avx512(const float* col, int64_t C,
-                                                             int64_t H, int64_t W,
-                                                             const float* wk, int64_t kn,
-                                                             int64_t p0, int64_t np, int64_t dp,
-                                                             int64_t q, float* y) {
-  enum { P = 6, V = UNWRAP_K / 16 };
-  for (int64_t p = 0; p < np; p += P) {
-    __m512 acc[P][V];
-    for (int i = 0; i < P; ++i)
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < 3; ++r) {
-        const float* wr = wk + (c * 3 + r) * UNWRAP_K;
-        const float* xc = col + c * H + p0 + dp + r + p;
-        __m512 wv[V];
-        for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(wr + 16 * v);
-        for (int i = 0; i < P; ++i) {
-          const __m512 x = _mm512_set1_ps(xc[i]);
-          for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(x, wv[v], acc[i][v]);
-        }
-      }
-    float sums[P * UNWRAP_K];
-    for (int i = 0; i < P; ++i)
-      for (int v = 0; v < V; ++v) _mm512_storeu_ps(sums + i * UNWRAP_K + 16 * v, acc[i][v]);
-    unwrap_store(sums, np - p < P ? (int)(np - p) : P, kn, H, W, p0 + p, q, y);
-  }
-}
+UNWRAP_SIMD(unwrap_avx2, "avx2,fma", __m256, 8, 3, _mm256_setzero_ps, _mm256_loadu_ps,
+            _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_storeu_ps)
+UNWRAP_SIMD(unwrap_avx512, "avx512f", __m512, 16, 6, _mm512_setzero_ps, _mm512_loadu_ps,
+            broadcast512, _mm512_fmadd_ps, _mm512_storeu_ps)
 
 int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int64_t W,
                            const float* w, int64_t K, float* y, int isa, int threads) {
