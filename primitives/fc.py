@@ -210,8 +210,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
 
 def _backward_plans(N, C, K, dtype, backend, config, plain_w):
     """(g, the update's geometry (fc_plans.plain_update), the passes in VNNI
-    pairs, backward-data's plan, the update's, and backward-data's strips or
-    None) of fc.backward; plain_w: W is f32, C-contiguous and not kept
+    pairs, backward-data's plan (None with strips), the update's, and
+    backward-data's strips or None) of fc.backward; plain_w: W is f32, C-contiguous and not kept
     blocked (reuse=)."""
     path = kernel_path(dtype, backend)
     g = geometry(N, C, K, config, path=path)
@@ -222,8 +222,9 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w):
         plain_w and dtype == "f32" and backend == "cpu") else None
     strips = None if width is None else tuple(
         (c0, plan_strip(g, min(width, C - c0))) for c0 in range(0, C, width))
-    return (g, gu, vnni, plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni),
-            plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
+    # backward-data's whole plan only where no strips replace it
+    p_bwd = None if strips else plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni)
+    return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
 
 
 # backward-data in strips of dx's columns where W's tiles come to STRIP_MIN
