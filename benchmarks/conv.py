@@ -5,8 +5,9 @@ Minibatch: one image per thread (the seed paper's per-core minibatch of 1).
 Layer path: tensors already in our blocked layouts and plans cached; only the
 plan replay is timed, as oneDNN is timed on its own 'any' formats with the
 reorders outside. func/ours: the functional forms (conv.forward, and
-conv.backward against the layer's bwd + upd) on NCHW arrays, conversions
-included, relative to the layer path. Outputs are checked against oneDNN's
+conv.backward against the layer's bwd and upd plans run one after the
+other, the update's shares summed) on NCHW arrays, conversions included,
+relative to the layer path. Outputs are checked against oneDNN's
 before timing.
 
 With --vs torch: the functional forms against PyTorch's own calls on the same
@@ -96,16 +97,26 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
                    "upd": lambda: conv.unblock_dw(t["dw"][:1], g, np.float32)}[p]()
             check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             # functional forms on NCHW arrays, conversions included; conv.backward does
-            # backward-data and the update, so it is compared with both layer passes
+            # backward-data and the update, so it is compared with the layer's two
+            # passes run one after the other, as a training step runs them (and as
+            # the --vs torch tables' layer side does): each pass looped alone would
+            # find its own operands in cache, which neither backward does
             upd_plan = conv.plan(g, "upd", dtype, "upd" in vnni)
+
+            def layer_backward():
+                plan.run(**args)
+                upd_plan.run(dw=t["dw"], **upd)
+                if g.splits > 1:
+                    brgemm.layouts.column_sums(shares, out=t["dw_sum"])
+
             extra = {"fwd": [lambda: conv.forward(x, w, st, pd, dtype=dtype)],
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
-                             lambda: upd_plan.run(dw=t["dw"], **upd)],
+                             layer_backward],
                      "upd": []}[p]
             times, spread, rounds = interleaved([ours, job.run] + extra, reps=reps, rounds=True)
             t_ours, t_dnn = times[:2]
-            # the functional call (fn 2) against the layer's passes it does (0, and 3)
-            f_o = func_over_ours(rounds, [0] + [3][:len(extra) - 1], 2) if extra else None
+            # the functional call (fn 2) against the layer's passes it does (0, or 3)
+            f_o = func_over_ours(rounds, [3 if len(extra) > 1 else 0], 2) if extra else None
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, pass_=p, dtype=dtype, N=N,
                           threads=threads, impl=job.impl, spread=max(spread[:2]),
                           func_over_ours=f_o)

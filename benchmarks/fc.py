@@ -6,7 +6,7 @@ Ours, layer path: fc.Linear with its blocked buffers and cached plans; only the
 plan replay is timed, as oneDNN is timed on its own blocked ('any') formats
 with reorders outside. Ours, functional path: fc.forward / fc.backward on plain
 arrays with the layout conversions included (backward covers bwd and upd, so
-its ratio is against the layer's bwd + upd). Each shape's outputs are checked
+its ratio is against the layer's bwd and upd run one after the other). Each shape's outputs are checked
 against oneDNN's before it is timed.
 
 With --vs torch: fc.forward and fc.forward + fc.backward (with a bias) against
@@ -66,9 +66,11 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             check_close(f"{name} {p}", got, job.result(), dtype, "oneDNN")
             func = {"fwd": lambda: fc.forward(x, w, dtype=dtype),
                     "bwd": lambda: fc.backward(dy, x, w, dtype=dtype), "upd": None}[p]
-            # the functional backward also does the update: the layer's is timed in
-            # the same rounds, so that both sides of func/ours share their drift
-            upd = [lambda: lin.update_blocked(dyb)] if p == "bwd" and func else []
+            # the functional backward also does the update: it is compared with the
+            # layer's backward-data and update run one after the other, as a training
+            # step runs them (each looped alone would find its operands in cache)
+            upd = [lambda: (lin.backward_data_blocked(dyb), lin.update_blocked(dyb))] \
+                if p == "bwd" and func else []
             fns = [ours, job.run] + ([func] if func else []) + upd
             times, spread, rounds = interleaved(fns, reps=5 if quick else 7, rounds=True)
             t_ours, t_dnn = times[0], times[1]
@@ -76,7 +78,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,
                           dtype=dtype, threads=threads, spread=max(spread[:2]), impl=job.impl,
                           func=flops / t_func * 1e-9 if t_func else None,
-                          func_over_ours=func_over_ours(rounds, [0] + [3][:len(upd)], 2)
+                          func_over_ours=func_over_ours(rounds, [3 if upd else 0], 2)
                           if func else None)
             rows.append(r)
             table.line(r)
