@@ -19,9 +19,13 @@ import argparse
 import numpy as np
 
 from benchmarks.common import report_sides as report, set_threads
+from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from primitives import conv
+from primitives.conv_forward import forward_nest
+from primitives.conv_in_place import _task_slots
+from primitives.conv_plans import _loops
 
 C = K = 512
 H = W = 7
@@ -103,6 +107,72 @@ def forward_sides(N):
     return sides, flops
 
 
+class Staggered:
+    """A forward nest's loops with each output block's images rotated: task
+    (k, n) computes image (n + k N / Kb) mod N, so that with output blocks
+    outer (KNpq) the threads start on different images, each on the one it
+    copied (the x copy splits by image), rather than all on image 0."""
+
+    def __init__(self, loops, g):
+        self.loops, self.g = loops, g
+
+    def walk(self):
+        g = self.g
+        for phase, task, at in self.loops.walk():
+            yield phase, task, dict(at, n=(at["n"] + at["k"] * g.N // g.Kb) % g.N)
+
+
+def staggered_nchw_plan(g):
+    """conv.nchw_plan's calls on Staggered loops (f32)."""
+    PQ = g.P * g.Q
+    rec = bplan.Recorder({"x": "f32", "w": "f32", "y": "f32", "out": "f32"}, spec=g.specs[0])
+    forward_nest(rec, Staggered(_loops(g, "fwd"), g), g, "f32", False,
+                 tile=_task_slots(g.bq * g.bk, g.w_reuse[0]),
+                 epilogue=lambda n, k, pixel: (
+                     bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+    return rec.finish()
+
+
+def steps_sides(N):
+    """conv.forward's steps by hand (x copy, w copy, NCHW-storing plan) under
+    the table and bk 32, with the plan's images staggered (Staggered) and
+    with x copied into two buffers in turn."""
+    x, w, dy = _data(N, 2)
+    sides, flops = {}, {}
+    for name, cfg in (("bk 32", {"fwd": CANDIDATES["bk 32"]}), ("table", None)):
+        g, t, plans = _layer(x, w, dy, cfg)
+        pn, ps = conv.nchw_plan(g, "f32", False), staggered_nchw_plan(g)
+        out = np.empty((N, K, H, W), np.float32)
+        ys = aligned_empty((pn.extent["y"],), np.float32)
+        xb, wb, xb2 = t["x"], t["w"], np.empty_like(t["x"])
+        turn = [0]
+
+        def run(p, copy_x=True, copy_w=True, two=False, g=g, xb=xb, wb=wb, xb2=xb2, out=out,
+                ys=ys):
+            xs = xb2 if two and turn[0] else xb
+            turn[0] ^= 1
+            if copy_x:
+                conv.block_x(x, g, "f32", out=xs)
+            if copy_w:
+                conv.block_w(w, g, "f32", out=wb)
+            p.run(x=xs, w=wb, out=out, y=ys)
+        sides[f"nchw plan, {name}"] = lambda run=run, pn=pn: run(pn, False, False)
+        sides[f"nchw plan staggered, {name}"] = lambda run=run, ps=ps: run(ps, False, False)
+        sides[f"x copy + plan, {name}"] = lambda run=run, pn=pn: run(pn, True, False)
+        sides[f"x, w copies + plan, {name}"] = lambda run=run, pn=pn: run(pn)
+        sides[f"x, w copies + staggered, {name}"] = lambda run=run, ps=ps: run(ps)
+        sides[f"x (2 bufs), w + plan, {name}"] = lambda run=run, pn=pn: run(pn, two=True)
+        sides[f"conv.forward, {name}"] = lambda cfg=cfg: conv.forward(x, w, 1, 1, config=cfg)
+        for k in list(sides)[-7:]:
+            flops[k] = pn.flops
+    torch = _torch(N)
+    if torch is not None:
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        sides["F.conv2d"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
+        flops["F.conv2d"] = flops["nchw plan, table"]
+    return sides, flops
+
+
 def backward_sides(N):
     x, w, dy = _data(N, 1)
     sides = {}
@@ -133,7 +203,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int)
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--parts", default="forward,backward")
+    parser.add_argument("--parts", default="forward,steps,backward")
     args = parser.parse_args()
     threads = set_threads(args.threads, onednn=False)
     parts = args.parts.split(",")
@@ -141,6 +211,10 @@ def main():
         sides, flops = forward_sides(threads)
         report(f"res5a_branch2b forward, N = {threads}, {threads} threads", sides, flops,
                args.reps, "layer plan, table")
+    if "steps" in parts:
+        sides, flops = steps_sides(threads)
+        report(f"res5a_branch2b forward steps, N = {threads}, {threads} threads", sides, flops,
+               args.reps, "nchw plan, bk 32")
     if "backward" in parts:
         sides, flops = backward_sides(threads)
         report(f"res5a_branch2b backward, N = {threads}, {threads} threads", sides, flops,
