@@ -3,7 +3,7 @@
 sides of a part timed interleaved in one process (rotated rounds, medians,
 paired ratios over the part's first side):
 
-    python -m benchmarks.probe_res5a [--threads T] [--reps 7] [--parts forward,backward]
+    python -m benchmarks.probe_res5a [--threads T] [--reps 7] [--parts forward,steps,backward]
 
 forward: under this machine's table and each candidate (CANDIDATES, fwd
 keys over the table's), the layer's plan on blocked x, w, y and the whole
@@ -11,7 +11,9 @@ conv.forward call; under the table and the first candidate also the call's
 steps: the NCHW-storing plan alone (x and w copied before), the w copy
 alone, back to back, and the w copy then the plan (the copy's cost where
 the plan has just read the tiles it rewrites); PyTorch's F.conv2d beside.
-backward: the same configs' conv.backward, conv.forward + conv.backward
+steps: the call's steps by hand under the table and the first candidate,
+with x's copy too, the plan's images staggered, x in two buffers in turn.
+backward: the table's and the first candidate's conv.backward, conv.forward + conv.backward
 and the layer's three plans (bk is every pass's blocking: a kept bk moves
 the backward too). Speeds only: no result is checked (tests/test_conv*.py)."""
 import argparse
@@ -29,15 +31,15 @@ from primitives.conv_plans import _loops
 
 C = K = 512
 H = W = 7
-KNPQ = {"spec": "KNpq", "call_kb": 128, "w_reuse": 8}  # the Xeon's table, spelled out
-CANDIDATES = {  # fwd keys, over the table's
-    "bk 32": dict(KNPQ, bk=32),
+KNPQ = {"spec": "KNpq", "call_kb": 128, "w_reuse": 8}  # the Xeon's table but bk, spelled out
+# fwd keys over the table's (bk 32 there since the fifteenth session); bk 16,
+# and call_kb 32 at bk 32 or 64, ran slower (benchmarks/RESULTS.md, issue 17, conv23)
+CANDIDATES = {
+    "bk 64": dict(KNPQ, bk=64),
+    "bk 32, call_kb 256": dict(KNPQ, bk=32, call_kb=256),
     "bk 32, call_kb 64": dict(KNPQ, bk=32, call_kb=64),
-    "bk 32, call_kb 32": dict(KNPQ, bk=32, call_kb=32),
     "bk 32, w_reuse 1": dict(KNPQ, bk=32, w_reuse=1),
-    "bk 16": dict(KNPQ, bk=16),
-    "call_kb 32": dict(KNPQ, call_kb=32),
-    "call_kb 64": dict(KNPQ, call_kb=64),
+    "bk 64, call_kb 64": dict(KNPQ, bk=64, call_kb=64),
 }
 
 
@@ -135,11 +137,11 @@ def staggered_nchw_plan(g):
 
 def steps_sides(N):
     """conv.forward's steps by hand (x copy, w copy, NCHW-storing plan) under
-    the table and bk 32, with the plan's images staggered (Staggered) and
+    the table and bk 64, with the plan's images staggered (Staggered) and
     with x copied into two buffers in turn."""
     x, w, dy = _data(N, 2)
     sides, flops = {}, {}
-    for name, cfg in (("bk 32", {"fwd": CANDIDATES["bk 32"]}), ("table", None)):
+    for name, cfg in (("table", None), ("bk 64", {"fwd": CANDIDATES["bk 64"]})):
         g, t, plans = _layer(x, w, dy, cfg)
         pn, ps = conv.nchw_plan(g, "f32", False), staggered_nchw_plan(g)
         out = np.empty((N, K, H, W), np.float32)
@@ -176,7 +178,7 @@ def steps_sides(N):
 def backward_sides(N):
     x, w, dy = _data(N, 1)
     sides = {}
-    for name, cfg in (("table", None), ("bk 32", {"fwd": CANDIDATES["bk 32"]})):
+    for name, cfg in (("table", None), ("bk 64", {"fwd": CANDIDATES["bk 64"]})):
         g, t, plans = _layer(x, w, dy, cfg)
 
         def layer(t=t, plans=plans, g=g):
@@ -214,7 +216,7 @@ def main():
     if "steps" in parts:
         sides, flops = steps_sides(threads)
         report(f"res5a_branch2b forward steps, N = {threads}, {threads} threads", sides, flops,
-               args.reps, "nchw plan, bk 32")
+               args.reps, "nchw plan, table")
     if "backward" in parts:
         sides, flops = backward_sides(threads)
         report(f"res5a_branch2b backward, N = {threads}, {threads} threads", sides, flops,

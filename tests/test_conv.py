@@ -226,6 +226,34 @@ def test_backward_stores_nchw(rng):
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
 
 
+def test_amx_table_res5a(rng):
+    """The AMX Xeon's keys for res5a_branch2b at N = 16 (output blocks outer,
+    bk 32, calls of 128 KiB whose weight blocks a task's rows take in turn;
+    backward-data likewise) on random 3x3 layers, functional forward and
+    backward against float64."""
+    res5a = (16, 512, 512, 7, 7, 3, 3, (1, 1), (1, 1))
+    g = conv.geometry(*res5a, path="f32@amx")
+    keys = {"fwd": {"spec": g.specs[0], "bk": g.bk, "call_kb": g.call_kb[0],
+                    "w_reuse": g.w_reuse[0]},
+            "bwd": {"spec": g.specs[1], "call_kb": g.call_kb[1], "w_reuse": g.w_reuse[1]}}
+    assert keys["fwd"] == {"spec": "KNpq", "bk": 32, "call_kb": 128, "w_reuse": 8}
+    done = 0
+    while done < 3:
+        N, H, W = int(rng.integers(1, 5)), int(rng.integers(1, 10)), int(rng.integers(1, 10))
+        C, K = 32 * int(rng.integers(1, 4)), 32 * int(rng.integers(1, 4)) - 16 * (done == 2)
+        g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=keys)
+        if conv.columns(g, "f32", "cpu"):
+            continue
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} {keys}")
+        x, w, dy = (rng.standard_normal(s).astype(np.float32)
+                    for s in ((N, C, H, W), (K, C, 3, 3), (N, K, H, W)))
+        got = (conv.forward(x, w, 1, 1, config=keys), *conv.backward(dy, x, w, 1, 1, config=keys))
+        for a, want, mag in zip(got, reference(x, w, dy, 1, 1), magnitude(x, w, dy, 1, 1)):
+            assert a.dtype == np.float32 and a.shape == want.shape
+            assert np.all(np.abs(a - want) <= 1e-5 * mag + 1e-30)
+
+
 def test_update_reads_x(rng):
     """The weight update reading x in place against backward-data's bordered dy
     (conv.reads_x, conv_update.update_x_nest: each tap's rows and pixels
