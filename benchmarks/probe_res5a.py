@@ -13,7 +13,7 @@ alone, back to back, and the w copy then the plan (the copy's cost where
 the plan has just read the tiles it rewrites); PyTorch's F.conv2d beside.
 steps: the call's steps by hand under the table and the first candidate,
 with x's copy too, the plan's images staggered, x in two buffers in turn.
-backward: the table's and the first candidate's conv.backward, conv.forward + conv.backward
+backward: the table's and MOVES_BACKWARD's conv.backward, conv.forward + conv.backward
 and the layer's three plans (bk is every pass's blocking: a kept bk moves
 the backward too). Speeds only: no result is checked (tests/test_conv*.py)."""
 import argparse
@@ -33,14 +33,16 @@ C = K = 512
 H = W = 7
 KNPQ = {"spec": "KNpq", "call_kb": 128, "w_reuse": 8}  # the Xeon's table but bk, spelled out
 # fwd keys over the table's (bk 32 there since the fifteenth session); bk 16,
-# and call_kb 32 at bk 32 or 64, ran slower (benchmarks/RESULTS.md, issue 17, conv23)
+# call_kb 32 or 64 and w_reuse 1 measured and not kept (benchmarks/RESULTS.md,
+# issue 17, fifteenth session, conv23)
 CANDIDATES = {
     "bk 64": dict(KNPQ, bk=64),
+    "bk 32, bc 128": dict(KNPQ, bk=32, bc=128),
+    "bk 32, bc 128, call_kb 256": dict(KNPQ, bk=32, bc=128, call_kb=256),
+    "bk 32, bc 32": dict(KNPQ, bk=32, bc=32),
     "bk 32, call_kb 256": dict(KNPQ, bk=32, call_kb=256),
-    "bk 32, call_kb 64": dict(KNPQ, bk=32, call_kb=64),
-    "bk 32, w_reuse 1": dict(KNPQ, bk=32, w_reuse=1),
-    "bk 64, call_kb 64": dict(KNPQ, bk=64, call_kb=64),
 }
+MOVES_BACKWARD = ("bk 64", "bk 32, bc 128", "bk 32, bc 32")  # blockings every pass shares
 
 
 def _data(N, seed):
@@ -178,7 +180,7 @@ def steps_sides(N):
 def backward_sides(N):
     x, w, dy = _data(N, 1)
     sides = {}
-    for name, cfg in (("table", None), ("bk 64", {"fwd": CANDIDATES["bk 64"]})):
+    for name, cfg in (("table", None), *((k, {"fwd": CANDIDATES[k]}) for k in MOVES_BACKWARD)):
         g, t, plans = _layer(x, w, dy, cfg)
 
         def layer(t=t, plans=plans, g=g):
