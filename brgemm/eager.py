@@ -36,6 +36,11 @@ class Eager:
             kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
                                                alpha=blk.alpha, backend=self.backend,
                                                lda=blk.lda, ldb=blk.ldb)
+        for op in ops:  # copy_b: the B blocks filled before the call
+            if op.code == "copy_b":
+                _block_view(self.arrays[op.tensors[1]], op.offsets[1], blk.k, blk.n,
+                            blk.ldb)[...] = _block_view(self.arrays[op.tensors[0]],
+                                                        op.offsets[0], blk.k, blk.n, op.ld)
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
         if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
             # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
@@ -50,7 +55,8 @@ class Eager:
         else:
             kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
         for op in ops:
-            self._apply(op, C)
+            if op.code != "copy_b":
+                self._apply(op, C)
 
     def _apply(self, op, C):
         if op.code == "bias":

@@ -102,6 +102,15 @@ def copy_rows(src, src_offset, ld, dst, dst_offset, cols):
     return Op("copy_rows", (src, dst), (src_offset, dst_offset), ld, cols)
 
 
+def copy_b(src, src_offset, ld, dst, dst_offset):
+    """Before the call: dst[dst_offset + i*ldb + j] = src[src_offset + i*ld + j] for
+    i < k, j < n (the call's k, n, ldb; f32, B in rows): one of the B blocks the
+    call reads, copied from a plain matrix by the thread that reads it, so the
+    block is in that core's cache when the kernel and the task's later calls
+    read it (CPU only). A call's copy_b ops come before its other ops."""
+    return Op("copy_b", (src, dst), (src_offset, dst_offset), ld)
+
+
 def accesses(op, blk):
     """What op touches besides its call's C block (blk: the call's Block), as
     (tensor, offsets, rows, cols, ld, writes, dtype) rows: a rows x cols block
@@ -116,6 +125,9 @@ def accesses(op, blk):
     if code == "copy_rows":
         return [(t[0], [o[0]], m, op.stride, op.ld, False, "f32"),
                 (t[1], [o[1]], m, op.stride, op.stride, True, "f32")]
+    if code == "copy_b":
+        return [(t[0], [o[0]], blk.k, n, op.ld, False, "f32"),
+                (t[1], [o[1]], blk.k, n, blk.ldb, True, "f32")]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):

@@ -60,8 +60,12 @@ class Recorder:
             self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
         self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
         self.written.add(c)
-        for op in ops:
+        for i, op in enumerate(ops):
             self._check_op(op, blk)
+            if op.code == "copy_b" and (blk.dtype != "f32" or blk.b_vnni
+                                        or (i and ops[i - 1].code != "copy_b")):
+                raise ValueError("ops: copy_b fills f32 B blocks in rows and comes before "
+                                 "the call's other ops")
         kid = self.blocks.setdefault(blk, len(self.blocks))
         phase, task = self._where
         self.phases.setdefault(phase, {}).setdefault(task, []).append(

@@ -32,8 +32,8 @@ from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
-from primitives.fc_plans import (SCHEMA, geometry, plain_update, plan, plan_strip, plan_t,
-                                 vnni_passes)
+from primitives.fc_plans import (SCHEMA, copy_chunk, geometry, plain_update, plan,
+                                 plan_copying, plan_t, vnni_passes)
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -181,15 +181,16 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
     plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
-    g, gu, vnni, p_bwd, p_upd, strips = cached(
+    g, gu, vnni, p_bwd, p_upd, copying = cached(
         "fc", ("backward", N, C, K, dtype, backend, plain_w, cpu_threads()), config,
         lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w))
     ab = dtypes.NUMPY[dtype]
     f32 = out_dtype == np.float32
     dy_p = _plain(dy, ab, "dy")
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
-    if strips:
-        _backward_data_strips(dy_p, w, dx, g, strips, backend)
+    if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
+        p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx, wt=_buffer(
+            "wt_copies", (g.Cb, copy_chunk(g), g.bk, g.bc), np.float32))
     else:
         p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                   wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
@@ -210,58 +211,36 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
 
 def _backward_plans(N, C, K, dtype, backend, config, plain_w):
     """(g, the update's geometry (fc_plans.plain_update), the passes in VNNI
-    pairs, backward-data's plan (None with strips), the update's, and
-    backward-data's strips or None) of fc.backward; plain_w: W is f32, C-contiguous and not kept
-    blocked (reuse=)."""
+    pairs, backward-data's plan, the update's, and whether backward-data's
+    plan copies W's tiles itself (copies_w)) of fc.backward; plain_w: W is
+    f32, C-contiguous and not kept blocked (reuse=)."""
     path = kernel_path(dtype, backend)
     g = geometry(N, C, K, config, path=path)
     gu = plain_update(g, config, path)
     vnni = ((vnni_passes(g, dtype, backend, plain=True) - {"upd"})
             | (vnni_passes(gu, dtype, backend, plain=True) & {"upd"}))
-    width = strip_width(g, cpu_threads()) if (
-        plain_w and dtype == "f32" and backend == "cpu") else None
-    strips = None if width is None else tuple(
-        (c0, plan_strip(g, min(width, C - c0))) for c0 in range(0, C, width))
-    # backward-data's whole plan only where no strips replace it
-    p_bwd = None if strips else plan(g, "bwd", dtype, plain=True, vnni="bwd" in vnni)
-    return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), strips)
+    copying = plain_w and dtype == "f32" and backend == "cpu" and copies_w(g, cpu_threads())
+    p_bwd = plan_copying(g) if copying else plan(g, "bwd", dtype, plain=True,
+                                                  vnni="bwd" in vnni)
+    return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), copying)
 
 
-# backward-data in strips of dx's columns where W's tiles come to STRIP_MIN
-# bytes per thread or more, each strip about STRIP_BYTES of tiles per thread:
-# one copy of all the tiles is written to memory and read back by the plan,
-# while a strip's tiles stay in cache between their copy and their plan. With
-# 16 threads the whole copy was the faster one; each strip costs two parallel
-# regions, which on cores shared with other processes can each wait out a
-# scheduler slice (benchmarks/RESULTS.md).
-STRIP_MIN = 32 << 20
-STRIP_BYTES = 4 << 20
+# fc.backward's backward-data copies W's tiles inside its plan
+# (fc_plans.plan_copying) where dx has COPY_TASKS block columns per thread:
+# each task copies the tiles it reads, a chunk at a time, and reads them
+# from its core's cache, where one copy of all the tiles first writes them
+# out (to memory, where they are large) and the plan reads them back. Its
+# tasks are dx's block columns alone, hence the rule. It replaced strips of
+# dx's columns (each a copy, then a plan: two parallel regions a strip,
+# each of which, on cores that other processes keep busy, could wait out a
+# scheduler slice) and the one copy where it is taken (benchmarks/RESULTS.md).
+COPY_TASKS = 2
 
 
-def strip_width(g, threads):
-    """dx's columns per strip of fc.backward's backward-data (a multiple of bc),
-    or None for one copy of all of W's tiles: strips of about STRIP_BYTES of
-    tiles per thread with at least two tasks per thread (the plan's tasks are
-    its n and c blocks), where W's tiles come to STRIP_MIN bytes per thread
-    or more and there are two strips or more."""
-    column = g.Kb * g.bk * g.bc * 4  # one block column of W's tiles
-    if g.Cb * column < STRIP_MIN * threads:
-        return None
-    blocks = max(-(-STRIP_BYTES * threads // column), -(-2 * threads // g.Nb))
-    return blocks * g.bc if 2 * blocks <= g.Cb else None
-
-
-def _backward_data_strips(dy, w, dx, g, strips, backend):
-    """dx = dy @ W strip by strip: each strip's W tiles copied into one
-    buffer, then its plan (fc_plans.plan_strip) run on them."""
-    width = strips[1][0] if len(strips) > 1 else g.C
-    buf = _buffer("wt_strip", (nblocks(width, g.bc), g.Kb, g.bk, g.bc), np.float32)
-    flat = dx.reshape(-1)
-    for c0, p in strips:
-        wd = min(width, g.C - c0)
-        tiles = buf[:nblocks(wd, g.bc)]
-        to_blocks(w[:, c0:c0 + wd], g.bk, g.bc, swap_grid=True, out=tiles)
-        p.run(backend=backend, dy=dy, dx=flat[c0:], wt=tiles)
+def copies_w(g, threads):
+    """Whether fc.backward's backward-data copies W's tiles inside its plan
+    (fc_plans.plan_copying): where dx has COPY_TASKS block columns per thread."""
+    return g.Cb >= COPY_TASKS * threads
 
 
 # ---------------------------------------------------------------- tuning

@@ -3,11 +3,10 @@ primitives/fc.py has the layouts, the geometry and the plans that record it)."""
 from primitives.fc_nest import data_product, product_nest
 
 
-def backward(g, plain=False, ld=None):
+def backward(g, plain=False):
     """dx[n][c] = sum_k dy[n][k] @ wt[c][k]: dy and dx blocked, or plain
-    matrices (the functional form); wt tiles [Cb][Kb][bk][bc] either way;
-    ld: plain dx's row stride, where g's C columns are a strip of a wider dx."""
-    return data_product(g, plain, ("dy", "wt", "dx"), out="c", over="k", ld_out=ld)
+    matrices (the functional form); wt tiles [Cb][Kb][bk][bc] either way."""
+    return data_product(g, plain, ("dy", "wt", "dx"), out="c", over="k")
 
 
 def backward_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):

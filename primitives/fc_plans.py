@@ -10,6 +10,7 @@ from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b
 from primitives._args import block_sizes
+from primitives._calls import reduction_calls
 from primitives._config import cached
 from primitives._config import settings
 from primitives.fc_backward import backward
@@ -150,15 +151,14 @@ def vnni_passes(g, dtype, backend, plain=False):
 
 
 def outputs_first(spec, out="K"):
-    """The functional passes' spec: the configured one with its parallel
-    output loop (K for the forward, C for backward-data's strips) moved just
-    ahead of the parallel minibatch loop N ("NKc" -> "KNc"). Those passes
-    copy W's tiles on every call: with the output blocks outer each thread's
-    tasks read few tiles, each for every minibatch block in a row, from its own
-    cache; with N outer every thread reads every tile. In the forward the next
-    call's copy then rewrote lines that all cores held, which made that copy
-    several times slower on the 16-core Xeon; backward-data's strips at 2
-    threads ran faster with C outer (benchmarks/RESULTS.md)."""
+    """The functional forward's spec: the configured one with its parallel
+    output loop `out` moved just ahead of the parallel minibatch loop N
+    ("NKc" -> "KNc"). That pass copies W^T's tiles on every call: with the
+    output blocks outer each thread's tasks read few tiles, each for every
+    minibatch block in a row, from its own cache; with N outer every thread
+    reads every tile, and the next call's copy then rewrote lines that all
+    cores held, which made that copy several times slower on the 16-core
+    Xeon (benchmarks/RESULTS.md)."""
     return spec.replace("N" + out, out + "N") if spec.count("N") == spec.count(out) == 1 \
         else spec
 
@@ -190,19 +190,53 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     return _plans.get(key, record)
 
 
-def plan_strip(g, width):
-    """Backward-data's plain f32 plan on a strip of `width` columns of dx (see
-    fc.backward), the configured spec with C ahead of N (outputs_first):
-    tensors dy (plain N x K), wt (the strip's W tiles [ceil(width / bc)][Kb][bk][bc])
-    and dx from the strip's first column on, rows g.C apart."""
+# W's tiles that one copy in plan_copying fills: with dx's block column and
+# dy's rows of the chunk they stay in the core's L2 while each minibatch
+# block reads them
+COPY_BYTES = 256 << 10
+
+
+def copy_chunk(g):
+    """Reduction blocks per copy (and per call) of plan_copying: the [bwd]
+    chunk, at most COPY_BYTES of W's tiles."""
+    return max(1, min(g.chunks[1], g.Kb, COPY_BYTES // (g.bk * g.bc * 4)))
+
+
+def plan_copying(g):
+    """Backward-data's plain f32 plan that copies W's tiles itself, all in one
+    parallel region: tensors dy (plain N x K), w (plain K x C), wt (scratch,
+    copy_chunk(g) tiles per block column of dx: [Cb][chunk][bk][bc]) and dx
+    (plain N x C). One task per block column of dx; in it, chunk by chunk of
+    the reduction, the first minibatch block's calls copy the chunk's tiles
+    from w (copy_b) and every minibatch block's calls read them from the
+    core's cache. Tasks write only their own tiles and dx's columns, so no
+    phase waits on another thread's copy (fc.copies_w)."""
+    ch = copy_chunk(g)
+    tile = g.bk * g.bc
+
     def record():
-        spec = outputs_first(g.specs[1], out="C")
-        gs = dataclasses.replace(g, C=width, specs=(g.specs[0], spec, g.specs[2]))
-        rec = bplan.Recorder({"dy": "f32", "wt": "f32", "dx": "f32"}, spec=spec)
-        product_nest(rec, _loops(gs, "bwd"), backward(gs, plain=True, ld=g.C), "f32",
-                     lambda n, c: (), gs.chunk["bwd"])
+        rec = bplan.Recorder({"dy": "f32", "w": "f32", "wt": "f32", "dx": "f32"}, spec="C")
+        blocks = {}
+        for j in range(g.Cb):
+            wc = min(g.bc, g.C - j * g.bc)
+            rec.at(0, (j,))
+            for r0 in range(0, g.Kb, ch):
+                calls = list(reduction_calls(range(r0, min(r0 + ch, g.Kb)), g.Kb, g.K, g.bk))
+                for n in range(g.Nb):
+                    m = min(g.bn, g.N - n * g.bn)
+                    for rs, depth in calls:
+                        beta = 0.0 if rs[0] == 0 else 1.0
+                        blk = blocks.get((m, wc, depth, beta))
+                        if blk is None:
+                            blk = blocks[m, wc, depth, beta] = bplan.Block(
+                                m, wc, depth, lda=g.K, ldb=g.bc, ldc=g.C, beta=beta)
+                        b_offs = [(j * ch + r - r0) * tile for r in rs]
+                        ops = tuple(bplan.copy_b("w", r * g.bk * g.C + j * g.bc, g.C, "wt", o)
+                                    for r, o in zip(rs, b_offs)) if n == 0 else ()
+                        rec.gemm(blk, "dy", [n * g.bn * g.K + r * g.bk for r in rs], "wt",
+                                 b_offs, "dx", n * g.bn * g.C + j * g.bc, ops=ops)
         return rec.finish()
-    return _plans.get((g, "bwd_strip", width), record)
+    return _plans.get((g, "bwd_copying"), record)
 
 
 def plan_t(g, has_bias=False):

@@ -1,10 +1,12 @@
-"""The copy_rows epilogue op (brgemm.epilogue): a block of another operand
+"""The copy ops (brgemm.epilogue): copy_rows, a block of another operand
 copied into a tile after a call, on the CPU backend (aligned blocks through
 non-temporal stores, others through memcpy) and eagerly, against NumPy
-slicing on random data and offsets; C's result is untouched by it."""
+slicing on random data and offsets; C's result is untouched by it. copy_b,
+a B block copied in before its call."""
 import numpy as np
 import pytest
 
+from brgemm import constants
 from brgemm import plan as P
 
 
@@ -46,3 +48,53 @@ def test_copy_rows_copies_blocks_and_leaves_c(rng, aligned):
         c = (A.reshape(m, k).astype(np.float64) @ B.reshape(k, n)).astype(np.float32)
         np.testing.assert_allclose(t["c"].reshape(2, m, n), np.stack([c, c]), rtol=1e-5,
                                    atol=1e-5 * k)
+
+
+def test_copy_b_fills_b_before_the_call(rng):
+    """The copy_b op (brgemm.epilogue): before its call, one of the call's B
+    blocks (k x n, row stride ldb) copied in from a plain matrix, so the call
+    reads it: native plan and Eager against NumPy, random sizes, row strides
+    and offsets, two tasks each filling and reading its own blocks, and
+    blocks that other ops then touch C of; refused after another op, on
+    bf16 blocks and on device backends' replays."""
+    m, n, k, count = (int(rng.integers(1, 9)) for _ in range(4))
+    ldb, ld = n + int(rng.integers(0, 5)), n + int(rng.integers(0, 20))
+    off = int(rng.integers(0, 7))
+    print(f"m={m} n={n} k={k} count={count} ldb={ldb} ld={ld} off={off}")
+    src = rng.standard_normal(off + 2 * count * k * ld).astype(np.float32)
+    A = rng.standard_normal(2 * count * m * k).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    blk = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=0.0)
+    tile = k * ldb
+
+    def nest(ex):
+        for task in range(2):
+            ex.at(0, task)
+            first = task * count
+            b_offs = [(first + q) * tile for q in range(count)]
+            ex.gemm(blk, "a", [(first + q) * m * k for q in range(count)], "b", b_offs, "c",
+                    task * m * n, ops=tuple(P.copy_b("s", off + (first + q) * k * ld, ld, "b", o)
+                                            for q, o in enumerate(b_offs)) + (P.bias("bias"),))
+    rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32", bias="f32"), spec="N")
+    nest(rec)
+    plan = rec.finish()
+    blocks = src[off:off + 2 * count * k * ld].reshape(2, count, k, ld)[..., :n].astype(np.float64)
+    a = A.reshape(2, count, m, k).astype(np.float64)
+    want = np.einsum("tqmk,tqkn->tmn", a, blocks) + bias
+    for run in ("cpu", "eager"):
+        t = dict(a=A, b=np.full(2 * count * tile, np.nan, np.float32), s=src,
+                 c=np.full(2 * m * n, np.nan, np.float32), bias=bias)
+        plan.run(**t) if run == "cpu" else nest(P.Eager(**t))
+        got = t["b"].reshape(2, count, k, ldb)[..., :n]
+        np.testing.assert_array_equal(got, blocks.astype(np.float32))  # copies are exact
+        np.testing.assert_allclose(t["c"].reshape(2, m, n), want, rtol=1e-5,
+                                   atol=1e-5 * k * count)
+    with pytest.raises(ValueError, match="copy_b"):
+        P.Recorder(dict(a="f32", b="f32", c="f32", s="f32", bias="f32")).gemm(
+            blk, "a", [0], "b", [0], "c", 0, ops=(P.bias("bias"), P.copy_b("s", 0, ld, "b", 0)))
+    with pytest.raises(ValueError, match="copy_b"):
+        P.Recorder(dict(a="bf16", b="bf16", c="f32", s="f32")).gemm(
+            P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, dtype="bf16"), "a", [0], "b", [0], "c", 0,
+            ops=(P.copy_b("s", 0, ld, "b", 0),))
+    with pytest.raises(ValueError, match="backend"):
+        plan.require("cuda", max_op=constants.DEVICE_OPS, b_vnni=True)

@@ -104,30 +104,23 @@ def test_forward_reading_w_in_place(rng):
         assert y.shape == (N, K) and (np.abs(y - ref) <= bound).all()
 
 
-def test_backward_data_in_strips(rng, monkeypatch):
-    """Where W's tiles are large, fc.backward's backward-data runs strip by
-    strip of dx's columns (fc.strip_width), each strip's W tiles copied into one
-    buffer and its plan, C outer, run on them. Forced on with small thresholds: random
-    sizes with ragged blocks and a ragged last strip, either parallel loop
-    outer, reductions in chunks, dx (from a recycled result array) against float64."""
+def test_backward_data_copying_w(rng, monkeypatch):
+    """Where dx has a few block columns per thread, fc.backward's backward-data
+    plan copies W's tiles itself (fc.copies_w, fc_plans.plan_copying: one task
+    per block column of dx, each copying the tiles it reads): random sizes
+    with ragged blocks in every dimension, reductions in chunks of 1 to all
+    blocks, dx (a recycled result array) and dW against float64."""
     from brgemm.machine import cpu_threads
     from primitives import _config
-    assert [fc_plans.outputs_first(s, out="C") for s in ("NCk", "CNk", "n|NCk")] == \
-        ["CNk", "CNk", "n|CNk"]
-    monkeypatch.setattr(fc, "STRIP_MIN", 1)
     for _ in range(6):
         N, K = int(rng.integers(1, 100)), int(rng.integers(1, 200))
-        C = int(rng.integers(8 * 32 * cpu_threads() + 1, 8 * 32 * cpu_threads() + 400))
-        spec, chunk = str(rng.choice(["NCk", "CNk"])), int(rng.choice([1, 2, 1024]))
-        cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"spec": spec, "chunk": chunk}}
+        C = int(rng.integers(32 * fc.COPY_TASKS * cpu_threads(), 400))
+        chunk = int(rng.choice([1, 2, 3, 1024]))
+        cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"chunk": chunk}}
+        _config.clear()  # the path is decided once per call signature
         g = fc.geometry(N, C, K, cfg)
-        column = g.Kb * g.bk * g.bc * 4  # bytes of one block column of W's tiles
-        strip = int(rng.integers(1, 4)) * column // cpu_threads() - 1  # 1-3 blocks
-        monkeypatch.setattr(fc, "STRIP_BYTES", strip)
-        _config.clear()  # the strips are decided once per call signature
-        width = fc.strip_width(g, cpu_threads())
-        print(f"N={N} C={C} K={K} spec={spec} chunk={chunk} strip width={width}")
-        assert width is not None and width % g.bc == 0 and width < C
+        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc.copy_chunk(g)}")
+        assert fc.copies_w(g, cpu_threads())
         x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
         dx, dw, db = fc.backward(dy, x, w, config=cfg)
         _, rdx, rdw, _ = reference(x, w, None, dy)

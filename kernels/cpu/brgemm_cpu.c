@@ -465,8 +465,10 @@ const char* brgemm_cpu_arch(void) {
 int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kr) { return kr->d.dtype_ab == BRGEMM_F32 ? 4 : 2; }
 int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kr) { return kr->d.dtype_c == BRGEMM_F32 ? 4 : 2; }
 int brgemm_cpu_form(const brgemm_cpu_kernel* kr) { return kr->d.form; }
+int brgemm_cpu_b_vnni(const brgemm_cpu_kernel* kr) { return kr->d.b_vnni; }
 int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kr, char which) {
-  return which == 'm' ? kr->d.m : which == 'n' ? kr->d.n : which == 'k' ? kr->d.k : kr->d.ldc;
+  return which == 'm' ? kr->d.m : which == 'n' ? kr->d.n : which == 'k' ? kr->d.k
+         : which == 'b' ? kr->d.ldb : kr->d.ldc;
 }
 
 /* The public runs leave no tile state behind (the plan executor releases per

@@ -42,10 +42,14 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_TANH_BWD_BF16 = 15,
   BRGEMM_OP_BIAS_ROWS = 16,   /* C[i][j] += t0[off0 + i] (f32): a bias per row of C */
   BRGEMM_OP_COL_SUM = 17,     /* t0[off0 + j] += sum_i C[i][j] (f32): a bias gradient */
-  BRGEMM_OP_COPY_ROWS = 18    /* t1[off1 + i*stride + j] = t0[off0 + i*ld + j], i < m,
+  BRGEMM_OP_COPY_ROWS = 18,   /* t1[off1 + i*stride + j] = t0[off0 + i*ld + j], i < m,
                                  j < stride (f32; C untouched; CPU only): a block of an operand
                                  the call read (still in cache) copied into tiles, stored
                                  past the cache where aligned */
+  BRGEMM_OP_COPY_B = 19       /* BEFORE the call: t1[off1 + i*ldb + j] = t0[off0 + i*ld + j],
+                                 i < k, j < n (the call's k, n, ldb; f32 B; CPU only): one of
+                                 the B blocks the call reads, copied in from a plain matrix by
+                                 the thread that reads it; a call's COPY_B ops come first */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* The device backends' flat int64 tables of a plan. A call row: */

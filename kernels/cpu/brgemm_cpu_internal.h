@@ -53,5 +53,7 @@ void* brgemm_cpu_scratch_work(size_t size);
 int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_form(const brgemm_cpu_kernel* kernel);
-int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kernel, char which); /* 'm', 'n', 'k', or 'c' for ldc */
+int brgemm_cpu_b_vnni(const brgemm_cpu_kernel* kernel);
+int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kernel, char which); /* 'm', 'n', 'k', 'b' for ldb,
+                                                                       or 'c' for ldc */
 #endif

@@ -43,6 +43,15 @@ int brgemm_cpu_apply_op(const brgemm_plan_op* op, float* c, int64_t m, int64_t n
   return has_avx2() ? apply_op_avx2(op, c, m, n, ldc, tensors) : apply_op_base(op, c, m, n, ldc, tensors);
 }
 
+void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t ldb,
+                       void* const* tensors) {
+  const float* src = (const float*)tensors[op->tensor[0]] + op->offset[0];
+  float* dst = (float*)tensors[op->tensor[1]] + op->offset[1];
+  /* plain stores: the kernel reads the block next, from this core's cache */
+  for (int64_t i = 0; i < k; ++i)
+    memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));
+}
+
 /* The op with its operands moved down r rows of C (which the caller moves). */
 static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc) {
   brgemm_plan_op o = *op;

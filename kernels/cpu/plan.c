@@ -37,11 +37,16 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
     if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
     for (int32_t j = 0; j < c->op_count; ++j) {
       const brgemm_plan_op* op = &p->ops[c->op_begin + j];
-      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_ROWS) return 0;
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_B) return 0;
       if (op->code == BRGEMM_OP_COPY_ROWS && (op->stride < 1 || op->ld < 1)) return 0;
+      if (op->code == BRGEMM_OP_COPY_B &&  /* f32 B blocks in rows, the op's leading */
+          (op->ld < 1 || brgemm_cpu_ab_itemsize(p->kernels[c->kernel]) != 4 ||
+           brgemm_cpu_b_vnni(p->kernels[c->kernel]) ||
+           (j > 0 && p->ops[c->op_begin + j - 1].code != BRGEMM_OP_COPY_B)))
+        return 0;
       const int operands = op->code == BRGEMM_OP_LSTM_CELL_BWD ? 6
                            : op->code == BRGEMM_OP_LSTM_CELL ? 4
-                           : op->code == BRGEMM_OP_COPY_ROWS ? 2
+                           : op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_B ? 2
                            : (op->code == BRGEMM_OP_BIAS || op->code >= BRGEMM_OP_STORE_BF16);
       for (int q = 0; q < operands; ++q)
         if (op->tensor[q] < 0 || op->tensor[q] >= p->n_tensors || op->offset[q] < 0) return 0;
@@ -62,14 +67,21 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   char* cb = (char*)tensors[c->c] + c->c_off * brgemm_cpu_c_itemsize(kr);
   /* the plan stores offsets as uint64_t, libxsmm takes unsigned long long: same width */
   _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "offset width");
-  if (with_ops && c->op_count)
-    brgemm_cpu_prefetch_ops(&p->ops[c->op_begin], c->op_count, brgemm_cpu_dim(kr, 'm'),
-                            brgemm_cpu_dim(kr, 'n'), tensors);
+  const brgemm_plan_op* ops = &p->ops[c->op_begin];
+  int32_t count = c->op_count, before = 0;
+  /* the call's B blocks copied in first, by this thread: they stay in its cache */
+  for (; before < count && ops[before].code == BRGEMM_OP_COPY_B; ++before)
+    if (with_ops)
+      brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
+                        brgemm_cpu_dim(kr, 'b'), tensors);
+  ops += before, count -= before;
+  if (with_ops && count)
+    brgemm_cpu_prefetch_ops(ops, count, brgemm_cpu_dim(kr, 'm'), brgemm_cpu_dim(kr, 'n'), tensors);
   int rc = brgemm_cpu_run_offs_bytes(kr, tensors[c->a], tensors[c->b],
                                      (const unsigned long long*)(p->a_offs + c->offs),
                                      (const unsigned long long*)(p->b_offs + c->offs), cb, c->count, 0);
-  if (with_ops && rc == BRGEMM_OK && c->op_count)
-    rc = brgemm_cpu_apply_ops(&p->ops[c->op_begin], c->op_count, (float*)cb,
+  if (with_ops && rc == BRGEMM_OK && count)
+    rc = brgemm_cpu_apply_ops(ops, count, (float*)cb,
                               brgemm_cpu_dim(kr, 'm'), brgemm_cpu_dim(kr, 'n'),
                               brgemm_cpu_dim(kr, 'c'), tensors);
   return rc;
