@@ -114,7 +114,8 @@ def test_backward_data_copying_w(rng, monkeypatch):
     from primitives import _config
     for _ in range(6):
         N, K = int(rng.integers(1, 100)), int(rng.integers(1, 200))
-        C = int(rng.integers(32 * fc.COPY_TASKS * cpu_threads(), 400))
+        low = 32 * fc.COPY_TASKS * cpu_threads()  # enough block columns for every thread
+        C = int(rng.integers(low, low + 400))
         chunk = int(rng.choice([1, 2, 3, 1024]))
         cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"chunk": chunk}}
         _config.clear()  # the path is decided once per call signature
