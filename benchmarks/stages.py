@@ -36,6 +36,7 @@ from brgemm import layouts as L
 from brgemm.conv_unwrap import conv_unwrap
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
+from brgemm.machine import cpu_threads
 from primitives import conv, fc, lstm
 from primitives.conv_plans import update_inputs, update_output
 
@@ -198,11 +199,12 @@ def _fc(threads):
         g = fc.geometry(N, C, K, path=kernel_path("f32"))
         wtiles = L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True)
         wt = L.to_blocks(w, g.bk, g.bc, swap_grid=True)
-        xb, dyt = L.to_blocks(x, g.bn, g.bc), L.to_blocks(dy, g.bk, g.bn, transpose=True)
+        gu = fc.plain_update(g, path=kernel_path("f32"))  # the update's own minibatch block
+        xb, dyt = L.to_blocks(x, gu.bn, gu.bc), L.to_blocks(dy, gu.bk, gu.bn, transpose=True)
         y, dx, dw = np.empty((N, K), np.float32), np.empty((N, C), np.float32), np.empty_like(w)
         db = np.empty(K, np.float32)
         pf = fc.plan(g, "fwd", "f32", has_bias=True, plain=True)
-        pb, pu = (fc.plan(g, p, "f32", plain=True) for p in ("bwd", "upd"))
+        pb, pu = fc.plan(g, "bwd", "f32", plain=True), fc.plan(gu, "upd", "f32", plain=True)
         path = "reads_w" if fc.reads_w(g, "f32", "cpu", x, w, None) else "blocked"
         _line(name, "fwd", path, *_steps([
             ("w", lambda: L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True, out=wtiles)),
@@ -214,11 +216,15 @@ def _fc(threads):
         _line(name, "fwd", "reads_w*", *_steps([  # fc.reads_w's forward, taken or not
             ("x", lambda: L.to_blocks(x, g.bc, g.bn, transpose=True, out=xt)),
             ("plan", lambda: pt.run(w=w, xt=xt, yt=yt, y=y, b=b))]))
-        _line(name, "bwd", "blocked", *_steps([
-            ("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
-            ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt)),
-            ("x", lambda: L.to_blocks(x, g.bn, g.bc, out=xb)),
-            ("dyT+db", lambda: L.to_blocks(dy, g.bk, g.bn, transpose=True, out=dyt, sums=db)),
+        data = [("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
+                ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt))]
+        if fc.copies_w(g, cpu_threads()):  # backward-data's plan copies W's tiles itself
+            pc, tiles = fc.plan_copying(g), np.empty((g.Cb, fc.copy_chunk(g), g.bk, g.bc),
+                                                     np.float32)
+            data = [("plan", lambda: pc.run(dy=dy, w=w, wt=tiles, dx=dx))]
+        _line(name, "bwd", "copying" if len(data) == 1 else "blocked", *_steps(data + [
+            ("x", lambda: L.to_blocks(x, gu.bn, gu.bc, out=xb)),
+            ("dyT+db", lambda: L.to_blocks(dy, gu.bk, gu.bn, transpose=True, out=dyt, sums=db)),
             ("upd", lambda: pu.run(dw=dw, x=xb, dyt=dyt))],
             lambda: fc.backward(dy, x, w)))
         lin = fc.Linear(C, K, rng=rng)  # the layer path: its plans on blocked operands
