@@ -6,12 +6,14 @@ by hand.
     taskset -c 2,3 python -m benchmarks.probe_fc_copying --threads 2 [--load 2]
 
 Per quick shape, in the same rotated rounds at --threads (report_sides;
-speed over "copy + plan" paired by round, > 1 slower): all of W's tiles
+time over "copy + plan" paired by round, > 1 slower): all of W's tiles
 copied (to_blocks) then the plain plan, with the table's spec and with C
 outer; the strips that fc.backward ran before (fourteenth session, fc21:
 each strip's tiles copied, then its plan, C outer; recorded here, where that
-rule took them); plan_copying with its chunk and with twice it; and the
-whole fc.backward (its rule's path, and each path forced). --load N: N busy loops on this
+rule took them); plan_copying with its chunk, twice and half it, and on
+dy's tiles (to_blocks, timed with it); the layer's blocked plan on tiles
+made before (no copies: what the functional plans lose to it); and the
+whole fc.backward (its rule's path, and each path forced). --brief: fewer. --load N: N busy loops on this
 process's cores while it times (other processes keeping the cores busy)."""
 import argparse
 import dataclasses
@@ -61,7 +63,7 @@ def strip_plan(g, width):
     return rec.finish()
 
 
-def sides(N, C, K, threads, rng):
+def sides(N, C, K, threads, rng, brief=False):
     path = kernel_path("f32")
     g = fc.geometry(N, C, K, path=path)
     x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
@@ -76,9 +78,10 @@ def sides(N, C, K, threads, rng):
             p.run(dy=dy, wt=wt, dx=dx)
         return run
     out["copy + plan"] = copy_then(fc.plan(g, "bwd", plain=True))
-    gc = dataclasses.replace(g, specs=(g.specs[0], fc_plans.outputs_first(g.specs[1], "C"),
-                                       g.specs[2]))
-    out["copy + plan, C outer"] = copy_then(fc.plan(gc, "bwd", plain=True))
+    if not brief:
+        gc = dataclasses.replace(g, specs=(g.specs[0], fc_plans.outputs_first(g.specs[1], "C"),
+                                           g.specs[2]))
+        out["copy + plan, C outer"] = copy_then(fc.plan(gc, "bwd", plain=True))
     width = old_strip_width(g, threads)
     if width:
         plans = [(c0, strip_plan(g, min(width, C - c0))) for c0 in range(0, C, width)]
@@ -92,19 +95,33 @@ def sides(N, C, K, threads, rng):
                 to_blocks(w[:, c0:c0 + wd], g.bk, g.bc, swap_grid=True, out=tiles)
                 p.run(dy=dy, dx=flat[c0:], wt=tiles)
         out[f"strips of {width // g.bc} blocks (before)"] = strips
-    for label, gv in (("", g), (", chunk x2", dataclasses.replace(
-            g, chunks=(g.chunks[0], 2 * fc_plans.copy_chunk(g), g.chunks[2])))):
-        p = fc_plans.plan_copying(gv)
+    ch = fc_plans.copy_chunk(g)
+    dyb = np.empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
+    for label, chunk, dy_tiles in (("", ch, False), (", chunk x2", 2 * ch, False),
+                                   (", chunk / 2", ch // 2, False), (", dy tiles", ch, True)):
+        gv = dataclasses.replace(g, chunks=(g.chunks[0], chunk, g.chunks[2]))
+        if chunk < 1 or fc_plans.copy_chunk(gv) == ch and "chunk" in label \
+                or brief and "x2" in label:
+            continue
+        p = fc_plans.plan_copying(gv, dy_tiles)
         tiles = np.empty((g.Cb, fc_plans.copy_chunk(gv), g.bk, g.bc), np.float32)
-        out[f"copying (chunk {fc_plans.copy_chunk(gv)}){label}"] = \
-            lambda p=p, tiles=tiles: p.run(dy=dy, w=w, wt=tiles, dx=dx)
+        out[f"copying (chunk {fc_plans.copy_chunk(gv)}){label}"] = (
+            lambda p=p, tiles=tiles: p.run(dy=to_blocks(dy, g.bn, g.bk, out=dyb), w=w,
+                                           wt=tiles, dx=dx)) if dy_tiles else \
+            (lambda p=p, tiles=tiles: p.run(dy=dy, w=w, wt=tiles, dx=dx))
+    dxb = np.empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
+    to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)
+    layer = fc.plan(g, "bwd")
+    to_blocks(dy, g.bn, g.bk, out=dyb)
     for name, fn in out.items():  # each side's dx against float64 first
         dx[...] = np.nan
         fn()
         err = np.abs(dx - ref).max() / np.abs(ref).max()
         assert err < 1e-4, (name, err)
-    out["whole fc.backward (the rule: " + ("copying" if fc.copies_w(g, threads) else "copy")
-        + ")"] = lambda: fc.backward(dy, x, w)
+    out["the layer's blocked plan (no copies)"] = lambda: layer.run(dy=dyb, wt=wt, dx=dxb)
+    if not brief:
+        out["whole fc.backward (the rule: " + ("copying" if fc.copies_w(g, threads) else "copy")
+            + ")"] = lambda: fc.backward(dy, x, w)
     for copying in (False, True):
         out[f"whole fc.backward, {'copying' if copying else 'one copy'}"] = whole(dy, x, w,
                                                                                 copying)
@@ -132,6 +149,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--load", type=int, default=0, help="busy loops on this process's cores")
     ap.add_argument("--all", action="store_true", help="every fc shape, not the quick ones")
+    ap.add_argument("--shapes", help="names from fc_sizes (default: the quick ones)")
+    ap.add_argument("--brief", action="store_true", help="fewer sides")
     args = ap.parse_args(argv)
     set_threads(args.threads, onednn=False)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -141,8 +160,9 @@ def main(argv=None):
               f"{args.threads} threads, cores {sorted(os.sched_getaffinity(0))}, "
               f"{args.load} busy loops")
         rng = np.random.default_rng(0)
-        for (N, C, K), name in quick_shapes("fc_sizes", not args.all, QUICK):
-            g, fns = sides(N, C, K, args.threads, rng)
+        names = args.shapes.split(",") if args.shapes else QUICK
+        for (N, C, K), name in quick_shapes("fc_sizes", not args.all, names):
+            g, fns = sides(N, C, K, args.threads, rng, args.brief)
             flops = {n: 2.0 * N * C * K for n in fns}
             report_sides(f"{name} N={N} C={C} K={K} (bn {g.bn} bc {g.bc} bk {g.bk}, bwd "
                          f"{g.specs[1]} chunk {g.chunks[1]})", fns, flops, args.reps,
