@@ -10,9 +10,10 @@ time over "copy + plan" paired by round, > 1 slower): all of W's tiles
 copied (to_blocks) then the plain plan, with the table's spec and with C
 outer; the strips that fc.backward ran before (fourteenth session, fc21:
 each strip's tiles copied, then its plan, C outer; recorded here, where that
-rule took them); plan_copying with its chunk, twice and half it, and on
-dy's tiles (to_blocks, timed with it); the layer's blocked plan on tiles
-made before (no copies: what the functional plans lose to it); and the
+rule took them); plan_copying with its chunk, twice and half it (d9d1c07
+also ran it on dy's tiles, to_blocks timed with it: dropped); the layer's
+blocked plan on tiles made before (no copies: what the functional plans
+lose to it); and the
 whole fc.backward (its rule's path, and each path forced). --brief: fewer. --load N: N busy loops on this
 process's cores while it times (other processes keeping the cores busy)."""
 import argparse
@@ -97,18 +98,14 @@ def sides(N, C, K, threads, rng, brief=False):
         out[f"strips of {width // g.bc} blocks (before)"] = strips
     ch = fc_plans.copy_chunk(g)
     dyb = np.empty((g.Nb, g.Kb, g.bn, g.bk), np.float32)
-    for label, chunk, dy_tiles in (("", ch, False), (", chunk x2", 2 * ch, False),
-                                   (", chunk / 2", ch // 2, False), (", dy tiles", ch, True)):
+    for label, chunk in (("", ch), (", chunk x2", 2 * ch), (", chunk / 2", ch // 2)):
         gv = dataclasses.replace(g, chunks=(g.chunks[0], chunk, g.chunks[2]))
-        if chunk < 1 or fc_plans.copy_chunk(gv) == ch and "chunk" in label \
-                or brief and "x2" in label:
+        if chunk < 1 or label and fc_plans.copy_chunk(gv) == ch or brief and "x2" in label:
             continue
-        p = fc_plans.plan_copying(gv, dy_tiles)
+        p = fc_plans.plan_copying(gv)
         tiles = np.empty((g.Cb, fc_plans.copy_chunk(gv), g.bk, g.bc), np.float32)
-        out[f"copying (chunk {fc_plans.copy_chunk(gv)}){label}"] = (
-            lambda p=p, tiles=tiles: p.run(dy=to_blocks(dy, g.bn, g.bk, out=dyb), w=w,
-                                           wt=tiles, dx=dx)) if dy_tiles else \
-            (lambda p=p, tiles=tiles: p.run(dy=dy, w=w, wt=tiles, dx=dx))
+        out[f"copying (chunk {fc_plans.copy_chunk(gv)}){label}"] = \
+            lambda p=p, tiles=tiles: p.run(dy=dy, w=w, wt=tiles, dx=dx)
     dxb = np.empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
     to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)
     layer = fc.plan(g, "bwd")

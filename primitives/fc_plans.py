@@ -202,7 +202,7 @@ def copy_chunk(g):
     return max(1, min(g.chunks[1], g.Kb, COPY_BYTES // (g.bk * g.bc * 4)))
 
 
-def plan_copying(g, dy_tiles=False):
+def plan_copying(g):
     """Backward-data's plain f32 plan that copies W's tiles itself, all in one
     parallel region: tensors dy (plain N x K), w (plain K x C), wt (scratch,
     copy_chunk(g) tiles per block column of dx: [Cb][chunk][bk][bc]) and dx
@@ -210,12 +210,9 @@ def plan_copying(g, dy_tiles=False):
     the reduction, the first minibatch block's calls copy the chunk's tiles
     from w (copy_b) and every minibatch block's calls read them from the
     core's cache. Tasks write only their own tiles and dx's columns, so no
-    phase waits on another thread's copy (fc.copies_w). dy_tiles: dy comes
-    as tiles [Nb][Kb][bn][bk] (to_blocks; whole tiles, zero-padded) instead."""
+    phase waits on another thread's copy (fc.copies_w)."""
     ch = copy_chunk(g)
     tile = g.bk * g.bc
-    lda, a_at = (g.bk, lambda n, r: (n * g.Kb + r) * g.bn * g.bk) if dy_tiles else \
-        (g.K, lambda n, r: n * g.bn * g.K + r * g.bk)
 
     def record():
         rec = bplan.Recorder({"dy": "f32", "w": "f32", "wt": "f32", "dx": "f32"}, spec="C")
@@ -232,14 +229,14 @@ def plan_copying(g, dy_tiles=False):
                         blk = blocks.get((m, wc, depth, beta))
                         if blk is None:
                             blk = blocks[m, wc, depth, beta] = bplan.Block(
-                                m, wc, depth, lda=lda, ldb=g.bc, ldc=g.C, beta=beta)
+                                m, wc, depth, lda=g.K, ldb=g.bc, ldc=g.C, beta=beta)
                         b_offs = [(j * ch + r - r0) * tile for r in rs]
                         ops = tuple(bplan.copy_b("w", r * g.bk * g.C + j * g.bc, g.C, "wt", o)
                                     for r, o in zip(rs, b_offs)) if n == 0 else ()
-                        rec.gemm(blk, "dy", [a_at(n, r) for r in rs], "wt",
+                        rec.gemm(blk, "dy", [n * g.bn * g.K + r * g.bk for r in rs], "wt",
                                  b_offs, "dx", n * g.bn * g.C + j * g.bc, ops=ops)
         return rec.finish()
-    return _plans.get((g, "bwd_copying", dy_tiles), record)
+    return _plans.get((g, "bwd_copying"), record)
 
 
 def plan_t(g, has_bias=False):
