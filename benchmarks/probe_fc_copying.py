@@ -10,7 +10,7 @@ time over "copy + plan" paired by round, > 1 slower): all of W's tiles
 copied (to_blocks) then the plain plan, with the table's spec and with C
 outer; the strips that fc.backward ran before (fourteenth session, fc21:
 each strip's tiles copied, then its plan, C outer; recorded here, where that
-rule took them); plan_copying with its chunk, twice and half it (d9d1c07
+rule took them); plan_copying with its chunk, twice and half it (909752b
 also ran it on dy's tiles, to_blocks timed with it: dropped); the layer's
 blocked plan on tiles made before (no copies: what the functional plans
 lose to it); and the
