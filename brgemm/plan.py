@@ -194,7 +194,8 @@ class Plan:
 
     def time_bare(self, reps=1, **arrays):
         """Seconds for `reps` passes over the calls from a plain C loop, one thread,
-        no epilogues: what the kernel calls alone cost (benchmarks compare run() to it)."""
+        no epilogues (copy_b ops still fill the blocks their calls read): what the
+        kernel calls alone cost (benchmarks compare run() to it)."""
         self.check(arrays)
         return self.replay("cpu").time_bare(arrays, reps)
 

@@ -55,8 +55,9 @@ def test_copy_b_fills_b_before_the_call(rng):
     blocks (k x n, row stride ldb) copied in from a plain matrix, so the call
     reads it: native plan and Eager against NumPy, random sizes, row strides
     and offsets, two tasks each filling and reading its own blocks, and
-    blocks that other ops then touch C of; refused after another op, on
-    bf16 blocks and on device backends' replays."""
+    blocks that other ops then touch C of, and the bare timing loop (no
+    epilogue, the copies still made); refused after another op, on bf16
+    blocks and on device backends' replays."""
     m, n, k, count = (int(rng.integers(1, 9)) for _ in range(4))
     ldb, ld = n + int(rng.integers(0, 5)), n + int(rng.integers(0, 20))
     off = int(rng.integers(0, 7))
@@ -89,6 +90,12 @@ def test_copy_b_fills_b_before_the_call(rng):
         np.testing.assert_array_equal(got, blocks.astype(np.float32))  # copies are exact
         np.testing.assert_allclose(t["c"].reshape(2, m, n), want, rtol=1e-5,
                                    atol=1e-5 * k * count)
+    # the bare timing loop skips the epilogue, not the copies its calls read
+    t = dict(a=A, b=np.full(2 * count * tile, np.nan, np.float32), s=src,
+             c=np.full(2 * m * n, np.nan, np.float32), bias=bias)
+    plan.time_bare(1, **t)
+    np.testing.assert_array_equal(t["b"].reshape(2, count, k, ldb)[..., :n],
+                                  blocks.astype(np.float32))
     with pytest.raises(ValueError, match="copy_b"):
         P.Recorder(dict(a="f32", b="f32", c="f32", s="f32", bias="f32")).gemm(
             blk, "a", [0], "b", [0], "c", 0, ops=(P.bias("bias"), P.copy_b("s", 0, ld, "b", 0)))

@@ -69,11 +69,11 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "offset width");
   const brgemm_plan_op* ops = &p->ops[c->op_begin];
   int32_t count = c->op_count, before = 0;
-  /* the call's B blocks copied in first, by this thread: they stay in its cache */
+  /* the call's B blocks copied in first, by this thread: they stay in its cache.
+   * Even without the epilogue (the bare timing loop): the call reads them */
   for (; before < count && ops[before].code == BRGEMM_OP_COPY_B; ++before)
-    if (with_ops)
-      brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
-                        brgemm_cpu_dim(kr, 'b'), tensors);
+    brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
+                      brgemm_cpu_dim(kr, 'b'), tensors);
   ops += before, count -= before;
   if (with_ops && count)
     brgemm_cpu_prefetch_ops(ops, count, brgemm_cpu_dim(kr, 'm'), brgemm_cpu_dim(kr, 'n'), tensors);
