@@ -157,6 +157,13 @@ def spread_of(s):
     return (max(s) - min(s)) / statistics.median(s)
 
 
+# rounds of the main job's tables (ours, oneDNN and the functional form per
+# row, rotated): its func/ours is a paired median over them, and with 5 a
+# slow spell of a shared machine moved single rows by up to a third between
+# runs (benchmarks/RESULTS.md, issue 17)
+MAIN_ROUNDS = 9
+
+
 def interleaved(fns, reps=7, min_time=0.05, rounds=False):
     """Median seconds per call of each fn (interleaved_samples, rotated, so
     that no fn always runs right after the same other one, oneDNN's call say,

@@ -18,9 +18,10 @@ import numpy as np
 
 import brgemm
 from brgemm.info import kernel_path
-from benchmarks.common import (VsTable, check_close, compare, finish_functional, finish_report,
-                               func_over_ours, functional_row, functional_setup, interleaved,
-                               layer_peak, machine, quick_shapes, ratio_row, set_threads)
+from benchmarks.common import (MAIN_ROUNDS, VsTable, check_close, compare, finish_functional,
+                               finish_report, func_over_ours, functional_row, functional_setup,
+                               interleaved, layer_peak, machine, quick_shapes, ratio_row,
+                               set_threads)
 from primitives import conv, reuse
 
 QUICK = ("res2a_branch2b", "res3a_branch2b", "res4a_branch2c", "res5a_branch2b")
@@ -59,7 +60,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     N = threads
     peak, unit = layer_peak(dtype, threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
-    reps = 5 if quick else 7
+    reps = MAIN_ROUNDS
     print(f"conv {dtype}, N={N} (one image per thread), {threads} threads, {machine()}; peak "
           f"{peak:.0f} GFLOP/s (one core's {unit} peak x threads); median of {reps}, interleaved")
     table = VsTable(17, 5, label="layer")

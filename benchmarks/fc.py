@@ -15,9 +15,10 @@ threads and dtype, and against the layer path (fc.Linear's blocked passes)."""
 import numpy as np
 
 import brgemm
-from benchmarks.common import (VsTable, check_close, compare, finish_functional, finish_report,
-                               func_over_ours, functional_row, functional_setup, interleaved,
-                               layer_peak, machine, ratio_row, read_shapes, set_threads)
+from benchmarks.common import (MAIN_ROUNDS, VsTable, check_close, compare, finish_functional,
+                               finish_report, func_over_ours, functional_row, functional_setup,
+                               interleaved, layer_peak, machine, ratio_row, read_shapes,
+                               set_threads)
 from brgemm.layouts import from_blocks, to_blocks
 from primitives import fc, reuse
 
@@ -36,7 +37,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     peak, unit = layer_peak(dtype, threads)
     npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (one core's "
-          f"{unit} peak x threads); median of {5 if quick else 7}, ours and oneDNN interleaved")
+          f"{unit} peak x threads); median of {MAIN_ROUNDS}, ours and oneDNN interleaved")
     table = VsTable(15, 5, func_gflops=True)
     table.head()
     rows = []
@@ -72,7 +73,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             upd = [lambda: (lin.backward_data_blocked(dyb), lin.update_blocked(dyb))] \
                 if p == "bwd" and func else []
             fns = [ours, job.run] + ([func] if func else []) + upd
-            times, spread, rounds = interleaved(fns, reps=5 if quick else 7, rounds=True)
+            times, spread, rounds = interleaved(fns, reps=MAIN_ROUNDS, rounds=True)
             t_ours, t_dnn = times[0], times[1]
             t_func = times[2] if func else None
             r = ratio_row(flops, t_ours, t_dnn, peak, shape=name, N=N, C=C, K=K, pass_=p,

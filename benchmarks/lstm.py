@@ -14,10 +14,10 @@ autograd backward to x, h0, c0 and the weights) on the same arrays and
 weights, same threads and dtype, and against the layer path."""
 import numpy as np
 
-from benchmarks.common import (VsTable, arbitrate, compare, differs, finish_functional,
-                               finish_report, func_over_ours, functional_row, functional_setup,
-                               interleaved, layer_peak, machine, quick_shapes, ratio_row,
-                               set_threads)
+from benchmarks.common import (MAIN_ROUNDS, VsTable, arbitrate, compare, differs,
+                               finish_functional, finish_report, func_over_ours, functional_row,
+                               functional_setup, interleaved, layer_peak, machine, quick_shapes,
+                               ratio_row, set_threads)
 from primitives import lstm, reuse
 
 QUICK = ("small_t10_n64", "single_step_t1")
@@ -57,7 +57,7 @@ def _vs_onednn(quick, dtype, threads, shape_set):
     rng = np.random.default_rng()
     shapes = quick_shapes(shape_set, quick, QUICK)
     peak, unit = layer_peak(dtype, threads)
-    reps = 5 if quick else 7
+    reps = MAIN_ROUNDS
     print(f"lstm {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (one "
           f"core's {unit} peak x threads); median of {reps}, interleaved")
     table = VsTable(20, 8)
