@@ -130,13 +130,13 @@ def whole(dy, x, w, copying):
     path is decided on a call signature's first call, so each is made once
     under a config of its own (the defaults' values) with fc's rule
     constants set for that call."""
-    saved = fc.COPY_TASKS
-    fc.COPY_TASKS = 0 if copying else 1 << 30
+    saved = fc.COPY_TASKS, fc.COPY_MIN
+    fc.COPY_TASKS, fc.COPY_MIN = (0, 0) if copying else (1 << 30, 1 << 62)
     cfg = {} if copying else {"fwd": {}}
     try:
         fc.backward(dy, x, w, config=cfg)
     finally:
-        fc.COPY_TASKS = saved
+        fc.COPY_TASKS, fc.COPY_MIN = saved
     return lambda: fc.backward(dy, x, w, config=cfg)
 
 

@@ -226,21 +226,28 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w):
 
 
 # fc.backward's backward-data copies W's tiles inside its plan
-# (fc_plans.plan_copying) where dx has COPY_TASKS block columns per thread:
-# each task copies the tiles it reads, a chunk at a time, and reads them
-# from its core's cache, where one copy of all the tiles first writes them
-# out (to memory, where they are large) and the plan reads them back. Its
-# tasks are dx's block columns alone, hence the rule. It replaced strips of
-# dx's columns (each a copy, then a plan: two parallel regions a strip,
-# each of which, on cores that other processes keep busy, could wait out a
-# scheduler slice) and the one copy where it is taken (benchmarks/RESULTS.md).
+# (fc_plans.plan_copying) where W's tiles come to COPY_MIN bytes or more and
+# dx has COPY_TASKS block columns per thread: each task copies the tiles it
+# reads, a chunk at a time, and reads them from its core's cache, where one
+# copy of all the tiles first writes them out (to memory, where they are
+# large) and the plan reads them back. Its tasks are dx's block columns
+# alone, hence the second condition. On W of 4 MB (the 1k shapes) the copy
+# first, then the plain plan ran level or faster on both CPUs (23% on
+# square_1k_n1k at 2 threads on the Xeon: the copying plan's reduction
+# chunks reload dx's tiles); on 64 MB (square_4k) the copying plan ran
+# 18-30% faster at 2 and 16 threads; sizes between were not measured. It
+# replaced strips of dx's columns (each a copy, then a plan: two parallel
+# regions a strip, each of which, on cores that other processes keep busy,
+# could wait out a scheduler slice) (benchmarks/RESULTS.md).
 COPY_TASKS = 2
+COPY_MIN = 16 << 20
 
 
 def copies_w(g, threads):
     """Whether fc.backward's backward-data copies W's tiles inside its plan
-    (fc_plans.plan_copying): where dx has COPY_TASKS block columns per thread."""
-    return g.Cb >= COPY_TASKS * threads
+    (fc_plans.plan_copying): where W's tiles come to COPY_MIN bytes or more
+    and dx has COPY_TASKS block columns per thread."""
+    return g.Kb * g.bk * g.Cb * g.bc * 4 >= COPY_MIN and g.Cb >= COPY_TASKS * threads
 
 
 # ---------------------------------------------------------------- tuning
