@@ -66,6 +66,16 @@ def _layer(x, w, dy, cfg):
     return g, t, {p: conv.plan(g, p, "f32") for p in ("fwd", "bwd", "upd")}
 
 
+def _add_conv2d(sides, flops, x, w, N, like):
+    """PyTorch's F.conv2d on the same x and w as a side (its flops those of
+    side `like`), where torch is installed."""
+    torch = _torch(N)
+    if torch is not None:
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        sides["F.conv2d"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
+        flops["F.conv2d"] = flops[like]
+
+
 def _torch(threads):
     try:
         import torch
@@ -103,11 +113,7 @@ def forward_sides(N):
             sides[f"w copy, {name}"] = copy
             sides[f"w copy + nchw plan, {name}"] = lambda nchw=nchw, copy=copy: (copy(), nchw())
             flops[f"nchw plan, {name}"] = flops[f"w copy + nchw plan, {name}"] = pn.flops
-    torch = _torch(N)
-    if torch is not None:
-        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-        sides["F.conv2d"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
-        flops["F.conv2d"] = flops["layer plan, table"]
+    _add_conv2d(sides, flops, x, w, N, "layer plan, table")
     return sides, flops
 
 
@@ -169,11 +175,7 @@ def steps_sides(N):
         sides[f"conv.forward, {name}"] = lambda cfg=cfg: conv.forward(x, w, 1, 1, config=cfg)
         for k in list(sides)[-7:]:
             flops[k] = pn.flops
-    torch = _torch(N)
-    if torch is not None:
-        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-        sides["F.conv2d"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
-        flops["F.conv2d"] = flops["nchw plan, table"]
+    _add_conv2d(sides, flops, x, w, N, "nchw plan, table")
     return sides, flops
 
 
