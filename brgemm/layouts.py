@@ -413,14 +413,14 @@ class Layout:
             f" strides {self.strides}"
 
 
-def matrix_tiles(rows, cols, br, bc, names, plain=False, ld=None):
+def matrix_tiles(rows, cols, br, bc, names, plain=False):
     """A rows x cols matrix in tiles of br x bc as the grid [Rb][Cb][br][bc],
     its dimensions named (r, c, "b" + r, "b" + c) for names (r, c): blocked
     (to_blocks' layout), or plain (row-major, tile (i, j) at row i * br and
-    column j * bc, rows `ld` apart: `cols`, or more for a column window)."""
+    column j * bc, rows `cols` apart)."""
     r, c = names
     dims = {r: nblocks(rows, br), c: nblocks(cols, bc), "b" + r: br, "b" + c: bc}
-    return Layout((br * (ld or cols), bc, ld or cols, 1), **dims) if plain else Layout(**dims)
+    return Layout((br * cols, bc, cols, 1), **dims) if plain else Layout(**dims)
 
 
 # at(*index) for given strides, one function per rank: a generic loop over

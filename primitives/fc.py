@@ -23,7 +23,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
-from brgemm.layouts import convert, nblocks, to_blocks
+from brgemm.layouts import convert, to_blocks
 from brgemm.machine import cpu_threads
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
