@@ -217,11 +217,13 @@ def plan_copying(g):
     def record():
         rec = bplan.Recorder({"dy": "f32", "w": "f32", "wt": "f32", "dx": "f32"}, spec="C")
         blocks = {}
+        # each chunk's calls (reduction blocks and depth), the same for every column
+        chunks = [(r0, list(reduction_calls(range(r0, min(r0 + ch, g.Kb)), g.Kb, g.K, g.bk)))
+                  for r0 in range(0, g.Kb, ch)]
         for j in range(g.Cb):
             wc = min(g.bc, g.C - j * g.bc)
             rec.at(0, (j,))
-            for r0 in range(0, g.Kb, ch):
-                calls = list(reduction_calls(range(r0, min(r0 + ch, g.Kb)), g.Kb, g.K, g.bk))
+            for r0, calls in chunks:
                 for n in range(g.Nb):
                     m = min(g.bn, g.N - n * g.bn)
                     for rs, depth in calls:
