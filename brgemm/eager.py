@@ -7,6 +7,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm.block import Block
+from brgemm.epilogue import COPIES_B
 from brgemm.kernel import Kernel
 from brgemm.vnni import unpack_block
 
@@ -36,11 +37,14 @@ class Eager:
             kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
                                                alpha=blk.alpha, backend=self.backend,
                                                lda=blk.lda, ldb=blk.ldb)
-        for op in ops:  # copy_b: the B blocks filled before the call
+        for op in ops:  # copy_b, copy_bt: the B blocks filled before the call
             if op.code == "copy_b":
-                _block_view(self.arrays[op.tensors[1]], op.offsets[1], blk.k, blk.n,
-                            blk.ldb)[...] = _block_view(self.arrays[op.tensors[0]],
-                                                        op.offsets[0], blk.k, blk.n, op.ld)
+                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n, op.ld)
+            elif op.code == "copy_bt":
+                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.n, blk.k, op.ld).T
+            else:
+                continue
+            _block_view(self.arrays[op.tensors[1]], op.offsets[1], blk.k, blk.n, blk.ldb)[...] = src
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
         if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
             # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
@@ -55,7 +59,7 @@ class Eager:
         else:
             kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
         for op in ops:
-            if op.code != "copy_b":
+            if op.code not in COPIES_B:
                 self._apply(op, C)
 
     def _apply(self, op, C):

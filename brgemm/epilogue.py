@@ -111,6 +111,16 @@ def copy_b(src, src_offset, ld, dst, dst_offset):
     return Op("copy_b", (src, dst), (src_offset, dst_offset), ld)
 
 
+def copy_bt(src, src_offset, ld, dst, dst_offset):
+    """copy_b from the transpose of a plain matrix: dst[dst_offset + i*ldb + j] =
+    src[src_offset + j*ld + i] for i < k, j < n (the call's): W's rows made the
+    W^T tile the call reads, by the thread that reads it (CPU only)."""
+    return Op("copy_bt", (src, dst), (src_offset, dst_offset), ld)
+
+
+COPIES_B = ("copy_b", "copy_bt")  # the ops that fill a call's B blocks, before its other ops
+
+
 def accesses(op, blk):
     """What op touches besides its call's C block (blk: the call's Block), as
     (tensor, offsets, rows, cols, ld, writes, dtype) rows: a rows x cols block
@@ -125,8 +135,9 @@ def accesses(op, blk):
     if code == "copy_rows":
         return [(t[0], [o[0]], m, op.stride, op.ld, False, "f32"),
                 (t[1], [o[1]], m, op.stride, op.stride, True, "f32")]
-    if code == "copy_b":
-        return [(t[0], [o[0]], blk.k, n, op.ld, False, "f32"),
+    if code in COPIES_B:  # copy_bt reads the block's transpose: n rows of k
+        src = (blk.k, n) if code == "copy_b" else (n, blk.k)
+        return [(t[0], [o[0]], *src, op.ld, False, "f32"),
                 (t[1], [o[1]], blk.k, n, blk.ldb, True, "f32")]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]

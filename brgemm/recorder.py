@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from brgemm import dtypes
 from brgemm.block import Block
 from brgemm.constants import OP_CODES
-from brgemm.epilogue import accesses
+from brgemm.epilogue import COPIES_B, accesses
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ class Recorder:
         self.written.add(c)
         for i, op in enumerate(ops):
             self._check_op(op, blk)
-            if op.code == "copy_b" and (blk.dtype != "f32" or blk.b_vnni
-                                        or (i and ops[i - 1].code != "copy_b")):
-                raise ValueError("ops: copy_b fills f32 B blocks in rows and comes before "
+            if op.code in COPIES_B and (blk.dtype != "f32" or blk.b_vnni
+                                        or (i and ops[i - 1].code not in COPIES_B)):
+                raise ValueError(f"ops: {op.code} fills f32 B blocks in rows and comes before "
                                  "the call's other ops")
         kid = self.blocks.setdefault(blk, len(self.blocks))
         phase, task = self._where

@@ -2,7 +2,7 @@
 copied into a tile after a call, on the CPU backend (aligned blocks through
 non-temporal stores, others through memcpy) and eagerly, against NumPy
 slicing on random data and offsets; C's result is untouched by it. copy_b,
-a B block copied in before its call."""
+a B block copied in before its call, and copy_bt, from its transpose."""
 import numpy as np
 import pytest
 
@@ -50,23 +50,28 @@ def test_copy_rows_copies_blocks_and_leaves_c(rng, aligned):
                                    atol=1e-5 * k)
 
 
-def test_copy_b_fills_b_before_the_call(rng):
-    """The copy_b op (brgemm.epilogue): before its call, one of the call's B
-    blocks (k x n, row stride ldb) copied in from a plain matrix, so the call
-    reads it: native plan and Eager against NumPy, random sizes, row strides
-    and offsets, two tasks each filling and reading its own blocks, and
-    blocks that other ops then touch C of, and the bare timing loop (no
-    epilogue, the copies still made); refused after another op, on bf16
-    blocks and on device backends' replays."""
-    m, n, k, count = (int(rng.integers(1, 9)) for _ in range(4))
-    ldb, ld = n + int(rng.integers(0, 5)), n + int(rng.integers(0, 20))
+@pytest.mark.parametrize("code", ["copy_b", "copy_bt"])
+def test_copy_b_fills_b_before_the_call(rng, code):
+    """The copy_b and copy_bt ops (brgemm.epilogue): before its call, one of
+    the call's B blocks (k x n, row stride ldb) copied in from a plain matrix
+    (copy_bt: from its transpose, n rows of k), so the call reads it: native
+    plan and Eager against NumPy, random sizes (past the transposes' SIMD
+    sub-blocks, with ragged edges), row strides and offsets, two tasks each
+    filling and reading its own blocks, and blocks that other ops then touch
+    C of, and the bare timing loop (no epilogue, the copies still made);
+    refused after another op, on bf16 blocks and on device backends' replays."""
+    m, count = (int(rng.integers(1, 9)) for _ in range(2))
+    n, k = (int(rng.integers(1, 41)) for _ in range(2))
+    rows, cols = (k, n) if code == "copy_b" else (n, k)  # the source block
+    ldb, ld = n + int(rng.integers(0, 5)), cols + int(rng.integers(0, 20))
     off = int(rng.integers(0, 7))
-    print(f"m={m} n={n} k={k} count={count} ldb={ldb} ld={ld} off={off}")
-    src = rng.standard_normal(off + 2 * count * k * ld).astype(np.float32)
+    print(f"{code}: m={m} n={n} k={k} count={count} ldb={ldb} ld={ld} off={off}")
+    src = rng.standard_normal(off + 2 * count * rows * ld).astype(np.float32)
     A = rng.standard_normal(2 * count * m * k).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     blk = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=0.0)
     tile = k * ldb
+    copy = getattr(P, code)
 
     def nest(ex):
         for task in range(2):
@@ -74,12 +79,15 @@ def test_copy_b_fills_b_before_the_call(rng):
             first = task * count
             b_offs = [(first + q) * tile for q in range(count)]
             ex.gemm(blk, "a", [(first + q) * m * k for q in range(count)], "b", b_offs, "c",
-                    task * m * n, ops=tuple(P.copy_b("s", off + (first + q) * k * ld, ld, "b", o)
+                    task * m * n, ops=tuple(copy("s", off + (first + q) * rows * ld, ld, "b", o)
                                             for q, o in enumerate(b_offs)) + (P.bias("bias"),))
     rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32", bias="f32"), spec="N")
     nest(rec)
     plan = rec.finish()
-    blocks = src[off:off + 2 * count * k * ld].reshape(2, count, k, ld)[..., :n].astype(np.float64)
+    blocks = src[off:off + 2 * count * rows * ld].reshape(2, count, rows, ld)[..., :cols]
+    if code == "copy_bt":
+        blocks = blocks.transpose(0, 1, 3, 2)
+    blocks = blocks.astype(np.float64)
     a = A.reshape(2, count, m, k).astype(np.float64)
     want = np.einsum("tqmk,tqkn->tmn", a, blocks) + bias
     for run in ("cpu", "eager"):
@@ -96,12 +104,19 @@ def test_copy_b_fills_b_before_the_call(rng):
     plan.time_bare(1, **t)
     np.testing.assert_array_equal(t["b"].reshape(2, count, k, ldb)[..., :n],
                                   blocks.astype(np.float32))
-    with pytest.raises(ValueError, match="copy_b"):
+    with pytest.raises(ValueError, match=code):
         P.Recorder(dict(a="f32", b="f32", c="f32", s="f32", bias="f32")).gemm(
-            blk, "a", [0], "b", [0], "c", 0, ops=(P.bias("bias"), P.copy_b("s", 0, ld, "b", 0)))
-    with pytest.raises(ValueError, match="copy_b"):
+            blk, "a", [0], "b", [0], "c", 0, ops=(P.bias("bias"), copy("s", 0, ld, "b", 0)))
+    with pytest.raises(ValueError, match=code):
         P.Recorder(dict(a="bf16", b="bf16", c="f32", s="f32")).gemm(
             P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, dtype="bf16"), "a", [0], "b", [0], "c", 0,
-            ops=(P.copy_b("s", 0, ld, "b", 0),))
+            ops=(copy("s", 0, ld, "b", 0),))
+    with pytest.raises(ValueError, match=f"{code}: negative offset"):
+        P.Recorder(dict(a="f32", b="f32", c="f32", s="f32")).gemm(
+            blk, "a", [0], "b", [0], "c", 0, ops=(copy("s", -1, ld, "b", 0),))
+    with pytest.raises(ValueError, match="s: the plan touches"):  # source blocks past the end
+        plan.run(a=A, b=np.empty(2 * count * tile, np.float32),
+                 s=src[:off + (2 * count * rows - 1) * ld + cols - 1],
+                 c=np.empty(2 * m * n, np.float32), bias=bias)
     with pytest.raises(ValueError, match="backend"):
         plan.require("cuda", max_op=constants.DEVICE_OPS, b_vnni=True)

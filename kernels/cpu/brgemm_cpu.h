@@ -46,10 +46,13 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
                                  j < stride (f32; C untouched; CPU only): a block of an operand
                                  the call read (still in cache) copied into tiles, stored
                                  past the cache where aligned */
-  BRGEMM_OP_COPY_B = 19       /* BEFORE the call: t1[off1 + i*ldb + j] = t0[off0 + i*ld + j],
+  BRGEMM_OP_COPY_B = 19,      /* BEFORE the call: t1[off1 + i*ldb + j] = t0[off0 + i*ld + j],
                                  i < k, j < n (the call's k, n, ldb; f32 B; CPU only): one of
                                  the B blocks the call reads, copied in from a plain matrix by
                                  the thread that reads it; a call's COPY_B ops come first */
+  BRGEMM_OP_COPY_BT = 20      /* BEFORE the call, as COPY_B from the transpose of a plain
+                                 matrix: t1[off1 + i*ldb + j] = t0[off0 + j*ld + i] (W's rows
+                                 made W^T's tiles by the thread that reads them) */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* The device backends' flat int64 tables of a plan. A call row: */

@@ -4,6 +4,7 @@
  * is in epilogue_body.h, built here for any x86-64 and in epilogue_avx2.c
  * with AVX2; the first call picks the one this CPU runs. */
 #include "epilogue.h"
+#include "layout_window.h"
 
 #define EPILOGUE_FN apply_op_base
 #define EPILOGUE_FUSED_FN forward_ops_base
@@ -48,8 +49,11 @@ void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t l
   const float* src = (const float*)tensors[op->tensor[0]] + op->offset[0];
   float* dst = (float*)tensors[op->tensor[1]] + op->offset[1];
   /* plain stores: the kernel reads the block next, from this core's cache */
-  for (int64_t i = 0; i < k; ++i)
-    memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));
+  if (op->code == BRGEMM_OP_COPY_BT) /* dst[i][j] = src[j][i]: SIMD sub-block transposes */
+    brgemm_window((const char*)src, 1, op->ld, 4, (char*)dst, ldb, 4, k, n);
+  else
+    for (int64_t i = 0; i < k; ++i)
+      memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));
 }
 
 /* The op with its operands moved down r rows of C (which the caller moves). */

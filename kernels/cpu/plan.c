@@ -12,6 +12,11 @@
 #include "brgemm_cpu_internal.h"
 #include "epilogue.h"
 
+/* COPY_B and COPY_BT: the ops that fill a call's B blocks before it */
+static int is_copy_b(int32_t code) {
+  return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT;
+}
+
 /* The plan's own indices must be consistent; array bounds are Python's job. */
 static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
   if (!p || !tensors || !p->kernels || !p->calls || !p->task_begin || !p->phase_begin) return 0;
@@ -37,16 +42,16 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
     if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
     for (int32_t j = 0; j < c->op_count; ++j) {
       const brgemm_plan_op* op = &p->ops[c->op_begin + j];
-      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_B) return 0;
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_BT) return 0;
       if (op->code == BRGEMM_OP_COPY_ROWS && (op->stride < 1 || op->ld < 1)) return 0;
-      if (op->code == BRGEMM_OP_COPY_B &&  /* f32 B blocks in rows, the op's leading */
+      if (is_copy_b(op->code) &&  /* f32 B blocks in rows, the op's leading */
           (op->ld < 1 || brgemm_cpu_ab_itemsize(p->kernels[c->kernel]) != 4 ||
            brgemm_cpu_b_vnni(p->kernels[c->kernel]) ||
-           (j > 0 && p->ops[c->op_begin + j - 1].code != BRGEMM_OP_COPY_B)))
+           (j > 0 && !is_copy_b(p->ops[c->op_begin + j - 1].code))))
         return 0;
       const int operands = op->code == BRGEMM_OP_LSTM_CELL_BWD ? 6
                            : op->code == BRGEMM_OP_LSTM_CELL ? 4
-                           : op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_B ? 2
+                           : op->code == BRGEMM_OP_COPY_ROWS || is_copy_b(op->code) ? 2
                            : (op->code == BRGEMM_OP_BIAS || op->code >= BRGEMM_OP_STORE_BF16);
       for (int q = 0; q < operands; ++q)
         if (op->tensor[q] < 0 || op->tensor[q] >= p->n_tensors || op->offset[q] < 0) return 0;
@@ -71,7 +76,7 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   int32_t count = c->op_count, before = 0;
   /* the call's B blocks copied in first, by this thread: they stay in its cache.
    * Even without the epilogue (the bare timing loop): the call reads them */
-  for (; before < count && ops[before].code == BRGEMM_OP_COPY_B; ++before)
+  for (; before < count && is_copy_b(ops[before].code); ++before)
     brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
                       brgemm_cpu_dim(kr, 'b'), tensors);
   ops += before, count -= before;
