@@ -114,13 +114,16 @@ def reads_w(g, dtype, backend, x, w, token):
 
 
 def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable):
-    """(g, plan, whether it reads W in place, whether W's tiles are VNNI pairs)
-    of fc.forward, readable: can_read_w."""
+    """(g, plan, its path: "t" reads W in place, "copying" copies W^T's tiles
+    itself, "tiles" runs on W^T's tiles copied first; whether those tiles are
+    VNNI pairs) of fc.forward, readable: can_read_w."""
     g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     if readable and small_batch(g):
-        return g, plan_t(g, has_bias=has_bias), True, False
+        return g, plan_t(g, has_bias=has_bias), "t", False
+    if readable and copies_wt(g, cpu_threads()):
+        return g, plan_copying(g, "fwd", has_bias=has_bias), "copying", False
     vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
-    return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni), False, vnni
+    return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni), "tiles", vnni
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
@@ -141,27 +144,29 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
     # the geometry, the plan and the path, decided once per such call
     readable = can_read_w(dtype, backend, x, w, token)
-    g, p, in_place, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
-                                         readable), config, lambda: _forward_plan(
+    g, p, path, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
+                                     readable, cpu_threads()), config, lambda: _forward_plan(
         N, C, K, dtype, backend, config, b is not None, readable))
     ab = dtypes.NUMPY[dtype]
-    if in_place:
+    bias = {} if b is None else {"b": np.ascontiguousarray(b, dtype=np.float32)}
+    if path == "t":
         y = _results.empty("y", (N, K), np.float32)
         t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True,
                                         out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)),
-                 yt=_buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32))
-        if b is not None:
-            t["b"] = np.ascontiguousarray(b, dtype=np.float32)
+                 yt=_buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32), **bias)
         p.run(backend=backend, **t)
+        return y
+    if path == "copying":  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
+        y = _results.empty("y", (N, K), np.float32)
+        p.run(backend=backend, x=_plain(x, ab, "x"), w=w, y=y, wt=_buffer(
+            "wt_copies", (g.Kb, copy_chunk(g, "fwd"), g.bc, g.bk), np.float32), **bias)
         return y
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
     # which slows the kernel calls down (see the note above fc's nests)
     y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
         _buffer("y", (N, K), np.float32)
-    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token, vnni))
-    if b is not None:
-        t["b"] = np.ascontiguousarray(b, dtype=np.float32)
+    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token, vnni), **bias)
     p.run(backend=backend, **t)
     return _result(y, out_dtype, "y")
 
@@ -241,6 +246,13 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w):
 # could wait out a scheduler slice) (benchmarks/RESULTS.md).
 COPY_TASKS = 2
 COPY_MIN = 16 << 20
+
+
+def copies_wt(g, threads):
+    """Whether fc.forward copies W^T's tiles inside its plan
+    (fc_plans.plan_copying(g, "fwd")): where y has a block column a thread
+    or more."""
+    return g.Kb >= threads
 
 
 def copies_w(g, threads):

@@ -190,38 +190,54 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     return _plans.get(key, record)
 
 
-# W's tiles that one copy in plan_copying fills: with dx's block column and
-# dy's rows of the chunk they stay in the core's L2 while each minibatch
-# block reads them
+# W's tiles that one copy in plan_copying fills: with the output's block
+# column and the input's rows of the chunk they stay in the core's L2 while
+# each minibatch block reads them
 COPY_BYTES = 256 << 10
 
 
-def copy_chunk(g):
-    """Reduction blocks per copy (and per call) of plan_copying: the [bwd]
-    chunk, at most COPY_BYTES of W's tiles."""
-    return max(1, min(g.chunks[1], g.Kb, COPY_BYTES // (g.bk * g.bc * 4)))
+def copy_chunk(g, pass_="bwd"):
+    """Reduction blocks per copy (and per call) of plan_copying(g, pass_): the
+    pass's chunk, at most COPY_BYTES of W's tiles."""
+    i, blocks = ("fwd", "bwd").index(pass_), (g.Cb, g.Kb)[("fwd", "bwd").index(pass_)]
+    return max(1, min(g.chunks[i], blocks, COPY_BYTES // (g.bk * g.bc * 4)))
 
 
-def plan_copying(g):
-    """Backward-data's plain f32 plan that copies W's tiles itself, all in one
-    parallel region: tensors dy (plain N x K), w (plain K x C), wt (scratch,
-    copy_chunk(g) tiles per block column of dx: [Cb][chunk][bk][bc]) and dx
-    (plain N x C). One task per block column of dx; in it, chunk by chunk of
-    the reduction, the first minibatch block's calls copy the chunk's tiles
-    from w (copy_b) and every minibatch block's calls read them from the
-    core's cache. Tasks write only their own tiles and dx's columns, so no
-    phase waits on another thread's copy (fc.copies_w)."""
-    ch = copy_chunk(g)
+def plan_copying(g, pass_="bwd", has_bias=False):
+    """A functional f32 pass whose plan copies W's tiles itself, all in one
+    parallel region. "bwd" (backward-data): tensors dy (plain N x K), w (plain
+    K x C), wt (scratch, copy_chunk tiles per block column of dx:
+    [Cb][chunk][bk][bc]) and dx (plain N x C), the tiles W's blocks (copy_b).
+    "fwd": x (plain N x C), w, wt ([Kb][chunk][bc][bk]), y (plain N x K) and,
+    with has_bias, b; the tiles W^T's blocks, transposed from W's rows as they
+    are copied (copy_bt). One task per block column of the output; in it,
+    chunk by chunk of the reduction, the first minibatch block's calls copy
+    the chunk's tiles from w and every minibatch block's calls read them from
+    the core's cache. Tasks write only their own tiles and output columns, so
+    no phase waits on another thread's copy (fc.copies_w, fc.copies_wt)."""
+    fwd = pass_ == "fwd"
+    a, out = ("x", "y") if fwd else ("dy", "dx")
+    R, Rb, br = (g.C, g.Cb, g.bc) if fwd else (g.K, g.Kb, g.bk)  # the reduction
+    S, Sb, bs = (g.K, g.Kb, g.bk) if fwd else (g.C, g.Cb, g.bc)  # the output's columns
+    ch = copy_chunk(g, pass_)
     tile = g.bk * g.bc
 
+    def source(r, j):  # W's element at the corner of reduction block r, output block j
+        return j * bs * g.C + r * br if fwd else r * br * g.C + j * bs
+
     def record():
-        rec = bplan.Recorder({"dy": "f32", "w": "f32", "wt": "f32", "dx": "f32"}, spec="C")
+        _loops(g, pass_)  # its own loop order, but a configured spec is still checked
+        tensors = {a: "f32", "w": "f32", "wt": "f32", out: "f32"}
+        if has_bias:
+            tensors["b"] = "f32"
+        rec = bplan.Recorder(tensors, spec="K" if fwd else "C")
+        copy = bplan.copy_bt if fwd else bplan.copy_b
         blocks = {}
         # each chunk's calls (reduction blocks and depth), the same for every column
-        chunks = [(r0, list(reduction_calls(range(r0, min(r0 + ch, g.Kb)), g.Kb, g.K, g.bk)))
-                  for r0 in range(0, g.Kb, ch)]
-        for j in range(g.Cb):
-            wc = min(g.bc, g.C - j * g.bc)
+        chunks = [(r0, list(reduction_calls(range(r0, min(r0 + ch, Rb)), Rb, R, br)))
+                  for r0 in range(0, Rb, ch)]
+        for j in range(Sb):
+            wc = min(bs, S - j * bs)
             rec.at(0, (j,))
             for r0, calls in chunks:
                 for n in range(g.Nb):
@@ -231,14 +247,16 @@ def plan_copying(g):
                         blk = blocks.get((m, wc, depth, beta))
                         if blk is None:
                             blk = blocks[m, wc, depth, beta] = bplan.Block(
-                                m, wc, depth, lda=g.K, ldb=g.bc, ldc=g.C, beta=beta)
+                                m, wc, depth, lda=R, ldb=bs, ldc=S, beta=beta)
                         b_offs = [(j * ch + r - r0) * tile for r in rs]
-                        ops = tuple(bplan.copy_b("w", r * g.bk * g.C + j * g.bc, g.C, "wt", o)
+                        ops = tuple(copy("w", source(r, j), g.C, "wt", o)
                                     for r, o in zip(rs, b_offs)) if n == 0 else ()
-                        rec.gemm(blk, "dy", [n * g.bn * g.K + r * g.bk for r in rs], "wt",
-                                 b_offs, "dx", n * g.bn * g.C + j * g.bc, ops=ops)
+                        if has_bias and rs[-1] == Rb - 1:  # the output block's last call
+                            ops += (bplan.bias("b", j * bs),)
+                        rec.gemm(blk, a, [n * g.bn * R + r * br for r in rs], "wt",
+                                 b_offs, out, n * g.bn * S + j * bs, ops=ops)
         return rec.finish()
-    return _plans.get((g, "bwd_copying"), record)
+    return _plans.get((g, pass_ + "_copying", has_bias), record)
 
 
 def plan_t(g, has_bias=False):

@@ -132,6 +132,40 @@ def test_backward_data_copying_w(rng, monkeypatch):
     _config.clear()
 
 
+@pytest.mark.parametrize("copying", [True, False])
+def test_forward_copying_wt(rng, monkeypatch, copying):
+    """fc.forward on plain f32 W past the small batches: the plan that copies
+    W^T's tiles itself (fc.copies_wt, fc_plans.plan_copying(g, "fwd"): one
+    task per block column of y, each transposing the tiles it reads from W's
+    rows, copy_bt) and, forced off, W^T's tiles copied first: random sizes with
+    ragged blocks in every dimension, reductions in chunks of 1 to all blocks,
+    bias or none, x C-contiguous or a strided view, y against float64."""
+    from primitives import _config
+    monkeypatch.setattr(fc, "copies_wt", lambda g, threads: copying)
+    for _ in range(6):
+        C, K = (int(v) for v in rng.integers(1, 300, 2))
+        low = -(-C * K // (2 * (C + K)))  # no smaller: fc.small_batch reads W in place
+        N = int(rng.integers(low, low + 200))
+        chunk = int(rng.choice([1, 2, 3, 1024]))
+        cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32, "chunk": chunk}}
+        _config.clear()  # the path is decided once per call signature
+        g = fc.geometry(N, C, K, cfg)
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C)))
+        if rng.integers(2):  # a strided view: copied to a plain matrix first
+            x = np.repeat(x, 2, axis=1)[:, ::2]
+        b = rng.standard_normal(K).astype(np.float32) if rng.integers(2) else None
+        path = fc._forward_plan(N, C, K, "f32", "cpu", cfg, b is not None, True)[2]
+        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc.copy_chunk(g, 'fwd')} "
+              f"bias={b is not None} contiguous={x.flags.c_contiguous} path={path}")
+        assert path == ("copying" if copying else "tiles")
+        y = fc.forward(x, w, b, config=cfg)
+        ref = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
+        bound = 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(w.T.astype(np.float64))
+                        + (0 if b is None else np.abs(b)))
+        assert y.shape == (N, K) and (np.abs(y - ref) <= bound).all()
+    _config.clear()
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_backward_update_minibatch_block(rng, backend, dtype):
     """fc.backward's update on x and dy^T tiles of the [upd] config's bn,
