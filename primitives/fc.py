@@ -248,6 +248,15 @@ COPY_TASKS = 2
 COPY_MIN = 16 << 20
 
 
+# fc.forward past the small batches copies W^T's tiles inside its plan
+# (fc_plans.plan_copying(g, "fwd"), copy_bt) where y has a block column a
+# thread: each task transposes the tiles of its block column from W's rows
+# (contiguous) and reads them from its core's cache, where one copy of all
+# the tiles first writes them out and the plan reads them back from other
+# cores' caches or memory. It ran faster than the copy then the plan on the
+# quick shapes at 16 threads on the Xeon, and level or faster at 2
+# (benchmarks/RESULTS.md, issue 17). With fewer block columns than threads
+# some threads would idle.
 def copies_wt(g, threads):
     """Whether fc.forward copies W^T's tiles inside its plan
     (fc_plans.plan_copying(g, "fwd")): where y has a block column a thread
