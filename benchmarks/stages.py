@@ -11,7 +11,8 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.columns, conv.pointwise, conv.shifted, fc.reads_w) the line says which. Lines
+(conv.columns, conv.pointwise, conv.shifted, fc.reads_w, fc.copies_wt and
+fc.copies_w: their plans copy W's tiles themselves) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost;
 after each conv line, the layer path's own plans of that pass alone; fc's
@@ -206,10 +207,14 @@ def _fc(threads):
         pf = fc.plan(g, "fwd", "f32", has_bias=True, plain=True)
         pb, pu = fc.plan(g, "bwd", "f32", plain=True), fc.plan(gu, "upd", "f32", plain=True)
         path = "reads_w" if fc.reads_w(g, "f32", "cpu", x, w, None) else "blocked"
-        _line(name, "fwd", path, *_steps([
-            ("w", lambda: L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True, out=wtiles)),
-            ("plan", lambda: pf.run(x=x, y=y, w=wtiles, b=b))],
-            lambda: fc.forward(x, w, b)))
+        forward = [("w", lambda: L.to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True,
+                                             out=wtiles)),
+                   ("plan", lambda: pf.run(x=x, y=y, w=wtiles, b=b))]
+        if path == "blocked" and fc.copies_wt(g, cpu_threads()):  # its plan copies W^T's tiles
+            pfc = fc.plan_copying(g, "fwd", has_bias=True)
+            ftiles = np.empty((g.Kb, fc.copy_chunk(g, "fwd"), g.bc, g.bk), np.float32)
+            path, forward = "copying", [("plan", lambda: pfc.run(x=x, w=w, wt=ftiles, y=y, b=b))]
+        _line(name, "fwd", path, *_steps(forward, lambda: fc.forward(x, w, b)))
         xt = L.to_blocks(x, g.bc, g.bn, transpose=True)
         yt = np.empty((g.Kb, g.Nb, g.bk, g.bn), np.float32)
         pt = fc.plan_t(g, has_bias=True)
