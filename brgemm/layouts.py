@@ -227,12 +227,14 @@ def image_to_planes(x, bc, stride, Hs, Ws, L, top=0, left=0, dtype=None, out=Non
     return out
 
 
-def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, threads=None):
+def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, threads=None,
+                     transposed=False):
     """x [N, C, H, W] (any non-negative strides: read in place) -> the im2col
     matrix of a convolution with an R x S kernel as tiles [Pb][Db][bd][bp]: row
     (c * R + r) * S + s, column (n * P + p) * Q + q holds pixel (p * sh + r -
     ph, q * sw + s - pw) of channel c of image n, zero outside the image and
-    in the padded rows and columns."""
+    in the padded rows and columns. transposed: the matrix's transpose, as
+    tiles [Db][Pb][bp][bd] (transpose_blocks of the above, in one pass)."""
     if not isinstance(x, np.ndarray) or x.ndim != 4 or 0 in x.shape:
         raise ValueError(f"x: expected a non-empty [N, C, H, W] array, got "
                          f"{getattr(x, 'shape', type(x).__name__)}")
@@ -244,12 +246,13 @@ def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, t
         raise ValueError(f"kernel: a {R}x{S} kernel with stride {stride} and padding "
                          f"{padding} does not fit a {H}x{W} image (blocks {bd}, {bp})")
     x, strides = _image_strides(x)
-    out = _check_out(out, (nblocks(N * P * Q, bp), nblocks(C * R * S, bd), bd, bp), dt)
+    Pb, Db = nblocks(N * P * Q, bp), nblocks(C * R * S, bd)
+    out = _check_out(out, (Db, Pb, bp, bd) if transposed else (Pb, Db, bd, bp), dt)
     if np.may_share_memory(out, x):
         raise ValueError("out: overlaps x")
     cpu.check(cpu.lib.brgemm_cpu_image_to_columns(
         cpu.address(x), N, C, H, W, strides, x.itemsize, R, S, sh, sw, ph, pw, P, Q, bd, bp,
-        cpu.address(out), out.itemsize, threads or 0), "image_to_columns")
+        cpu.address(out), out.itemsize, int(bool(transposed)), threads or 0), "image_to_columns")
     return out
 
 

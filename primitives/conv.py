@@ -41,7 +41,7 @@ from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
 from brgemm.conv_unwrap import conv_unwrap
 from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
-                            pick_block, to_blocks, transpose_blocks)
+                            pick_block, to_blocks)
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
@@ -367,13 +367,13 @@ def _columns_data(dy, w, g):
 
 def _columns_update(dy, x, g):
     """dW where the forward reads w in place (columns): written in w's own
-    layout by one plan, from x's im2col tiles transposed and dy [K][N][PQ]."""
+    layout by one plan, from x's im2col tiles transposed (made so in one
+    pass) and dy [K][N][PQ]."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
     bd, bp = pick_block(D, COLUMNS_UPDATE_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
-    xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
-        "xc", (nblocks(cols, bp), nblocks(D, bd), bd, bp), np.float32))
-    xct = transpose_blocks(xc, out=_scratch.get("xct", (xc.shape[1], xc.shape[0], bp, bd),
-                                                np.float32))
+    xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, transposed=True,
+                           out=_scratch.get("xct", (nblocks(D, bd), nblocks(cols, bp), bp, bd),
+                                            np.float32))
     dyc = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       swap_grid=True, out=_scratch.get("dyc", (g.K, cols), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)

@@ -171,9 +171,9 @@ def test_native_layer_rejects_bad_arguments():
     assert lib.brgemm_cpu_image_to_planes(p, 1, 4, 4, 4, bad_strides, 4, 4, 0, 0, 1, 1, 4, 4, 16,
                                           p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_image_to_columns(p, 1, 4, 4, 4, bad_strides, 4, 3, 3, 1, 1, 1, 1, 4, 4,
-                                           16, 16, p, 4, 1) == EINVAL
+                                           16, 16, p, 4, 0, 1) == EINVAL
     assert lib.brgemm_cpu_image_to_columns(p, 1, 4, 4, 4, strides, 4, 3, 3, 0, 1, 1, 1, 4, 4,
-                                           16, 16, p, 4, 1) == EINVAL  # stride 0
+                                           16, 16, p, 4, 1, 1) == EINVAL  # stride 0
     f = ffi.cast("float *", p)
     assert lib.brgemm_cpu_columns_to_image(f, 8, 1, 1, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, f,
                                            1) == EINVAL  # ld < C R S
@@ -276,7 +276,8 @@ def random_conv(rng, max_c):
 def test_image_to_columns(rng, dtypes, threads):
     """The im2col tiles of conv's functional forward (conv.columns): rows (c, r,
     s), columns (n, p, q) over all images, zeros in the border and the padded
-    rows and columns; views read in place."""
+    rows and columns; views read in place; and, transposed, the tiles of the
+    matrix's transpose (conv.columns' update), every element of each."""
     src, dst = dtypes
     for it in range(8):
         N, C, H, W, (R, S), (sh, sw), (ph, pw) = random_conv(rng, 20)
@@ -289,9 +290,11 @@ def test_image_to_columns(rng, dtypes, threads):
             sh = sw = 1
             S, R = 2 * pw + 1, int(rng.integers(1, min(H + 2 * ph, 2 * ph + 2) + 1))
             x = np.ascontiguousarray(x)
+        transposed = bool(rng.integers(2))
         print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw} "
-              f"blocks={bd, bp}")
-        t = L.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads)
+              f"blocks={bd, bp} transposed={transposed}")
+        t = L.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads,
+                               transposed=transposed)
         P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
         xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dst)
         xp[:, :, ph:ph + H, pw:pw + W] = x.astype(np.float32).astype(dst)
@@ -301,7 +304,7 @@ def test_image_to_columns(rng, dtypes, threads):
         for d in range(D):
             c, r, s = d // (R * S), d // S % R, d % S
             m[d, :cols] = xp[:, c, r:r + sh * (P - 1) + 1:sh, s:s + sw * (Q - 1) + 1:sw].reshape(-1)
-        ref = m.reshape(Db, bd, Pb, bp).transpose(2, 0, 1, 3)
+        ref = m.reshape(Db, bd, Pb, bp).transpose((0, 2, 3, 1) if transposed else (2, 0, 1, 3))
         view = np.uint16 if dst == BF16 else np.uint32
         np.testing.assert_array_equal(t.view(view), ref.view(view))
     with pytest.raises(ValueError, match="^kernel"):

@@ -298,12 +298,14 @@ int brgemm_cpu_image_to_planes(const void* src, int64_t N, int64_t C, int64_t H,
  * (strides sh, sw, zero padding ph, pw, output P x Q) as tiles [Pb][Db][bd][bp]:
  * row d = (c * R + r) * S + s, column (n * P + p) * Q + q holds the padded
  * image's pixel (p * sh + r, q * sw + s) of channel c, image n; zeros outside
- * the image and past the D = C R S rows and N P Q columns. */
+ * the image and past the D = C R S rows and N P Q columns. transposed: the
+ * matrix's transpose, as tiles [Db][Pb][bp][bd] (each tile transposed from a
+ * per-thread one on its way out: one pass over dst, not two). */
 int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
                                 const int64_t* strides, int src_itemsize, int64_t R, int64_t S,
                                 int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
                                 int64_t Q, int64_t bd, int64_t bp, void* dst, int dst_itemsize,
-                                int threads);
+                                int transposed, int threads);
 /* columns_to_image: the transposed im2col matrix src [N P Q][ld] (row (n * P +
  * p) * Q + q, column (c * R + r) * S + s: the gradient of the im2col matrix's
  * element) -> dst [N][C][H][W] f32 (contiguous): each element summed into the

@@ -435,7 +435,7 @@ static inline int brgemm_layout_avx512(void) {
 __attribute__((target("avx512f"))) static int columns_avx512(
     const float* src, int64_t N, int64_t C, int64_t sn, int64_t sc, int64_t srow, int64_t scol,
     int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t ph, int64_t pw, int64_t P,
-    int64_t Q, int64_t bd, int64_t bp, float* dst, int threads) {
+    int64_t Q, int64_t bd, int64_t bp, float* dst, int transposed, int threads) {
   const int64_t Hp = (P - 1) * sh + R, Wp = Q - 1 + S, plane = Hp * Wp, margin = 16;
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
   const int64_t nvec = (bp + 15) / 16, NS = brgemm_min64(16, 1 + (14 + Q) / Q), nseg = nvec * NS;
@@ -461,7 +461,10 @@ __attribute__((target("avx512f"))) static int columns_avx512(
     int64_t* off = malloc((size_t)(nseg + nvec) * sizeof(int64_t) + nseg * sizeof(uint16_t));
     int64_t* used = off ? off + nseg : NULL; /* segments each vector fills */
     uint16_t* lanes = off ? (uint16_t*)(used + nvec) : NULL;
-    if (!off) {
+    float* mine = transposed ? malloc((size_t)(bd * bp) * sizeof(float)) : NULL;
+    if (!off || (transposed && !mine)) {
+      free(off);
+      off = NULL;
 #pragma omp atomic write
       err = BRGEMM_ENOMEM;
     }
@@ -488,7 +491,7 @@ __attribute__((target("avx512f"))) static int columns_avx512(
           }
         }
       }
-      float* tile = dst + t * bd * bp;
+      float* tile = transposed ? mine : dst + t * bd * bp;
       int64_t c = d0 / (R * S), r = d0 / S % R, s = d0 % S;
       for (int64_t i = 0; i < nd; ++i, next_tap(&c, &r, &s, R, S)) {
         const float* base = xp + c * plane + r * Wp + s;
@@ -504,8 +507,12 @@ __attribute__((target("avx512f"))) static int columns_avx512(
         }
       }
       memset(tile + nd * bp, 0, (size_t)((bd - nd) * bp) * sizeof(float));
+      if (transposed) /* tile (d0 / bd, j0 / bp) of the transpose */
+        brgemm_transpose4((const uint32_t*)mine, bp,
+                          (uint32_t*)(dst + (t % Db * Pb + t / Db) * bd * bp), bd, bp, bd);
     }
     free(off);
+    free(mine);
   }
   free(xp);
   return err;
@@ -515,7 +522,7 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
                                 const int64_t* strides, int src_itemsize, int64_t R, int64_t S,
                                 int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t P,
                                 int64_t Q, int64_t bd, int64_t bp, void* dst, int dst_itemsize,
-                                int threads) {
+                                int transposed, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
   if (!src || !dst || !strides || N < 1 || C < 1 || H < 1 || W < 1 || R < 1 || S < 1 ||
       sh < 1 || sw < 1 || ph < 0 || pw < 0 || P < 1 || Q < 1 || bd < 1 || bp < 1 ||
@@ -529,83 +536,97 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
    * padded kernel or 1 x 1): an image's output rows read one span of x */
   if (si == 4 && di == 4 && sw == 1 && brgemm_layout_avx512()) /* conv.columns' case */
     return columns_avx512((const float*)src, N, C, sn, sc, srow, scol, H, W, R, S, sh, ph, pw,
-                          P, Q, bd, bp, (float*)dst, threads);
+                          P, Q, bd, bp, (float*)dst, transposed, threads);
   const int flat = si == di && sh == 1 && sw == 1 && scol == 1 && srow == W && Q == W;
-#pragma omp parallel for schedule(static) num_threads(brgemm_cpu_plan_threads(threads))
-  for (int64_t t = 0; t < Pb * Db; ++t) { /* one bd x bp tile */
-    const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
-    char* tile = (char*)dst + t * bd * bp * di;
-    const int64_t nd = brgemm_min64(bd, D - d0), nj = brgemm_min64(bp, cols - j0);
-    const int64_t n0 = j0 / (P * Q), p0 = j0 / Q % P, q0 = j0 % Q;
-    /* row d0's tap (c, r, s), then counted along: a division per row cost as
-     * much as copying it */
-    int64_t c = d0 / (R * S), r = d0 / S % R, s = d0 % S;
-    for (int64_t i = 0; i < nd; ++i, next_tap(&c, &r, &s, R, S)) {
-      /* the columns q with q * sw + s - pw inside the image: [lo, hi) */
-      const int64_t lo = pw > s ? (pw - s + sw - 1) / sw : 0;
-      const int64_t hi = brgemm_min64(Q, W - 1 + pw - s < 0 ? 0 : (W - 1 + pw - s) / sw + 1);
-      char* row = tile + i * bp * di;
-      /* the tile's columns in runs along one output row (n, p), counted along */
-      int64_t n = n0, p = p0, q = q0;
-      for (int64_t j = 0; j < nj;) {
-        const int64_t run = brgemm_min64(Q - q, nj - j), h = p * sh + r - ph;
-        char* out = row + j * di;
-        if (flat && h >= 0 && h < H) {
-          /* output rows of one image are consecutive source rows: one copy of
-           * the span over every following row inside the image, then zeros
-           * where a column falls off the image's left or right edge */
-          int64_t len = run, pe = p;
-          while (j + len < nj && pe + 1 < P && pe + 1 + r - ph < H) {
-            len += brgemm_min64(Q, nj - j - len);
-            ++pe;
-          }
-          const int64_t start = h * W + q + s - pw, end = (pe + r - ph + 1) * W;
-          /* [e0, e1): the span's elements inside rows h to pe's, the rest zeros */
-          const int64_t e0 = brgemm_min64(start < h * W ? h * W - start : 0, len);
-          const int64_t e1 = end - start < e0 ? e0 : brgemm_min64(len, end - start);
-          zero_run(out, e0, di);
-          memcpy(out + e0 * di, (const char*)src + (n * sn + c * sc + start + e0) * si,
-                 (size_t)((e1 - e0) * di));
-          zero_run(out + e1 * di, len - e1, di);
-          for (int64_t at = 0, qs = q; at < len; at += Q - qs, qs = 0) {
-            const int64_t qe = brgemm_min64(Q, qs + len - at);
-            if (lo > qs) zero_run(out + at * di, brgemm_min64(lo, qe) - qs, di);
-            if (hi < qe) zero_run(out + (at + (hi > qs ? hi : qs) - qs) * di,
-                                     qe - (hi > qs ? hi : qs), di);
-          }
-          j += len;
-          q = 0;
-          p = pe + 1;
-          if (p == P) p = 0, ++n;
-          continue;
-        }
-        const int64_t a = brgemm_min64(lo > q ? lo - q : 0, run);
-        const int64_t b = h < 0 || h >= H ? a : brgemm_min64(hi > q ? hi - q : 0, run);
-        zero_run(out, a, di);
-        if (b > a) {
-          const char* in = (const char*)src + (n * sn + c * sc + h * srow +
-                                               ((q + a) * sw + s - pw) * scol) * si;
-          if (si == di && sw * scol == 1) {
-            memcpy(out + a * di, in, (size_t)((b - a) * di));
-          } else if (si == 4 && di == 4) {
-            const float* f = (const float*)in;
-            float* o = (float*)out + a;
-            const int64_t step = sw * scol;
-            for (int64_t e = 0; e < b - a; ++e) o[e] = f[e * step];
-          } else {
-            brgemm_window(in, 0, sw * scol, si, out + a * di, run, di, 1, b - a);
-          }
-        }
-        zero_run(out + (b > a ? b : a) * di, run - (b > a ? b : a), di);
-        j += run;
-        q = 0;
-        if (++p == P) p = 0, ++n;
-      }
-      zero_run(row + nj * di, bp - nj, di);
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
+  {
+    char* mine = transposed ? malloc((size_t)(bd * bp * di)) : NULL; /* this thread's tile */
+    if (transposed && !mine) {
+#pragma omp atomic write
+      err = BRGEMM_ENOMEM;
     }
-    zero_run(tile + nd * bp * di, (bd - nd) * bp, di);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < Pb * Db; ++t) { /* one bd x bp tile */
+      if (transposed && !mine) continue;
+      const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
+      char* tile = transposed ? mine : (char*)dst + t * bd * bp * di;
+      const int64_t nd = brgemm_min64(bd, D - d0), nj = brgemm_min64(bp, cols - j0);
+      const int64_t n0 = j0 / (P * Q), p0 = j0 / Q % P, q0 = j0 % Q;
+      /* row d0's tap (c, r, s), then counted along: a division per row cost as
+       * much as copying it */
+      int64_t c = d0 / (R * S), r = d0 / S % R, s = d0 % S;
+      for (int64_t i = 0; i < nd; ++i, next_tap(&c, &r, &s, R, S)) {
+        /* the columns q with q * sw + s - pw inside the image: [lo, hi) */
+        const int64_t lo = pw > s ? (pw - s + sw - 1) / sw : 0;
+        const int64_t hi = brgemm_min64(Q, W - 1 + pw - s < 0 ? 0 : (W - 1 + pw - s) / sw + 1);
+        char* row = tile + i * bp * di;
+        /* the tile's columns in runs along one output row (n, p), counted along */
+        int64_t n = n0, p = p0, q = q0;
+        for (int64_t j = 0; j < nj;) {
+          const int64_t run = brgemm_min64(Q - q, nj - j), h = p * sh + r - ph;
+          char* out = row + j * di;
+          if (flat && h >= 0 && h < H) {
+            /* output rows of one image are consecutive source rows: one copy of
+             * the span over every following row inside the image, then zeros
+             * where a column falls off the image's left or right edge */
+            int64_t len = run, pe = p;
+            while (j + len < nj && pe + 1 < P && pe + 1 + r - ph < H) {
+              len += brgemm_min64(Q, nj - j - len);
+              ++pe;
+            }
+            const int64_t start = h * W + q + s - pw, end = (pe + r - ph + 1) * W;
+            /* [e0, e1): the span's elements inside rows h to pe's, the rest zeros */
+            const int64_t e0 = brgemm_min64(start < h * W ? h * W - start : 0, len);
+            const int64_t e1 = end - start < e0 ? e0 : brgemm_min64(len, end - start);
+            zero_run(out, e0, di);
+            memcpy(out + e0 * di, (const char*)src + (n * sn + c * sc + start + e0) * si,
+                   (size_t)((e1 - e0) * di));
+            zero_run(out + e1 * di, len - e1, di);
+            for (int64_t at = 0, qs = q; at < len; at += Q - qs, qs = 0) {
+              const int64_t qe = brgemm_min64(Q, qs + len - at);
+              if (lo > qs) zero_run(out + at * di, brgemm_min64(lo, qe) - qs, di);
+              if (hi < qe) zero_run(out + (at + (hi > qs ? hi : qs) - qs) * di,
+                                       qe - (hi > qs ? hi : qs), di);
+            }
+            j += len;
+            q = 0;
+            p = pe + 1;
+            if (p == P) p = 0, ++n;
+            continue;
+          }
+          const int64_t a = brgemm_min64(lo > q ? lo - q : 0, run);
+          const int64_t b = h < 0 || h >= H ? a : brgemm_min64(hi > q ? hi - q : 0, run);
+          zero_run(out, a, di);
+          if (b > a) {
+            const char* in = (const char*)src + (n * sn + c * sc + h * srow +
+                                                 ((q + a) * sw + s - pw) * scol) * si;
+            if (si == di && sw * scol == 1) {
+              memcpy(out + a * di, in, (size_t)((b - a) * di));
+            } else if (si == 4 && di == 4) {
+              const float* f = (const float*)in;
+              float* o = (float*)out + a;
+              const int64_t step = sw * scol;
+              for (int64_t e = 0; e < b - a; ++e) o[e] = f[e * step];
+            } else {
+              brgemm_window(in, 0, sw * scol, si, out + a * di, run, di, 1, b - a);
+            }
+          }
+          zero_run(out + (b > a ? b : a) * di, run - (b > a ? b : a), di);
+          j += run;
+          q = 0;
+          if (++p == P) p = 0, ++n;
+        }
+        zero_run(row + nj * di, bp - nj, di);
+      }
+      zero_run(tile + nd * bp * di, (bd - nd) * bp, di);
+      if (transposed) /* tile (d0 / bd, j0 / bp) of the transpose */
+        brgemm_window(mine, 1, bp, di, (char*)dst + (t % Db * Pb + t / Db) * bd * bp * di, bd, di,
+                      bp, bd);
+    }
+    free(mine);
   }
-  return BRGEMM_OK;
+  return err;
 }
 
 /* pixels ahead whose im2col row columns_to_image_avx512 prefetches */
