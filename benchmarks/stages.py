@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
-from brgemm import layouts as L
+from brgemm import im2col, layouts as L
 from brgemm.conv_unwrap import conv_unwrap
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
@@ -181,10 +181,10 @@ def _columns_steps(x, w, g):
     """The steps of conv.forward's columns path (im2col, the plan, y^c to y)."""
     bd, bp = L.pick_block(g.C * g.R * g.S, 128, 16), L.pick_block(g.N * g.P * g.Q, 64, 16)
     PQ = g.P * g.Q
-    xc = L.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp)
+    xc = im2col.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp)
     yc, y = np.empty((g.K, g.N * PQ), np.float32), np.empty((g.N, g.K, g.P, g.Q), np.float32)
     p = conv.columns_plan(g, "f32", bd, bp)
-    return [("x", lambda: L.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp,
+    return [("x", lambda: im2col.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp,
                                              out=xc)),
             ("plan", lambda: p.run(w=w, xc=xc, yc=yc)),
             ("y", lambda: L.to_blocks(yc, g.K, PQ, swap_grid=True,

@@ -40,8 +40,8 @@ from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
 from brgemm.conv_unwrap import conv_unwrap
-from brgemm.layouts import (column_sums, columns_to_image, from_blocks, image_to_columns, nblocks,
-                            pick_block, to_blocks)
+from brgemm.im2col import columns_to_image, image_to_columns
+from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse

@@ -65,7 +65,7 @@ def columns_data_product(g, bd, bp):
     """dx^c (N P Q x C R S, plain: the im2col matrix's gradient, transposed) =
     dy^t (N P Q x K, plain: each image's dy transposed) @ w (K x C R S, plain,
     read in place): the tiled product (primitives.fc_nest) of conv.columns'
-    backward-data, before brgemm.layouts.columns_to_image sums dx^c into dx.
+    backward-data, before brgemm.im2col.columns_to_image sums dx^c into dx.
     No weight copy."""
     D, cols, weights, _, sizes = columns_operands(g, bd, bp)
     return Product("p", "d", "k", a=("dyt", matrix_tiles(cols, g.K, bp, g.bk, ("p", "k"),

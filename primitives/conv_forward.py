@@ -132,7 +132,7 @@ def shifted_nest(ex, g, dtype, bp):
 def columns_product(g, bd, bp):
     """y^c (K x N P Q: output channels by the pixels of all images, plain) = w
     (K x C R S, plain, read in place as the broadcast operand) @ the im2col
-    matrix, as tiles xc [Pb][Db][bd][bp] (brgemm.layouts.image_to_columns):
+    matrix, as tiles xc [Pb][Db][bd][bp] (brgemm.im2col.image_to_columns):
     the tiled product (primitives.fc_nest) conv.columns' forward records. No
     weight copy; y^c holds y with its first two axes swapped."""
     D, cols, weights, pixels, sizes = columns_operands(g, bd, bp)

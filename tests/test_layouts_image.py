@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import brgemm
-from brgemm import layouts as L
+from brgemm import im2col, layouts as L
 
 BF16 = brgemm.bfloat16
 
@@ -293,7 +293,7 @@ def test_image_to_columns(rng, dtypes, threads):
         transposed = bool(rng.integers(2))
         print(f"N={N} C={C} H={H} W={W} kernel={R, S} stride={sh, sw} padding={ph, pw} "
               f"blocks={bd, bp} transposed={transposed}")
-        t = L.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads,
+        t = im2col.image_to_columns(x, (R, S), (sh, sw), (ph, pw), bd, bp, dtype=dst, threads=threads,
                                transposed=transposed)
         P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
         xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw), dst)
@@ -308,7 +308,7 @@ def test_image_to_columns(rng, dtypes, threads):
         view = np.uint16 if dst == BF16 else np.uint32
         np.testing.assert_array_equal(t.view(view), ref.view(view))
     with pytest.raises(ValueError, match="^kernel"):
-        L.image_to_columns(x, (H + 2 * ph + 1, 1), (1, 1), (ph, pw), 4, 4)
+        im2col.image_to_columns(x, (H + 2 * ph + 1, 1), (1, 1), (ph, pw), 4, 4)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -326,7 +326,7 @@ def test_columns_to_image(rng, threads):
         P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
         D, extra = C * R * S, int(rng.integers(0, 3))
         xc = rng.standard_normal((N * P * Q, D + extra)).astype(np.float32)[:, :D]
-        got = L.columns_to_image(xc, (N, C, H, W), (R, S), (sh, sw), (ph, pw), threads=threads)
+        got = im2col.columns_to_image(xc, (N, C, H, W), (R, S), (sh, sw), (ph, pw), threads=threads)
         # the reference: the padded image's pixels, each tap's slice summed in float64
         want = np.zeros((N, C, H + 2 * ph + sh * R, W + 2 * pw + sw * S))
         taps = xc.astype(np.float64).reshape(N, P, Q, C, R, S)
@@ -336,6 +336,6 @@ def test_columns_to_image(rng, threads):
         want = want[:, :, ph:ph + H, pw:pw + W]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="xc"):
-        L.columns_to_image(np.zeros((3, 9), np.float32), (1, 1, 3, 3), (3, 3), (1, 1), (0, 0))
+        im2col.columns_to_image(np.zeros((3, 9), np.float32), (1, 1, 3, 3), (3, 3), (1, 1), (0, 0))
     with pytest.raises(ValueError, match="kernel"):
-        L.columns_to_image(np.zeros((1, 9), np.float32), (1, 1, 2, 2), (3, 3), (1, 1), (0, 0))
+        im2col.columns_to_image(np.zeros((1, 9), np.float32), (1, 1, 2, 2), (3, 3), (1, 1), (0, 0))
