@@ -64,7 +64,7 @@ from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _check, _loops, _plans, geometry, plan,
+from primitives.conv_plans import (SCHEMA, _check, _plans, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
