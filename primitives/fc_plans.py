@@ -203,7 +203,7 @@ def copy_chunk(g, pass_="bwd"):
     return max(1, min(g.chunks[i], blocks, COPY_BYTES // (g.bk * g.bc * 4)))
 
 
-def plan_copying(g, pass_="bwd", has_bias=False):
+def plan_copying(g, pass_="bwd", has_bias=False, tiles=False):
     """A functional f32 pass whose plan copies W's tiles itself, all in one
     parallel region. "bwd" (backward-data): tensors dy (plain N x K), w (plain
     K x C), wt (scratch, copy_chunk tiles per block column of dx:
@@ -214,13 +214,23 @@ def plan_copying(g, pass_="bwd", has_bias=False):
     chunk by chunk of the reduction, the first minibatch block's calls copy
     the chunk's tiles from w and every minibatch block's calls read them from
     the core's cache. Tasks write only their own tiles and output columns, so
-    no phase waits on another thread's copy (fc.copies_w, fc.copies_wt)."""
+    no phase waits on another thread's copy (fc.copies_w, fc.copies_wt).
+    tiles: the input and the output in tiles, [Nb][Rb][bn][br] and
+    [Nb][Sb][bn][bs] for the reduction's blocks Rb of br and the output's Sb
+    of bs (bwd: the LSTM's dG and its backward-data's outputs,
+    lstm_layer.copies_w), not plain; w plain still."""
     fwd = pass_ == "fwd"
     a, out = ("x", "y") if fwd else ("dy", "dx")
     R, Rb, br = (g.C, g.Cb, g.bc) if fwd else (g.K, g.Kb, g.bk)  # the reduction
     S, Sb, bs = (g.K, g.Kb, g.bk) if fwd else (g.C, g.Cb, g.bc)  # the output's columns
     ch = copy_chunk(g, pass_)
     tile = g.bk * g.bc
+    if tiles:  # (offset of block (n, i), leading dimension) of the input a and the output
+        a_at, lda = (lambda n, r: (n * Rb + r) * g.bn * br), br
+        c_at, ldc = (lambda n, j: (n * Sb + j) * g.bn * bs), bs
+    else:
+        a_at, lda = (lambda n, r: n * g.bn * R + r * br), R
+        c_at, ldc = (lambda n, j: n * g.bn * S + j * bs), S
 
     def source(r, j):  # W's element at the corner of reduction block r, output block j
         return j * bs * g.C + r * br if fwd else r * br * g.C + j * bs
@@ -247,16 +257,16 @@ def plan_copying(g, pass_="bwd", has_bias=False):
                         blk = blocks.get((m, wc, depth, beta))
                         if blk is None:
                             blk = blocks[m, wc, depth, beta] = bplan.Block(
-                                m, wc, depth, lda=R, ldb=bs, ldc=S, beta=beta)
+                                m, wc, depth, lda=lda, ldb=bs, ldc=ldc, beta=beta)
                         b_offs = [(j * ch + r - r0) * tile for r in rs]
                         ops = tuple(copy("w", source(r, j), g.C, "wt", o)
                                     for r, o in zip(rs, b_offs)) if n == 0 else ()
                         if has_bias and rs[-1] == Rb - 1:  # the output block's last call
                             ops += (bplan.bias("b", j * bs),)
-                        rec.gemm(blk, a, [n * g.bn * R + r * br for r in rs], "wt",
-                                 b_offs, out, n * g.bn * S + j * bs, ops=ops)
+                        rec.gemm(blk, a, [a_at(n, r) for r in rs], "wt", b_offs, out,
+                                 c_at(n, j), ops=ops)
         return rec.finish()
-    return _plans.get((g, pass_ + "_copying", has_bias), record)
+    return _plans.get((g, pass_ + "_copying", has_bias, tiles), record)
 
 
 def plan_t(g, has_bias=False):
