@@ -190,9 +190,10 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=F
     padding columns), C not whole blocks a ragged last call (xt is padded).
     hidden (T = 1): the tile also gets h0 @ W_hh[q k]^T, W_hh (plain [4K, K],
     tensor "u") read in place as A against h0^T's tiles (ht [Kb][Nb][bk][bn]),
-    so that the step itself is the cell alone (cell_nest). tiles (whole blocks:
-    lstm_strips.fits): the calls of the first minibatch block also copy the
-    tiles of W_ih (and W_hh) they read, still in cache, into the backward's
+    so that the step itself is the cell alone (cell_nest). tiles: of "w"
+    (W_ih) and "u" (W_hh), those whose tiles the backward's plans read (whole
+    blocks: lstm_strips.fits): the calls of the first minibatch block also copy
+    the tiles of that weight they read, still in cache, into the backward's
     tiles wti [Cb][4Kb][bk][bc] (uti [Kb][4Kb][bk][bk]; copy_rows): a backward
     that follows needs them, and a copy of its own would read W from memory
     again with no kernel running."""
@@ -225,16 +226,16 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=F
             last = i == len(calls) - 1 and (rs[-1] == nb - 1)
             copies = tuple(bplan.copy_rows(a, row * lda + r * br, lda, a + "ti",
                                            (r * 4 * Kb + qk) * bk * br, br)
-                           for r in rs) if tiles and n == 0 else ()
+                           for r in rs) if a in tiles and n == 0 else ()
             ex.gemm(block(m, depth, 0.0 if first else 1.0, lda), a,
                     [row * lda + r * br for r in rs], b, [(r * Nb + n) * br * bn for r in rs],
                     "yt", yt, ops=copies + (ends if last else ()))
 
 
-def projection_t_plan(g, hidden=False, tiles=False):
+def projection_t_plan(g, hidden=False, tiles=()):
     """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt (scratch,
     plan.extent["yt"] floats), G, b; with hidden, u (plain W_hh) and ht too;
-    with tiles, wti (and with hidden uti).
+    wti for "w" in tiles, uti for "u" (with hidden).
     Tasks are the gate blocks q k, each walking the minibatch blocks in turn
     with one scratch tile, where there are at least 4 of them a thread (yt
     then a tile per gate block, not a copy of G's size); else (q k, n) pairs."""
@@ -242,15 +243,16 @@ def projection_t_plan(g, hidden=False, tiles=False):
     spec = "Knc" if per_task else "KNc"
 
     def record():
+        tiles_of = tuple(a for a in ("w", "u") if a in tiles and (hidden or a == "w"))
         names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ()) + \
-            (("wti",) + (("uti",) if hidden else ()) if tiles else ())
+            tuple(a + "ti" for a in tiles_of)
         rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec=spec)
         chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
         loops = parse_spec(spec, [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles)
+        projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles_of)
         return rec.finish()
-    return _plans.get(("proj_t", g, hidden, spec, tiles), record)
+    return _plans.get(("proj_t", g, hidden, spec, tuple(sorted(tiles))), record)
 
 
 def cell_plan(g):
