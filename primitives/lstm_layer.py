@@ -9,11 +9,13 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Buffers, Recycler, aligned_empty
 from brgemm.info import kernel_path
+from brgemm.machine import cpu_threads
 from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpose_blocks
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, operands, positive
 from primitives import fc
+from primitives.fc_plans import copy_chunk, plan_copying
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
 from primitives.lstm_strips import NO_TILES, backward_data, fits, weight_tiles
@@ -43,6 +45,25 @@ def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
         if g.T == 1 and fc.reads_w(g.fc_step, dtype, backend, x, w_hh, token):
             out.add("w_hh")
     return frozenset(out)
+
+
+def copies_w(g, in_place):
+    """Of the weights read in place (reads_in_place), those whose
+    backward-data copies W's tiles inside its own plan (fc_plans.plan_copying
+    on dG's and the output's tiles, copy_b ops), so that the forward's
+    projection makes no tiles of them: where the gates are whole blocks (W's
+    rows are then dG's columns), fc's rule (fc.copies_w) holds for the
+    product (W_ih's over every step's rows, W_hh's over step 0's) and its
+    rows are few against W (fc.small_batch). The tiles the projection makes
+    cost no read of W, but are written out to memory and read back by the
+    backward; the copying plan reads W once and its tiles from the core's
+    cache, but all of dG once per block column of its output: over many
+    steps' rows that cost more than it saved (benchmarks/RESULTS.md, issue 17)."""
+    if g.K % g.bk:
+        return frozenset()
+    geometries = {"w_ih": g.fc_input, "w_hh": lambda: g.fc_step}
+    return frozenset(w for w in in_place
+                     if fc.copies_w(fg := geometries[w](), cpu_threads()) and fc.small_batch(fg))
 
 
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):
@@ -201,8 +222,9 @@ class LSTM:
         _state_tiles(c0, N, self.K, "c0", self.c[0], self.dtype)
         if self.h16 is not None:
             self.h16[0] = self.h[0].astype(ab)
-        if self.wx is None:
-            self._project_in_place(g, backward_next and fits(g, self.C, g.bc))
+        if self.wx is None:  # the backward's tiles of the weights it does not copy itself
+            tiles = self._in_place - copies_w(g, self._in_place)
+            self._project_in_place(g, tiles if backward_next and fits(g, self.C, g.bc) else ())
         else:
             self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G,
                                    b=self.bp)
@@ -221,8 +243,8 @@ class LSTM:
     def _project_in_place(self, g, tiles):
         """G = x W_ih^T + b reading the plain W_ih (lstm_plans.projection_t_nest):
         x^T's tiles from x's, G's padding columns zeroed (the nest leaves them,
-        the blocked projection writes them as zero tiles would); with tiles, the
-        backward's w_ih_tiles (w_hh_tiles) made on the way."""
+        the blocked projection writes them as zero tiles would); the backward's
+        w_ih_tiles (w_hh_tiles) made on the way for "w_ih" ("w_hh") in tiles."""
         rows = g.T * g.Nb
         xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, rows, g.bc, g.bn)))
         if g.K % g.bk:
@@ -232,10 +254,10 @@ class LSTM:
             t = dict(u=self.w_hh, ht=transpose_blocks(self.h[0], out=self._buffer(
                 "ht", (g.Kb, g.Nb, g.bk, g.bn))))
         for a, name, S, bs in (("w", "w_ih_tiles", g.C, g.bc), ("u", "w_hh_tiles", g.K, g.bk)):
-            if tiles and (a == "w" or "u" in t):  # whole blocks (lstm_strips.fits)
+            if name[:4] in tiles and (a == "w" or "u" in t):  # whole blocks (lstm_strips.fits)
                 t[a + "ti"] = self._blocked[name] = self._weight_buffer(
                     name, (S // bs, 4 * g.Kb, g.bk, bs), np.float32)
-        plan = projection_t_plan(g, "u" in t, tiles)
+        plan = projection_t_plan(g, "u" in t, tuple(a for a in "wu" if a + "ti" in t))
         plan.run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp, **t,
                  yt=self._buffer("yt", (plan.extent["yt"],)))
 
@@ -301,7 +323,7 @@ class LSTM:
         dG_in = t.get("dG16", dG)
         dh = self._buffer("dh0", state)
         if wh_plain:
-            backward_data(g, dG_in[:g.Nb], self.w_hh, g.bk, dh, self._buffer, self.backend)
+            self._backward_data(dG_in[:g.Nb], "w_hh", dh)
         else:
             self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
         if plain_grads and self._plain_updates():
@@ -315,10 +337,23 @@ class LSTM:
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
-        if "w_ih" in self._in_place and "w_ih_tiles" not in self._blocked:  # in strips
-            return backward_data(g, dG, self.w_ih, g.bc, dxb, self._buffer, self.backend)
+        if "w_ih" in self._in_place and "w_ih_tiles" not in self._blocked:
+            return self._backward_data(dG, "w_ih", dxb)
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb
+
+    def _backward_data(self, dG, name, out):
+        """out = dG @ W for a weight read in place whose tiles the forward did
+        not make: copied inside the plan where copies_w says, else in strips
+        (lstm_strips.backward_data)."""
+        g = self.g
+        w, bs = (self.w_ih, g.bc) if name == "w_ih" else (self.w_hh, g.bk)
+        if name not in copies_w(g, self._in_place):
+            return backward_data(g, dG, w, bs, out, self._buffer, self.backend)
+        fg = g.fc_input() if name == "w_ih" else g.fc_step
+        plan_copying(fg, tiles=True).run(backend=self.backend, dy=dG, w=w, dx=out, wt=self._buffer(
+            name + "_copies", (fg.Cb, copy_chunk(fg), fg.bk, fg.bc)))
+        return out
 
     def _plain_updates(self):
         """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays

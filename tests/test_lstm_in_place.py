@@ -141,3 +141,58 @@ def test_forward_makes_the_backward_tiles_either_task_split(rng, monkeypatch, ca
         check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
         check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"],
               lstm.backward(**d, **a, config=CFG, saved=saved), bwd, 1e-5)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
+    """The backward-data that copies the tiles of a W read in place inside its
+    own plan (lstm_layer.copies_w: fc_plans.plan_copying on dG's and the
+    output's tiles), forced on (fc's rule and the batch limit opened to every
+    size, the in-place choice to both weights at T = 1) on random shapes with ragged minibatch
+    and input blocks, random reduction chunks: the forward makes no tiles of
+    those weights, and every gradient matches torch's in float64. Hidden sizes
+    not whole blocks keep the strips (copies_w empty)."""
+    from primitives import fc
+    from primitives.lstm_layer import copies_w
+    T = 1 if case % 2 == 0 else int(rng.integers(2, 4))
+    N, C = int(rng.integers(1, 50)), int(rng.integers(1, 130))
+    K = 16 * int(rng.integers(1, 5)) if case < 5 else 16 * int(rng.integers(1, 4)) + 5
+    chunk = int(rng.choice((1, 2, 4, 8, 16)))  # divides the dx group (16)
+    cfg = {"fwd": dict(CFG["fwd"], dx_chunk=chunk)}
+    print(f"T={T} N={N} C={C} K={K} dx_chunk={chunk}")
+    monkeypatch.setattr(fc, "COPY_MIN", 0)
+    monkeypatch.setattr(fc, "COPY_TASKS", 0)
+    monkeypatch.setattr(fc, "small_batch", lambda g: True)
+    in_place = frozenset({"w_ih", "w_hh"} if T == 1 else {"w_ih"})
+    monkeypatch.setattr(lstm, "reads_in_place", lambda *args: in_place)
+    a, d = make(rng, T, N, C, K, np.float32)
+    fwd, bwd = reference(a, d)
+    saved = lstm.Saved()
+    y, (hT, cT) = lstm.forward(**a, config=cfg, saved=saved)
+    layer = saved.layer
+    copying = copies_w(layer.g, in_place)
+    assert copying == (in_place if K % layer.g.bk == 0 else frozenset())
+    for w in copying:
+        assert w + "_tiles" not in layer._blocked
+    check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
+    grads = lstm.backward(**d, **a, config=cfg, saved=saved)
+    check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, bwd, 1e-5)
+    fresh = lstm.backward(**d, **a, config=cfg)  # the forward run again inside
+    for g, f in zip(grads, fresh):
+        np.testing.assert_array_equal(g, f)
+
+
+def test_the_copying_rule_on_the_benchmark_shapes(monkeypatch):
+    """copies_w at 2 and 16 threads: both weights of the single step (its
+    rows few against W), no weight where W is small (small_t10_n64) or dG
+    large against it (the GNMT shapes of many steps' rows)."""
+    from primitives import lstm_layer
+    both = {"w_ih", "w_hh"}
+    for threads in (2, 16):
+        monkeypatch.setattr(lstm_layer, "cpu_threads", lambda t=threads: t)
+        for (T, N, C, K), want in (((1, 128, 2048, 1024), both), ((10, 64, 512, 512), set()),
+                                   ((50, 64, 1024, 1024), set()), ((25, 128, 1024, 1024), set()),
+                                   ((1, 128, 2048, 1000), set())):  # gates not whole blocks
+            g = lstm.geometry(T, N, C, K)
+            assert lstm_layer.copies_w(g, {"w_ih"} if T > 1 else both) == want, (T, N, C, K)
+        assert lstm_layer.copies_w(lstm.geometry(1, 128, 2048, 1024), set()) == set()
