@@ -12,7 +12,8 @@ the forward" paired by round, > 1 slower): the functional fwd+bwd with the
 copying plan forced off, forced on (every weight read in place whose gates
 are whole blocks), as the rule (copies_w) takes it, and the layer's
 fwd+bwd on weights blocked before (what the functional forms lose to it;
---brief: the first two alone).
+--brief: the first two alone; --chunks: the copying plan on other
+reduction chunks, dx_chunk in the config).
 Each side's gradients are checked against the layer's first."""
 import argparse
 import os
@@ -32,7 +33,7 @@ def forced(on):
                                 else frozenset())
 
 
-def sides(T, N, C, K, rng, brief=False):
+def sides(T, N, C, K, rng, brief=False, chunks=()):
     r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     # weights as torch.nn.LSTM draws them (benchmarks.stages says why)
     u = lambda *s: (rng.uniform(-1, 1, s) / np.sqrt(K)).astype(np.float32)  # noqa: E731
@@ -43,14 +44,14 @@ def sides(T, N, C, K, rng, brief=False):
     layer.set_weights(a["w_ih"], a["w_hh"], a["b"])
     rule = lstm_layer.copies_w
 
-    def func(copies):
+    def func(copies, config=None):
         saved = lstm.Saved()
 
         def run():
             lstm_layer.copies_w = copies
             try:
-                lstm.forward(**a, saved=saved)
-                return lstm.backward(**d, **a, saved=saved)
+                lstm.forward(**a, config=config, saved=saved)
+                return lstm.backward(**d, **a, config=config, saved=saved)
             finally:
                 lstm_layer.copies_w = rule
         return run
@@ -62,6 +63,8 @@ def sides(T, N, C, K, rng, brief=False):
            "copying in the plan (forced)": func(forced(True))}
     if not brief:
         out["the rule"] = func(rule)
+    for c in chunks:  # the copying plan's chunk (fc_plans.copy_chunk: at most dx_chunk)
+        out[f"copying, dx_chunk {c}"] = func(forced(True), {"fwd": {"dx_chunk": c}})
     want = [np.array(v) for v in layer_fb() + (layer.grad_w_ih, layer.grad_w_hh, layer.grad_b)]
     for name, fn in out.items():
         for got, ref in zip(fn(), want):
@@ -81,6 +84,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--shapes", help="names from gnmt_lstm (default: single_step_t1)")
     ap.add_argument("--brief", action="store_true", help="the copying plan off and on alone")
+    ap.add_argument("--chunks", default="", help="more copying sides: these dx_chunk values "
+                    "(dividing dx_group), e.g. 4,8")
     args = ap.parse_args(argv)
     set_threads(args.threads, onednn=False)
     print(f"lstm backward-data copying probe, f32, {machine()}, path {kernel_path('f32')!r}, "
@@ -88,7 +93,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     names = args.shapes.split(",") if args.shapes else QUICK
     for (T, N, C, K), name in quick_shapes("gnmt_lstm", True, names):
-        g, in_place, rule, fns = sides(T, N, C, K, rng, args.brief)
+        g, in_place, rule, fns = sides(T, N, C, K, rng, args.brief,
+                                       [int(c) for c in args.chunks.split(",") if c])
         flops = dict.fromkeys(fns, 6.0 * T * N * 4 * K * (C + K))
         report_sides(f"{name} T={T} N={N} C={C} K={K} (bn {g.bn} bc {g.bc} bk {g.bk}; read in "
                      f"place {sorted(in_place)}, the rule copies {sorted(rule)})", fns, flops,
