@@ -47,23 +47,35 @@ def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
     return frozenset(out)
 
 
+# lstm.backward's backward-data copies the tiles of a W read in place inside
+# its own plan (copies_w) at COPY_THREADS threads or more and COPY_STEPS steps
+# or fewer. Its alternative is cheap: the forward's projection makes those
+# tiles as it reads W anyway (copy_rows), so the copying plan saves only their
+# write-out and read-back, and pays for W read again, in rows of one block
+# column a core at a time. With many threads that write-out competes for the
+# memory bandwidth all cores share, and the copying plan ran ahead; with few
+# it ran a little behind. Over several steps' rows it ran level or behind:
+# it reads all of dG once per block column of its output (benchmarks/RESULTS.md,
+# issue 17; the thread counts between were not measured).
+COPY_THREADS = 16
+COPY_STEPS = 1
+
+
 def copies_w(g, in_place):
     """Of the weights read in place (reads_in_place), those whose
     backward-data copies W's tiles inside its own plan (fc_plans.plan_copying
     on dG's and the output's tiles, copy_b ops), so that the forward's
     projection makes no tiles of them: where the gates are whole blocks (W's
-    rows are then dG's columns), fc's rule (fc.copies_w) holds for the
-    product (W_ih's over every step's rows, W_hh's over step 0's) and its
-    rows are few against W (fc.small_batch). The tiles the projection makes
-    cost no read of W, but are written out to memory and read back by the
-    backward; the copying plan reads W once and its tiles from the core's
-    cache, but all of dG once per block column of its output: over many
-    steps' rows that cost more than it saved (benchmarks/RESULTS.md, issue 17)."""
-    if g.K % g.bk:
+    rows are then dG's columns), the threads and steps are as COPY_THREADS
+    and COPY_STEPS say, fc's rule (fc.copies_w) holds for the product (W_ih's
+    over every step's rows, W_hh's over step 0's) and its rows are few
+    against W (fc.small_batch)."""
+    threads = cpu_threads()
+    if g.K % g.bk or threads < COPY_THREADS or g.T > COPY_STEPS:
         return frozenset()
     geometries = {"w_ih": g.fc_input, "w_hh": lambda: g.fc_step}
     return frozenset(w for w in in_place
-                     if fc.copies_w(fg := geometries[w](), cpu_threads()) and fc.small_batch(fg))
+                     if fc.copies_w(fg := geometries[w](), threads) and fc.small_batch(fg))
 
 
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):

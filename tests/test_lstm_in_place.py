@@ -147,13 +147,12 @@ def test_forward_makes_the_backward_tiles_either_task_split(rng, monkeypatch, ca
 def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     """The backward-data that copies the tiles of a W read in place inside its
     own plan (lstm_layer.copies_w: fc_plans.plan_copying on dG's and the
-    output's tiles), forced on (fc's rule and the batch limit opened to every
-    size, the in-place choice to both weights at T = 1) on random shapes with ragged minibatch
+    output's tiles), forced on (its rule opened to every size, thread count
+    and step count, the in-place choice to both weights at T = 1) on random shapes with ragged minibatch
     and input blocks, random reduction chunks: the forward makes no tiles of
     those weights, and every gradient matches torch's in float64. Hidden sizes
     not whole blocks keep the strips (copies_w empty)."""
-    from primitives import fc
-    from primitives.lstm_layer import copies_w
+    from primitives import fc, lstm_layer
     T = 1 if case % 2 == 0 else int(rng.integers(2, 4))
     N, C = int(rng.integers(1, 50)), int(rng.integers(1, 130))
     K = 16 * int(rng.integers(1, 5)) if case < 5 else 16 * int(rng.integers(1, 4)) + 5
@@ -163,6 +162,8 @@ def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     monkeypatch.setattr(fc, "COPY_MIN", 0)
     monkeypatch.setattr(fc, "COPY_TASKS", 0)
     monkeypatch.setattr(fc, "small_batch", lambda g: True)
+    monkeypatch.setattr(lstm_layer, "COPY_THREADS", 0)
+    monkeypatch.setattr(lstm_layer, "COPY_STEPS", T)
     in_place = frozenset({"w_ih", "w_hh"} if T == 1 else {"w_ih"})
     monkeypatch.setattr(lstm, "reads_in_place", lambda *args: in_place)
     a, d = make(rng, T, N, C, K, np.float32)
@@ -170,7 +171,7 @@ def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     saved = lstm.Saved()
     y, (hT, cT) = lstm.forward(**a, config=cfg, saved=saved)
     layer = saved.layer
-    copying = copies_w(layer.g, in_place)
+    copying = lstm_layer.copies_w(layer.g, in_place)
     assert copying == (in_place if K % layer.g.bk == 0 else frozenset())
     for w in copying:
         assert w + "_tiles" not in layer._blocked
@@ -183,14 +184,16 @@ def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
 
 
 def test_the_copying_rule_on_the_benchmark_shapes(monkeypatch):
-    """copies_w at 2 and 16 threads: both weights of the single step (its
-    rows few against W), no weight where W is small (small_t10_n64) or dG
-    large against it (the GNMT shapes of many steps' rows)."""
+    """copies_w: both weights of the single step at 16 threads (its rows few
+    against W), none at 2 threads, none where W is small (small_t10_n64) or
+    over several steps (the GNMT shapes), none where the gates are not whole
+    blocks, none of weights not read in place."""
     from primitives import lstm_layer
     both = {"w_ih", "w_hh"}
-    for threads in (2, 16):
+    for threads in (2, 16, 32):
         monkeypatch.setattr(lstm_layer, "cpu_threads", lambda t=threads: t)
-        for (T, N, C, K), want in (((1, 128, 2048, 1024), both), ((10, 64, 512, 512), set()),
+        for (T, N, C, K), want in (((1, 128, 2048, 1024), both if threads == 16 else set()),
+                                   ((10, 64, 512, 512), set()), ((10, 64, 2048, 2048), set()),
                                    ((50, 64, 1024, 1024), set()), ((25, 128, 1024, 1024), set()),
                                    ((1, 128, 2048, 1000), set())):  # gates not whole blocks
             g = lstm.geometry(T, N, C, K)
