@@ -1,6 +1,6 @@
 """lstm.forward + lstm.backward (one lstm.Saved) where the backward-data of a
 weight read in place copies W's tiles inside its own plan
-(lstm_layer.copies_w: fc_plans.plan_copying on dG's tiles) against the path
+(lstm_strips.copies_w: fc_plans.plan_copying on dG's tiles) against the path
 before it, where the forward's projection writes the backward's tiles as it
 reads W (copy_rows) and the layer's plans read them back (issue 17). A probe,
 not a benchmark: its numbers go to benchmarks/RESULTS.md by hand.
@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.common import machine, quick_shapes, report_sides, set_threads
 from brgemm.info import kernel_path
-from primitives import lstm, lstm_layer
+from primitives import lstm, lstm_layer, lstm_strips
 
 QUICK = ("single_step_t1",)
 
@@ -42,7 +42,7 @@ def sides(T, N, C, K, rng, brief=False, chunks=()):
     d = dict(dy=r(T, N, K), dhT=r(N, K), dcT=r(N, K))
     layer = lstm.LSTM(C, K, init=False)
     layer.set_weights(a["w_ih"], a["w_hh"], a["b"])
-    rule = lstm_layer.copies_w
+    rule = lstm_strips.copies_w  # the layer's name of it is the one replaced per side
 
     def func(copies, config=None):
         saved = lstm.Saved()
@@ -73,7 +73,7 @@ def sides(T, N, C, K, rng, brief=False, chunks=()):
     if not brief:
         out["the layer (weights blocked before)"] = layer_fb
     g = lstm.geometry(T, N, C, K, path=kernel_path("f32"))
-    in_place = lstm_layer.reads_in_place(g, "f32", "cpu", a["x"], a["w_ih"], a["w_hh"], None)
+    in_place = lstm_strips.reads_in_place(g, "f32", "cpu", a["x"], a["w_ih"], a["w_hh"], None)
     return g, in_place, rule(g, in_place), out
 
 

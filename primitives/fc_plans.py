@@ -218,7 +218,7 @@ def plan_copying(g, pass_="bwd", has_bias=False, tiles=False):
     tiles: the input and the output in tiles, [Nb][Rb][bn][br] and
     [Nb][Sb][bn][bs] for the reduction's blocks Rb of br and the output's Sb
     of bs (bwd: the LSTM's dG and its backward-data's outputs,
-    lstm_layer.copies_w), not plain; w plain still."""
+    lstm_strips.copies_w), not plain; w plain still."""
     fwd = pass_ == "fwd"
     a, out = ("x", "y") if fwd else ("dy", "dx")
     R, Rb, br = (g.C, g.Cb, g.bc) if fwd else (g.K, g.Kb, g.bk)  # the reduction

@@ -9,16 +9,14 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Buffers, Recycler, aligned_empty
 from brgemm.info import kernel_path
-from brgemm.machine import cpu_threads
 from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpose_blocks
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, operands, positive
 from primitives import fc
-from primitives.fc_plans import copy_chunk, plan_copying
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
-from primitives.lstm_strips import NO_TILES, backward_data, fits, weight_tiles
+from primitives.lstm_strips import NO_TILES, backward_data, copies_w, fits, weight_tiles
 
 
 def vnni_operands(g, dtype, backend):
@@ -27,55 +25,6 @@ def vnni_operands(g, dtype, backend):
     bk), "upd" dG for the weight updates (depth bn, repacked once per call)."""
     depth = {"x": g.bc, "h": g.bk, "upd": g.bn}
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
-
-
-def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
-    """Which weights the functional forms read in place: a set of "w_ih", "w_hh".
-    W_ih wherever fc.can_read_w allows: the input projection as
-    lstm_plans.projection_t_nest (no W_ih^T tiles; it also ran 8-14% faster than
-    the blocked projection on every shape measured, RESULTS.md), backward-data
-    from tiles made straight from W_ih (one copy, not two). W_hh too where
-    there is one step (T = 1; later steps' recurrent nest streams W_hh's tiles)
-    and fc.reads_w's rule holds for h0 W_hh^T: its product joins the
-    projection's (projection_t_nest's hidden), the step is the cell alone
-    (cell_plan), and backward-data makes W_hh's tiles straight from it."""
-    out = set()
-    if fc.can_read_w(dtype, backend, x, w_ih, token):
-        out.add("w_ih")
-        if g.T == 1 and fc.reads_w(g.fc_step, dtype, backend, x, w_hh, token):
-            out.add("w_hh")
-    return frozenset(out)
-
-
-# lstm.backward's backward-data copies the tiles of a W read in place inside
-# its own plan (copies_w) at COPY_THREADS threads or more and COPY_STEPS steps
-# or fewer. Its alternative is cheap: the forward's projection makes those
-# tiles as it reads W anyway (copy_rows), so the copying plan saves only their
-# write-out and read-back, and pays for W read again, in rows of one block
-# column a core at a time. With many threads that write-out competes for the
-# memory bandwidth all cores share, and the copying plan ran ahead; with few
-# it ran a little behind. Over several steps' rows it ran level or behind:
-# it reads all of dG once per block column of its output (benchmarks/RESULTS.md,
-# issue 17; the thread counts between were not measured).
-COPY_THREADS = 16
-COPY_STEPS = 1
-
-
-def copies_w(g, in_place):
-    """Of the weights read in place (reads_in_place), those whose
-    backward-data copies W's tiles inside its own plan (fc_plans.plan_copying
-    on dG's and the output's tiles, copy_b ops), so that the forward's
-    projection makes no tiles of them: where the gates are whole blocks (W's
-    rows are then dG's columns), the threads and steps are as COPY_THREADS
-    and COPY_STEPS say, fc's rule (fc.copies_w) holds for the product (W_ih's
-    over every step's rows, W_hh's over step 0's) and its rows are few
-    against W (fc.small_batch)."""
-    threads = cpu_threads()
-    if g.K % g.bk or threads < COPY_THREADS or g.T > COPY_STEPS:
-        return frozenset()
-    geometries = {"w_ih": g.fc_input, "w_hh": lambda: g.fc_step}
-    return frozenset(w for w in in_place
-                     if fc.copies_w(fg := geometries[w](), threads) and fc.small_batch(fg))
 
 
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):
@@ -88,8 +37,8 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
     alone never pays for them. The operands in `vnni` are packed in VNNI pairs
     (AMX), the transposes then made here.
     buffer(name, shape, dtype): where each copy goes (default: new arrays).
-    skip: "wx", "wh" not made (None): their weight read in place (reads_in_place;
-    f32, no VNNI)."""
+    skip: "wx", "wh" not made (None): their weight read in place
+    (lstm_strips.reads_in_place; f32, no VNNI)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
     wx = None if "wx" in skip else buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
@@ -146,7 +95,7 @@ class LSTM:
         self._grad_tiles, self._grads = None, {}
         self._results = Recycler()
         self._wbufs, self._own = Buffers(), False
-        self._in_place = frozenset()  # set_weights(in_place=): see reads_in_place
+        self._in_place = frozenset()  # set_weights(in_place=): see lstm_strips.reads_in_place
 
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
@@ -212,7 +161,8 @@ class LSTM:
 
     def set_weights(self, w_ih, w_hh, b, token=None, in_place=()):
         """Use these arrays as the weights (not copied), blocked as load_weights();
-        in_place: the weights read in place, not blocked (reads_in_place; f32, no token)."""
+        in_place: the weights read in place, not blocked (lstm_strips.reads_in_place;
+        f32, no token)."""
         self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
         self._in_place = frozenset(in_place)
         self.load_weights(token)
@@ -356,16 +306,11 @@ class LSTM:
 
     def _backward_data(self, dG, name, out):
         """out = dG @ W for a weight read in place whose tiles the forward did
-        not make: copied inside the plan where copies_w says, else in strips
-        (lstm_strips.backward_data)."""
+        not make (lstm_strips.backward_data: copying them where copies_w says)."""
         g = self.g
-        w, bs = (self.w_ih, g.bc) if name == "w_ih" else (self.w_hh, g.bk)
-        if name not in copies_w(g, self._in_place):
-            return backward_data(g, dG, w, bs, out, self._buffer, self.backend)
-        fg = g.fc_input() if name == "w_ih" else g.fc_step
-        plan_copying(fg, tiles=True).run(backend=self.backend, dy=dG, w=w, dx=out, wt=self._buffer(
-            name + "_copies", (fg.Cb, copy_chunk(fg), fg.bk, fg.bc)))
-        return out
+        w, bs, fg = (self.w_ih, g.bc, self.gx) if name == "w_ih" else (self.w_hh, g.bk, self.gh1)
+        return backward_data(g, dG, w, bs, out, self._buffer, self.backend,
+                             fg if name in copies_w(g, self._in_place) else None)
 
     def _plain_updates(self):
         """The update plans that write dW_ih and dW_hh as plain [4K, *] arrays

@@ -1,5 +1,5 @@
 """The LSTM functional forms that read W_ih (and with one step W_hh) in place
-(lstm_layer.reads_in_place): every path, forced, against torch.nn.LSTM in
+(lstm_strips.reads_in_place): every path, forced, against torch.nn.LSTM in
 float64 on random shapes with remainders (minibatch, input and hidden sizes
 not whole blocks), equal to each other, and the rule's choice on the
 benchmark shapes."""
@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from primitives import lstm
-from primitives.lstm_layer import reads_in_place
-from primitives.lstm_strips import fits
+from primitives.lstm_strips import fits, reads_in_place
 from tests.test_lstm import check, make, reference
 
 CFG = {"fwd": {"bn": 16, "bc": 32, "bk": 16}}  # several blocks, ragged edges, on small shapes
@@ -146,13 +145,14 @@ def test_forward_makes_the_backward_tiles_either_task_split(rng, monkeypatch, ca
 @pytest.mark.parametrize("case", range(6))
 def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     """The backward-data that copies the tiles of a W read in place inside its
-    own plan (lstm_layer.copies_w: fc_plans.plan_copying on dG's and the
+    own plan (lstm_strips.copies_w: fc_plans.plan_copying on dG's and the
     output's tiles), forced on (its rule opened to every size, thread count
-    and step count, the in-place choice to both weights at T = 1) on random shapes with ragged minibatch
-    and input blocks, random reduction chunks: the forward makes no tiles of
-    those weights, and every gradient matches torch's in float64. Hidden sizes
-    not whole blocks keep the strips (copies_w empty)."""
-    from primitives import fc, lstm_layer
+    and step count, the in-place choice to both weights at T = 1) on random
+    shapes with ragged minibatch and input blocks, random reduction chunks:
+    the forward makes no tiles of those weights, and every gradient matches
+    torch's in float64. Hidden sizes not whole blocks keep the strips
+    (copies_w empty)."""
+    from primitives import fc, lstm_strips
     T = 1 if case % 2 == 0 else int(rng.integers(2, 4))
     N, C = int(rng.integers(1, 50)), int(rng.integers(1, 130))
     K = 16 * int(rng.integers(1, 5)) if case < 5 else 16 * int(rng.integers(1, 4)) + 5
@@ -162,8 +162,8 @@ def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     monkeypatch.setattr(fc, "COPY_MIN", 0)
     monkeypatch.setattr(fc, "COPY_TASKS", 0)
     monkeypatch.setattr(fc, "small_batch", lambda g: True)
-    monkeypatch.setattr(lstm_layer, "COPY_THREADS", 0)
-    monkeypatch.setattr(lstm_layer, "COPY_STEPS", T)
+    monkeypatch.setattr(lstm_strips, "COPY_THREADS", 0)
+    monkeypatch.setattr(lstm_strips, "COPY_STEPS", T)
     in_place = frozenset({"w_ih", "w_hh"} if T == 1 else {"w_ih"})
     monkeypatch.setattr(lstm, "reads_in_place", lambda *args: in_place)
     a, d = make(rng, T, N, C, K, np.float32)
@@ -171,7 +171,7 @@ def test_backward_data_copying_w_inside_the_plan(rng, monkeypatch, case):
     saved = lstm.Saved()
     y, (hT, cT) = lstm.forward(**a, config=cfg, saved=saved)
     layer = saved.layer
-    copying = lstm_layer.copies_w(layer.g, in_place)
+    copying = lstm_strips.copies_w(layer.g, in_place)
     assert copying == (in_place if K % layer.g.bk == 0 else frozenset())
     for w in copying:
         assert w + "_tiles" not in layer._blocked
@@ -188,14 +188,14 @@ def test_the_copying_rule_on_the_benchmark_shapes(monkeypatch):
     against W), none at 2 threads, none where W is small (small_t10_n64) or
     over several steps (the GNMT shapes), none where the gates are not whole
     blocks, none of weights not read in place."""
-    from primitives import lstm_layer
+    from primitives import lstm_strips
     both = {"w_ih", "w_hh"}
     for threads in (2, 16, 32):
-        monkeypatch.setattr(lstm_layer, "cpu_threads", lambda t=threads: t)
+        monkeypatch.setattr(lstm_strips, "cpu_threads", lambda t=threads: t)
         for (T, N, C, K), want in (((1, 128, 2048, 1024), both if threads == 16 else set()),
                                    ((10, 64, 512, 512), set()), ((10, 64, 2048, 2048), set()),
                                    ((50, 64, 1024, 1024), set()), ((25, 128, 1024, 1024), set()),
                                    ((1, 128, 2048, 1000), set())):  # gates not whole blocks
             g = lstm.geometry(T, N, C, K)
-            assert lstm_layer.copies_w(g, {"w_ih"} if T > 1 else both) == want, (T, N, C, K)
-        assert lstm_layer.copies_w(lstm.geometry(1, 128, 2048, 1024), set()) == set()
+            assert lstm_strips.copies_w(g, {"w_ih"} if T > 1 else both) == want, (T, N, C, K)
+        assert lstm_strips.copies_w(lstm.geometry(1, 128, 2048, 1024), set()) == set()
