@@ -111,8 +111,8 @@ def backward_data(g, dG, w, bs, out, buffer, backend, copying=None):
     by strip, or with copying (the product as fc's geometry: the layer's gx
     for W_ih, gh1 for W_hh; where copies_w takes W) by fc's copying plan;
     buffer(name, shape): the strips' or copies' scratch tiles."""
-    if copying is not None:
-        fg = copying
+    fg = copying
+    if fg is not None:
         plan_copying(fg, tiles=True).run(backend=backend, dy=dG, w=w, dx=out, wt=buffer(
             "w_copies", (fg.Cb, copy_chunk(fg), fg.bk, fg.bc)))
         return out
