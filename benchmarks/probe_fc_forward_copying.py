@@ -43,7 +43,7 @@ def sides(N, C, K, rng, brief=False):
         if chunk < 1 or label and fc_plans.copy_chunk(gv, "fwd") == ch or brief and label:
             continue
         p = fc_plans.plan_copying(gv, "fwd")
-        tiles = np.empty((g.Kb, fc_plans.copy_chunk(gv, "fwd"), g.bc, g.bk), np.float32)
+        tiles = np.empty(p.extent["wt"], np.float32)
         out[f"copying (chunk {fc_plans.copy_chunk(gv, 'fwd')}){label}"] = \
             lambda p=p, tiles=tiles: p.run(x=x, w=w, wt=tiles, y=y)
     for name, fn in out.items():  # each side's y against float64 first

@@ -212,7 +212,7 @@ def _fc(threads):
                    ("plan", lambda: pf.run(x=x, y=y, w=wtiles, b=b))]
         if path == "blocked" and fc.copies_wt(g, cpu_threads()):  # its plan copies W^T's tiles
             pfc = fc.plan_copying(g, "fwd", has_bias=True)
-            ftiles = np.empty((g.Kb, fc.copy_chunk(g, "fwd"), g.bc, g.bk), np.float32)
+            ftiles = np.empty(pfc.extent["wt"], np.float32)
             path, forward = "copying", [("plan", lambda: pfc.run(x=x, w=w, wt=ftiles, y=y, b=b))]
         _line(name, "fwd", path, *_steps(forward, lambda: fc.forward(x, w, b)))
         xt = L.to_blocks(x, g.bc, g.bn, transpose=True)
@@ -224,8 +224,8 @@ def _fc(threads):
         data = [("wt", lambda: L.to_blocks(w, g.bk, g.bc, swap_grid=True, out=wt)),
                 ("plan", lambda: pb.run(dy=dy, dx=dx, wt=wt))]
         if fc.copies_w(g, cpu_threads()):  # backward-data's plan copies W's tiles itself
-            pc, tiles = fc.plan_copying(g), np.empty((g.Cb, fc.copy_chunk(g), g.bk, g.bc),
-                                                     np.float32)
+            pc = fc.plan_copying(g)
+            tiles = np.empty(pc.extent["wt"], np.float32)
             data = [("plan", lambda: pc.run(dy=dy, w=w, wt=tiles, dx=dx))]
         _line(name, "bwd", "copying" if len(data) == 1 else "blocked", *_steps(data + [
             ("x", lambda: L.to_blocks(x, gu.bn, gu.bc, out=xb)),

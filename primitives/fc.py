@@ -32,8 +32,8 @@ from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
-from primitives.fc_plans import (SCHEMA, copy_chunk, geometry, plain_update, plan,
-                                 plan_copying, plan_t, vnni_passes)
+from primitives.fc_plans import (SCHEMA, geometry, plain_update, plan, plan_copying, plan_t,
+                                 vnni_passes)
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -158,8 +158,8 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
         return y
     if path == "copying":  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
         y = _results.empty("y", (N, K), np.float32)
-        p.run(backend=backend, x=_plain(x, ab, "x"), w=w, y=y, wt=_buffer(
-            "wt_copies", (g.Kb, copy_chunk(g, "fwd"), g.bc, g.bk), np.float32), **bias)
+        p.run(backend=backend, x=_plain(x, ab, "x"), w=w, y=y,
+              wt=_buffer("wt_copies", (p.extent["wt"],), np.float32), **bias)
         return y
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
@@ -194,8 +194,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     dy_p = _plain(dy, ab, "dy")
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
     if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
-        p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx, wt=_buffer(
-            "wt_copies", (g.Cb, copy_chunk(g), g.bk, g.bc), np.float32))
+        p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx,
+                  wt=_buffer("wt_copies", (p_bwd.extent["wt"],), np.float32))
     else:
         p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                   wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))

@@ -28,7 +28,7 @@ from brgemm.layouts import nblocks, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from primitives import fc
-from primitives.fc_plans import copy_chunk, plan_copying
+from primitives.fc_plans import plan_copying
 
 _plans = bplan.PlanCache(maxsize=32)
 
@@ -113,8 +113,8 @@ def backward_data(g, dG, w, bs, out, buffer, backend, copying=None):
     buffer(name, shape): the strips' or copies' scratch tiles."""
     fg = copying
     if fg is not None:
-        plan_copying(fg, tiles=True).run(backend=backend, dy=dG, w=w, dx=out, wt=buffer(
-            "w_copies", (fg.Cb, copy_chunk(fg), fg.bk, fg.bc)))
+        p = plan_copying(fg, tiles=True)
+        p.run(backend=backend, dy=dG, w=w, dx=out, wt=buffer("w_copies", (p.extent["wt"],)))
         return out
     rows, Sb = dG.shape[0], nblocks(w.shape[1], bs)
     ks, tile, flat = g.fc_groups[1] or g.Kb, g.bn * g.bk, dG.reshape(-1)

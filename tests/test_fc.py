@@ -121,7 +121,7 @@ def test_backward_data_copying_w(rng, monkeypatch):
         cfg = {"fwd": {"bn": 32, "bc": 32, "bk": 32}, "bwd": {"chunk": chunk}}
         _config.clear()  # the path is decided once per call signature
         g = fc.geometry(N, C, K, cfg)
-        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc.copy_chunk(g)}")
+        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc_plans.copy_chunk(g)}")
         assert fc.copies_w(g, cpu_threads())
         x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
         dx, dw, db = fc.backward(dy, x, w, config=cfg)
@@ -155,7 +155,7 @@ def test_forward_copying_wt(rng, monkeypatch, copying):
             x = np.repeat(x, 2, axis=1)[:, ::2]
         b = rng.standard_normal(K).astype(np.float32) if rng.integers(2) else None
         path = fc._forward_plan(N, C, K, "f32", "cpu", cfg, b is not None, True)[2]
-        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc.copy_chunk(g, 'fwd')} "
+        print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc_plans.copy_chunk(g, 'fwd')} "
               f"bias={b is not None} contiguous={x.flags.c_contiguous} path={path}")
         assert path == ("copying" if copying else "tiles")
         y = fc.forward(x, w, b, config=cfg)
