@@ -37,6 +37,20 @@ def test_round_trip(rng, R, S, br, bs, transpose, swap_grid, dtype):
     np.testing.assert_allclose(sums, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5 * R * S)
 
 
+@pytest.mark.parametrize("case", range(12))
+def test_round_trip_random(rng, case):
+    """random sizes and blocks: the transposing copies' 16 x 16 (AVX-512) and
+    8 x 8 (AVX2) sub-blocks, their overlapping ragged edges and the scalar
+    ones, on a window that starts anywhere in a larger array"""
+    R, S = (int(v) for v in rng.integers(1, 90, 2))
+    br, bs = int(rng.integers(1, R + 20)), int(rng.integers(1, S + 20))
+    big = rng.standard_normal((S + 3, R + 5)).astype(np.float32)
+    x = big[1:S + 1, 2:R + 2]  # S x R, rows R + 5 apart
+    t = to_blocks(x, br, bs, transpose=True)
+    np.testing.assert_array_equal(t, ref_blocks(x.T, br, bs, False))
+    np.testing.assert_array_equal(from_blocks(t, R, S, transpose=True), x)
+
+
 def test_views_and_out(rng):
     big = rng.standard_normal((10, 20)).astype(np.float32)
     x = big[1:8, 3:12]  # row stride 20

@@ -24,8 +24,9 @@ def ref_image(x, bc, Hp, Wp, top, left):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_image_round_trip(rng, dtypes, pixels_last, phases, threads):
     src, dst = dtypes
-    N, C, H, W = rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 12), rng.integers(1, 30)
-    bc, top, left = int(rng.integers(1, 20)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
+    # channel blocks past the copies' groups of 16 channels, rows past their 16 x 16 sub-blocks
+    N, C, H, W = rng.integers(1, 4), rng.integers(1, 80), rng.integers(1, 12), rng.integers(1, 40)
+    bc, top, left = int(rng.integers(1, 40)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
     Hp = top + H + int(rng.integers(0, 3))
     Wp = -(-(left + W + int(rng.integers(0, 3))) // phases) * phases
     big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)

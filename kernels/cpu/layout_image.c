@@ -11,6 +11,18 @@ enum { PIXELS = 256 };
 /* rows shorter than this are copied a whole image plane at a time, through a
  * per-thread buffer: one long transpose, then the rows placed in the border */
 enum { SHORT_ROW = 12 };
+/* channels whose NCHW rows a blocked copy reads (or writes) side by side: a
+ * task takes GROUP channels down all its rows, then the next GROUP. A row of
+ * all bc (64) channels at a time kept bc streams going at once, more than the
+ * hardware prefetchers follow; 16 is one AVX-512 transpose's height. */
+enum { GROUP = 16 };
+
+/* chunks of rows each plane of a blocked copy is cut into: enough tasks for
+ * every thread (about four each) where the planes alone are too few */
+static int64_t plane_chunks(int64_t planes, int64_t rows, int nt) {
+  const int64_t want = (4 * (int64_t)nt + planes - 1) / planes;
+  return want < 1 ? 1 : want > rows ? rows : want;
+}
 
 
 int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H, int64_t W,
@@ -76,6 +88,34 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
     }
     return err;
   }
+  if (!pixels_last) { /* [Hp][Wp][bc] planes */
+    const int64_t planes = N * Cb, chunks = plane_chunks(planes, Hp, nt);
+    const int64_t span = (Hp + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < planes * chunks; ++t) { /* rows [h0, h1) of one plane */
+      const int64_t n = t / (Cb * chunks), cb = t / chunks % Cb, nc = brgemm_min64(bc, C - cb * bc);
+      const int64_t h0 = t % chunks * span, h1 = brgemm_min64(Hp, h0 + span);
+      const int64_t r0 = h0 > top ? h0 : top, r1 = brgemm_min64(h1, top + H); /* rows of x */
+      char* plane = (char*)dst + (n * Cb + cb) * Hp * row * di;
+      for (int64_t h = h0; h < h1; ++h) { /* the border's zeros */
+        char* out = plane + h * row * di;
+        if (h < r0 || h >= r1) {
+          brgemm_zero(out, row, di);
+          continue;
+        }
+        brgemm_zero(out, left * bc, di);
+        if (nc < bc)
+          for (int64_t a = left; a < left + W; ++a) brgemm_zero(out + (a * bc + nc) * di, bc - nc, di);
+        brgemm_zero(out + (left + W) * bc * di, (Wp - left - W) * bc, di);
+      }
+      for (int64_t c0 = 0; c0 < nc; c0 += GROUP)
+        for (int64_t h = r0; h < r1; ++h)
+          brgemm_window((const char*)src + (n * sn + (cb * bc + c0) * sc + (h - top) * sh) * si, sw,
+                        sc, si, plane + ((h * Wp + left) * bc + c0) * di, bc, di, W,
+                        brgemm_min64(GROUP, nc - c0));
+    }
+    return BRGEMM_OK;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t t = 0; t < N * Cb * Hp; ++t) { /* one padded row of one channel block */
     const int64_t n = t / (Cb * Hp), cb = t / Hp % Cb, h = t % Hp, hs = h - top;
@@ -86,14 +126,6 @@ int brgemm_cpu_image_to_blocks(const void* src, int64_t N, int64_t C, int64_t H,
     }
     const int64_t nc = brgemm_min64(bc, C - cb * bc);
     const char* in = (const char*)src + (n * sn + cb * bc * sc + hs * sh) * si;
-    if (!pixels_last) { /* [Wp][bc]: pixels of bc channels */
-      brgemm_zero(out, left * bc, di);
-      brgemm_window(in, sw, sc, si, out + left * bc * di, bc, di, W, nc);
-      if (nc < bc)
-        for (int64_t a = left; a < left + W; ++a) brgemm_zero(out + (a * bc + nc) * di, bc - nc, di);
-      brgemm_zero(out + (left + W) * bc * di, (Wp - left - W) * bc, di);
-      continue;
-    }
     for (int64_t p = 0; p < phases; ++p) { /* [phases][bc][Wd]: padded column j * phases + p */
       char* sub = out + p * bc * Wd * di;
       const int64_t j0 = left > p ? (left - p + phases - 1) / phases : 0;
@@ -157,12 +189,17 @@ int brgemm_cpu_blocks_to_image(const void* src, int64_t N, int64_t C, int64_t H,
     }
     return err;
   }
+  const int64_t chunks = plane_chunks(N * Cb, H, nt), span = (H + chunks - 1) / chunks;
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t t = 0; t < N * Cb * H; ++t) { /* one row of a channel block */
-    const int64_t n = t / (Cb * H), cb = t / H % Cb, h = t % H, nc = brgemm_min64(bc, C - cb * bc);
-    const char* in = (const char*)src + ((((n * Cb + cb) * Hp + h + top) * Wp + left) * bc) * si;
-    brgemm_window(in, 1, bc, si, (char*)dst + (((n * C + cb * bc) * H + h) * W) * di, H * W, di,
-                  nc, W);
+  for (int64_t t = 0; t < N * Cb * chunks; ++t) { /* rows [h0, h1) of a channel block */
+    const int64_t n = t / (Cb * chunks), cb = t / chunks % Cb, nc = brgemm_min64(bc, C - cb * bc);
+    const int64_t h0 = t % chunks * span, h1 = brgemm_min64(H, h0 + span);
+    for (int64_t c0 = 0; c0 < nc; c0 += GROUP) /* GROUP channels' rows written side by side */
+      for (int64_t h = h0; h < h1; ++h)
+        brgemm_window((const char*)src +
+                          ((((n * Cb + cb) * Hp + h + top) * Wp + left) * bc + c0) * si,
+                      1, bc, si, (char*)dst + (((n * C + cb * bc + c0) * H + h) * W) * di, H * W,
+                      di, brgemm_min64(GROUP, nc - c0), W);
   }
   return BRGEMM_OK;
 }
@@ -415,12 +452,6 @@ static inline void next_tap(int64_t* c, int64_t* r, int64_t* s, int64_t R, int64
   if (++*r < R) return;
   *r = 0;
   ++*c;
-}
-
-static inline int brgemm_layout_avx512(void) {
-  static int have = -1; /* a benign race: every thread computes the same answer */
-  if (have < 0) have = __builtin_cpu_supports("avx512f") ? 1 : 0;
-  return have;
 }
 
 /* image_to_columns for f32 with stride 1 across, with AVX-512, in two passes:
