@@ -15,8 +15,8 @@ from primitives.conv_in_place import shifted_plan
 from test_conv import magnitude, reference
 
 
-def _case(rng, W_lo, W_hi):
-    N, H, W = int(rng.integers(1, 4)), int(rng.integers(2, 12)), int(rng.integers(W_lo, W_hi))
+def _case(rng, W_lo, W_hi, H_hi=12):
+    N, H, W = int(rng.integers(1, 4)), int(rng.integers(2, H_hi)), int(rng.integers(W_lo, W_hi))
     bc, bk = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
     C, K = bc * int(rng.integers(1, 4)), int(rng.integers(1, 100))  # K ragged against bk
     cfg = {"fwd": {"bc": bc, "bk": bk, "pointwise_bp": int(rng.integers(16, 160)),
@@ -71,10 +71,13 @@ def test_shifted_plan_any_size(rng):
 
 
 @pytest.mark.parametrize("isa", [1, 2, 3])
-def test_unwrap_versions(rng, isa):
+@pytest.mark.parametrize("tall", [False, True])
+def test_unwrap_versions(rng, isa, tall):
     """Each version of the fix against float64 on a random y (the plain one
-    everywhere; AVX2 and AVX-512 where this CPU runs them, else refused)."""
-    x, w, g, _ = _case(rng, 2, 40)
+    everywhere; AVX2 and AVX-512 where this CPU runs them, else refused);
+    tall images: columns past one block of rows (each version's blocks of
+    16 to 64 rows and their last, part-filled vectors)."""
+    x, w, g, _ = _case(rng, 2, 40, 150 if tall else 12)
     y0 = rng.standard_normal((g.N, g.K, g.H, g.W)).astype(np.float32)
     try:
         got = conv_unwrap(y0.copy(), x, w, isa=isa)

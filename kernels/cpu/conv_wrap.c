@@ -7,73 +7,70 @@
  *   y[n][k][p][0]     -= sum_{c,r} w[k][c][r][0] x[n][c][p + r - 2][W - 1],  2 <= p <= H - 2
  *   y[n][k][p][W - 1] -= sum_{c,r} w[k][c][r][2] x[n][c][p + r][0],         1 <= p <= H - 3
  * (the plan's first and last flat pixels leave those taps out, so the rows
- * 1 and H - 2 need none). The two taps' weights gathered once per call,
- * channels innermost; per task (an image's side) the column of x gathered
- * once, then sums with 32 channels as the vector (a short column of H - 3 rows would fill
- * vectors of rows in part). Three versions (AVX-512, AVX2 + FMA, plain C);
+ * 1 and H - 2 need none). Each image's two columns of x gathered first
+ * ([C][H], the rows contiguous); then per task (a side, an image, a block of
+ * output channels) the sums with the column's rows as the vector, w's taps
+ * broadcast from w as it lies (gathering them into vectors of channels first
+ * cost as much as the sums). Three versions (AVX-512, AVX2 + FMA, plain C);
  * `isa` picks one (0: the best this CPU runs; 1 plain, 2 AVX2, 3 AVX-512:
  * for tests, which check each against NumPy). */
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "brgemm_cpu.h"
 
-/* output channels a block (wk's rows), and the most rows summed at once
- * (the column's zero tail): 2 x 6 AVX-512 sums (4 x 3 AVX2) in flight, as
- * many as an FMA's latency times its rate keeps busy */
-enum { UNWRAP_K = 32, UNWRAP_P = 8 };
+/* output channels a task takes (of one side of one image), and the floats
+ * read past a column's end by the last vectors of rows (summed, never
+ * stored): zeros after the last column */
+enum { UNWRAP_K = 32, UNWRAP_PAD = 4 * 16 + 8 };
 
-/* For output channels k0 + kk (kk < kn <= UNWRAP_K, their weights of this
- * side's tap in wk [C][3][UNWRAP_K], zeros past kn) and rows p0 + p, p < np:
- * sums over c and r of wk times the column's values, with the channels as
- * the vector, then taken from y's column q (y: the block's first channel,
- * rows H W apart). */
+/* sums[kk][p] = sum_{c, r} wk[kk ldw + 9 c + 3 r] col[c H + p0 + dp + r + p]
+ * for kk < kn, p < np, taken from y[kk H W + (p0 + p) W + q] (wk: w at the
+ * block's first channel and this side's tap s; y at its first channel) */
 static void unwrap_plain(const float* col, int64_t C, int64_t H, int64_t W, const float* wk,
-                         int64_t kn, int64_t p0, int64_t np, int64_t dp, int64_t q, float* y) {
-  for (int64_t p = 0; p < np; ++p) {
-    float acc[UNWRAP_K] = {0.0f};
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < 3; ++r) {
-        const float v = col[c * H + p0 + dp + r + p];
-        for (int kk = 0; kk < UNWRAP_K; ++kk) acc[kk] += v * wk[(c * 3 + r) * UNWRAP_K + kk];
-      }
-    for (int64_t kk = 0; kk < kn; ++kk) y[kk * H * W + (p0 + p) * W + q] -= acc[kk];
-  }
+                         int64_t ldw, int64_t kn, int64_t p0, int64_t np, int64_t dp, int64_t q,
+                         float* y) {
+  for (int64_t kk = 0; kk < kn; ++kk)
+    for (int64_t p = 0; p < np; ++p) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < 3; ++r)
+          acc += wk[kk * ldw + 9 * c + 3 * r] * col[c * H + p0 + dp + r + p];
+      y[kk * H * W + (p0 + p) * W + q] -= acc;
+    }
 }
 
-/* the sums of rows p .. p + rows - 1 (sums [rows][UNWRAP_K]) taken from y */
-static inline void unwrap_store(const float* sums, int rows, int64_t kn, int64_t H, int64_t W,
-                                int64_t row, int64_t q, float* y) {
-  for (int i = 0; i < rows; ++i)
-    for (int64_t kk = 0; kk < kn; ++kk) y[kk * H * W + (row + i) * W + q] -= sums[i * UNWRAP_K + kk];
-}
-
-/* unwrap_plain's sums in vectors: P rows at once (UNWRAP_P at most), the
- * UNWRAP_K channels as V vectors of LANES floats; one body for both widths */
-#define UNWRAP_SIMD(NAME, TARGET, VEC, LANES, ROWS, ZERO, LOAD, BCAST, FMADD, STORE)         \
+/* unwrap_plain's sums in vectors of LANES rows: PV vectors of rows by KB
+ * channels at once (a block's last channels repeat its last real one, summed
+ * and not stored); per (c, r) PV loads of the column and KB broadcasts of w
+ * for KB x PV FMAs. One body for both widths and every shape of the block. */
+#define UNWRAP_SIMD(NAME, TARGET, VEC, LANES, PV, KB, ZERO, LOADU, BCAST, FMADD, STORE)      \
   __attribute__((target(TARGET))) static void NAME(                                          \
-      const float* col, int64_t C, int64_t H, int64_t W, const float* wk, int64_t kn,        \
-      int64_t p0, int64_t np, int64_t dp, int64_t q, float* y) {                             \
-    enum { P = ROWS, V = UNWRAP_K / LANES };                                                 \
-    for (int64_t p = 0; p < np; p += P) {                                                    \
-      VEC acc[P][V];                                                                         \
-      for (int i = 0; i < P; ++i)                                                            \
-        for (int v = 0; v < V; ++v) acc[i][v] = ZERO();                                      \
+      const float* col, int64_t C, int64_t H, int64_t W, const float* wk, int64_t ldw,       \
+      int64_t kn, int64_t p0, int64_t np, int64_t dp, int64_t q, float* y) {                 \
+    const float* wr[KB];                                                                     \
+    for (int kk = 0; kk < KB; ++kk) wr[kk] = wk + (kk < kn ? kk : kn - 1) * ldw;           \
+    for (int64_t p = 0; p < np; p += PV * LANES) {                                           \
+      VEC acc[KB][PV];                                                                       \
+      for (int kk = 0; kk < KB; ++kk)                                                        \
+        for (int v = 0; v < PV; ++v) acc[kk][v] = ZERO();                                    \
       for (int64_t c = 0; c < C; ++c)                                                        \
-        for (int64_t r = 0; r < 3; ++r) {                                                    \
-          const float* wr = wk + (c * 3 + r) * UNWRAP_K;                                     \
+        for (int r = 0; r < 3; ++r) {                                                        \
           const float* xc = col + c * H + p0 + dp + r + p;                                   \
-          VEC wv[V];                                                                         \
-          for (int v = 0; v < V; ++v) wv[v] = LOAD(wr + LANES * v);                          \
-          for (int i = 0; i < P; ++i) {                                                      \
-            const VEC x = BCAST(xc + i);                                                     \
-            for (int v = 0; v < V; ++v) acc[i][v] = FMADD(x, wv[v], acc[i][v]);              \
+          VEC xv[PV];                                                                        \
+          for (int v = 0; v < PV; ++v) xv[v] = LOADU(xc + LANES * v);                        \
+          for (int kk = 0; kk < KB; ++kk) {                                                  \
+            const VEC b = BCAST(wr[kk] + 9 * c + 3 * r);                                     \
+            for (int v = 0; v < PV; ++v) acc[kk][v] = FMADD(b, xv[v], acc[kk][v]);           \
           }                                                                                  \
         }                                                                                    \
-      float sums[P * UNWRAP_K];                                                              \
-      for (int i = 0; i < P; ++i)                                                            \
-        for (int v = 0; v < V; ++v) STORE(sums + i * UNWRAP_K + LANES * v, acc[i][v]);       \
-      unwrap_store(sums, np - p < P ? (int)(np - p) : P, kn, H, W, p0 + p, q, y);            \
+      float sums[KB][PV * LANES];                                                            \
+      for (int kk = 0; kk < KB; ++kk)                                                        \
+        for (int v = 0; v < PV; ++v) STORE(sums[kk] + LANES * v, acc[kk][v]);                \
+      const int64_t rows = np - p < PV * LANES ? np - p : PV * LANES;                        \
+      for (int64_t kk = 0; kk < kn; ++kk)                                                    \
+        for (int64_t i = 0; i < rows; ++i) y[kk * H * W + (p0 + p + i) * W + q] -= sums[kk][i]; \
     }                                                                                        \
   }
 
@@ -82,10 +79,21 @@ __attribute__((target("avx512f"))) static inline __m512 broadcast512(const float
   return _mm512_set1_ps(*x);
 }
 
-UNWRAP_SIMD(unwrap_avx2, "avx2,fma", __m256, 8, 3, _mm256_setzero_ps, _mm256_loadu_ps,
+/* blocks sized so that the sums (KB x PV vectors), a row of column vectors
+ * and a broadcast fit the registers: 16 and 32 for AVX2 and AVX-512; the
+ * AVX-512 version by the column's length, so that short columns do not sum
+ * rows of zeros */
+UNWRAP_SIMD(unwrap_avx2, "avx2,fma", __m256, 8, 2, 6, _mm256_setzero_ps, _mm256_loadu_ps,
             _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_storeu_ps)
-UNWRAP_SIMD(unwrap_avx512, "avx512f", __m512, 16, 6, _mm512_setzero_ps, _mm512_loadu_ps,
+UNWRAP_SIMD(unwrap_avx512_1, "avx512f", __m512, 16, 1, 12, _mm512_setzero_ps, _mm512_loadu_ps,
             broadcast512, _mm512_fmadd_ps, _mm512_storeu_ps)
+UNWRAP_SIMD(unwrap_avx512_2, "avx512f", __m512, 16, 2, 10, _mm512_setzero_ps, _mm512_loadu_ps,
+            broadcast512, _mm512_fmadd_ps, _mm512_storeu_ps)
+UNWRAP_SIMD(unwrap_avx512_4, "avx512f", __m512, 16, 4, 6, _mm512_setzero_ps, _mm512_loadu_ps,
+            broadcast512, _mm512_fmadd_ps, _mm512_storeu_ps)
+
+typedef void (*unwrap_fn)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
+                          int64_t, int64_t, int64_t, int64_t, float*);
 
 int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int64_t W,
                            const float* w, int64_t K, float* y, int isa, int threads) {
@@ -98,57 +106,40 @@ int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int6
   if ((isa == 3 && !__builtin_cpu_supports("avx512f")) ||
       (isa == 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))))
     return BRGEMM_EINVAL;  /* asked for what this CPU lacks */
-  /* each side's tap weights, once for all images: wt [2][kb][C][3][UNWRAP_K] (a channel
-   * block's rows for one (c, r) side by side; zeros past K) */
-  const int64_t kb = (K + UNWRAP_K - 1) / UNWRAP_K, block = C * 3 * UNWRAP_K;
-  float* wt = malloc((size_t)(2 * kb * block) * sizeof(float));
-  if (!wt) return BRGEMM_ENOMEM;
-  int err = BRGEMM_OK;
+  const int64_t np = H - 3; /* rows each side fixes */
+  if (np < 1) return BRGEMM_OK;
+  const unwrap_fn fn = isa == 1   ? unwrap_plain
+                       : isa == 2 ? unwrap_avx2
+                       : np <= 16 ? unwrap_avx512_1
+                       : np <= 32 ? unwrap_avx512_2
+                                  : unwrap_avx512_4;
+  const int kb = isa == 1 ? UNWRAP_K : isa == 2 ? 6 : np <= 16 ? 12 : np <= 32 ? 10 : 6;
+  /* the columns [N][2][C][H]: x's last column (side 0) and its first (side 1) */
+  float* cols = malloc((size_t)(N * 2 * C * H + UNWRAP_PAD) * sizeof(float));
+  if (!cols) return BRGEMM_ENOMEM;
+  memset(cols + N * 2 * C * H, 0, UNWRAP_PAD * sizeof(float));
+  const int64_t blocks = (K + UNWRAP_K - 1) / UNWRAP_K;
 #pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < 2 * kb; ++t) { /* (side, channel block) */
-      const int s = t / kb ? 2 : 0;
-      float* out = wt + t * block;
-      for (int64_t kk = 0; kk < UNWRAP_K; ++kk) {
-        const int64_t k = t % kb * UNWRAP_K + kk;
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t r = 0; r < 3; ++r)
-            out[(c * 3 + r) * UNWRAP_K + kk] = k < K ? w[((k * C + c) * 3 + r) * 3 + s] : 0.0f;
-      }
-    }
-    /* the column of x ([C][H]), UNWRAP_P zeros past its end: rows past np are summed, not stored */
-    float* col = malloc((size_t)(C * H + UNWRAP_P) * sizeof(float));
-    if (!col) {
-#pragma omp atomic write
-      err = BRGEMM_ENOMEM;
+    for (int64_t t = 0; t < N * 2; ++t) {
+      const float* xn = x + t / 2 * C * H * W + (t % 2 ? 0 : W - 1);
+      float* col = cols + t * C * H;
+      for (int64_t c = 0; c < C * H; ++c) col[c] = xn[c * W];
     }
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < N * 2; ++t) { /* an image's side: its column gathered once */
-      if (!col) continue;
-      const int64_t n = t / 2, side = t % 2;
-      /* left: p = 2 .. H-2 read column W-1, rows p + r - 2; right: p = 1 .. H-3, column 0, rows p + r */
-      const int64_t p0 = side ? 1 : 2, np = H - 3, dp = side ? 0 : -2;
-      const int64_t from = side ? 0 : W - 1, q = side ? W - 1 : 0;
-      if (np < 1) continue;
-      const float* xn = x + n * C * H * W;
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t h = 0; h < H; ++h) col[c * H + h] = xn[(c * H + h) * W + from];
-      for (int i = 0; i < UNWRAP_P; ++i) col[C * H + i] = 0.0f;
-      for (int64_t b = 0; b < kb; ++b) {
-        const int64_t k0 = b * UNWRAP_K, kn = K - k0 < UNWRAP_K ? K - k0 : UNWRAP_K;
-        const float* wk = wt + (side * kb + b) * block;
-        float* yk = y + (n * K + k0) * H * W;
-        if (isa == 3)
-          unwrap_avx512(col, C, H, W, wk, kn, p0, np, dp, q, yk);
-        else if (isa == 2)
-          unwrap_avx2(col, C, H, W, wk, kn, p0, np, dp, q, yk);
-        else
-          unwrap_plain(col, C, H, W, wk, kn, p0, np, dp, q, yk);
-      }
+    for (int64_t t = 0; t < N * 2 * blocks; ++t) { /* (image, side, channel block) */
+      const int64_t n = t / (2 * blocks), side = t / blocks % 2, k0 = t % blocks * UNWRAP_K;
+      const int64_t kn = K - k0 < UNWRAP_K ? K - k0 : UNWRAP_K;
+      /* left: p = 2 .. H-2 read column W-1, rows p + r - 2, tap s = 0; right:
+       * p = 1 .. H-3, column 0, rows p + r, tap s = 2 */
+      const int64_t p0 = side ? 1 : 2, dp = side ? 0 : -2, q = side ? W - 1 : 0;
+      const float* col = cols + (n * 2 + side) * C * H;
+      for (int64_t k = k0; k < k0 + kn; k += kb)
+        fn(col, C, H, W, w + k * C * 9 + (side ? 2 : 0), C * 9,
+           k0 + kn - k < kb ? k0 + kn - k : kb, p0, np, dp, q, y + (n * K + k) * H * W);
     }
-    free(col);
   }
-  free(wt);
-  return err;
+  free(cols);
+  return BRGEMM_OK;
 }
