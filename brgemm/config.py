@@ -61,6 +61,7 @@ def check_config(config):
 
 
 _parsed = LRU(16)  # file stamp -> its tables: a new shape re-reads no file
+writes = 0  # files write_config wrote: readers that cache a file's stamp look again
 
 
 def _read(path: os.PathLike | str, what: str) -> dict:
@@ -270,3 +271,5 @@ def write_config(path: os.PathLike | str, primitive_pass: str, shape: Mapping[st
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(_dump(data).lstrip("\n"))
     os.replace(tmp, path)
+    global writes
+    writes += 1

@@ -2,7 +2,9 @@
 import json
 import os
 import pathlib
+import time
 
+from brgemm import config as _files
 from brgemm import environ
 from brgemm.config import check_config, load_config
 from brgemm.lru import LRU
@@ -12,13 +14,33 @@ _cache = LRU(256)
 _derived = LRU(512)
 
 
+# A functional call stamps its config files, a stat each: a system call, a
+# few microseconds on a VM, as much as the rest of a small call's checks. So
+# a file's stamp is taken again only once RECHECK_NS have passed since it
+# was last taken, or at once after write_config wrote any file: a change made
+# otherwise (another process, an editor) is seen within RECHECK_NS, about the
+# granularity of the modification times that the stamp compares (the kernel's
+# clock tick, 1-10 ms), within which a rewrite of the same size went unseen
+# before too.
+RECHECK_NS = 5_000_000
+_stamps = LRU(64)  # path -> (monotonic ns when taken, brgemm.config.writes then, stamp)
+
+
 def _stamp(path):
-    """What identifies a file's content cheaply: its path and modification time."""
+    """What identifies a file's content cheaply: its path, modification time,
+    size and inode (write_config replaces the file: a new one), taken again
+    as RECHECK_NS says."""
+    path = os.fspath(path)  # str or os.PathLike (check_config): by its string
+    now, seen = time.monotonic_ns(), _stamps.get(path)
+    if seen is not None and now - seen[0] < RECHECK_NS and seen[1] == _files.writes:
+        return seen[2]
     try:
         st = os.stat(path)
-        return (str(path), st.st_mtime_ns, st.st_size)
-    except (OSError, TypeError, ValueError):
-        return (str(path), None, None)
+        stamp = (path, st.st_mtime_ns, st.st_size, st.st_ino)
+    except (OSError, ValueError):
+        stamp = (path, None, None, None)
+    _stamps.put(path, (now, _files.writes, stamp))
+    return stamp
 
 
 _defaults_files = {}  # primitive -> its defaults file's path, as a string
@@ -57,6 +79,7 @@ def clear():
     fault in a derivation (a stale entry would outlive the plant)."""
     _cache.clear()
     _derived.clear()
+    _stamps.clear()
 
 
 def cached(primitive, args, config, make):

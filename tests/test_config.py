@@ -343,3 +343,24 @@ def test_cuda_takes_its_own_lstm_and_conv_tables():
     # the weight update over pixel runs where output rows are short (flat_below_q)
     assert not gc.flat and conv.geometry(32, 256, 64, 28, 28, 1, 1, (1, 1), (0, 0),
                                          path="cuda").flat
+
+
+def test_primitives_see_a_changed_config_file(tmp_path, monkeypatch):
+    """The primitives' cached settings follow their override file: at once
+    after write_config, within primitives._config.RECHECK_NS after any other
+    write (the file's stamp is not taken on every call)."""
+    import time
+
+    from primitives import _config
+    from primitives.fc_plans import SCHEMA as FC
+    shape = {"N": 64, "C": 96, "K": 80}
+    user = write(tmp_path, '[fc.fwd."N=64,C=96,K=80"]\nbn = 8\n')
+    monkeypatch.setenv("BRGEMM_CONFIG", str(user))
+    assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == 8
+    for bn in (16, 24):
+        write_config(user, "fc.fwd", shape, {"bn": bn})  # seen at once
+        assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == bn
+    assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == 24
+    user.write_text('[fc.fwd."N=64,C=96,K=80"]\nbn = 32\n')  # another size: a new stamp
+    time.sleep(2 * _config.RECHECK_NS / 1e9)
+    assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == 32
