@@ -60,7 +60,7 @@ class Recycler:
         pool = self._local.__dict__.setdefault("pool", {})
         held = pool.get(name)
         # references to an unclaimed array: the pool's, `held`, getrefcount's argument
-        if (held is not None and held.shape == tuple(shape) and held.dtype == np.dtype(dtype)
+        if (held is not None and held.shape == tuple(shape) and held.dtype == dtype
                 and sys.getrefcount(held) == 3):
             return poison(held)
         # np.empty, not aligned_empty: the refcount test needs an array that owns
@@ -120,6 +120,18 @@ def to_host(x):
     raise TypeError(f"x: expected a numpy.ndarray or a device array, got {type(x).__name__}")
 
 
+_dtypes = {}  # a dtype argument -> np.dtype: np.dtype() per buffer costs as much as the look-up
+
+
+def _dtype(dtype):
+    try:
+        return _dtypes[dtype]
+    except KeyError:
+        return _dtypes.setdefault(dtype, np.dtype(dtype))
+    except TypeError:  # unhashable (a structured dtype's spec)
+        return np.dtype(dtype)
+
+
 class Scratch:
     """Per-thread 64-byte aligned buffers kept by name and size, for the layout
     copies of functional calls: fresh pages cost a fault each, as much as the
@@ -135,7 +147,7 @@ class Scratch:
         bufs = getattr(self._local, "bufs", None)
         if bufs is None:
             bufs = self._local.bufs = LRU(self._limit)
-        key = (name, tuple(shape), np.dtype(dtype))
+        key = (name, tuple(shape), _dtype(dtype))
         buf = bufs.get(key)
         if buf is None:
             buf = bufs.get_or_make(key, lambda: aligned_empty(shape, dtype))

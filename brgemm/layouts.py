@@ -52,28 +52,38 @@ def _row_stride(x, name):
 
 def _out_dtype(src, dtype, name="x"):
     """The element type a copy of `src` writes: its own, or bf16 rounded from f32."""
-    out = src.dtype if dtype is None else np.dtype(dtype)
-    if src.dtype.itemsize not in (2, 4) or src.dtype not in (dtypes.float32, dtypes.bfloat16):
-        raise TypeError(f"{name}: expected float32 or bfloat16 elements, got {src.dtype}")
-    if out != src.dtype and not (src.dtype == dtypes.float32 and out == dtypes.bfloat16):
-        raise TypeError(f"dtype: a {src.dtype} {name} converts to itself or, from float32, "
+    have = src.dtype
+    if (dtype is None or dtype is have) and (have is _F32 or have is _BF16):
+        return have  # the common case at once: every copy of a call asks
+    out = have if dtype is None else np.dtype(dtype)
+    if have.itemsize not in (2, 4) or have not in (dtypes.float32, dtypes.bfloat16):
+        raise TypeError(f"{name}: expected float32 or bfloat16 elements, got {have}")
+    if out != have and not (have == dtypes.float32 and out == dtypes.bfloat16):
+        raise TypeError(f"dtype: a {have} {name} converts to itself or, from float32, "
                         f"to bfloat16; got {out}")
     return out
 
 
 def _check_out(out, shape, dtype, name="out"):
+    """out (shape: a tuple) as given, checked; a new aligned array where None."""
     if out is None:
         return aligned_empty(shape, dtype)
-    if (not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype
+    if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype
             or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"{name}: expected a writeable C-contiguous {dtype} array of shape "
                          f"{tuple(shape)}")
     return out
 
 
-# C entry points looked up once: a functional call makes several copies
-_address, _ok, _NULL = cpu.address, cpu.check, cpu.ffi.NULL
+# C entry points and helpers looked up once: a functional call makes several copies
+_F32, _BF16 = dtypes.float32, dtypes.bfloat16
+_address, _ok, _NULL, _OK = cpu.address, cpu.check, cpu.ffi.NULL, cpu.lib.BRGEMM_OK
+_new, _cast, _overlap = cpu.ffi.new, cpu.ffi.cast, np.may_share_memory
 _to_blocks, _from_blocks = cpu.lib.brgemm_cpu_to_blocks_sums, cpu.lib.brgemm_cpu_from_blocks
+_image_to_blocks = cpu.lib.brgemm_cpu_image_to_blocks
+_blocks_to_image = cpu.lib.brgemm_cpu_blocks_to_image
+_taps_to_blocks = cpu.lib.brgemm_cpu_conv_weights_to_blocks
+_taps_from_blocks = cpu.lib.brgemm_cpu_conv_weights_from_blocks
 
 
 def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None,
@@ -91,15 +101,17 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
     R, S = (x.shape[1], x.shape[0]) if transpose else x.shape
     Rb, Sb = -(-R // br), -(-S // bs)
     out = _check_out(out, (Sb, Rb, br, bs) if swap_grid else (Rb, Sb, br, bs), dt)
-    if np.may_share_memory(out, x):
+    if _overlap(out, x):
         raise ValueError("out: overlaps x")
     if sums is not None:
         sums = _check_out(sums, (x.shape[1],), dtypes.float32, "sums")
-        if np.may_share_memory(sums, x) or np.may_share_memory(sums, out):
+        if _overlap(sums, x) or _overlap(sums, out):
             raise ValueError("sums: overlaps x or out")
-    _ok(_to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, _address(out),
-                   out.itemsize, _NULL if sums is None else cpu.ffi.cast("float *", _address(sums)),
-                   threads or 0), "to_blocks")
+    rc = _to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, _address(out),
+                    out.itemsize, _NULL if sums is None else _cast("float *", _address(sums)),
+                    threads or 0)
+    if rc != _OK:
+        _ok(rc, "to_blocks")
     return out
 
 
@@ -119,10 +131,12 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
     elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dt
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out: expected a writeable C-contiguous {dt} array of shape {shape}")
-    elif np.may_share_memory(out, t):
+    elif _overlap(out, t):
         raise ValueError("out: overlaps t")
-    _ok(_from_blocks(_address(t), R, S, br, bs, swap_grid, transpose, t.itemsize, _address(out),
-                     shape[1], out.itemsize, threads or 0), "from_blocks")
+    rc = _from_blocks(_address(t), R, S, br, bs, swap_grid, transpose, t.itemsize, _address(out),
+                      shape[1], out.itemsize, threads or 0)
+    if rc != _OK:
+        _ok(rc, "from_blocks")
     return out.astype(np.float32) if widen else out
 
 
@@ -180,18 +194,20 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
     Cb = nblocks(C, bc)
     shape = ((N, Cb, Hp, phases, bc, Wp // phases) if pixels_last else (N, Cb, Hp, Wp, bc))
     out = _check_out(out, shape, dt)
-    if np.may_share_memory(out, x):
+    if _overlap(out, x):
         raise ValueError("out: overlaps x")
-    cpu.check(cpu.lib.brgemm_cpu_image_to_blocks(
-        cpu.address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left, phases,
-        pixels_last, cpu.address(out), out.itemsize, threads or 0), "image_to_blocks")
+    rc = _image_to_blocks(_address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left,
+                          phases, pixels_last, _address(out), out.itemsize, threads or 0)
+    if rc != _OK:
+        _ok(rc, "image_to_blocks")
     return out
 
 
 def _image_strides(x):
     """x (read in place where its strides allow) and its element strides for C."""
     if x.flags.c_contiguous:  # the common case at once (the callers refuse an empty x)
-        return x, cpu.ffi.new("int64_t[4]", (x.size // len(x), x[0, 0].size, x.shape[3], 1))
+        _, C, H, W = x.shape
+        return x, _new("int64_t[4]", (C * H * W, H * W, W, 1))
     # a dimension of one element has no stride that matters (NumPy keeps any, even
     # negative, and calls the array contiguous): give it the contiguous one
     steps = [s if n > 1 else x.itemsize * math.prod(x.shape[i + 1:])
@@ -238,11 +254,12 @@ def blocks_to_image(t, C, H, W, top=0, left=0, dtype=None, out=None, threads=Non
         raise ValueError(f"t: blocks {t.shape} do not hold a {C}x{H}x{W} image at ({top}, {left})")
     dt = _out_dtype(t, dtype, "t")
     out = _check_out(out, (N, C, H, W), dt)
-    if np.may_share_memory(out, t):
+    if _overlap(out, t):
         raise ValueError("out: overlaps t")
-    cpu.check(cpu.lib.brgemm_cpu_blocks_to_image(
-        cpu.address(t), N, C, H, W, bc, Hp, Wp, top, left, t.itemsize, cpu.address(out),
-        out.itemsize, threads or 0), "blocks_to_image")
+    rc = _blocks_to_image(_address(t), N, C, H, W, bc, Hp, Wp, top, left, t.itemsize,
+                          _address(out), out.itemsize, threads or 0)
+    if rc != _OK:
+        _ok(rc, "blocks_to_image")
     return out
 
 
@@ -257,11 +274,12 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
     K, C, RS = w.shape[0], w.shape[1], math.prod(w.shape[2:])
     Kb, Cb = nblocks(K, bk), nblocks(C, bc)
     out = _check_out(out, (Cb, Kb, RS, bk, bc) if transposed else (Kb, Cb, RS, bc, bk), dt)
-    if np.may_share_memory(out, w):
+    if _overlap(out, w):
         raise ValueError("out: overlaps w")
-    cpu.check(cpu.lib.brgemm_cpu_conv_weights_to_blocks(
-        cpu.address(w), K, C, RS, w.itemsize, bk, bc, transposed, cpu.address(out),
-        out.itemsize, threads or 0), "taps_to_blocks")
+    rc = _taps_to_blocks(_address(w), K, C, RS, w.itemsize, bk, bc, transposed, _address(out),
+                         out.itemsize, threads or 0)
+    if rc != _OK:
+        _ok(rc, "taps_to_blocks")
     return out
 
 
@@ -282,11 +300,12 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
     if dt not in (dtypes.float32, dtypes.bfloat16):
         raise TypeError(f"dtype: expected float32 or bfloat16, got {dt}")
     out = _check_out(out, (K, C) + taps, dt)
-    if np.may_share_memory(out, t):
+    if _overlap(out, t):
         raise ValueError("out: overlaps t")
-    cpu.check(cpu.lib.brgemm_cpu_conv_weights_from_blocks(
-        cpu.ffi.cast("float *", cpu.address(t)), J, K, C, RS, bk, bc, c_rows, cpu.address(out),
-        out.itemsize, threads or 0), "taps_from_blocks")
+    rc = _taps_from_blocks(_cast("float *", _address(t)), J, K, C, RS, bk, bc, c_rows,
+                           _address(out), out.itemsize, threads or 0)
+    if rc != _OK:
+        _ok(rc, "taps_from_blocks")
     return out
 
 

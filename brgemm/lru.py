@@ -64,3 +64,20 @@ class LRU:
     def clear(self):
         with self._lock:
             self._d.clear()
+
+
+class HashedOnce:
+    """A base for frozen dataclasses that caches look up on every call (a
+    layer's geometry): the hash of the fields computed once per instance, not
+    per look-up (a geometry has dozens of fields). Its subclasses must define
+    __hash__ = HashedOnce.__hash__ (a dataclass would generate its own)."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash_once")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            self.__dict__["_hash_once"] = h  # the instance is frozen; its hash is too
+        return h
+
+    def __getstate__(self):  # str hashes are salted per process: the copy hashes anew
+        return {k: v for k, v in self.__dict__.items() if k != "_hash_once"}

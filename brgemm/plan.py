@@ -179,7 +179,7 @@ class Plan:
         """Replay on `backend` (default: BRGEMM_BACKEND, else "cpu"). On the CPU,
         with `threads` OpenMP threads (default: OMP_NUM_THREADS, else all cores);
         elsewhere the device schedules the tasks and `threads` must be None."""
-        replay = self.replay(backend)
+        replay = self._replays.get(backend) or self.replay(backend)
         if threads is not None and not replay.takes_threads:
             raise ValueError(f"threads: the {resolve_backend(backend)!r} backend schedules its "
                              f"own work; pass threads=None")

@@ -21,8 +21,13 @@ def operands(dtype, *arrays, names, ndim=2, nonempty=False):
     that dtype= takes (f32: float32; bf16: float32 or bfloat16), with `ndim`
     dimensions (None: any), none of them empty with nonempty. Returns the
     first array's dtype (what the primitive's results come back in)."""
-    allowed = _TAKES.get(dtypes.check_name(dtype))
+    allowed = _TAKES.get(dtype) if type(dtype) is str else None
+    if allowed is None:
+        dtypes.check_name(dtype)  # raises, naming it
     for x, name in zip(arrays, names):
+        if type(x) is np.ndarray and x.dtype is dtypes.float32 and (
+                ndim is None or x.ndim == ndim and not (nonempty and 0 in x.shape)):
+            continue  # the common case at once: an f32 array, taken by both dtypes
         if not isinstance(x, np.ndarray):
             raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
         if x.dtype not in allowed:
@@ -70,7 +75,10 @@ def memory_bytes():
 
 
 def fits(nbytes, name, what):
-    """A ValueError naming `name` before a buffer of nbytes that cannot exist is made."""
+    """A ValueError naming `name` before a buffer of nbytes that cannot exist is made.
+    what: the buffer's description, or a function making it (when it is
+    formatted from sizes: per call, the formatting cost more than the test)."""
     if nbytes > memory_bytes():
+        what = what() if callable(what) else what
         raise ValueError(f"{name}: {what} would take {nbytes / 2**30:.3g} GiB, more than this "
                          f"machine's {memory_bytes() / 2**30:.3g} GiB of memory")

@@ -145,6 +145,8 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
         if not vnni:
             return t
         return vnni_tiles(t, out=None if token else _scratch.get("w_vnni", shape, t.dtype))
+    if token is None:  # nothing kept: made at once
+        return blocked()
     return _reuse.blocked(token, ("conv", "wt" if transposed else "w", g, dtype, vnni), (w,),
                           blocked)
 
@@ -194,9 +196,9 @@ def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy
     geometry and the weight update's path), decided once per call signature:
     the sizes, the options and, of the arrays, what the path rules read (their
     dtypes, C-contiguity; reuse= or not)."""
-    arrays = (x, w) if dy is None else (x, w, dy)
     key = (pass_, dims, stride, padding, dtype, backend, token is None, cpu_threads(),
-           tuple(a.dtype for a in arrays), tuple(a.flags.c_contiguous for a in arrays))
+           x.dtype, w.dtype, x.flags.c_contiguous, w.flags.c_contiguous) + (
+        () if dy is None else (dy.dtype, dy.flags.c_contiguous))
     return cached("conv", key, config, lambda: (_forward_route if pass_ == "fwd" else
                                                 _backward_route)(
         geometry(*dims, stride, padding, config, kernel_path(dtype, backend)),

@@ -13,6 +13,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.kernel import SPAN
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.lru import HashedOnce
 from brgemm.machine import cpu_threads
 from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives._args import fits, operands
@@ -39,7 +40,7 @@ _plans = bplan.PlanCache(maxsize=64)
 
 
 @dataclasses.dataclass(frozen=True)
-class Geometry:
+class Geometry(HashedOnce):
     N: int
     C: int
     K: int
@@ -75,6 +76,7 @@ class Geometry:
     classes_bp: int = 64
     # the functional forward's shifted plan where its rule allows (conv_in_place.shifted)
     shifted: bool = False
+    __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
     P = functools.cached_property(lambda g: (g.H + 2 * g.ph - g.R) // g.sh + 1)
@@ -277,6 +279,6 @@ def _check(x, w, dtype, stride, padding, layer_owns_w=False):
                          f"smaller than w's {R}x{S} kernel")
     # the blocked copies hold the padded input (and dx) whole: refuse before allocating
     padded = N * max(C, 16) * (H + 2 * padding[0]) * (W + 2 * padding[1]) * 4
-    fits(padded, "padding" if max(padding) else "x", f"the padded input {N}x{C}x"
+    fits(padded, "padding" if max(padding) else "x", lambda: f"the padded input {N}x{C}x"
          f"{H + 2 * padding[0]}x{W + 2 * padding[1]}")
     return (N, C, K, H, W, R, S), stride, padding

@@ -7,6 +7,7 @@ from functools import cached_property
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
+from brgemm.lru import HashedOnce
 from brgemm.machine import cpu_threads
 from primitives._calls import blocks_per_call, reduction_calls
 from primitives import fc
@@ -21,7 +22,7 @@ _plans = bplan.PlanCache(maxsize=32)
 
 
 @dataclasses.dataclass(frozen=True)
-class Geometry:
+class Geometry(HashedOnce):
     T: int
     N: int
     C: int
@@ -37,6 +38,7 @@ class Geometry:
     fc_specs: tuple
     fc_chunks: tuple
     fc_groups: tuple
+    __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
     Nb = cached_property(lambda g: nblocks(g.N, g.bn))

@@ -23,7 +23,7 @@ def unavailable_reason():
 
 
 def check(rc, what):
-    if rc == lib.BRGEMM_OK:
+    if rc == _OK:
         return
     if rc == lib.BRGEMM_ENOMEM:
         raise MemoryError(f"{what}: out of memory for scratch")
@@ -183,6 +183,7 @@ class PlanReplay:
 
     device_array = None  # NumPy arrays only
     takes_threads = True
+    adopt = None  # nothing to adopt: Plan.run finds that without a failed look-up
 
     def __init__(self, plan):
         for ctype, dt in (("brgemm_plan_call", plan.calls.dtype), ("brgemm_plan_op", plan.ops.dtype)):
@@ -238,7 +239,9 @@ class PlanReplay:
         object): Plan.check then says what is wrong or accepts, and run runs."""
         if self._checked_run is None:
             return False
-        rc = self._checked_run(arrays, threads_arg(threads))
+        rc = self._checked_run(arrays, 0 if threads is None else threads_arg(threads))
+        if rc == _OK:
+            return True
         if rc == EGEOMETRY:
             return False
         check(rc, "Plan.run")
