@@ -93,10 +93,13 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
     into `out` when given (layers reuse buffers). sums: an f32 array of x's
     column count that gets column_sums(x), bit for bit, summed as the copy
     reads x (one pass over x instead of two)."""
-    ld = _row_stride(x, "x")
-    if ld is None:
-        x = np.ascontiguousarray(x)
-        ld = x.shape[1]
+    if x.ndim == 2 and x.flags.c_contiguous and (x.dtype is _F32 or x.dtype is _BF16):
+        ld = x.shape[1]  # the common case at once: what _row_stride gives it
+    else:
+        ld = _row_stride(x, "x")
+        if ld is None:
+            x = np.ascontiguousarray(x)
+            ld = x.shape[1]
     dt = _out_dtype(x, dtype)
     R, S = (x.shape[1], x.shape[0]) if transpose else x.shape
     Rb, Sb = -(-R // br), -(-S // bs)
@@ -186,8 +189,8 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
                          f"{getattr(x, 'shape', type(x).__name__)}")
     dt = _out_dtype(x, dtype)
     N, C, H, W = x.shape
-    if min(bc, phases) < 1 or min(top, left) < 0 or Hp < top + H or Wp < left + W or Wp % phases \
-            or (phases > 1 and not pixels_last):
+    if bc < 1 or phases < 1 or top < 0 or left < 0 or Hp < top + H or Wp < left + W \
+            or Wp % phases or (phases > 1 and not pixels_last):
         raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
                          f"(bc {bc}, phases {phases})")
     x, strides = _image_strides(x)
@@ -249,7 +252,7 @@ def blocks_to_image(t, C, H, W, top=0, left=0, dtype=None, out=None, threads=Non
         raise ValueError(f"t: expected C-contiguous [N][Cb][Hp][Wp][bc] blocks, got "
                          f"{getattr(t, 'shape', type(t).__name__)}")
     N, Cb, Hp, Wp, bc = t.shape
-    if min(C, H, W) < 1 or nblocks(C, bc) != Cb or min(top, left) < 0 or Hp < top + H \
+    if C < 1 or H < 1 or W < 1 or nblocks(C, bc) != Cb or top < 0 or left < 0 or Hp < top + H \
             or Wp < left + W:
         raise ValueError(f"t: blocks {t.shape} do not hold a {C}x{H}x{W} image at ({top}, {left})")
     dt = _out_dtype(t, dtype, "t")

@@ -55,7 +55,8 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
             to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
                       out=wh[tiles])
     bp = buffer("bp", (4, g.Kp), np.float32)
-    bp[:, K:] = 0
+    if g.Kp > K:
+        bp[:, K:] = 0
     bp[:, :K] = b.reshape(4, K)
     out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
     if vnni:  # the transposes read the plain tiles: made now, before packing
@@ -103,7 +104,7 @@ class LSTM:
         g = self.g = geometry(T, N, self.C, self.K, self.config,
                               kernel_path(self.dtype, self.backend))
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
-        self.gx, self.gh1 = g.fc_input(), g.fc_step
+        self.gx, self.gh1 = g.fc_in, g.fc_step
         self.gh = g.fc_hidden(T, g.hpair * g.bk)
         v = self.vnni = vnni_operands(g, d, self.backend)
         self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True, vnni="x" in v),

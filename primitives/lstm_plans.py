@@ -59,6 +59,7 @@ class Geometry(HashedOnce):
                            self.fc_groups)
 
     fc_step = cached_property(lambda g: g.fc_hidden(1))  # one step's: asked for per call
+    fc_in = cached_property(lambda g: g.fc_input())  # asked for per call (lstm_strips.copies_w)
 
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
     # on square 32 x 32 tiles its update was measurably slower than dW_ih's
