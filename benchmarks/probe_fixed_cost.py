@@ -4,7 +4,9 @@ of conv.forward / conv.backward, fc.forward / fc.backward and lstm.forward
 whole call, the time inside its native calls (brgemm_cpu_* and bound plan
 runs, caught by a profile hook) and how many it makes (each opens an
 OpenMP parallel region); the call less its native time is Python's.
---quick adds the quick benchmark shapes' calls (whole calls only).
+Paths as routed at 2 threads (fc's copying and tiles swap at other counts).
+Last, a one-tile copy on one thread and on all: the difference is what one
+OpenMP parallel region costs. --quick adds the quick benchmark shapes' calls.
 
     python -m benchmarks.probe_fixed_cost [--threads T] [--reps 9] [--only SUBSTR]
         [--quick] [--budget 0.3] [--trees DIR DIR ...]
@@ -29,6 +31,7 @@ def cases(quick):
     """name -> fn: the tiny calls (and the quick shapes' with quick)."""
     import ml_dtypes
 
+    from brgemm.layouts import to_blocks
     from primitives import conv, fc, lstm
     rng = np.random.default_rng(0)
     out = {}
@@ -64,6 +67,10 @@ def cases(quick):
     add_fc("tiles", 16, 32, 32)
     add_fc("copying", 64, 32, 64)
     add_lstm("tiny", 2, 2, 16, 16)
+    # one parallel region's cost: a one-tile copy on one thread, then on all
+    m, t = np.ones((16, 16), np.float32), np.empty((1, 1, 16, 16), np.float32)
+    out["copy 16x16, 1 thread"] = lambda: to_blocks(m, 16, 16, out=t, threads=1)
+    out["copy 16x16, all threads"] = lambda: to_blocks(m, 16, 16, out=t)
     if quick:
         from benchmarks.common import quick_shapes, read_shapes
         from benchmarks.conv import QUICK as CONV
@@ -146,7 +153,8 @@ def main():
     for r in range(a.reps):
         for j in range(len(trees)):
             t = trees[(j + r) % len(trees)]
-            env = {**os.environ, "PYTHONPATH": t}
+            path = os.pathsep.join([t, os.environ.get("PYTHONPATH", "")])
+            env = {**os.environ, "PYTHONPATH": path}
             out = subprocess.run([sys.executable, "-m", "benchmarks.probe_fixed_cost", "--child",
                                   *args], cwd=t, env=env, capture_output=True, text=True,
                                  check=True).stdout
@@ -160,8 +168,8 @@ def main():
             w, n, c = (statistics.median(run[name][i] for run in runs[t]) for i in range(3))
             line += f"{w:9.1f} {n:7.1f} ({c:2.0f}) {w - n:7.1f}"
         if len(trees) > 1:
-            line += "".join(f"  {statistics.median(b[name][0] / f[name][0] for b, f in zip(runs[t], runs[trees[0]])):5.2f}"
-                            for t in trees[1:])
+            line += "".join(f"  {statistics.median(b[name][0] / f[name][0] for b, f in pairs):5.2f}"
+                            for pairs in (zip(runs[t], runs[trees[0]]) for t in trees[1:]))
         print(line, flush=True)
 
 
