@@ -39,9 +39,9 @@ def test_round_trip(rng, R, S, br, bs, transpose, swap_grid, dtype):
 
 @pytest.mark.parametrize("case", range(12))
 def test_round_trip_random(rng, case):
-    """random sizes and blocks: the transposing copies' 16 x 16 (AVX-512) and
-    8 x 8 (AVX2) sub-blocks, their overlapping ragged edges and the scalar
-    ones, on a window that starts anywhere in a larger array"""
+    """random sizes and blocks: the transposing copies' 16 x 16 (AVX-512), 8 x 8
+    (AVX2) and 4 x 4 sub-blocks, their overlapping ragged edges and the
+    scalar ones, on a window that starts anywhere in a larger array"""
     R, S = (int(v) for v in rng.integers(1, 90, 2))
     br, bs = int(rng.integers(1, R + 20)), int(rng.integers(1, S + 20))
     big = rng.standard_normal((S + 3, R + 5)).astype(np.float32)

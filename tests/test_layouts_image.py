@@ -24,7 +24,8 @@ def ref_image(x, bc, Hp, Wp, top, left):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_image_round_trip(rng, dtypes, pixels_last, phases, threads):
     src, dst = dtypes
-    # channel blocks past the copies' groups of 16 channels, rows past their 16 x 16 sub-blocks
+    # channel blocks past the copies' groups of 16 channels, rows past their 16 x 16 (AVX-512)
+    # sub-blocks
     N, C, H, W = rng.integers(1, 4), rng.integers(1, 80), rng.integers(1, 12), rng.integers(1, 40)
     bc, top, left = int(rng.integers(1, 40)), int(rng.integers(0, 3)), int(rng.integers(0, 3))
     Hp = top + H + int(rng.integers(0, 3))
@@ -41,6 +42,22 @@ def test_image_round_trip(rng, dtypes, pixels_last, phases, threads):
     if not pixels_last:
         back = L.blocks_to_image(np.ascontiguousarray(t), C, H, W, top, left, threads=threads)
         np.testing.assert_array_equal(back, x.astype(np.float32).astype(dst))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_image_groups_wide(rng, threads):
+    """f32 images with a border, wide rows and channel blocks of 16 or more:
+    the copies' groups of 16 channels in 16 x 16 blocks (AVX-512, where the
+    CPU has it), with ragged last groups and rows, both ways"""
+    N, C, H, W = int(rng.integers(1, 3)), int(rng.integers(16, 90)), int(rng.integers(1, 9)), \
+        int(rng.integers(16, 60))
+    bc, top, left = int(rng.integers(16, 70)), int(rng.integers(1, 3)), int(rng.integers(0, 3))
+    Hp, Wp = top + H + int(rng.integers(0, 3)), left + W + int(rng.integers(0, 3))
+    print(f"N={N} C={C} H={H} W={W} bc={bc} top={top} left={left} Hp={Hp} Wp={Wp}")
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    t = L.image_to_blocks(x, bc, Hp, Wp, top, left, threads=threads)
+    np.testing.assert_array_equal(t, ref_image(x, bc, Hp, Wp, top, left))
+    np.testing.assert_array_equal(L.blocks_to_image(t, C, H, W, top, left, threads=threads), x)
 
 
 def test_blocks_to_image_rounds(rng):
