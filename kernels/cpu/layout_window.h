@@ -83,18 +83,15 @@ __attribute__((target("avx2"))) static inline void brgemm_transpose4_avx2(
   }
 }
 
-/* A 16 x 16 f32 block at (a, b) transposed with AVX-512 (compiled for it here,
- * run only where CPUID has it): sixteen 64-byte rows in, sixteen whole cache
- * lines out (when dst's rows start on lines), and a quarter fewer shuffles per
- * element than the 8 x 8 blocks. Pairs of rows interleaved by element, then
- * by pairs, which leaves in each 128-bit lane L of row 4g + j column 4L + j
- * of rows 4g .. 4g+3; two lane shuffles put each column's four lanes
- * together. */
-__attribute__((target("avx512f"))) static inline void brgemm_transpose16_avx512(
-    const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t a, int64_t b) {
-  const float* in = (const float*)(src + b * lds + a);
-  __m512 r[16], t[16];
-  for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(in + k * lds);
+/* A 16 x 16 f32 block transposed in registers with AVX-512 (compiled for it
+ * here, run only where CPUID has it): row k of the result (column k of the
+ * sixteen rows r) into out[k]; a quarter fewer shuffles per element than the
+ * 8 x 8 blocks. Pairs of rows interleaved by element, then by pairs, which
+ * leaves in each 128-bit lane L of row 4g + j column 4L + j of rows 4g ..
+ * 4g+3; two lane shuffles put each column's four lanes together. */
+__attribute__((target("avx512f"))) static inline void brgemm_transpose16x16_avx512(
+    __m512 r[16], __m512 out[16]) {
+  __m512 t[16];
   for (int k = 0; k < 16; k += 2) {
     t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
     t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
@@ -108,17 +105,28 @@ __attribute__((target("avx512f"))) static inline void brgemm_transpose16_avx512(
     r[k + 3] = _mm512_castpd_ps(
         _mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
   }
-  float* out = (float*)(dst + a * ldd + b);
   for (int j = 0; j < 4; ++j) {
     const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44);
     const __m512 u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
     const __m512 u2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
     const __m512 u3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
-    _mm512_storeu_ps(out + j * ldd, _mm512_shuffle_f32x4(u0, u2, 0x88));
-    _mm512_storeu_ps(out + (4 + j) * ldd, _mm512_shuffle_f32x4(u0, u2, 0xDD));
-    _mm512_storeu_ps(out + (8 + j) * ldd, _mm512_shuffle_f32x4(u1, u3, 0x88));
-    _mm512_storeu_ps(out + (12 + j) * ldd, _mm512_shuffle_f32x4(u1, u3, 0xDD));
+    out[j] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    out[4 + j] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+    out[8 + j] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    out[12 + j] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
   }
+}
+
+/* The 16 x 16 block at (a, b) of a window transposed: sixteen 64-byte rows
+ * in, sixteen whole cache lines out (when dst's rows start on lines). */
+__attribute__((target("avx512f"))) static inline void brgemm_transpose16_avx512(
+    const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd, int64_t a, int64_t b) {
+  const float* in = (const float*)(src + b * lds + a);
+  __m512 r[16], o[16];
+  for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(in + k * lds);
+  brgemm_transpose16x16_avx512(r, o);
+  float* out = (float*)(dst + a * ldd + b);
+  for (int k = 0; k < 16; ++k) _mm512_storeu_ps(out + k * ldd, o[k]);
 }
 
 /* The window in 16 x 16 blocks (na, nb >= 16), ragged edges as overlapping
