@@ -131,7 +131,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=9, help="rounds")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="cases whose name holds one of these (a,b,..)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--budget", type=float, default=0.3, help="seconds per case and round")
     ap.add_argument("--trees", nargs="*", default=None)
@@ -143,7 +143,7 @@ def main():
             sys.stdout, keep = quiet, sys.stdout
             set_threads(a.threads, onednn=False)
             sys.stdout = keep
-        fns = {k: f for k, f in cases(a.quick).items() if a.only in k}
+        fns = {k: f for k, f in cases(a.quick).items() if any(o in k for o in a.only.split(","))}
         print(json.dumps(measure(fns, a.budget)))
         return
     trees = [os.path.abspath(t) for t in (a.trees or [os.getcwd()])]
