@@ -373,9 +373,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
 /* conv_weights_from_blocks' f32 store of one part of c_rows tiles ([RS][bc][bk],
  * RS <= 16 taps): out[k][c][rs] = in[rs tile + c bk + k], 16 k at a time: a
  * tap row of each of the RS tiles (16 k of one c) loaded, the RS x 16 block
- * transposed, each k's RS taps stored as one run. Element by element it
- * read a new line per element (tiles' c rows bk apart) and ran at a few
- * GB/s. */
+ * transposed, each k's RS taps stored as one run. Element by element, each
+ * element came from a new line (the tiles' c rows lie bk apart). */
 __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
     const float* in, int64_t tile, int64_t RS, int64_t bk, int64_t C, int64_t k0, int64_t k1,
     int64_t c0, int64_t c1, float* out) {

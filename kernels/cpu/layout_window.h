@@ -167,12 +167,12 @@ static inline int brgemm_layout_avx512(void) {
   return have;
 }
 
-/* f32 windows in 16 x 16 blocks where the CPU has AVX-512 (on the lent Xeon
- * at 16 threads the NCHW image copies ran 20-55% faster with them), else 8 x
- * 8 with AVX2; not 16 x 16 where either side's rows lie a multiple of 4 KiB
- * apart (fc's W, C = 1024 or 4096): sixteen such rows share one set of the
- * L1 cache, and on the EPYC the copy ran up to half again slower than with
- * eight (benchmarks/RESULTS.md, issue 17, seventeenth session) */
+/* f32 windows in 16 x 16 blocks where the CPU has AVX-512 (the lent Xeon's
+ * NCHW image copies ran faster so), else 8 x 8 with AVX2; not 16 x 16 where
+ * either side's rows lie a multiple of 4 KiB apart (fc's W, C = 1024 or
+ * 4096): sixteen such rows share one set of the L1 cache, and on the EPYC
+ * those copies ran slower than with eight (benchmarks/RESULTS.md, issue 17,
+ * seventeenth session) */
 static inline void brgemm_transpose4(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd,
                                      int64_t na, int64_t nb) {
   if (na >= 16 && nb >= 16 && lds % 1024 && ldd % 1024 && brgemm_layout_avx512())
