@@ -42,35 +42,40 @@ static void unwrap_plain(const float* col, int64_t C, int64_t H, int64_t W, cons
 }
 
 /* unwrap_plain's sums in vectors of LANES rows: PV vectors of rows by KB
- * channels at once (a block's last channels repeat its last real one, summed
- * and not stored); per (c, r) PV loads of the column and KB broadcasts of w
- * for KB x PV FMAs. One body for both widths and every shape of the block. */
+ * channels at once, the kn channels in blocks of KB (a last block's missing
+ * channels repeat its last real one, summed and not stored); per (c, r) PV
+ * loads of the column and KB broadcasts of w for KB x PV FMAs. One body for
+ * both widths and every shape of the block; each version takes any kn. */
 #define UNWRAP_SIMD(NAME, TARGET, VEC, LANES, PV, KB, ZERO, LOADU, BCAST, FMADD, STORE)      \
   __attribute__((target(TARGET))) static void NAME(                                          \
       const float* col, int64_t C, int64_t H, int64_t W, const float* wk, int64_t ldw,       \
       int64_t kn, int64_t p0, int64_t np, int64_t dp, int64_t q, float* y) {                 \
-    const float* wr[KB];                                                                     \
-    for (int kk = 0; kk < KB; ++kk) wr[kk] = wk + (kk < kn ? kk : kn - 1) * ldw;           \
-    for (int64_t p = 0; p < np; p += PV * LANES) {                                           \
-      VEC acc[KB][PV];                                                                       \
-      for (int kk = 0; kk < KB; ++kk)                                                        \
-        for (int v = 0; v < PV; ++v) acc[kk][v] = ZERO();                                    \
-      for (int64_t c = 0; c < C; ++c)                                                        \
-        for (int r = 0; r < 3; ++r) {                                                        \
-          const float* xc = col + c * H + p0 + dp + r + p;                                   \
-          VEC xv[PV];                                                                        \
-          for (int v = 0; v < PV; ++v) xv[v] = LOADU(xc + LANES * v);                        \
-          for (int kk = 0; kk < KB; ++kk) {                                                  \
-            const VEC b = BCAST(wr[kk] + 9 * c + 3 * r);                                     \
-            for (int v = 0; v < PV; ++v) acc[kk][v] = FMADD(b, xv[v], acc[kk][v]);           \
+    for (int64_t k0 = 0; k0 < kn; k0 += KB) {                                                \
+      const int64_t kr = kn - k0 < KB ? kn - k0 : KB; /* this block's real channels */      \
+      const float* wr[KB];                                                                   \
+      for (int kk = 0; kk < KB; ++kk) wr[kk] = wk + (k0 + (kk < kr ? kk : kr - 1)) * ldw;    \
+      for (int64_t p = 0; p < np; p += PV * LANES) {                                         \
+        VEC acc[KB][PV];                                                                     \
+        for (int kk = 0; kk < KB; ++kk)                                                      \
+          for (int v = 0; v < PV; ++v) acc[kk][v] = ZERO();                                  \
+        for (int64_t c = 0; c < C; ++c)                                                      \
+          for (int r = 0; r < 3; ++r) {                                                      \
+            const float* xc = col + c * H + p0 + dp + r + p;                                 \
+            VEC xv[PV];                                                                      \
+            for (int v = 0; v < PV; ++v) xv[v] = LOADU(xc + LANES * v);                      \
+            for (int kk = 0; kk < KB; ++kk) {                                                \
+              const VEC b = BCAST(wr[kk] + 9 * c + 3 * r);                                   \
+              for (int v = 0; v < PV; ++v) acc[kk][v] = FMADD(b, xv[v], acc[kk][v]);         \
+            }                                                                                \
           }                                                                                  \
-        }                                                                                    \
-      float sums[KB][PV * LANES];                                                            \
-      for (int kk = 0; kk < KB; ++kk)                                                        \
-        for (int v = 0; v < PV; ++v) STORE(sums[kk] + LANES * v, acc[kk][v]);                \
-      const int64_t rows = np - p < PV * LANES ? np - p : PV * LANES;                        \
-      for (int64_t kk = 0; kk < kn; ++kk)                                                    \
-        for (int64_t i = 0; i < rows; ++i) y[kk * H * W + (p0 + p + i) * W + q] -= sums[kk][i]; \
+        float sums[KB][PV * LANES];                                                          \
+        for (int kk = 0; kk < KB; ++kk)                                                      \
+          for (int v = 0; v < PV; ++v) STORE(sums[kk] + LANES * v, acc[kk][v]);              \
+        const int64_t rows = np - p < PV * LANES ? np - p : PV * LANES;                      \
+        for (int64_t kk = 0; kk < kr; ++kk)                                                  \
+          for (int64_t i = 0; i < rows; ++i)                                                 \
+            y[(k0 + kk) * H * W + (p0 + p + i) * W + q] -= sums[kk][i];                      \
+      }                                                                                      \
     }                                                                                        \
   }
 
@@ -113,7 +118,6 @@ int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int6
                        : np <= 16 ? unwrap_avx512_1
                        : np <= 32 ? unwrap_avx512_2
                                   : unwrap_avx512_4;
-  const int kb = isa == 1 ? UNWRAP_K : isa == 2 ? 6 : np <= 16 ? 12 : np <= 32 ? 10 : 6;
   /* the columns [N][2][C][H]: x's last column (side 0) and its first (side 1) */
   float* cols = malloc((size_t)(N * 2 * C * H + UNWRAP_PAD) * sizeof(float));
   if (!cols) return BRGEMM_ENOMEM;
@@ -135,9 +139,8 @@ int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int6
        * p = 1 .. H-3, column 0, rows p + r, tap s = 2 */
       const int64_t p0 = side ? 1 : 2, dp = side ? 0 : -2, q = side ? W - 1 : 0;
       const float* col = cols + (n * 2 + side) * C * H;
-      for (int64_t k = k0; k < k0 + kn; k += kb)
-        fn(col, C, H, W, w + k * C * 9 + (side ? 2 : 0), C * 9,
-           k0 + kn - k < kb ? k0 + kn - k : kb, p0, np, dp, q, y + (n * K + k) * H * W);
+      fn(col, C, H, W, w + k0 * C * 9 + (side ? 2 : 0), C * 9, kn, p0, np, dp, q,
+         y + (n * K + k0) * H * W);
     }
   }
   free(cols);
