@@ -145,8 +145,6 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
         if not vnni:
             return t
         return vnni_tiles(t, out=None if token else _scratch.get("w_vnni", shape, t.dtype))
-    if token is None:  # nothing kept: made at once
-        return blocked()
     return _reuse.blocked(token, ("conv", "wt" if transposed else "w", g, dtype, vnni), (w,),
                           blocked)
 
