@@ -104,7 +104,7 @@ class LSTM:
         g = self.g = geometry(T, N, self.C, self.K, self.config,
                               kernel_path(self.dtype, self.backend))
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
-        self.gx, self.gh1 = g.fc_in, g.fc_step
+        self.gx, self.gh1 = g.fc_input, g.fc_step
         self.gh = g.fc_hidden(T, g.hpair * g.bk)
         v = self.vnni = vnni_operands(g, d, self.backend)
         self.plans = dict(proj=fc.plan(self.gx, "fwd", d, has_bias=True, vnni="x" in v),

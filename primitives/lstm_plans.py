@@ -46,10 +46,10 @@ class Geometry(HashedOnce):
     Kb = cached_property(lambda g: nblocks(g.K, g.bk))
     Kp = cached_property(lambda g: g.Kb * g.bk)
 
-    def fc_input(self):
-        """The hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch."""
-        return fc.Geometry(self.T * self.Nb * self.bn, self.C, 4 * self.Kp, self.bn, self.bc,
-                           self.bk, self.fc_specs, self.fc_chunks, self.fc_groups)
+    # the hoisted GEMMs with W_ih as an FC layer: rows = all steps' minibatch (made
+    # once: asked for per call, lstm_strips.copies_w)
+    fc_input = cached_property(lambda g: fc.Geometry(
+        g.T * g.Nb * g.bn, g.C, 4 * g.Kp, g.bn, g.bc, g.bk, g.fc_specs, g.fc_chunks, g.fc_groups))
 
     def fc_hidden(self, steps=1, bc=None):
         """W_hh as an FC layer over `steps` steps' hidden states (inputs in
@@ -59,7 +59,6 @@ class Geometry(HashedOnce):
                            self.fc_groups)
 
     fc_step = cached_property(lambda g: g.fc_hidden(1))  # one step's: asked for per call
-    fc_in = cached_property(lambda g: g.fc_input())  # asked for per call (lstm_strips.copies_w)
 
     # dW_hh's tiles pair two hidden blocks (64 x 32 at bk = 32, as dW_ih's):
     # on square 32 x 32 tiles its update was measurably slower than dW_ih's

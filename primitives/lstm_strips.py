@@ -77,7 +77,7 @@ def copies_w(g, in_place):
     threads = cpu_threads()
     if g.K % g.bk or threads < COPY_THREADS or g.T > COPY_STEPS:
         return frozenset()
-    geometries = {"w_ih": g.fc_in, "w_hh": g.fc_step}
+    geometries = {"w_ih": g.fc_input, "w_hh": g.fc_step}
     return frozenset(w for w in in_place
                      if fc.copies_w(fg := geometries[w], threads) and fc.small_batch(fg))
 
