@@ -80,6 +80,7 @@ _F32, _BF16 = dtypes.float32, dtypes.bfloat16
 _address, _ok, _NULL, _OK = cpu.address, cpu.check, cpu.ffi.NULL, cpu.lib.BRGEMM_OK
 _new, _cast, _overlap = cpu.ffi.new, cpu.ffi.cast, np.may_share_memory
 _to_blocks, _from_blocks = cpu.lib.brgemm_cpu_to_blocks_sums, cpu.lib.brgemm_cpu_from_blocks
+_to_blocks_vnni = cpu.lib.brgemm_cpu_to_blocks_vnni
 _image_to_blocks = cpu.lib.brgemm_cpu_image_to_blocks
 _blocks_to_image = cpu.lib.brgemm_cpu_blocks_to_image
 _taps_to_blocks = cpu.lib.brgemm_cpu_conv_weights_to_blocks
@@ -87,12 +88,13 @@ _taps_from_blocks = cpu.lib.brgemm_cpu_conv_weights_from_blocks
 
 
 def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=None, dtype=None,
-              sums=None):
+              sums=None, vnni=False):
     """M = x (or x.T with transpose) as [Rb][Sb][br][bs] tiles ([Sb][Rb][..] with
     swap_grid), 64-byte aligned, of `dtype` (default x's; bf16 from f32 rounds);
     into `out` when given (layers reuse buffers). sums: an f32 array of x's
     column count that gets column_sums(x), bit for bit, summed as the copy
-    reads x (one pass over x instead of two)."""
+    reads x (one pass over x instead of two). vnni: bf16 tiles in VNNI pairs
+    (brgemm.vnni.vnni_tiles' layout; br even), made in the same pass."""
     if x.ndim == 2 and x.flags.c_contiguous and (x.dtype is _F32 or x.dtype is _BF16):
         ld = x.shape[1]  # the common case at once: what _row_stride gives it
     else:
@@ -101,6 +103,8 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
             x = np.ascontiguousarray(x)
             ld = x.shape[1]
     dt = _out_dtype(x, dtype)
+    if vnni and (dt != _BF16 or br % 2 or sums is not None):
+        raise ValueError(f"vnni: takes bf16 tiles of even br and no sums, got {dt}, br={br}")
     R, S = (x.shape[1], x.shape[0]) if transpose else x.shape
     Rb, Sb = -(-R // br), -(-S // bs)
     out = _check_out(out, (Sb, Rb, br, bs) if swap_grid else (Rb, Sb, br, bs), dt)
@@ -110,9 +114,13 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
         sums = _check_out(sums, (x.shape[1],), dtypes.float32, "sums")
         if _overlap(sums, x) or _overlap(sums, out):
             raise ValueError("sums: overlaps x or out")
-    rc = _to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs, _address(out),
-                    out.itemsize, _NULL if sums is None else _cast("float *", _address(sums)),
-                    threads or 0)
+    if vnni:
+        rc = _to_blocks_vnni(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
+                             _address(out), threads or 0)
+    else:
+        rc = _to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
+                        _address(out), out.itemsize,
+                        _NULL if sums is None else _cast("float *", _address(sums)), threads or 0)
     if rc != _OK:
         _ok(rc, "to_blocks")
     return out

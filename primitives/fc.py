@@ -25,7 +25,6 @@ from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
 from brgemm.layouts import convert, to_blocks
 from brgemm.machine import cpu_threads
-from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits, operands
 from primitives._config import cached, settings
@@ -83,20 +82,21 @@ def _weights(w, g, dtype, role, token, vnni=False):
     shape = (g.Kb, g.Cb, g.bc, g.bk) if role == "w" else (g.Cb, g.Kb, g.bk, g.bc)
     br, bs = (g.bc, g.bk) if role == "w" else (g.bk, g.bc)
 
-    def blocked():
-        t = to_blocks(w, br, bs, transpose=role == "w", swap_grid=True, dtype=ab,
-                      out=None if token else _buffer(role, shape, ab))
-        return vnni_tiles(t, out=None if token else _buffer(role + "_vnni", shape, ab)) \
-            if vnni else t
+    def blocked():  # VNNI pairs made in the same pass
+        return to_blocks(w, br, bs, transpose=role == "w", swap_grid=True, dtype=ab, vnni=vnni,
+                         out=None if token else _buffer(role + "_vnni" * vnni, shape, ab))
     return _reuse.blocked(token, ("fc", role, g, dtype, vnni), (w,), blocked)
 
 
 def can_read_w(dtype, backend, x, w, token):
     """Whether a plan may read W in place as the kernel's broadcast operand
-    (fc_forward.forward_t, lstm_plans.projection_t_nest): f32 on the CPU
-    backend, x f32, W f32, C-contiguous and not kept blocked (reuse=)."""
-    return (dtype == "f32" and backend == "cpu" and token is None and x.dtype == np.float32
-            and w.dtype == np.float32 and w.flags.c_contiguous)
+    (fc_forward.forward_t, lstm_plans.projection_t_nest): on the CPU backend,
+    x and W of the call's dtype already (nothing to round), W C-contiguous and
+    not kept blocked (reuse=). bf16 only for fc.forward (the LSTM's nests are
+    f32)."""
+    have = dtypes.NUMPY[dtype]
+    return (backend == "cpu" and token is None and x.dtype == have and w.dtype == have
+            and w.flags.c_contiguous)
 
 
 def small_batch(g):
@@ -113,17 +113,22 @@ def reads_w(g, dtype, backend, x, w, token):
     return can_read_w(dtype, backend, x, w, token) and small_batch(g)
 
 
-def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable):
+def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable, bf16_out):
     """(g, plan, its path: "t" reads W in place, "copying" copies W^T's tiles
     itself, "tiles" runs on W^T's tiles copied first; whether those tiles are
-    VNNI pairs) of fc.forward, readable: can_read_w."""
+    VNNI pairs) of fc.forward, readable: can_read_w; bf16_out: "tiles" also
+    stores y in bf16 (tensor y16) as each block finishes."""
     g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     if readable and small_batch(g):
-        return g, plan_t(g, has_bias=has_bias), "t", False
+        vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)  # xt's tiles: x^T's depth
+        return g, plan_t(g, has_bias=has_bias, dtype=dtype, vnni=vnni), "t", vnni
+    if dtype != "f32":
+        readable = False  # the copying plans are f32
     if readable and copies_wt(g, cpu_threads()):
         return g, plan_copying(g, "fwd", has_bias=has_bias), "copying", False
     vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
-    return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni), "tiles", vnni
+    return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni,
+                   bf16_out=bf16_out), "tiles", vnni
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
@@ -144,14 +149,16 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
     # the geometry, the plan and the path, decided once per such call
     readable = can_read_w(dtype, backend, x, w, token)
+    bf16_out = out_dtype != np.float32
     g, p, path, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
-                                     readable, cpu_threads()), config, lambda: _forward_plan(
-        N, C, K, dtype, backend, config, b is not None, readable))
+                                     readable, bf16_out, cpu_threads()), config,
+                              lambda: _forward_plan(N, C, K, dtype, backend, config,
+                                                    b is not None, readable, bf16_out))
     ab = dtypes.NUMPY[dtype]
     bias = {} if b is None else {"b": np.ascontiguousarray(b, dtype=np.float32)}
-    if path == "t":
-        y = _results.empty("y", (N, K), np.float32)
-        t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True,
+    if path == "t":  # x and W already of dtype (can_read_w): y in it, rounded as stored
+        y = _results.empty("y", (N, K), ab)
+        t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True, vnni=vnni,
                                         out=_buffer("xt", (g.Cb, g.Nb, g.bc, g.bn), ab)),
                  yt=_buffer("yt", (g.Kb, g.Nb, g.bk, g.bn), np.float32), **bias)
         p.run(backend=backend, **t)
@@ -164,11 +171,15 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     # x and y stay plain; W^T comes in tiles, re-blocked per call unless kept
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
     # which slows the kernel calls down (see the note above fc's nests)
-    y = _results.empty("y", (N, K), np.float32) if out_dtype == np.float32 else \
-        _buffer("y", (N, K), np.float32)
-    t = dict(x=_plain(x, ab, "x"), y=y, w=_weights(w, g, dtype, "w", token, vnni), **bias)
+    # (bf16 results: y in f32 as scratch, and its bf16 copy stored block by block)
+    t = dict(x=_plain(x, ab, "x"), w=_weights(w, g, dtype, "w", token, vnni), **bias)
+    if not bf16_out:
+        y = t["y"] = _results.empty("y", (N, K), np.float32)
+    else:
+        y = t["y16"] = _results.empty("y", (N, K), out_dtype)
+        t["y"] = _buffer("y", (N, K), np.float32)
     p.run(backend=backend, **t)
-    return _result(y, out_dtype, "y")
+    return y
 
 
 def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
@@ -186,48 +197,58 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
     plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
-    g, gu, vnni, p_bwd, p_upd, copying = cached(
-        "fc", ("backward", N, C, K, dtype, backend, plain_w, cpu_threads()), config,
-        lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w))
-    ab = dtypes.NUMPY[dtype]
     f32 = out_dtype == np.float32
+    g, gu, vnni, p_bwd, p_upd, copying = cached(
+        "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
+        lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32))
+    ab = dtypes.NUMPY[dtype]
     dy_p = _plain(dy, ab, "dy")
+    # bf16 results: dx and dW in f32 as scratch, their bf16 copies stored block by
+    # block (tensors dx16, dw16)
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
+    out = {} if f32 else {"dx16": _results.empty("dx", (N, C), out_dtype)}
     if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
         p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx,
                   wt=_buffer("wt_copies", (p_bwd.extent["wt"],), np.float32))
     else:
         p_bwd.run(backend=backend, dy=dy_p, dx=dx,
-                  wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni))
+                  wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
+    if not f32:
+        out["dw16"] = _results.empty("dw", (K, C), out_dtype)
     # the update on its own tiles of x and dy^T (gu: its minibatch block)
-    xb = to_blocks(x, gu.bn, gu.bc, dtype=ab, out=_buffer("x", (gu.Nb, gu.Cb, gu.bn, gu.bc), ab))
-    if "upd" in vnni:  # the update streams x's tiles: VNNI pairs, once per call
-        xb = vnni_tiles(xb, out=_buffer("x_vnni", xb.shape, ab))
+    # the update streams x's tiles: VNNI pairs where it reads them so, in the same pass
+    pairs = "upd" in vnni
+    xb = to_blocks(x, gu.bn, gu.bc, dtype=ab, vnni=pairs,
+                   out=_buffer("x_vnni" if pairs else "x", (gu.Nb, gu.Cb, gu.bn, gu.bc), ab))
     # dy^T's tiles (bf16 rounded on the way) and db = dy's column sums, in f32
     # from dy as given, in one pass over dy
     db = _results.empty("db", (K,), np.float32) if f32 else _buffer("db", (K,), np.float32)
     dyt = to_blocks(dy, gu.bk, gu.bn, transpose=True, dtype=ab, sums=db,
                     out=_buffer("dyt", (gu.Kb, gu.Nb, gu.bk, gu.bn), ab))
-    p_upd.run(backend=backend, dw=dw, x=xb, dyt=dyt)
-    return (_result(dx, out_dtype, "dx"), _result(dw, out_dtype, "dw"),
-            _result(db, out_dtype, "db"))
+    p_upd.run(backend=backend, dw=dw, x=xb, dyt=dyt, **({} if f32 else {"dw16": out["dw16"]}))
+    if f32:
+        return dx, dw, db
+    return out["dx16"], out["dw16"], _result(db, out_dtype, "db")
 
 
-def _backward_plans(N, C, K, dtype, backend, config, plain_w):
+def _backward_plans(N, C, K, dtype, backend, config, plain_w, bf16_out):
     """(g, the update's geometry (fc_plans.plain_update), the passes in VNNI
     pairs, backward-data's plan, the update's, and whether backward-data's
     plan copies W's tiles itself (copies_w)) of fc.backward; plain_w: W is
-    f32, C-contiguous and not kept blocked (reuse=)."""
+    f32, C-contiguous and not kept blocked (reuse=); bf16_out: both plans
+    also store their output in bf16 (dx16, dw16)."""
     path = kernel_path(dtype, backend)
     g = geometry(N, C, K, config, path=path)
     gu = plain_update(g, config, path)
     vnni = ((vnni_passes(g, dtype, backend, plain=True) - {"upd"})
             | (vnni_passes(gu, dtype, backend, plain=True) & {"upd"}))
-    copying = plain_w and dtype == "f32" and backend == "cpu" and copies_w(g, cpu_threads())
+    copying = plain_w and dtype == "f32" and backend == "cpu" and copies_w(g, cpu_threads()) \
+        and not bf16_out
     p_bwd = plan_copying(g) if copying else plan(g, "bwd", dtype, plain=True,
-                                                  vnni="bwd" in vnni)
-    return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni), copying)
+                                                  vnni="bwd" in vnni, bf16_out=bf16_out)
+    return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni,
+                                     bf16_out=bf16_out), copying)
 
 
 # fc.backward's backward-data copies W's tiles inside its plan

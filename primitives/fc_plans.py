@@ -120,17 +120,23 @@ def _loops(g, pass_, chunk=None):
     return parse_spec(spec, loops, where="config: ")
 
 
-def _epilogue(g, pass_, has_bias, activation, bf16_out):
-    """The ops on a finished output block, as data: bias, activation, bf16 copy."""
+def _epilogue(g, pass_, has_bias, activation, bf16_out, plain=False):
+    """The ops on a finished output block, as data: bias, activation, bf16 copy
+    (into blocks like the output's, or with plain into the plain matrix)."""
     out, (rows, cols) = {"fwd": ("y", (g.bn, g.bk)), "bwd": ("dx", (g.bn, g.bc)),
                          "upd": ("dw", (g.bc, g.bk))}[pass_]
     outer = {"fwd": g.Kb, "bwd": g.Cb, "upd": g.Cb}[pass_]
+    if plain:  # y [N][K], dx [N][C], dW [K][C]: tile (i, j) at row i * bi, column j * bj
+        (bi, bj), ld = {"fwd": ((g.bn, g.bk), g.K), "bwd": ((g.bn, g.bc), g.C),
+                        "upd": ((g.bk, g.bc), g.C)}[pass_]
 
     def ops(i, j):
         extra = ()
         if pass_ == "fwd":
             extra = ((bplan.bias("b", j * g.bk),) if has_bias else ()) + ACTIVATIONS[activation]
-        if bf16_out:
+        if bf16_out and plain:
+            extra += (bplan.store_bf16(out + "16", i * bi * ld + j * bj, ld),)
+        elif bf16_out:
             extra += (bplan.store_bf16(out + "16", (i * outer + j) * rows * cols, cols),)
         return extra
     return ops
@@ -168,9 +174,8 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     """The recorded plan of one pass (cached by geometry and options); plain: the
     functional form's plan, on plain matrices as the plain nests above say (the
     forward's with outputs_first's spec); vnni: the plan's B tiles (w, wt, and
-    dy or x in the update) in VNNI pairs (see vnni_passes)."""
-    if plain and bf16_out:
-        raise ValueError("bf16_out: the plain (functional) plans write f32 only")
+    dy or x in the update) in VNNI pairs (see vnni_passes); bf16_out: also a
+    bf16 copy of the output, tensor "<output>16", as each block finishes."""
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
@@ -185,7 +190,8 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
             tensors[c + "16"] = "bf16"
         rec = bplan.Recorder(tensors, spec=gp.specs[("fwd", "bwd", "upd").index(pass_)])
         product_nest(rec, _loops(gp, pass_), product, dtype,
-                     _epilogue(gp, pass_, has_bias, activation, bf16_out), gp.chunk[pass_], vnni)
+                     _epilogue(gp, pass_, has_bias, activation, bf16_out, plain),
+                     gp.chunk[pass_], vnni)
         return rec.finish()
     return _plans.get(key, record)
 
@@ -269,19 +275,21 @@ def plan_copying(g, pass_="bwd", has_bias=False, tiles=False):
     return _plans.get((g, pass_ + "_copying", has_bias, tiles), record)
 
 
-def plan_t(g, has_bias=False):
-    """The functional forward's plan that reads W in place (fc_forward.forward_t;
-    f32): tensors w (plain K x C), xt (x^T tiles), yt (scratch tiles), y, b."""
+def plan_t(g, has_bias=False, dtype="f32", vnni=False):
+    """The functional forward's plan that reads W in place (fc_forward.forward_t):
+    tensors w (plain K x C), xt (x^T tiles, in VNNI pairs with vnni), yt
+    (scratch tiles, f32), y (of dtype: bf16 rounded as it is stored), b (f32)."""
     def record():
-        tensors = {"w": "f32", "xt": "f32", "yt": "f32", "y": "f32"}
+        tensors = {"w": dtype, "xt": dtype, "yt": "f32", "y": dtype}
         if has_bias:
             tensors["b"] = "f32"
         # its own reduction chunk: a spec that blocks c (a group) falls back to NKc
         spec = g.specs[0] if g.specs[0].lower().count("c") == 1 else "NKc"
         gt = dataclasses.replace(g, specs=(spec,) + g.specs[1:])
         rec = bplan.Recorder(tensors, spec=spec)
-        product_nest(rec, _loops(gt, "fwd", T_CHUNK), forward_t(g), "f32", lambda k, n: (
+        product_nest(rec, _loops(gt, "fwd", T_CHUNK), forward_t(g), dtype, lambda k, n: (
             ((bplan.bias_rows("b", k * g.bk),) if has_bias else ())
-            + (bplan.store_t("y", n * g.bn * g.K + k * g.bk, g.K),)), T_CHUNK)
+            + (bplan.store_t("y", n * g.bn * g.K + k * g.bk, g.K, bf16=dtype == "bf16"),)),
+            T_CHUNK, vnni)
         return rec.finish()
-    return _plans.get((g, "fwd_t", has_bias), record)
+    return _plans.get((g, "fwd_t", has_bias, dtype, vnni), record)

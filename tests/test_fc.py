@@ -154,7 +154,7 @@ def test_forward_copying_wt(rng, monkeypatch, copying):
         if rng.integers(2):  # a strided view: copied to a plain matrix first
             x = np.repeat(x, 2, axis=1)[:, ::2]
         b = rng.standard_normal(K).astype(np.float32) if rng.integers(2) else None
-        path = fc._forward_plan(N, C, K, "f32", "cpu", cfg, b is not None, True)[2]
+        path = fc._forward_plan(N, C, K, "f32", "cpu", cfg, b is not None, True, False)[2]
         print(f"N={N} C={C} K={K} chunk={chunk} copy chunk={fc_plans.copy_chunk(g, 'fwd')} "
               f"bias={b is not None} contiguous={x.flags.c_contiguous} path={path}")
         assert path == ("copying" if copying else "tiles")

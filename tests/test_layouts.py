@@ -111,3 +111,52 @@ def test_vnni_tiles_into_out(rng):
     for bad in (ro, both[2:5], np.empty((3, 4, 4), brgemm.bfloat16), out.astype(np.float32)):
         with pytest.raises(ValueError, match="^out: expected a writeable C-contiguous array"):
             vnni_tiles(both[:3] if bad.base is both else x, out=bad)
+
+
+def vnni_reference(t):
+    """tiles [..., rows, cols] -> rows 2p and 2p+1 of each tile side by side"""
+    *lead, rows, cols = t.shape
+    return t.reshape(*lead, rows // 2, 2, cols).swapaxes(-1, -2).reshape(t.shape)
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_vnni_tiles_random(rng, case):
+    """pairs of rows of random widths: the 16-column SIMD steps and the rest"""
+    tiles, rows, cols = int(rng.integers(1, 5)), 2 * int(rng.integers(1, 9)), int(rng.integers(1, 70))
+    x = rng.standard_normal((tiles, rows, cols)).astype(brgemm.bfloat16)
+    from brgemm.vnni import vnni_tiles
+    np.testing.assert_array_equal(vnni_tiles(x).view(np.uint16), vnni_reference(x).view(np.uint16))
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_to_blocks_vnni_random(rng, case):
+    """to_blocks(vnni=True) = vnni_tiles of to_blocks, bit for bit: transposed
+    bf16 windows whose pairs are words of x's rows (even widths and row
+    strides, x at a 4-byte boundary or not), the other cases through a tile
+    buffer, f32 rounded on the way; ragged edges zero-padded"""
+    R, S = (int(v) for v in rng.integers(1, 90, 2))
+    if rng.random() < 0.5:
+        R += R % 2  # even: the word path where the rest allows
+    br, bs = 2 * int(rng.integers(1, 20)), int(rng.integers(1, 40))
+    transpose, swap_grid = bool(rng.integers(2)), bool(rng.integers(2))
+    src = (np.float32, brgemm.bfloat16)[int(rng.integers(2))]
+    rows, cols = (S, R) if transpose else (R, S)
+    skip, pad = int(rng.integers(0, 2)), int(rng.integers(0, 3))
+    big = rng.standard_normal((rows + 1, cols + skip + pad)).astype(src)
+    x = big[1:, skip:skip + cols]
+    print(f"R={R} S={S} br={br} bs={bs} transpose={transpose} swap_grid={swap_grid} "
+          f"src={np.dtype(src).name} skip={skip} pad={pad}")
+    got = to_blocks(x, br, bs, transpose=transpose, swap_grid=swap_grid, dtype=brgemm.bfloat16,
+                    vnni=True)
+    plain = to_blocks(x, br, bs, transpose=transpose, swap_grid=swap_grid, dtype=brgemm.bfloat16)
+    np.testing.assert_array_equal(plain, ref_blocks((x.T if transpose else x).astype(
+        brgemm.bfloat16), br, bs, swap_grid))
+    np.testing.assert_array_equal(got.view(np.uint16), vnni_reference(plain).view(np.uint16))
+
+
+def test_to_blocks_vnni_bad_input(rng):
+    x = rng.standard_normal((6, 8)).astype(brgemm.bfloat16)
+    for kw in (dict(br=3, bs=4), dict(br=4, bs=4, dtype=np.float32, x=x.astype(np.float32)),
+               dict(br=4, bs=4, sums=np.empty(8, np.float32))):
+        with pytest.raises(ValueError, match="^vnni"):
+            to_blocks(kw.pop("x", x), kw.pop("br"), kw.pop("bs"), vnni=True, **kw)

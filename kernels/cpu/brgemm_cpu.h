@@ -245,6 +245,11 @@ int brgemm_cpu_to_blocks(const void* src, int64_t R, int64_t S, int64_t ld, int 
 int brgemm_cpu_to_blocks_sums(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
                               int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
                               int dst_itemsize, float* sums, int threads);
+/* to_blocks into bf16 tiles in VNNI pairs (as brgemm_cpu_vnni_tiles leaves
+ * them; br even), in one pass over src (f32 rounded on the way). */
+int brgemm_cpu_to_blocks_vnni(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                              int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
+                              int threads);
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,
                            int swap_grid, int transpose, int src_itemsize, void* dst, int64_t ld,
                            int dst_itemsize, int threads);

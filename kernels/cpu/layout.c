@@ -35,18 +35,31 @@ static void tile_order(int64_t t, int64_t Rb, int64_t Sb, int transpose, int64_t
   }
 }
 
-/* Tile (rb, sb) of to_blocks' M copied from src (see brgemm_cpu_to_blocks). */
-static void copy_tile(const char* src, int64_t R, int64_t S, int64_t ld, int transpose,
-                      int swap_grid, int si, int64_t br, int64_t bs, char* dst, int di,
-                      int64_t rb, int64_t sb) {
-  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
-  char* tile = dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * di;
+/* Tile (rb, sb) of to_blocks' M copied from src into `tile` (br x bs). */
+static void copy_tile_to(const char* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                         int si, int64_t br, int64_t bs, char* tile, int di, int64_t rb,
+                         int64_t sb) {
   const int64_t rows = brgemm_min64(br, R - rb * br), cols = brgemm_min64(bs, S - sb * bs);
   if (transpose) /* M[r][c] = src[c * ld + r] */
     brgemm_window(src + (sb * bs * ld + rb * br) * si, 1, ld, si, tile, bs, di, rows, cols);
   else
     brgemm_window(src + (rb * br * ld + sb * bs) * si, ld, 1, si, tile, bs, di, rows, cols);
   zero_edges(tile, br, bs, rows, cols, di);
+}
+
+/* where tile (rb, sb) of to_blocks' M lies in dst */
+static char* tile_at(char* dst, int64_t R, int64_t S, int swap_grid, int64_t br, int64_t bs,
+                     int di, int64_t rb, int64_t sb) {
+  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
+  return dst + (swap_grid ? sb * Rb + rb : rb * Sb + sb) * br * bs * di;
+}
+
+/* Tile (rb, sb) of to_blocks' M copied from src (see brgemm_cpu_to_blocks). */
+static void copy_tile(const char* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                      int swap_grid, int si, int64_t br, int64_t bs, char* dst, int di,
+                      int64_t rb, int64_t sb) {
+  copy_tile_to(src, R, S, ld, transpose, si, br, bs,
+               tile_at(dst, R, S, swap_grid, br, bs, di, rb, sb), di, rb, sb);
 }
 
 /* sums[j] += src[i][j] over a rows x cols window of src (row stride ld), row
@@ -106,6 +119,44 @@ int brgemm_cpu_to_blocks_sums(const void* src, int64_t R, int64_t S, int64_t ld,
               sb);
   }
   return BRGEMM_OK;
+}
+
+int brgemm_cpu_to_blocks_vnni(const void* src, int64_t R, int64_t S, int64_t ld, int transpose,
+                              int swap_grid, int src_itemsize, int64_t br, int64_t bs, void* dst,
+                              int threads) {
+  const int si = src_itemsize;
+  if (!args_ok(src, dst, R, S, ld, transpose, si, 2, br, bs) || br % 2) return BRGEMM_EINVAL;
+  /* transposed from bf16: rows 2p and 2p + 1 of a tile are src's columns 2p
+   * and 2p + 1, one 32-bit word of each src row, and a tile in pairs is the
+   * transposed tile of src's words (R even: no word reads past a row) */
+  if (transpose && si == 2 && R % 2 == 0 && ld % 2 == 0 && (uintptr_t)src % 4 == 0 &&
+      (uintptr_t)dst % 4 == 0)
+    return brgemm_cpu_to_blocks_sums(src, R / 2, S, ld / 2, 1, swap_grid, 4, br / 2, bs, dst, 4,
+                                     NULL, threads);
+  /* else each tile is copied (rounded) into a buffer of the thread's, still in
+   * its cache when its row pairs are interleaved into dst */
+  const int64_t Rb = (R + br - 1) / br, Sb = (S + bs - 1) / bs;
+  int err = BRGEMM_OK;
+#pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
+  {
+    uint16_t* tmp = malloc((size_t)(br * bs) * sizeof(uint16_t));
+    if (!tmp) {
+#pragma omp atomic write
+      err = BRGEMM_ENOMEM;
+    }
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < Rb * Sb; ++t) {
+      if (!tmp) continue;
+      int64_t rb, sb;
+      tile_order(t, Rb, Sb, transpose, &rb, &sb);
+      copy_tile_to((const char*)src, R, S, ld, transpose, si, br, bs, (char*)tmp, 2, rb, sb);
+      uint16_t* out = (uint16_t*)tile_at((char*)dst, R, S, swap_grid, br, bs, 2, rb, sb);
+      for (int64_t p = 0; p < br / 2; ++p)
+        brgemm_pair_rows(tmp + 2 * p * bs, tmp + (2 * p + 1) * bs, out + 2 * p * bs, bs);
+    }
+    free(tmp);
+  }
+  return err;
 }
 
 int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, int64_t bs,

@@ -1,6 +1,6 @@
 /* VNNI pairs for B operands kept in tiles: what lets the AMX kernel read
  * blocked weights (and the update's dy) without packing them per call. */
-#include "brgemm_cpu.h"
+#include "layout_window.h"
 
 int brgemm_cpu_vnni_tiles(const void* src, int64_t tiles, int64_t rows, int64_t cols, void* dst,
                           int threads) {
@@ -13,12 +13,7 @@ int brgemm_cpu_vnni_tiles(const void* src, int64_t tiles, int64_t rows, int64_t 
   for (int64_t t = 0; t < tiles; ++t)
     for (int64_t p = 0; p < rows / 2; ++p) {
       const uint16_t* r0 = s + t * size + 2 * p * cols;
-      const uint16_t* r1 = r0 + cols;
-      uint16_t* out = d + t * size + 2 * p * cols;
-      for (int64_t j = 0; j < cols; ++j) {
-        out[2 * j] = r0[j];
-        out[2 * j + 1] = r1[j];
-      }
+      brgemm_pair_rows(r0, r0 + cols, d + t * size + 2 * p * cols, cols);
     }
   return BRGEMM_OK;
 }
