@@ -357,3 +357,37 @@ def test_columns_to_image(rng, threads):
         im2col.columns_to_image(np.zeros((3, 9), np.float32), (1, 1, 3, 3), (3, 3), (1, 1), (0, 0))
     with pytest.raises(ValueError, match="kernel"):
         im2col.columns_to_image(np.zeros((1, 9), np.float32), (1, 1, 2, 2), (3, 3), (1, 1), (0, 0))
+
+
+def bf16_bits(x):
+    """f32 -> bf16 bits by the library's rule, in NumPy: nearest even; a NaN
+    keeps its sign and top payload bits and is made quiet"""
+    u = x.view(np.uint32).astype(np.uint64)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_rounding_bits(rng, case):
+    """every f32 -> bf16 copy rounds as the scalar rule, bit for bit, on random
+    bit patterns (NaNs, infinities, subnormals, ties) and lengths that leave
+    part-filled SIMD vectors: convert, and dW's taps back to w's layout"""
+    n = int(rng.integers(1, 300))
+    bits = rng.integers(0, 2**32, (3, n), dtype=np.uint64).astype(np.uint32)
+    bits[0, : min(n, 8)] = [0x7F800001, 0xFF800000, 0x00008000, 0x3F808000, 0x3F818000,
+                            0x80000001, 0x7FFFFFFF, 0x7F7FFFFF][: min(n, 8)]  # sNaN, -inf, ties
+    x = bits.view(np.float32)
+    print(f"n={n}")
+    np.testing.assert_array_equal(L.convert(x, BF16).view(np.uint16), bf16_bits(x))
+    K, C, taps = int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(2, 10))
+    w = rng.integers(0, 2**32, (K, C, taps), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bk, bc = 16, 8
+    Kb, Cb = -(-K // bk), -(-C // bc)
+    padded = np.zeros((Kb * bk, Cb * bc, taps), np.float32)
+    padded[:K, :C] = w
+    tiles = padded.reshape(Kb, bk, Cb, bc, taps).transpose(0, 2, 4, 1, 3)  # [Kb][Cb][RS][bk][bc]
+    for c_rows in (False, True):
+        t = np.ascontiguousarray(tiles.swapaxes(-1, -2) if c_rows else tiles)[None]
+        got = L.taps_from_blocks(t, K, C, (taps,), c_rows=c_rows, dtype=BF16)
+        np.testing.assert_array_equal(got.view(np.uint16), bf16_bits(w))

@@ -412,14 +412,16 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
 #pragma omp parallel num_threads(nt)
   {
     float* acc = J > 1 ? malloc((size_t)group * sizeof(float)) : NULL;
-    if (J > 1 && !acc) {
+    /* bf16 out: one k's (c, rs) run in f32 before it is rounded */
+    float* row = di == 2 && RS > 1 ? malloc((size_t)(bc * RS) * sizeof(float)) : NULL;
+    if ((J > 1 && !acc) || (di == 2 && RS > 1 && !row)) {
 #pragma omp atomic write
       err = BRGEMM_ENOMEM;
     }
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < Kb * Cb * parts; ++t) {
       /* rows k0..k1 and columns c0..c1 of the RS tiles of one (kb, cb), shares summed */
-      if (J > 1 && !acc) continue;
+      if ((J > 1 && !acc) || (di == 2 && RS > 1 && !row)) continue;
       const int64_t o = t / parts, k0 = t % parts % parts_k * kp, c0 = t % parts / parts_k * cp;
       const int64_t kb = o / Cb, cb = o % Cb, nk = brgemm_min64(bk, K - kb * bk),
                     nc = brgemm_min64(bc, C - cb * bc);
@@ -449,11 +451,19 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
                       out + (k0 * C + c0) * di, C, di, k1 - k0, c1 - c0);
       else if (c_rows && di == 4 && RS <= 16 && brgemm_layout_avx512())
         taps_from_c_rows_avx512(in, tile, RS, bk, C, k0, k1, c0, c1, (float*)out);
+      else if (di == 2 && row) /* a row's taps in f32, then rounded as one run (tap by tap,
+                                  * the rounding went a few elements at a time) */
+        for (int64_t k = k0; k < k1; ++k) {
+          brgemm_window((const char*)(in + k * sk + c0 * scc), scc, tile, 4, (char*)row, RS, 4,
+                        c1 - c0, RS);
+          brgemm_round_row(row, (uint16_t*)(out + (k * C + c0) * RS * di), (c1 - c0) * RS);
+        }
       else /* out[k][c][rs] = tile rs's (k, c) */
         for (int64_t k = k0; k < k1; ++k)
           brgemm_window((const char*)(in + k * sk + c0 * scc), scc, tile, 4,
                         out + (k * C + c0) * RS * di, RS, di, c1 - c0, RS);
     }
+    free(row);
     free(acc);
   }
   return err;

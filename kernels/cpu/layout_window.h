@@ -245,8 +245,31 @@ static inline void brgemm_pair_rows(const uint16_t* r0, const uint16_t* r1, uint
   }
 }
 
-/* n f32 values rounded to bf16 (a loop GCC vectorises) */
+/* brgemm_f32_to_bf16 on 16 values at a time: nearest even, NaN stays NaN */
+__attribute__((target("avx512f"))) static inline void brgemm_round_row_avx512(const float* src,
+                                                                              uint16_t* dst,
+                                                                              int64_t n) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + j));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(high, one))), 16);
+    r = _mm512_mask_or_epi32(r, nan, high, quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + j, m, r);
+  }
+}
+
+/* n f32 values rounded to bf16 */
 static inline void brgemm_round_row(const float* src, uint16_t* dst, int64_t n) {
+  if (n >= 16 && brgemm_layout_avx512()) {
+    brgemm_round_row_avx512(src, dst, n);
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) dst[j] = brgemm_f32_to_bf16(src[j]);
 }
 
