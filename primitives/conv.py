@@ -54,8 +54,8 @@ from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import columns_update_product, pointwise_x_block
 from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
                                        dw_from_transposed, pointwise,
-                                       pointwise_copies_dy, pointwise_plan, pointwise_update,
-                                       pointwise_update_plan)
+                                       pointwise_copies_dy, pointwise_pairs, pointwise_plan,
+                                       pointwise_update, pointwise_update_plan)
 from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
@@ -207,6 +207,9 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
         return g, "pointwise", pointwise_plan(g, dtype, bp), bp
+    bp = pointwise_pairs(g, dtype, backend, x, w, token)
+    if bp:  # bf16: w in place, x's one copy in VNNI pairs
+        return g, "pairs", pointwise_plan(g, dtype, bp, pairs=True), bp
     if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
         return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     blocks = columns(g, dtype, backend) if token is None else None
@@ -258,6 +261,14 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     ab = dtypes.NUMPY[dtype]
     if path == "pointwise":
         return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
+    if path == "pairs":
+        HW = g.H * g.W
+        xv = vnni_tiles(np.ascontiguousarray(x).reshape(g.N, g.C, HW),
+                        out=_scratch.get("x_pairs", (g.N, g.C, HW), ab))
+        y = _results.empty("y", (g.N, g.K, g.H, g.W), ab)
+        p.run(backend=backend, w=w, x=xv, y16=y,
+              y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32))
+        return y
     if path == "shifted":
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
         p.run(backend=backend, w=_weights(w, g, dtype, True, token), x=x, y=y)

@@ -50,12 +50,14 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     record_grouped(ex, tiles(), g.w_reuse[0])
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
     x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
-    blocks of bp. No copy of x or y, nor of a plain w."""
+    blocks of bp. No copy of x or y, nor of a plain w. pairs (bf16): x[n]'s
+    rows in VNNI pairs ([C / 2][HW][2], pixel p of rows c, c + 1 at c HW + 2
+    p), each finished block of y also stored rounded into y16 (NCHW)."""
     HW, Cb = g.H * g.W, g.Cb
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
     x = Layout(N=g.N, C=g.C, HW=HW)
@@ -65,13 +67,16 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True):
         n, k, p = at["n"], at["k"], at["p"]
         m, width = min(g.bk, g.K - k * g.bk), min(bp, HW - p * bp)
         ex.at(phase, task)
+        shift = p * bp if pairs else 0  # the pixel's place in a pair row: 2 p
         for c0 in range(0, Cb, per_call):
             cs = range(c0, min(c0 + per_call, Cb))
+            ops = (bplan.store_bf16("y16", y.at(n, k * g.bk, p * bp), HW),) \
+                if pairs and cs[-1] == Cb - 1 else ()
             ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=x.ld("C"), ldc=y.ld("K"),
-                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0),
+                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs),
                     "w", [w.at(k, c) for c in cs],
-                    "x", [x.at(n, c * g.bc, p * bp) for c in cs],
-                    "y", y.at(n, k * g.bk, p * bp))
+                    "x", [x.at(n, c * g.bc, p * bp) + shift for c in cs],
+                    "y", y.at(n, k * g.bk, p * bp), ops=ops)
 
 
 def shifted_nest(ex, g, dtype, bp):

@@ -5,10 +5,12 @@ are conv_forward.pointwise_nest and conv_update.pointwise_update_nest, the
 functional forms that run them are in primitives/conv.py."""
 import numpy as np
 
+from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.layouts import nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
+from brgemm.vnni import takes_vnni_b
 from primitives import reuse
 from primitives.conv_forward import aligned_pointwise_nest, line_period, pointwise_nest
 from primitives.conv_plans import _plans
@@ -24,11 +26,32 @@ def pointwise(g, dtype, backend):
     pixels fill the kernel's 16-float vectors but for at most 1/16 of their
     lanes (14 x 14 and larger; not 7 x 7, where 49 pixels leave 15 of 64
     lanes empty and the layer's full tiles win: benchmarks/RESULTS.md)."""
+    if dtype != "f32" or backend != "cpu":
+        return None
+    return _pixel_block(g)
+
+
+def _pixel_block(g):
+    """pointwise's rule on the layer alone: its pixel block, or None."""
     HW = g.H * g.W
     if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
-            or dtype != "f32" or backend != "cpu" or 16 * nblocks(HW, 16) - HW > HW // 16):
+            or 16 * nblocks(HW, 16) - HW > HW // 16):
         return None
     return pick_block(HW, g.pointwise_bp, 16)  # config: the pointwise_bp target
+
+
+def pointwise_pairs(g, dtype, backend, x, w, token):
+    """The pixel block of the bf16 functional forward's pointwise plan, or None:
+    pointwise's layers, in bf16 on the CPU backend where x and w are bf16
+    already (nothing to round), w C-contiguous and not kept blocked (reuse=):
+    w read in place as the broadcast operand, x's one copy its channel rows in
+    VNNI pairs (brgemm.vnni.vnni_tiles, C even), y stored in bf16 by the
+    plan (pointwise_plan's pairs)."""
+    if (dtype != "bf16" or backend != "cpu" or token is not None or g.C % 2
+            or x.dtype != dtypes.bfloat16 or w.dtype != dtypes.bfloat16
+            or not w.flags.c_contiguous or not takes_vnni_b(g.bc, dtype, backend)):
+        return None
+    return _pixel_block(g)
 
 
 def pointwise_update(g, dtype, backend, dy):
@@ -58,18 +81,22 @@ def pointwise_copies_dy(g):
     return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
 
 
-def pointwise_plan(g, dtype, bp, plain_w=True):
-    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles.
+def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False):
+    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles;
+    pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16).
     Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
     def record():
         loops = parse_spec("NPK", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
                                    Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
-        rec = bplan.Recorder({"w": dtype, "x": dtype, "y": "f32"}, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w)
+        tensors = {"w": dtype, "x": dtype, "y": "f32"}
+        if pairs:
+            tensors["y16"] = "bf16"
+        rec = bplan.Recorder(tensors, spec="NPK")
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs), record)
 
 
 def pointwise_update_plan(g, bp, shares):
