@@ -43,7 +43,7 @@ from brgemm.conv_unwrap import conv_unwrap
 from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
-from brgemm.vnni import vnni_tiles
+from brgemm.vnni import takes_vnni_b, vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
 from primitives._calls import blocks_per_call
@@ -80,11 +80,21 @@ def columns(g, dtype, backend):
     as the K x C R S matrix it is (columns_product) and copies x into its im2col
     tiles instead, R S times x's size but less than w's copy; all images'
     pixels side by side, so the kernel's rows are long even on 7 x 7 images.
-    f32 on the CPU backend. (At any N on small images it won on the EPYC at
-    one thread and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
-    if dtype != "f32" or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
+    f32 on the CPU backend; in bf16 the forward alone (w bf16 already: nothing
+    to round), its tiles in VNNI pairs where the kernel reads them so
+    (columns_vnni). (At any N on small images it won on the EPYC at one thread
+    and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
+    if dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
         return None
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
+
+
+def columns_vnni(g, dtype, backend, bd):
+    """Whether conv.columns' forward reads its im2col tiles in VNNI pairs: bf16
+    where the kernel takes pairs at depth bd and at the ragged last depth."""
+    rest = g.C * g.R * g.S % bd
+    return (dtype == "bf16" and takes_vnni_b(bd, dtype, backend)
+            and (rest == 0 or takes_vnni_b(rest, dtype, backend)))
 
 
 # conv.columns' plans read COLUMNS_CALLS times the pass's call_kb per kernel
@@ -102,7 +112,7 @@ COLUMNS_DATA_PIXELS = 128
 COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 48, 64
 
 
-def columns_plan(g, dtype, bd, bp, pass_="fwd"):
+def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False):
     """The plan of one pass where conv.columns applies: the forward's
     (columns_product), backward-data's (columns_data_product) or the weight
     update's (columns_update_product); parallel over output tiles, each reduced
@@ -121,9 +131,9 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd"):
                                        else 1) for n in (product.i, product.j, product.r)])
         rec = bplan.Recorder({product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"},
                              spec=spec)
-        product_nest(rec, loops, product, dtype, lambda *at: (), per_call)
+        product_nest(rec, loops, product, dtype, lambda *at: (), per_call, vnni)
         return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS), record)
+    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni), record)
 
 
 # ---------------------------------------------------------------- functional API
@@ -213,8 +223,10 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
         return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     blocks = columns(g, dtype, backend) if token is None else None
-    if blocks and x.dtype == np.float32 and w.dtype == np.float32 and w.flags.c_contiguous:
-        return g, "columns", columns_plan(g, dtype, *blocks), blocks
+    if blocks and w.dtype == dtypes.NUMPY[dtype] and w.flags.c_contiguous and (
+            dtype == "bf16" or x.dtype == np.float32):  # w in place; x rounded into its tiles
+        vnni = columns_vnni(g, dtype, backend, blocks[0])
+        return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
         return g, "nchw", nchw_plan(g, dtype, vnni), vnni
@@ -226,7 +238,8 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     of the weight update (see backward)."""
     vnni = vnni_passes(g, dtype, backend)
     gt = _transposed(g)  # backward-data of a pointwise layer: the pointwise forward of w^T
-    bp, blocks = pointwise(gt, dtype, backend), columns(g, dtype, backend)
+    bp, blocks = pointwise(gt, dtype, backend), columns(g, dtype, backend) if dtype == "f32" \
+        else None  # conv.columns' backward: f32
     f32 = x.dtype == np.float32 and w.dtype == np.float32
     if blocks and token is None and f32 and w.flags.c_contiguous and g.R * g.S > 1:
         data = "columns", None, None
@@ -274,15 +287,18 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         p.run(backend=backend, w=_weights(w, g, dtype, True, token), x=x, y=y)
         return conv_unwrap(y, x, np.ascontiguousarray(w))
     if path == "columns":
-        bd, bp = choice
+        (bd, bp), vnni = choice
         PQ = g.P * g.Q
-        xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, out=_scratch.get(
-            "xc", (nblocks(g.N * PQ, bp), nblocks(g.C * g.R * g.S, bd), bd, bp), ab))
+        shape = (nblocks(g.N * PQ, bp), nblocks(g.C * g.R * g.S, bd), bd, bp)
+        xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, dtype=ab,
+                              out=_scratch.get("xc", shape, ab))
+        if vnni:
+            xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab))
         yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
         p.run(backend=backend, w=w, xc=xc, yc=yc)
-        # y^c [K][N][PQ] -> y [N][K][PQ]: one tile of K x PQ per image
-        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
-        to_blocks(yc, g.K, PQ, swap_grid=True, out=y.reshape(g.N, 1, g.K, PQ))
+        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way): a K x PQ tile an image
+        y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
+        to_blocks(yc, g.K, PQ, swap_grid=True, dtype=x.dtype, out=y.reshape(g.N, 1, g.K, PQ))
         return y
     t = dict(x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
              w=_weights(w, g, dtype, False, token, choice))

@@ -104,6 +104,37 @@ def test_pointwise_pairs_forward(rng):
         assert_close("y", y, want, rounded=True, context=f"it {it}")
 
 
+def test_columns_forward_bf16(rng):
+    """bf16 forward on small images with many output channels (conv.columns):
+    w (bf16) read in place, x (bf16, or f32 rounded on the way) copied into
+    im2col tiles, in VNNI pairs where the kernel reads them so (a ragged
+    last depth of odd size: plain tiles), y rounded into NCHW unless x is
+    f32. Random sizes, kernels, strides and padding; against float64 within
+    f32 accumulation and one bf16 rounding of the result."""
+    from tolerance import assert_close, linear
+    for it in range(6):
+        N, H, W = int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        R, S = int(rng.integers(1, min(H, 3) + 1)), int(rng.integers(1, min(W, 3) + 1))
+        stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, 2))
+        P, Q = (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
+        C, K = int(rng.integers(1, 80)), 2 * N * P * Q + int(rng.integers(0, 64))
+        x_dtype = brgemm.bfloat16 if it % 2 else np.float32
+        print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride={stride} padding={padding} "
+              f"x {np.dtype(x_dtype).name}")
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32).astype(x_dtype)
+        w = rng.standard_normal((K, C, R, S)).astype(brgemm.bfloat16)
+        g = conv.geometry(N, C, K, H, W, R, S, (stride,) * 2, (padding,) * 2,
+                          path=kernel_path("bf16", "cpu"))
+        assert conv.columns(g, "bf16", "cpu")  # the path under test
+        y = conv.forward(x, w, stride, padding, dtype="bf16")
+        assert y.dtype == x_dtype and y.shape == (N, K, P, Q)
+        xd = x.astype(brgemm.bfloat16).astype(np.float64)
+        (want, _, _), (mag, _, _) = (f(xd, w.astype(np.float64), np.ones((N, K, P, Q)), stride,
+                                       padding) for f in (reference, magnitude))
+        assert_close("y", y, linear(want, mag), rounded=x_dtype != np.float32,
+                     context=f"it {it}")
+
+
 def test_pointwise_update(rng):
     """The weight update of 1x1 layers with stride 1 and no padding
     (conv.pointwise_update): dy read in place, x's pixels transposed into
