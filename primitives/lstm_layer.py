@@ -31,11 +31,11 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
     """The layer's blocked weights for the forward: wx (W_ih^T tiles,
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
     gate padded to Kp). Each gate straight from its rows of the plain weights,
-    rounded to bf16 on the way for dtype bf16, one parallel pass per copy. The
-    backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are made
-    from these when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
-    alone never pays for them. The operands in `vnni` are packed in VNNI pairs
-    (AMX), the transposes then made here.
+    rounded to bf16 and packed in VNNI pairs where `vnni` says so (AMX: "x"
+    for wx, "h" for wh) on the way, one parallel pass per copy. The
+    backward's tiles of the untransposed weights (w_ih_tiles, w_hh_tiles) are
+    made when first asked for (LSTM.w_ih_tiles, LSTM.w_hh_tiles): a forward
+    alone never pays for them.
     buffer(name, shape, dtype): where each copy goes (default: new arrays).
     skip: "wx", "wh" not made (None): their weight read in place
     (lstm_strips.reads_in_place; f32, no VNNI)."""
@@ -50,23 +50,15 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
         tiles = slice(rows.start // K * Kb, rows.stop // K * Kb)
         if wx is not None:
             to_blocks(w_ih[rows], g.bc, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                      out=wx[tiles])
+                      vnni="x" in vnni, out=wx[tiles])
         if wh is not None:
             to_blocks(w_hh[rows], g.bk, g.bk, transpose=True, swap_grid=True, dtype=ab,
-                      out=wh[tiles])
+                      vnni="h" in vnni, out=wh[tiles])
     bp = buffer("bp", (4, g.Kp), np.float32)
     if g.Kp > K:
         bp[:, K:] = 0
     bp[:, :K] = b.reshape(4, K)
-    out = dict(wx=wx, wh=wh, bp=bp.reshape(-1))
-    if vnni:  # the transposes read the plain tiles: made now, before packing
-        out.update(w_ih_tiles=transpose_tiles(wx, "w_ih_tiles", buffer),
-                   w_hh_tiles=transpose_tiles(wh, "w_hh_tiles", buffer))
-    for name, operand in (("wx", "x"), ("w_ih_tiles", "h"), ("wh", "h"), ("w_hh_tiles", "h")):
-        if operand in vnni:
-            out[name] = vnni_tiles(out[name], out=buffer(name + "_vnni", out[name].shape,
-                                                          out[name].dtype))
-    return out
+    return dict(wx=wx, wh=wh, bp=bp.reshape(-1))
 
 
 def transpose_tiles(t, name, buffer=None):
@@ -151,8 +143,11 @@ class LSTM:
         if name not in blocked:
             buffer = self._weight_buffer if self._own else None
             w, bs = (self.w_ih, self.g.bc) if of == "wx" else (self.w_hh, self.g.bk)
-            blocked[name] = transpose_tiles(blocked[of], name, buffer) if blocked[of] is not None \
-                else weight_tiles(self.g, w, bs, name, buffer)  # read in place: from W itself
+            pairs = "h" in self.vnni  # both backward-data plans read them at depth bk
+            plain = blocked[of] is not None and not pairs and \
+                ("x" if of == "wx" else "h") not in self.vnni  # `of` not in pairs either
+            blocked[name] = transpose_tiles(blocked[of], name, buffer) if plain else \
+                weight_tiles(self.g, w, bs, name, buffer, self.dtype, pairs)  # from W itself
         return blocked[name]
 
     w_ih_tiles = property(lambda self: self._transposed("w_ih_tiles", "wx"),

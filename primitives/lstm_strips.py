@@ -22,6 +22,7 @@ in order of the hidden blocks: each output tile is reduced in the order, and
 in the chunks (dx_chunk), of the layer's plan."""
 import numpy as np
 
+from brgemm import dtypes
 from brgemm import plan as bplan
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import nblocks, to_blocks
@@ -132,19 +133,20 @@ def backward_data(g, dG, w, bs, out, buffer, backend, copying=None):
 NO_TILES = np.zeros(0, np.float32)  # the BPTT plan's wht at T = 1, where it reads none
 
 
-def weight_tiles(g, w, bs, name, buffer=None):
+def weight_tiles(g, w, bs, name, buffer=None, dtype="f32", vnni=False):
     """W's tiles for the layer's dx and dh plans, [Sb][4Kb][bk][bs], straight
     from the plain W [4K, S] (no transposed tiles to transpose), all at once
     (LSTM.w_ih_tiles, w_hh_tiles): one copy where the gates are whole blocks,
-    else gate by gate. buffer(name, shape, dtype): where (default: new)."""
-    K = g.K
+    else gate by gate; rounded to `dtype` and in VNNI pairs with vnni, on the
+    way. buffer(name, shape, dtype): where (default: new)."""
+    K, ab = g.K, dtypes.NUMPY[dtype]
     shape = (nblocks(w.shape[1], bs), 4 * g.Kb, g.bk, bs)
-    out = buffer(name, shape, np.float32) if buffer else aligned_empty(shape, np.float32)
+    out = buffer(name, shape, ab) if buffer else aligned_empty(shape, ab)
     if K % g.bk == 0:
-        return to_blocks(w, g.bk, bs, swap_grid=True, out=out)
+        return to_blocks(w, g.bk, bs, swap_grid=True, dtype=ab, vnni=vnni, out=out)
     for q in range(4):
         out[:, q * g.Kb:(q + 1) * g.Kb] = to_blocks(w[q * K:(q + 1) * K], g.bk, bs,
-                                                    swap_grid=True)
+                                                    swap_grid=True, dtype=ab, vnni=vnni)
     return out
 
 
