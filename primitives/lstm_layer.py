@@ -38,7 +38,7 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
     alone never pays for them.
     buffer(name, shape, dtype): where each copy goes (default: new arrays).
     skip: "wx", "wh" not made (None): their weight read in place
-    (lstm_strips.reads_in_place; f32, no VNNI)."""
+    (lstm_strips.reads_in_place: W read as it is, no copy)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
     wx = None if "wx" in skip else buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
@@ -158,7 +158,7 @@ class LSTM:
     def set_weights(self, w_ih, w_hh, b, token=None, in_place=()):
         """Use these arrays as the weights (not copied), blocked as load_weights();
         in_place: the weights read in place, not blocked (lstm_strips.reads_in_place;
-        f32, no token)."""
+        no token)."""
         self.w_ih, self.w_hh, self.b = w_ih, w_hh, b
         self._in_place = frozenset(in_place)
         self.load_weights(token)
@@ -182,7 +182,8 @@ class LSTM:
             self.h16[0] = self.h[0].astype(ab)
         if self.wx is None:  # the backward's tiles of the weights it does not copy itself
             tiles = self._in_place - copies_w(g, self._in_place)
-            self._project_in_place(g, tiles if backward_next and fits(g, self.C, g.bc) else ())
+            self._project_in_place(g, tiles if backward_next and fits(g, self.C, g.bc)
+                                   and self.dtype == "f32" else ())
         else:
             self.plans["proj"].run(backend=self.backend, x=self.xb, w=self.wx, y=self.G,
                                    b=self.bp)
@@ -204,20 +205,31 @@ class LSTM:
         the blocked projection writes them as zero tiles would); the backward's
         w_ih_tiles (w_hh_tiles) made on the way for "w_ih" ("w_hh") in tiles."""
         rows = g.T * g.Nb
-        xt = transpose_blocks(self.xb, out=self._buffer("xt", (g.Cb, rows, g.bc, g.bn)))
+        # bf16: x^T's and h0^T's tiles in VNNI pairs where the kernel reads them so
+        pairs = self.vnni & {"x", "h"} if self.dtype == "bf16" else frozenset()
+        xt = self._tiles_t(self.xb, "xt", "x" in pairs)
         if g.K % g.bk:
             self.G.reshape(rows, 4, g.Kb, g.bn, g.bk)[:, :, -1, :, g.K % g.bk:] = 0
         t = {}
         if self.wh is None:  # T = 1, W_hh read in place too: h0's products join
-            t = dict(u=self.w_hh, ht=transpose_blocks(self.h[0], out=self._buffer(
-                "ht", (g.Kb, g.Nb, g.bk, g.bn))))
+            t = dict(u=self.w_hh, ht=self._tiles_t(self.h16[0] if self.dtype == "bf16"
+                                                   else self.h[0], "ht", "h" in pairs))
         for a, name, S, bs in (("w", "w_ih_tiles", g.C, g.bc), ("u", "w_hh_tiles", g.K, g.bk)):
             if name[:4] in tiles and (a == "w" or "u" in t):  # whole blocks (lstm_strips.fits)
                 t[a + "ti"] = self._blocked[name] = self._weight_buffer(
                     name, (S // bs, 4 * g.Kb, g.bk, bs), np.float32)
-        plan = projection_t_plan(g, "u" in t, tuple(a for a in "wu" if a + "ti" in t))
+        plan = projection_t_plan(g, "u" in t, tuple(a for a in "wu" if a + "ti" in t),
+                                 self.dtype, pairs)
         plan.run(backend=self.backend, w=self.w_ih, xt=xt, G=self.G, b=self.bp, **t,
                  yt=self._buffer("yt", (plan.extent["yt"],)))
+
+    def _tiles_t(self, t, name, vnni):
+        """Tiles t [Rb][Sb][br][bs] transposed ([Sb][Rb][bs][br]) into this call's
+        buffer `name`, then in VNNI pairs with vnni."""
+        Rb, Sb, br, bs = t.shape
+        out = transpose_blocks(t, out=self._buffer(name, (Sb, Rb, bs, br), t.dtype))
+        return vnni_tiles(out, out=self._buffer(name + "_vnni", out.shape, t.dtype)) if vnni \
+            else out
 
     def _steps_to_blocks(self, a, bs, S, name, dtype=None):
         """[T, N, S] -> [T*Nb][Sb][bn][bs] with each step's minibatch padded on its
@@ -272,7 +284,9 @@ class LSTM:
         # the whole recurrence as one plan, the cell's derivatives fused; with
         # bf16, dG16 holds dG rounded for the GEMMs that read it
         dG = self._buffer("dG", self.G.shape)
-        wh_plain = "w_hh" in self._in_place and "w_hh_tiles" not in self._blocked  # T = 1
+        # T = 1, W_hh read in place (f32; bf16 reads w_hh_tiles, made from W_hh)
+        wh_plain = "w_hh" in self._in_place and "w_hh_tiles" not in self._blocked and \
+            self.dtype == "f32"
         t = dict(dy=dyb, G=self.G, c=self.c, dc=dc, dG=dG, dhr=dh,
                  wht=NO_TILES if wh_plain else self.w_hh_tiles)
         if self.dtype == "bf16":
@@ -295,7 +309,8 @@ class LSTM:
 
     def _dx(self, dG, g):
         dxb = self._buffer("dx", (g.T * g.Nb, g.Cb, g.bn, g.bc))
-        if "w_ih" in self._in_place and "w_ih_tiles" not in self._blocked:
+        if "w_ih" in self._in_place and "w_ih_tiles" not in self._blocked and \
+                self.dtype == "f32":  # (bf16 reads w_ih_tiles, made from W_ih)
             return self._backward_data(dG, "w_ih", dxb)
         self.plans["dx"].run(backend=self.backend, dy=dG, wt=self.w_ih_tiles, dx=dxb)
         return dxb

@@ -181,7 +181,8 @@ def backward_plan(g, dtype="f32", vnni=False):
 
 # ---------------------------------------------------------------- the input projection, W_ih in place
 
-def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=False):
+def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=False,
+                      dtype="f32", pairs=frozenset()):
     """G[t n][q k] = x[t n] @ W_ih[q k]^T + b with W_ih (plain [4K, C], row-major
     as the caller gave it) read in place as the broadcast operand A: each tile
     computed transposed, W_ih's rows of gate q, block k @ x^T's tiles (xt
@@ -198,16 +199,17 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=F
     the tiles of that weight they read, still in cache, into the backward's
     tiles wti [Cb][4Kb][bk][bc] (uti [Kb][4Kb][bk][bk]; copy_rows): a backward
     that follows needs them, and a copy of its own would read W from memory
-    again with no kernel running."""
+    again with no kernel running. dtype: of W, xt and ht (bf16: no tiles);
+    pairs: "x" (xt), "h" (ht), the tiles in VNNI pairs."""
     Nb, Kb, bk, bn, bc = g.T * g.Nb, g.Kb, g.bk, g.bn, g.bc
     G = g.layouts()[1]
     blocks = {}
 
-    def block(m, depth, beta, lda):
-        if (m, depth, beta, lda) not in blocks:
-            blocks[m, depth, beta, lda] = bplan.Block(m, bn, depth, lda=lda, ldb=bn, ldc=bn,
-                                                      beta=beta)
-        return blocks[m, depth, beta, lda]
+    def block(m, depth, beta, lda, vnni):
+        if (m, depth, beta, lda, vnni) not in blocks:
+            blocks[m, depth, beta, lda, vnni] = bplan.Block(
+                m, bn, depth, lda=lda, ldb=bn, ldc=bn, beta=beta, dtype=dtype, b_vnni=vnni)
+        return blocks[m, depth, beta, lda, vnni]
 
     for phase, task, at in loops.walk():
         qk, n, c0 = at["k"], at["n"], at["c"]
@@ -229,15 +231,17 @@ def projection_t_nest(ex, loops, g, chunk, hidden=False, per_task=False, tiles=F
             copies = tuple(bplan.copy_rows(a, row * lda + r * br, lda, a + "ti",
                                            (r * 4 * Kb + qk) * bk * br, br)
                            for r in rs) if a in tiles and n == 0 else ()
-            ex.gemm(block(m, depth, 0.0 if first else 1.0, lda), a,
+            vnni = ("x" if a == "w" else "h") in pairs  # W_ih's rows against xt, W_hh's ht
+            ex.gemm(block(m, depth, 0.0 if first else 1.0, lda, vnni), a,
                     [row * lda + r * br for r in rs], b, [(r * Nb + n) * br * bn for r in rs],
                     "yt", yt, ops=copies + (ends if last else ()))
 
 
-def projection_t_plan(g, hidden=False, tiles=()):
-    """projection_t_nest's plan (f32): tensors w (plain W_ih), xt, yt (scratch,
+def projection_t_plan(g, hidden=False, tiles=(), dtype="f32", pairs=frozenset()):
+    """projection_t_nest's plan: tensors w (plain W_ih), xt, yt (scratch,
     plan.extent["yt"] floats), G, b; with hidden, u (plain W_hh) and ht too;
-    wti for "w" in tiles, uti for "u" (with hidden).
+    wti for "w" in tiles, uti for "u" (with hidden; f32 only). w, xt, u, ht of
+    dtype, xt and ht in VNNI pairs for "x" and "h" in pairs.
     Tasks are the gate blocks q k, each walking the minibatch blocks in turn
     with one scratch tile, where there are at least 4 of them a thread (yt
     then a tile per gate block, not a copy of G's size); else (q k, n) pairs."""
@@ -248,13 +252,16 @@ def projection_t_plan(g, hidden=False, tiles=()):
         tiles_of = tuple(a for a in ("w", "u") if a in tiles and (hidden or a == "w"))
         names = ("w", "xt", "yt", "G", "b") + (("u", "ht") if hidden else ()) + \
             tuple(a + "ti" for a in tiles_of)
-        rec = bplan.Recorder(dict.fromkeys(names, "f32"), spec=spec)
+        if tiles_of and dtype != "f32":
+            raise ValueError(f"tiles: the backward's copies are f32 only, not {dtype}")
+        rec = bplan.Recorder({n: dtype if n in ("w", "xt", "u", "ht") else "f32"
+                              for n in names}, spec=spec)
         chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
         loops = parse_spec(spec, [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
-        projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles_of)
+        projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles_of, dtype, pairs)
         return rec.finish()
-    return _plans.get(("proj_t", g, hidden, spec, tuple(sorted(tiles))), record)
+    return _plans.get(("proj_t", g, hidden, spec, tuple(sorted(tiles)), dtype, pairs), record)
 
 
 def cell_plan(g):

@@ -45,7 +45,10 @@ def reads_in_place(g, dtype, backend, x, w_ih, w_hh, token):
     projection's (projection_t_nest's hidden), the step is the cell alone
     (cell_plan), and backward-data makes W_hh's tiles straight from it."""
     out = set()
-    if dtype == "f32" and fc.can_read_w(dtype, backend, x, w_ih, token):
+    # bf16 (x and W bf16 already): whole blocks only, where the kernel's VNNI
+    # pairs of x^T and h0^T have no ragged depth
+    whole = dtype == "f32" or (g.C % g.bc == 0 and g.K % g.bk == 0)
+    if whole and fc.can_read_w(dtype, backend, x, w_ih, token):
         out.add("w_ih")
         if g.T == 1 and fc.reads_w(g.fc_step, dtype, backend, x, w_hh, token):
             out.add("w_hh")

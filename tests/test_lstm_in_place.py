@@ -79,9 +79,37 @@ def test_the_rule_reads_w_ih_in_place_and_w_hh_for_one_step_of_a_small_batch():
                                ((1, 64, 4096, 64), ih), ((1, 4096, 64, 64), ih)):
         g = lstm.geometry(T, N, C, K)
         assert reads_in_place(g, "f32", "cpu", x, w, w, None) == want, (T, N, C, K)
-        assert not reads_in_place(g, "bf16", "cpu", x, w, w, None)  # f32 only
+        assert not reads_in_place(g, "bf16", "cpu", x, w, w, None)  # f32 arrays: rounded first
         assert not reads_in_place(g, "f32", "cpu", x, w, w, object())  # kept blocked wins
         assert not reads_in_place(g, "f32", "cpu", x, np.zeros((2, 2), np.float32).T, w, None)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_in_place_bf16(rng, monkeypatch, case):
+    """bf16 x and weights (nothing to round): W_ih (and with one step W_hh) read
+    in place where the blocks are whole, x^T's and h0^T's tiles in VNNI pairs
+    where the kernel reads them so, the backward's tiles made from W itself;
+    against torch.nn.LSTM in float64 (bf16 operands: 1e-2 of the scale, as
+    test_lstm's bf16 cases), every way forced, and the rule's choice."""
+    import brgemm
+    T, N = (1, 2)[case % 2], int(rng.integers(1, 40))
+    C, K = 32 * int(rng.integers(1, 4)), 16 * int(rng.integers(1, 4))
+    print(f"T={T} N={N} C={C} K={K}")
+    a, d = make(rng, T, N, C, K, brgemm.bfloat16)
+    fwd, bwd = reference(a, d)
+    g = lstm.geometry(T, N, C, K, CFG)
+    assert "w_ih" in reads_in_place(g, "bf16", "cpu", a["x"], a["w_ih"], a["w_hh"], None)
+    ways = [frozenset(), frozenset({"w_ih"})] + [frozenset({"w_ih", "w_hh"})] * (T == 1)
+    for in_place in ways:
+        monkeypatch.setattr(lstm, "reads_in_place", lambda *args, v=in_place: v)
+        saved = lstm.Saved()
+        y, (hT, cT) = lstm.forward(**a, dtype="bf16", config=CFG, saved=saved)
+        assert (saved.layer.wx is None) == ("w_ih" in in_place)
+        assert (saved.layer.wh is None) == ("w_hh" in in_place)
+        grads = lstm.backward(**d, **a, dtype="bf16", config=CFG, saved=saved)
+        assert y.dtype == grads[3].dtype == brgemm.bfloat16
+        check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-2)
+        check(["dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"], grads, bwd, 1e-2)
 
 
 @pytest.mark.parametrize("case", range(6))
