@@ -34,7 +34,6 @@ import dataclasses
 import numpy as np
 
 from brgemm import dtypes
-from brgemm import plan as bplan
 from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
@@ -42,21 +41,17 @@ from brgemm.lru import LRU
 from brgemm.conv_unwrap import conv_unwrap
 from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
-from brgemm.loopspec import Loop, parse_spec
-from brgemm.vnni import takes_vnni_b, vnni_tiles
+from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits
-from primitives._calls import blocks_per_call
 from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
-from primitives.conv_forward import columns_product
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
-from primitives.conv_update import columns_update_product, pointwise_x_block
+from primitives.conv_update import pointwise_x_block
 from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
                                        dw_from_transposed, pointwise,
                                        pointwise_copies_dy, pointwise_pairs, pointwise_plan,
                                        pointwise_update, pointwise_update_plan)
-from primitives.fc_nest import product_nest
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
@@ -64,76 +59,12 @@ from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _check, _plans, geometry, plan,
+from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
+from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
+                                     COLUMNS_UPDATE_WIDTH, columns, columns_plan, columns_vnni)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
-
-
-# ---------------------------------------------------------------- the loop nests
-
-
-def columns(g, dtype, backend):
-    """The blocks (bd, bp) of the functional forward's im2col plan, or None
-    where it does not apply. Where the weights outweigh the images (small
-    images, many channels: N P Q at most K / 2), the forward reads w in place
-    as the K x C R S matrix it is (columns_product) and copies x into its im2col
-    tiles instead, R S times x's size but less than w's copy; all images'
-    pixels side by side, so the kernel's rows are long even on 7 x 7 images.
-    f32 on the CPU backend; in bf16 the forward alone (w bf16 already: nothing
-    to round), its tiles in VNNI pairs where the kernel reads them so
-    (columns_vnni). (At any N on small images it won on the EPYC at one thread
-    and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
-    if dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
-        return None
-    return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
-
-
-def columns_vnni(g, dtype, backend, bd):
-    """Whether conv.columns' forward reads its im2col tiles in VNNI pairs: bf16
-    where the kernel takes pairs at depth bd and at the ragged last depth."""
-    rest = g.C * g.R * g.S % bd
-    return (dtype == "bf16" and takes_vnni_b(bd, dtype, backend)
-            and (rest == 0 or takes_vnni_b(rest, dtype, backend)))
-
-
-# conv.columns' plans read COLUMNS_CALLS times the pass's call_kb per kernel
-# call: their C tiles (bp x bd, 32 KiB) cost more to reload between calls than
-# the layer's (benchmarks/RESULTS.md: res5a_branch2b's backward-data 8% faster)
-COLUMNS_CALLS = 16
-# the backward's pixel blocks (backward-data's dy^t and dx^c are plain matrices,
-# the update reduces over them): all pixels of the 7 x 7 layers, so w's rows pass
-# once and the update has no ragged block (RESULTS.md: 2-7% and 10% faster)
-COLUMNS_DATA_PIXELS = 128
-# and the tiles' width along C R S, where w and dW have their rows C R S floats
-# apart (which maps them onto few cache sets): narrower than the forward's, so a
-# call's rows of w stay in cache while the kernel walks the pixels (RESULTS.md:
-# res5a_branch2b's backward 5-10% faster on the EPYC, 0-6% on the Xeon)
-COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 48, 64
-
-
-def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False):
-    """The plan of one pass where conv.columns applies: the forward's
-    (columns_product), backward-data's (columns_data_product) or the weight
-    update's (columns_update_product); parallel over output tiles, each reduced
-    in calls of COLUMNS_CALLS times call_kb's size. Backward-data walks w's
-    column tiles outermost (faster than the other way on res5a_branch2b:
-    benchmarks/RESULTS.md)."""
-    def record():
-        product = {"fwd": columns_product, "bwd": columns_data_product,
-                   "upd": columns_update_product}[pass_](g, bd, bp)
-        (_, bi), (_, bj), (R, br) = (product.sizes[n] for n in (product.i, product.j, product.r))
-        per_call = blocks_per_call(COLUMNS_CALLS * g.call_kb[list(SCHEMA).index(pass_)],
-                                   (bi + bj) * br, dtype)
-        outer = product.j + product.i if pass_ == "bwd" else product.i + product.j
-        spec = outer.upper() + product.r
-        loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call if n == product.r
-                                       else 1) for n in (product.i, product.j, product.r)])
-        rec = bplan.Recorder({product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"},
-                             spec=spec)
-        product_nest(rec, loops, product, dtype, lambda *at: (), per_call, vnni)
-        return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni), record)
 
 
 # ---------------------------------------------------------------- functional API
@@ -229,7 +160,7 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
         return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
-        return g, "nchw", nchw_plan(g, dtype, vnni), vnni
+        return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32), vnni
     return g, "blocked", plan(g, "fwd", dtype, vnni), vnni
 
 
@@ -246,7 +177,7 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
         data = "pointwise", pointwise_plan(gt, dtype, bp, plain_w=False), gt
     elif stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
-        data = "nchw", nchw_dx_plan(g, dtype, "bwd" in vnni), None
+        data = "nchw", nchw_dx_plan(g, dtype, "bwd" in vnni, x.dtype != np.float32), None
     else:
         data = "blocked", plan(g, "bwd", dtype, "bwd" in vnni), None
     upd = pointwise_update(g, dtype, backend, dy) if x.dtype == np.float32 else None

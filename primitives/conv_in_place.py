@@ -5,6 +5,7 @@ update's plans that read dy, or x, in place; with the rules that say which
 layers take each. The functional forms in primitives/conv.py run them."""
 import numpy as np
 
+from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest, shifted_nest
@@ -49,51 +50,60 @@ def shifted_plan(g, bp):
 def stores_nchw(g, dtype, backend, out_dtype):
     """Whether the functional forward's plan stores y straight into the NCHW
     result (nchw_plan) instead of a pass of its own after it (unblock_y):
-    f32 results on the CPU backend, K a multiple of bk (a tile's channels all
-    real ones)."""
-    return out_dtype == np.float32 and backend == "cpu" and g.K % g.bk == 0
+    f32 or bf16 results (bf16 from bf16 calls: rounded as stored) on the CPU
+    backend, K a multiple of bk (a tile's channels all real ones)."""
+    return _stored(dtype, out_dtype) and backend == "cpu" and g.K % g.bk == 0
 
 
-def nchw_plan(g, dtype, vnni):
+def _stored(dtype, out_dtype):
+    """Whether an NCHW-storing plan writes results of out_dtype in a call of dtype."""
+    return out_dtype == np.float32 or (out_dtype == dtypes.bfloat16 and dtype == "bf16")
+
+
+def nchw_plan(g, dtype, vnni, bf16_out=False):
     """The forward's plan (conv_forward.forward_nest) that stores each tile,
     once summed, transposed into the NCHW result `out` [N,K,P,Q] by its last
-    call's epilogue, while it is in cache. Each task sums its tiles in turn in
-    one slot of its own in y (plan.extent["y"] floats: a tile per task), so
-    the blocked y is neither written out nor read back."""
+    call's epilogue, while it is in cache (rounded with bf16_out). Each task
+    sums its tiles in turn in one slot of its own in y (plan.extent["y"]
+    floats: a tile per task), so the blocked y is neither written out nor
+    read back."""
     def record():
         PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
-        rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32", "out": "f32"},
-                             spec=g.specs[0])
+        rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32",
+                              "out": "bf16" if bf16_out else "f32"}, spec=g.specs[0])
         forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
                      tile=_task_slots(bq * g.bk, g.w_reuse[0]),
                      epilogue=lambda n, k, pixel: (
-                         bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+                         bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ,
+                                       bf16=bf16_out),))
         return rec.finish()
-    return _plans.get((g, "fwd_nchw", dtype, vnni), record)
+    return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out), record)
 
 
 def stores_nchw_dx(g, dtype, backend, out_dtype):
     """Whether the functional backward-data's plan stores dx straight into the
     NCHW result (nchw_dx_plan): as stores_nchw, with C a multiple of bc and
     stride 1 across (a block's pixels then neighbours in dx's rows)."""
-    return out_dtype == np.float32 and backend == "cpu" and g.C % g.bc == 0 and g.sw == 1
+    return _stored(dtype, out_dtype) and backend == "cpu" and g.C % g.bc == 0 and g.sw == 1
 
 
-def nchw_dx_plan(g, dtype, vnni):
+def nchw_dx_plan(g, dtype, vnni, bf16_out=False):
     """Backward-data's plan (conv_backward.backward_nest) that stores each
     block of dx, once summed, transposed into the NCHW result `out`
-    [N,C,H,W] from its last call's epilogue; each task sums in one slot of its
-    own in dx (plan.extent["dx"] floats), as nchw_plan does for y."""
+    [N,C,H,W] from its last call's epilogue (rounded with bf16_out); each task
+    sums in one slot of its own in dx (plan.extent["dx"] floats), as
+    nchw_plan does for y."""
     def record():
         HW, bq = g.H * g.W, g.bs if g.span[1] else g.bq
-        rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32", "out": "f32"},
-                             spec=g.specs[1])
+        rec = bplan.Recorder({"dyp": dtype, "wt": dtype, "dx": "f32",
+                              "out": "bf16" if bf16_out else "f32"}, spec=g.specs[1])
         backward_nest(rec, _loops(g, "bwd"), g, dtype, vnni,
                       tile=_task_slots(bq * g.bc, g.w_reuse[1]),
                       epilogue=lambda n, c, row, u0: (
-                          bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW),))
+                          bplan.store_t("out", (n * g.C + c * g.bc) * HW + row * g.W + u0, HW,
+                                        bf16=bf16_out),))
         return rec.finish()
-    return _plans.get((g, "bwd_nchw", dtype, vnni), record)
+    return _plans.get((g, "bwd_nchw", dtype, vnni, bf16_out), record)
 
 
 def reads_dy(g, dtype, backend, dy):

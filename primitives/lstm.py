@@ -31,7 +31,7 @@ from primitives.lstm_plans import (  # noqa: F401  (public names)
     Geometry, SCHEMA, backward_nest, backward_plan, geometry, recurrent_nest, recurrent_plan)
 from primitives.lstm_layer import LSTM, _check_x
 from primitives.lstm_strips import reads_in_place
-from primitives.lstm_layer import (  # noqa: F401  (public names)
+from primitives.lstm_weights import (  # noqa: F401  (public names)
     block_weights, transpose_tiles, vnni_operands)
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import brgemm
-from brgemm.info import kernel_path
 from primitives import conv, conv_plans
 
 CASES = [  # N, C, K, H, W, R, S, stride, padding
@@ -72,67 +71,6 @@ def test_pointwise_forward_backward(rng):
         for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
             assert got.dtype == np.float32 and got.shape == want.shape
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
-
-
-def test_pointwise_pairs_forward(rng):
-    """bf16 1x1 forward on bf16 x and w (conv.pointwise_pairs): w read in place,
-    x's channel rows copied into VNNI pairs, y stored in bf16 by the plan.
-    Random sizes, K ragged against its block, a ragged last pixel block, random
-    call sizes and pixel blocks; against float64 within f32 accumulation and
-    one bf16 rounding of the result. Not where w is f32 or reuse= keeps it."""
-    from tolerance import assert_close, linear
-    for it in range(6):
-        N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
-        if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
-            H += 1
-        C, K = 32 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
-        kb, bp = int(rng.choice([1, 2, 32])), int(rng.choice([32, 64, 112]))
-        cfg = {"fwd": {"bc": 32, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp}}
-        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp}")
-        x = rng.standard_normal((N, C, H, W)).astype(brgemm.bfloat16)
-        w = rng.standard_normal((K, C, 1, 1)).astype(brgemm.bfloat16)
-        g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg,
-                          path=kernel_path("bf16", "cpu"))
-        assert conv.pointwise_pairs(g, "bf16", "cpu", x, w, None)  # the path under test
-        assert not conv.pointwise_pairs(g, "bf16", "cpu", x, w.astype(np.float32), None)
-        y = conv.forward(x, w, dtype="bf16", config=cfg)
-        assert y.dtype == brgemm.bfloat16
-        xd, wd = (a.astype(np.float64)[..., 0, 0] if a is w else a.astype(np.float64)
-                  for a in (x, w))
-        want = linear(np.einsum("kc,nchw->nkhw", wd, xd),
-                      np.einsum("kc,nchw->nkhw", np.abs(wd), np.abs(xd)))
-        assert_close("y", y, want, rounded=True, context=f"it {it}")
-
-
-def test_columns_forward_bf16(rng):
-    """bf16 forward on small images with many output channels (conv.columns):
-    w (bf16) read in place, x (bf16, or f32 rounded on the way) copied into
-    im2col tiles, in VNNI pairs where the kernel reads them so (a ragged
-    last depth of odd size: plain tiles), y rounded into NCHW unless x is
-    f32. Random sizes, kernels, strides and padding; against float64 within
-    f32 accumulation and one bf16 rounding of the result."""
-    from tolerance import assert_close, linear
-    for it in range(6):
-        N, H, W = int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
-        R, S = int(rng.integers(1, min(H, 3) + 1)), int(rng.integers(1, min(W, 3) + 1))
-        stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, 2))
-        P, Q = (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
-        C, K = int(rng.integers(1, 80)), 2 * N * P * Q + int(rng.integers(0, 64))
-        x_dtype = brgemm.bfloat16 if it % 2 else np.float32
-        print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride={stride} padding={padding} "
-              f"x {np.dtype(x_dtype).name}")
-        x = rng.standard_normal((N, C, H, W)).astype(np.float32).astype(x_dtype)
-        w = rng.standard_normal((K, C, R, S)).astype(brgemm.bfloat16)
-        g = conv.geometry(N, C, K, H, W, R, S, (stride,) * 2, (padding,) * 2,
-                          path=kernel_path("bf16", "cpu"))
-        assert conv.columns(g, "bf16", "cpu")  # the path under test
-        y = conv.forward(x, w, stride, padding, dtype="bf16")
-        assert y.dtype == x_dtype and y.shape == (N, K, P, Q)
-        xd = x.astype(brgemm.bfloat16).astype(np.float64)
-        (want, _, _), (mag, _, _) = (f(xd, w.astype(np.float64), np.ones((N, K, P, Q)), stride,
-                                       padding) for f in (reference, magnitude))
-        assert_close("y", y, linear(want, mag), rounded=x_dtype != np.float32,
-                     context=f"it {it}")
 
 
 def test_pointwise_update(rng):
