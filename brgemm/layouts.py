@@ -274,21 +274,26 @@ def blocks_to_image(t, C, H, W, top=0, left=0, dtype=None, out=None, threads=Non
     return out
 
 
-def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=None):
+def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=None, vnni=False):
     """w [K, C, *taps] -> per tap the K x C matrix's transpose as tiles,
-    [Kb][Cb][taps][bc][bk]; transposed: the matrix itself, [Cb][Kb][taps][bk][bc]."""
+    [Kb][Cb][taps][bc][bk]; transposed: the matrix itself, [Cb][Kb][taps][bk][bc].
+    vnni: bf16 tiles in VNNI pairs (brgemm.vnni.vnni_tiles' layout; bc, or bk
+    transposed, even), made in the same pass."""
     if not isinstance(w, np.ndarray) or w.ndim < 2 or 0 in w.shape:
         raise ValueError(f"w: expected a non-empty [K, C, ...] array, got "
                          f"{getattr(w, 'shape', type(w).__name__)}")
     dt = _out_dtype(w, dtype, "w")
+    if vnni and (dt != _BF16 or (bk if transposed else bc) % 2):
+        raise ValueError(f"vnni: takes bf16 tiles of an even number of rows, got {dt}, "
+                         f"{'bk' if transposed else 'bc'}={bk if transposed else bc}")
     w = np.ascontiguousarray(w)
     K, C, RS = w.shape[0], w.shape[1], math.prod(w.shape[2:])
     Kb, Cb = nblocks(K, bk), nblocks(C, bc)
     out = _check_out(out, (Cb, Kb, RS, bk, bc) if transposed else (Kb, Cb, RS, bc, bk), dt)
     if _overlap(out, w):
         raise ValueError("out: overlaps w")
-    rc = _taps_to_blocks(_address(w), K, C, RS, w.itemsize, bk, bc, transposed, _address(out),
-                         out.itemsize, threads or 0)
+    rc = _taps_to_blocks(_address(w), K, C, RS, w.itemsize, bk, bc, transposed, vnni,
+                         _address(out), out.itemsize, threads or 0)
     if rc != _OK:
         _ok(rc, "taps_to_blocks")
     return out

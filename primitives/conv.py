@@ -80,12 +80,9 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
     shape = (g.Cb, g.Kb, g.R, g.S, g.bk, g.bc) if transposed else \
         (g.Kb, g.Cb, g.R, g.S, g.bc, g.bk)
 
-    def blocked():
-        t = block_w(w, g, dtype, transposed,
-                    out=None if token else _scratch.get("w", shape, dtypes.NUMPY[dtype]))
-        if not vnni:
-            return t
-        return vnni_tiles(t, out=None if token else _scratch.get("w_vnni", shape, t.dtype))
+    def blocked():  # VNNI pairs made in the same pass
+        return block_w(w, g, dtype, transposed, vnni=vnni, out=None if token else _scratch.get(
+            "w_vnni" if vnni else "w", shape, dtypes.NUMPY[dtype]))
     return _reuse.blocked(token, ("conv", "wt" if transposed else "w", g, dtype, vnni), (w,),
                           blocked)
 

@@ -6,7 +6,6 @@ from brgemm import dtypes
 from brgemm.layouts import (blocks_to_image, image_to_blocks, nblocks, taps_from_blocks,
                             taps_to_blocks)
 from brgemm.layouts import image_to_planes
-from brgemm.vnni import vnni_tiles
 from primitives.conv_update import c_rows as update_c_rows, flat_layout
 
 
@@ -37,19 +36,20 @@ def unblock_y(t, g, dtype, out=None):
     return blocks_to_image(t, g.K, g.P, g.Q, dtype=dtype, out=out)
 
 
-def block_w(w, g, dtype, transposed=False, out=None):
-    """[K, C, R, S] -> w [Kb][Cb][R][S][bc][bk], or wt [Cb][Kb][R][S][bk][bc]."""
+def block_w(w, g, dtype, transposed=False, out=None, vnni=False):
+    """[K, C, R, S] -> w [Kb][Cb][R][S][bc][bk], or wt [Cb][Kb][R][S][bk][bc];
+    in VNNI pairs with vnni, in the same pass."""
     if out is not None:
         out = out.reshape(out.shape[:2] + (g.R * g.S,) + out.shape[4:])
-    t = taps_to_blocks(w, g.bk, g.bc, transposed, dtype=dtypes.NUMPY[dtype], out=out)
+    t = taps_to_blocks(w, g.bk, g.bc, transposed, dtype=dtypes.NUMPY[dtype], out=out, vnni=vnni)
     return t.reshape(t.shape[:2] + (g.R, g.S) + t.shape[3:])
 
 
 def layer_weights(w, g, dtype, vnni=frozenset()):
     """w and wt as the layer keeps them: blocked, and in VNNI pairs for the
     passes in `vnni` (vnni_passes: AMX reads them so, repacked per change)."""
-    wb, wt = block_w(w, g, dtype), block_w(w, g, dtype, transposed=True)
-    return (vnni_tiles(wb) if "fwd" in vnni else wb, vnni_tiles(wt) if "bwd" in vnni else wt)
+    return (block_w(w, g, dtype, vnni="fwd" in vnni),
+            block_w(w, g, dtype, transposed=True, vnni="bwd" in vnni))
 
 
 def unblock_dw(t, g, dtype, out=None, c_rows=None):

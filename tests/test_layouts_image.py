@@ -93,6 +93,14 @@ def test_taps_to_blocks(rng, transposed, taps, dtypes, size):
     f = full.reshape(Kb, bk, Cb, bc, RS)
     ref = f.transpose(2, 0, 4, 1, 3) if transposed else f.transpose(0, 2, 4, 3, 1)
     np.testing.assert_array_equal(t.astype(np.float32), ref.astype(np.float32))
+    if dst == BF16:  # the same tiles in VNNI pairs, in one pass: vnni_tiles' of them, bit for bit
+        bk, bc = bk + bk % 2 * transposed, bc + bc % 2 * (not transposed)  # rows paired: even
+        t = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst, threads=threads)
+        got = L.taps_to_blocks(w, bk, bc, transposed, dtype=dst, threads=threads, vnni=True)
+        from brgemm.vnni import vnni_tiles
+        want = vnni_tiles(np.ascontiguousarray(t).reshape((-1,) + t.shape[-2:]))
+        np.testing.assert_array_equal(got.view(np.uint16).reshape(want.shape),
+                                      want.view(np.uint16))
 
 
 @pytest.mark.parametrize("c_rows", [False, True])
@@ -195,7 +203,11 @@ def test_native_layer_rejects_bad_arguments():
     f = ffi.cast("float *", p)
     assert lib.brgemm_cpu_columns_to_image(f, 8, 1, 1, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, f,
                                            1) == EINVAL  # ld < C R S
-    assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, p, 4, 1) == EINVAL
+    assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 0, 4, 4, 4, 0, 0, p, 4, 1) == EINVAL
+    # in VNNI pairs: not with an odd bc (w), an odd bk (wt), nor f32 tiles
+    for bk, bc, transposed, di in ((4, 3, 0, 2), (3, 4, 1, 2), (4, 4, 0, 4)):
+        assert lib.brgemm_cpu_conv_weights_to_blocks(p, 4, 4, 1, 2, bk, bc, transposed, 1, p,
+                                                     di, 1) == EINVAL
     assert lib.brgemm_cpu_conv_weights_from_blocks(ffi.cast("float *", p), 0, 4, 4, 1, 4, 4, 0,
                                                    p, 4, 1) == EINVAL
     assert lib.brgemm_cpu_convert(p, 2, 8, 4, 4, p, 4, 1) == EINVAL  # ld < cols

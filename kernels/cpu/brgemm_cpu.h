@@ -321,10 +321,11 @@ int brgemm_cpu_columns_to_image(const float* src, int64_t ld, int64_t N, int64_t
                                 int64_t ph, int64_t pw, int64_t P, int64_t Q, float* dst,
                                 int threads);
 /* Conv weights src [K][C][RS] (contiguous) -> [Kb][Cb][RS][bc][bk] tiles, or
- * with transposed [Cb][Kb][RS][bk][bc], zero-padded. */
+ * with transposed [Cb][Kb][RS][bk][bc], zero-padded; vnni: bf16 tiles in VNNI
+ * pairs of their rows (as brgemm_cpu_vnni_tiles leaves them). */
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
                                       int src_itemsize, int64_t bk, int64_t bc, int transposed,
-                                      void* dst, int dst_itemsize, int threads);
+                                      int vnni, void* dst, int dst_itemsize, int threads);
 /* The sum of J shares of weight tiles src [J][Kb][Cb][RS][bk][bc] (f32; with
  * c_rows [..][bc][bk]) -> dst [K][C][RS], contiguous, f32 or bf16 (itemsize). */
 int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, int64_t C,

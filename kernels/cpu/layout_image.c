@@ -310,23 +310,28 @@ static void tile_parts(int64_t pairs, int nt, int64_t bk, int64_t bc, int64_t* k
 
 int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int64_t RS,
                                       int src_itemsize, int64_t bk, int64_t bc, int transposed,
-                                      void* dst, int dst_itemsize, int threads) {
+                                      int vnni, void* dst, int dst_itemsize, int threads) {
   const int si = src_itemsize, di = dst_itemsize;
-  if (!src || !dst || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 || !brgemm_sizes_ok(si, di))
+  /* the tiles' rows: bc (w) or bk (wt), paired with vnni */
+  const int64_t height = transposed ? bk : bc, width = transposed ? bc : bk;
+  if (!src || !dst || K < 1 || C < 1 || RS < 1 || bk < 1 || bc < 1 || !brgemm_sizes_ok(si, di) ||
+      (vnni && (di != 2 || height % 2)))
     return BRGEMM_EINVAL;
   const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
   const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
   const int staged = !transposed && RS > 1 && !one_pass;
-  int64_t kp = bk, cp = bc;
-  if (!staged) tile_parts(Kb * Cb, nt, bk, bc, &kp, &cp);
+  int64_t kp = bk, cp = bc; /* with vnni, whole (kb, cb) pairs: their tiles are paired after */
+  if (!staged && !vnni) tile_parts(Kb * Cb, nt, bk, bc, &kp, &cp);
   const int64_t parts_k = (bk + kp - 1) / kp, parts = parts_k * ((bc + cp - 1) / cp);
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
   {
     /* [bk][RS][bc]: one (kb, cb)'s rows with taps outermost, for w's transposes */
     char* tmp = staged ? malloc((size_t)(bk * RS * bc * si)) : NULL;
-    if (staged && !tmp) {
+    /* vnni: the pair's RS tiles, plain, before their rows are paired into dst */
+    uint16_t* plain = vnni ? malloc((size_t)(RS * tile) * sizeof(uint16_t)) : NULL;
+    if ((staged && !tmp) || (vnni && !plain)) {
 #pragma omp atomic write
       err = BRGEMM_ENOMEM;
     }
@@ -339,7 +344,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
       const int64_t nk = brgemm_min64(bk, K - kb * bk), nc = brgemm_min64(bc, C - cb * bc);
       const int64_t k1 = brgemm_min64(nk, k0 + kp), c1 = brgemm_min64(nc, c0 + cp);
       const char* in = (const char*)src + (kb * bk * C + cb * bc) * RS * si; /* w[k][c][rs] rows */
-      char* out = (char*)dst + o * RS * tile * di;
+      if ((staged && !tmp) || (vnni && !plain)) continue;
+      char* out = vnni ? (char*)plain : (char*)dst + o * RS * tile * di;
       if (k0 < k1 && c0 < c1) {
         if (transposed) { /* out[rs][k][c] = w[k][c][rs]: each row's taps de-interleaved */
           for (int64_t k = k0; k < k1; ++k)
@@ -362,10 +368,18 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
       }
       if (k0 == 0 && c0 == 0)
         for (int64_t rs = 0; rs < RS; ++rs)
-          zero_tile_edges(out + rs * tile * di, transposed ? bk : bc, transposed ? bc : bk,
-                          transposed ? nk : nc, transposed ? nc : nk, di);
+          zero_tile_edges(out + rs * tile * di, height, width, transposed ? nk : nc,
+                          transposed ? nc : nk, di);
+      if (vnni) /* each tile's rows 2p and 2p + 1 side by side, from the cache */
+        for (int64_t rs = 0; rs < RS; ++rs)
+          for (int64_t p = 0; p < height / 2; ++p) {
+            const uint16_t* r0 = plain + rs * tile + 2 * p * width;
+            brgemm_pair_rows(r0, r0 + width, (uint16_t*)dst + (o * RS + rs) * tile + 2 * p * width,
+                             width);
+          }
     }
     free(tmp);
+    free(plain);
   }
   return err;
 }
