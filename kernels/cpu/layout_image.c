@@ -294,6 +294,32 @@ static void taps_transposed(const float* in, int64_t lds, float* out, int64_t na
   }
 }
 
+/* taps_transposed for 16-bit elements (bf16 in and out): 8 x 8 blocks in SSE
+ * registers, each result row placed in its tap's tile; where de-interleaving
+ * the taps and transposing each tap after took two passes */
+static void taps_transposed2(const uint16_t* in, int64_t lds, uint16_t* out, int64_t na,
+                             int64_t nb, int64_t RS, int64_t bc, int64_t bk) {
+  const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
+  for (int64_t b0 = 0; b0 < nb8; b0 += 8) {
+    int64_t rs = 0, c = 0; /* of column a: a = c * RS + rs, counted (no divisions) */
+    for (int64_t a0 = 0; a0 < na8; a0 += 8) {
+      __m128i o[8];
+      if (b0 + 8 < nb8 && a0 % 32 == 0) /* the next eight rows' lines, a pass ahead */
+        for (int k = 8; k < 16; ++k)
+          _mm_prefetch((const char*)(in + (b0 + k) * lds + a0), _MM_HINT_T0);
+      brgemm_transpose8x8_u16(in + b0 * lds + a0, lds, o);
+      for (int k = 0; k < 8; ++k) {
+        _mm_storeu_si128((__m128i*)(out + (rs * bc + c) * bk + b0), o[k]);
+        if (++rs == RS) rs = 0, ++c;
+      }
+    }
+  }
+  for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
+    uint16_t* row = out + ((a % RS) * bc + a / RS) * bk;
+    for (int64_t b = a < na8 ? nb8 : 0; b < nb; ++b) row[b] = in[b * lds + a];
+  }
+}
+
 /* Where a layer's (kb, cb) pairs are fewer than the threads (64-channel
  * layers have one), the weight copies split each pair's k and c ranges into
  * parts of kp and cp, multiples of 16 (whole lines of the tiles), k first,
@@ -319,7 +345,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
     return BRGEMM_EINVAL;
   const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
-  const int one_pass = si == 4 && di == 4 && brgemm_layout_avx2(); /* taps_transposed */
+  /* taps_transposed (f32, AVX2) or taps_transposed2 (bf16) */
+  const int one_pass = si == di && (si == 2 || brgemm_layout_avx2());
   const int staged = !transposed && RS > 1 && !one_pass;
   int64_t kp = bk, cp = bc; /* with vnni, whole (kb, cb) pairs: their tiles are paired after */
   if (!staged && !vnni) tile_parts(Kb * Cb, nt, bk, bc, &kp, &cp);
@@ -354,9 +381,12 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
         } else if (RS == 1) { /* out[c][k] = w[k][c] */
           brgemm_window(in + (k0 * C + c0) * si, 1, C, si, out + (c0 * bk + k0) * di, bk, di,
                         c1 - c0, k1 - k0);
-        } else if (one_pass) { /* out[rs][c][k] = w[k][c * RS + rs] */
+        } else if (one_pass && si == 4) { /* out[rs][c][k] = w[k][c * RS + rs] */
           taps_transposed((const float*)in + k0 * C * RS + c0 * RS, C * RS,
                           (float*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);
+        } else if (one_pass) {
+          taps_transposed2((const uint16_t*)in + k0 * C * RS + c0 * RS, C * RS,
+                           (uint16_t*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);
         } else if (tmp) { /* out[rs][c][k]: taps de-interleaved, then each tap transposed */
           for (int64_t k = 0; k < nk; ++k)
             brgemm_window(in + k * C * RS * si, 1, RS, si, tmp + k * RS * bc * si, bc, si, RS,

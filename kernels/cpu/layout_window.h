@@ -183,31 +183,36 @@ static inline void brgemm_transpose4(const uint32_t* src, int64_t lds, uint32_t*
     brgemm_transpose4_sse(src, lds, dst, ldd, na, nb);
 }
 
+/* An 8 x 8 block of 16-bit elements transposed in SSE registers: row j of the
+ * result (column j of the eight rows at in, lds apart) into out[j]. */
+static inline void brgemm_transpose8x8_u16(const uint16_t* in, int64_t lds, __m128i out[8]) {
+  __m128i r[8], u[8], v[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128((const __m128i*)(in + k * lds));
+  for (int k = 0; k < 8; k += 2) {
+    u[k] = _mm_unpacklo_epi16(r[k], r[k + 1]);     /* columns 0-3 of rows k, k+1 */
+    u[k + 1] = _mm_unpackhi_epi16(r[k], r[k + 1]); /* columns 4-7 */
+  }
+  for (int k = 0; k < 2; ++k) /* k = 0: columns 0-3, k = 1: columns 4-7 */
+    for (int h = 0; h < 2; ++h) {
+      v[4 * k + 2 * h] = _mm_unpacklo_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
+      v[4 * k + 2 * h + 1] = _mm_unpackhi_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
+    }
+  /* v[4k + 2h + l] holds columns 4k + 2l, +1 of rows 4h .. 4h+3 */
+  for (int k = 0; k < 2; ++k)
+    for (int l = 0; l < 2; ++l) {
+      const __m128i lo = v[4 * k + l], hi = v[4 * k + 2 + l];
+      out[4 * k + 2 * l] = _mm_unpacklo_epi64(lo, hi);
+      out[4 * k + 2 * l + 1] = _mm_unpackhi_epi64(lo, hi);
+    }
+}
+
 static inline void brgemm_transpose2(const uint16_t* src, int64_t lds, uint16_t* dst, int64_t ldd,
                                      int64_t na, int64_t nb) {
   for (int64_t b0 = 0; b0 + 8 <= nb; b0 += 8)
     for (int64_t a0 = 0; a0 + 8 <= na; a0 += 8) {
-      const uint16_t* in = src + b0 * lds + a0;
-      __m128i r[8], u[8], v[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128((const __m128i*)(in + k * lds));
-      for (int k = 0; k < 8; k += 2) {
-        u[k] = _mm_unpacklo_epi16(r[k], r[k + 1]);     /* columns 0-3 of rows k, k+1 */
-        u[k + 1] = _mm_unpackhi_epi16(r[k], r[k + 1]); /* columns 4-7 */
-      }
-      for (int k = 0; k < 2; ++k) /* k = 0: columns 0-3, k = 1: columns 4-7 */
-        for (int h = 0; h < 2; ++h) {
-          v[4 * k + 2 * h] = _mm_unpacklo_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
-          v[4 * k + 2 * h + 1] = _mm_unpackhi_epi32(u[k + 4 * h], u[k + 2 + 4 * h]);
-        }
-      /* v[4k + 2h + l] holds columns 4k + 2l, +1 of rows 4h .. 4h+3 */
-      uint16_t* out = dst + a0 * ldd + b0;
-      for (int k = 0; k < 2; ++k)
-        for (int l = 0; l < 2; ++l) {
-          const __m128i lo = v[4 * k + l], hi = v[4 * k + 2 + l];
-          _mm_storeu_si128((__m128i*)(out + (4 * k + 2 * l) * ldd), _mm_unpacklo_epi64(lo, hi));
-          _mm_storeu_si128((__m128i*)(out + (4 * k + 2 * l + 1) * ldd),
-                           _mm_unpackhi_epi64(lo, hi));
-        }
+      __m128i o[8];
+      brgemm_transpose8x8_u16(src + b0 * lds + a0, lds, o);
+      for (int j = 0; j < 8; ++j) _mm_storeu_si128((__m128i*)(dst + (a0 + j) * ldd + b0), o[j]);
     }
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t a = (b < nb - nb % 8) ? na - na % 8 : 0; a < na; ++a)
