@@ -102,7 +102,7 @@ def main():
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--parts", default="conv,fc")
     args = parser.parse_args()
-    threads = set_threads(args.threads)
+    threads = set_threads(args.threads, onednn=False)
     rng = np.random.default_rng()
     for part in args.parts.split(","):
         {"conv": _conv, "fc": _fc}[part](rng, threads, args.reps)
