@@ -46,8 +46,9 @@ def pointwise_pairs(g, dtype, backend, x, w, token):
     already (nothing to round), w C-contiguous and not kept blocked (reuse=):
     w read in place as the broadcast operand, x's one copy its channel rows in
     VNNI pairs (brgemm.vnni.vnni_tiles, C even), y stored in bf16 by the
-    plan (pointwise_plan's pairs)."""
-    if (dtype != "bf16" or backend != "cpu" or token is not None or g.C % 2
+    plan (pointwise_plan's pairs); where the config's pointwise_pairs says so."""
+    if (dtype != "bf16" or backend != "cpu" or not g.pointwise_pairs or token is not None
+            or g.C % 2
             or x.dtype != dtypes.bfloat16 or w.dtype != dtypes.bfloat16
             or not w.flags.c_contiguous or not takes_vnni_b(g.bc, dtype, backend)):
         return None

@@ -16,14 +16,16 @@ def test_pointwise_pairs_forward(rng):
     x's channel rows copied into VNNI pairs, y stored in bf16 by the plan.
     Random sizes, K ragged against its block, a ragged last pixel block, random
     call sizes and pixel blocks; against float64 within f32 accumulation and
-    one bf16 rounding of the result. Not where w is f32 or reuse= keeps it."""
+    one bf16 rounding of the result. Not where w is f32 or the config's
+    pointwise_pairs is off."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
         if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
             H += 1
         C, K = 32 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
         kb, bp = int(rng.choice([1, 2, 32])), int(rng.choice([32, 64, 112]))
-        cfg = {"fwd": {"bc": 32, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp}}
+        cfg = {"fwd": {"bc": 32, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp,
+                       "pointwise_pairs": True}}  # the path on every machine (off on AMX)
         print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp}")
         x = rng.standard_normal((N, C, H, W)).astype(brgemm.bfloat16)
         w = rng.standard_normal((K, C, 1, 1)).astype(brgemm.bfloat16)
@@ -31,6 +33,9 @@ def test_pointwise_pairs_forward(rng):
                           path=kernel_path("bf16", "cpu"))
         assert conv.pointwise_pairs(g, "bf16", "cpu", x, w, None)  # the path under test
         assert not conv.pointwise_pairs(g, "bf16", "cpu", x, w.astype(np.float32), None)
+        off = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), path=kernel_path("bf16", "cpu"),
+                            config={"fwd": dict(cfg["fwd"], pointwise_pairs=False)})
+        assert not conv.pointwise_pairs(off, "bf16", "cpu", x, w, None)
         y = conv.forward(x, w, dtype="bf16", config=cfg)
         assert y.dtype == brgemm.bfloat16
         xd, wd = (a.astype(np.float64)[..., 0, 0] if a is w else a.astype(np.float64)
