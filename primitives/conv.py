@@ -151,8 +151,11 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
         return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     blocks = columns(g, dtype, backend) if token is None else None
+    # w in place; bf16: x rounded into its tiles, and not on 1x1 layers, whose
+    # im2col tiles are x's copy transposed (behind the blocked path on the lent
+    # Xeon's AMX: benchmarks/RESULTS.md, issue 17, eighteenth session)
     if blocks and w.dtype == dtypes.NUMPY[dtype] and w.flags.c_contiguous and (
-            dtype == "bf16" or x.dtype == np.float32):  # w in place; x rounded into its tiles
+            x.dtype == np.float32 if dtype == "f32" else g.R * g.S > 1):
         vnni = columns_vnni(g, dtype, backend, blocks[0])
         return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
     vnni = "fwd" in vnni_passes(g, dtype, backend)

@@ -24,8 +24,8 @@ def columns(g, dtype, backend):
     tiles instead, R S times x's size but less than w's copy; all images'
     pixels side by side, so the kernel's rows are long even on 7 x 7 images.
     f32 on the CPU backend; in bf16 the forward alone (w bf16 already: nothing
-    to round), its tiles in VNNI pairs where the kernel reads them so
-    (columns_vnni). (At any N on small images it won on the EPYC at one thread
+    to round; conv.forward takes it where R S > 1), its tiles in VNNI pairs
+    where the kernel reads them so (columns_vnni). (At any N on small images it won on the EPYC at one thread
     and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
     if dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
         return None

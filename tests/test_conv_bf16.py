@@ -50,11 +50,13 @@ def test_columns_forward_bf16(rng):
     w (bf16) read in place, x (bf16, or f32 rounded on the way) copied into
     im2col tiles, in VNNI pairs where the kernel reads them so (a ragged
     last depth of odd size: plain tiles), y rounded into NCHW unless x is
-    f32. Random sizes, kernels, strides and padding; against float64 within
-    f32 accumulation and one bf16 rounding of the result."""
+    f32. Random sizes, kernels of more than one tap, strides and padding;
+    against float64 within f32 accumulation and one bf16 rounding of the
+    result. A 1x1 layer's bf16 forward does not take it."""
     for it in range(6):
-        N, H, W = int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        N, H, W = int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(2, 9))
         R, S = int(rng.integers(1, min(H, 3) + 1)), int(rng.integers(1, min(W, 3) + 1))
+        S += R * S == 1  # more than one tap (a 1x1 layer takes another path)
         stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, 2))
         P, Q = (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
         C, K = int(rng.integers(1, 80)), 2 * N * P * Q + int(rng.integers(0, 64))
@@ -73,6 +75,11 @@ def test_columns_forward_bf16(rng):
                                        padding) for f in (reference, magnitude))
         assert_close("y", y, linear(want, mag), rounded=x_dtype != np.float32,
                      context=f"it {it}")
+    x, w = np.ones((1, 64, 4, 4), brgemm.bfloat16), np.ones((128, 64, 1, 1), brgemm.bfloat16)
+    g = conv.geometry(1, 64, 128, 4, 4, 1, 1, (1, 1), (0, 0), path=kernel_path("bf16", "cpu"),
+                      config={"fwd": {"pointwise_pairs": False}})  # as on AMX
+    assert conv.columns(g, "bf16", "cpu")
+    assert conv._forward_route(g, "bf16", "cpu", None, x, w, None)[1] != "columns"
 
 
 def test_nchw_stores_bf16(rng):
@@ -91,7 +98,7 @@ def test_nchw_stores_bf16(rng):
         g = conv.geometry(N, C, K, H, W, 3, 3, (stride,) * 2, (padding,) * 2, config=cfg,
                           path=kernel_path("bf16", "cpu"))
         assert conv.stores_nchw(g, "bf16", "cpu", x.dtype)  # the paths under test
-        assert conv.stores_nchw_dx(g, "bf16", "cpu", x.dtype) == (stride == 1)
+        assert conv.stores_nchw_dx(g, "bf16", "cpu", x.dtype) == (g.sw == 1)  # (sw: clamped)
         y = conv.forward(x, w, stride, padding, dtype="bf16", config=cfg)
         dy = rng.standard_normal(y.shape).astype(brgemm.bfloat16)
         dx, _ = conv.backward(dy, x, w, stride, padding, dtype="bf16", config=cfg)
