@@ -219,12 +219,10 @@ static inline void brgemm_transpose2(const uint16_t* src, int64_t lds, uint16_t*
       dst[a * ldd + b] = src[b * lds + a];
 }
 
-/* Rows r0 and r1 of n bf16 each as one row of VNNI pairs: out[2j] = r0[j],
- * out[2j + 1] = r1[j] (what an AMX or AVX512-BF16 kernel reads as B) */
+/* brgemm_pair_rows' first n16 (a multiple of 16) pairs with AVX2 */
 __attribute__((target("avx2"))) static inline void brgemm_pair_rows_avx2(
-    const uint16_t* r0, const uint16_t* r1, uint16_t* out, int64_t n) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
+    const uint16_t* r0, const uint16_t* r1, uint16_t* out, int64_t n16) {
+  for (int64_t j = 0; j < n16; j += 16) {
     const __m256i a = _mm256_loadu_si256((const __m256i*)(r0 + j));
     const __m256i b = _mm256_loadu_si256((const __m256i*)(r1 + j));
     /* within each 128-bit lane: pairs of elements 0-3 (lo) and 4-7 (hi) */
@@ -232,19 +230,15 @@ __attribute__((target("avx2"))) static inline void brgemm_pair_rows_avx2(
     _mm256_storeu_si256((__m256i*)(out + 2 * j), _mm256_permute2x128_si256(lo, hi, 0x20));
     _mm256_storeu_si256((__m256i*)(out + 2 * j + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
   }
-  for (; j < n; ++j) {
-    out[2 * j] = r0[j];
-    out[2 * j + 1] = r1[j];
-  }
 }
 
+/* Rows r0 and r1 of n bf16 each as one row of VNNI pairs: out[2j] = r0[j],
+ * out[2j + 1] = r1[j] (what an AMX or AVX512-BF16 kernel reads as B) */
 static inline void brgemm_pair_rows(const uint16_t* r0, const uint16_t* r1, uint16_t* out,
                                     int64_t n) {
-  if (n >= 16 && brgemm_layout_avx2()) {
-    brgemm_pair_rows_avx2(r0, r1, out, n);
-    return;
-  }
-  for (int64_t j = 0; j < n; ++j) {
+  const int64_t n16 = brgemm_layout_avx2() ? n - n % 16 : 0;
+  if (n16) brgemm_pair_rows_avx2(r0, r1, out, n16);
+  for (int64_t j = n16; j < n; ++j) {
     out[2 * j] = r0[j];
     out[2 * j + 1] = r1[j];
   }
