@@ -92,8 +92,8 @@ def can_read_w(dtype, backend, x, w, token):
     """Whether a plan may read W in place as the kernel's broadcast operand
     (fc_forward.forward_t, lstm_plans.projection_t_nest): on the CPU backend,
     x and W of the call's dtype already (nothing to round), W C-contiguous and
-    not kept blocked (reuse=). bf16 only for fc.forward (the LSTM's nests are
-    f32)."""
+    not kept blocked (reuse=). The LSTM adds its own bf16 condition
+    (lstm_strips.reads_in_place: whole blocks)."""
     have = dtypes.NUMPY[dtype]
     return (backend == "cpu" and token is None and x.dtype == have and w.dtype == have
             and w.flags.c_contiguous)
