@@ -414,14 +414,15 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
   return err;
 }
 
-/* conv_weights_from_blocks' f32 store of one part of c_rows tiles ([RS][bc][bk],
+/* conv_weights_from_blocks' store of one part of c_rows tiles ([RS][bc][bk],
  * RS <= 16 taps): out[k][c][rs] = in[rs tile + c bk + k], 16 k at a time: a
  * tap row of each of the RS tiles (16 k of one c) loaded, the RS x 16 block
- * transposed, each k's RS taps stored as one run. Element by element, each
- * element came from a new line (the tiles' c rows lie bk apart). */
+ * transposed, each k's RS taps stored as one run, f32 or (bf16) rounded.
+ * Element by element, each element came from a new line (the tiles' c rows
+ * lie bk apart). */
 __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
     const float* in, int64_t tile, int64_t RS, int64_t bk, int64_t C, int64_t k0, int64_t k1,
-    int64_t c0, int64_t c1, float* out) {
+    int64_t c0, int64_t c1, void* out, int bf16) {
   const __mmask16 taps = (__mmask16)((1u << RS) - 1u);
   for (int64_t k = k0; k < k1; k += 16) {
     const int64_t nk = brgemm_min64(16, k1 - k);
@@ -432,7 +433,13 @@ __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
         r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k)
                         : _mm512_setzero_ps();
       brgemm_transpose16x16_avx512(r, o);
-      for (int64_t j = 0; j < nk; ++j) _mm512_mask_storeu_ps(out + ((k + j) * C + c) * RS, taps, o[j]);
+      if (bf16)
+        for (int64_t j = 0; j < nk; ++j)
+          _mm512_mask_cvtepi32_storeu_epi16((uint16_t*)out + ((k + j) * C + c) * RS, taps,
+                                            brgemm_round16_avx512(o[j]));
+      else
+        for (int64_t j = 0; j < nk; ++j)
+          _mm512_mask_storeu_ps((float*)out + ((k + j) * C + c) * RS, taps, o[j]);
     }
   }
 }
@@ -493,8 +500,8 @@ int brgemm_cpu_conv_weights_from_blocks(const float* src, int64_t J, int64_t K, 
       if (RS == 1) /* out[k][c] */
         brgemm_window((const char*)(in + k0 * sk + c0 * scc), sk, scc, 4,
                       out + (k0 * C + c0) * di, C, di, k1 - k0, c1 - c0);
-      else if (c_rows && di == 4 && RS <= 16 && brgemm_layout_avx512())
-        taps_from_c_rows_avx512(in, tile, RS, bk, C, k0, k1, c0, c1, (float*)out);
+      else if (c_rows && RS <= 16 && brgemm_layout_avx512())
+        taps_from_c_rows_avx512(in, tile, RS, bk, C, k0, k1, c0, c1, out, di == 2);
       else if (di == 2 && row) /* a row's taps in f32, then rounded as one run (tap by tap,
                                   * the rounding went a few elements at a time) */
         for (int64_t k = k0; k < k1; ++k) {

@@ -244,22 +244,27 @@ static inline void brgemm_pair_rows(const uint16_t* r0, const uint16_t* r1, uint
   }
 }
 
-/* brgemm_f32_to_bf16 on 16 values at a time: nearest even, NaN stays NaN */
+/* brgemm_f32_to_bf16 on 16 values: nearest even, NaN stays NaN (each bf16 in
+ * the low half of its 32-bit lane) */
+__attribute__((target("avx512f"))) static inline __m512i brgemm_round16_avx512(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                           _mm512_and_si512(high, _mm512_set1_epi32(1)))), 16);
+  return _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
+}
+
+/* brgemm_f32_to_bf16 on 16 values at a time */
 __attribute__((target("avx512f"))) static inline void brgemm_round_row_avx512(const float* src,
                                                                               uint16_t* dst,
                                                                               int64_t n) {
-  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + j));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
-    const __m512i high = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(high, one))), 16);
-    r = _mm512_mask_or_epi32(r, nan, high, quiet);
-    _mm512_mask_cvtepi32_storeu_epi16(dst + j, m, r);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + j, m,
+                                      brgemm_round16_avx512(_mm512_maskz_loadu_ps(m, src + j)));
   }
 }
 
