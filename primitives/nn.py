@@ -274,7 +274,9 @@ class _Conv2dFunction(torch.autograd.Function):
         dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
                                dtype=ctx.dtype, reuse=_kept(weight))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        db = dy.sum((0, 2, 3), dtype=torch.float32).to(bias.dtype) if need_b else None
+        # each image's rows summed first: one reduction over (0, 2, 3) ran 1.3-3
+        # times slower on bf16 (benchmarks/RESULTS.md, nineteenth session)
+        db = dy.flatten(2).sum(2, dtype=torch.float32).sum(0).to(bias.dtype) if need_b else None
         return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
 
 
