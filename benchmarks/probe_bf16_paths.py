@@ -2,7 +2,7 @@
 against the blocked ones, on bf16 arrays, each side timed interleaved in one
 process (rotated rounds, medians, paired ratios over the layer's plan):
 
-    python -m benchmarks.probe_bf16_paths [--threads T] [--reps 7] [--parts conv,fc]
+    python -m benchmarks.probe_bf16_paths [--threads T] [--reps 7] [--parts conv,fc,fc_plain]
 
 conv: res4a_branch2c (1x1; conv.pointwise_pairs: x's rows in VNNI pairs, w in
 place) and res5a_branch2b (conv.columns: im2col tiles, w in place), N =
@@ -12,7 +12,9 @@ wants them, y stored into NCHW by the plan) and the same with w's copy kept.
 fc: square_1k and square_4k (N 256; fc's t path where fc.small_batch: W in
 place, x^T's tiles in VNNI pairs) against the tiles path's steps (W^T's tiles
 in pairs, x read in place, y stored in bf16 by the plan). Speeds only: no
-result is checked (tests/test_conv_bf16.py, tests/test_sweep_fc.py do)."""
+result is checked (tests/test_conv_bf16.py, tests/test_sweep_fc.py do).
+fc_plain: fc.forward's tiles path with W^T's tiles kept, its plan on plain x
+and y against the layer's on blocked ones (with the copies around it)."""
 import argparse
 
 import numpy as np
@@ -96,6 +98,42 @@ def _fc(rng, threads, reps):
                 "t path's steps": t_path, "tiles path's steps": tiles_path}, {}, reps, "layer")
 
 
+def _fc_plain(rng, threads, reps):
+    """fc.forward's tiles path on AMX, W^T's tiles kept: its plan on the
+    caller's x and y (rows C and K apart, as fc.forward runs it) against the
+    layer's plan on blocked x and y, with and without the copies of x into
+    tiles and of y out of them around it, and the plain plan without its
+    bias or its bf16 stores: which of plain rows, the bias or the stores
+    cost the plain plan its time."""
+    from brgemm.layouts import from_blocks
+    for name, (N, C, K) in (("square_1k", (256, 1024, 1024)), ("square_1k_n1k", (1024, 1024, 1024))):
+        x, w = rng.standard_normal((N, C)).astype(BF16), rng.standard_normal((K, C)).astype(BF16)
+        b = rng.standard_normal(K).astype(np.float32)
+        g = fc.geometry(N, C, K, path=kernel_path("bf16"))
+        v = "fwd" in fc_vnni_passes(g, "bf16", "cpu", plain=True)
+        wt = to_blocks(w, g.bc, g.bk, transpose=True, swap_grid=True, vnni=v)
+        y32, y = np.empty((N, K), np.float32), np.empty((N, K), BF16)
+        xb = to_blocks(x, g.bn, g.bc)
+        yb, yb16 = (np.empty((g.Nb, g.Kb, g.bn, g.bk), d) for d in (np.float32, BF16))
+        layer = fc_plan(g, "fwd", "bf16", has_bias=True, bf16_out=True, vnni=v)
+        plain = fc_plan(g, "fwd", "bf16", has_bias=True, plain=True, vnni=v, bf16_out=True)
+        bare = fc_plan(g, "fwd", "bf16", plain=True, vnni=v)
+
+        def blocked():
+            to_blocks(x, g.bn, g.bc, out=xb)
+            layer.run(x=xb, w=wt, y=yb, y16=yb16, b=b)
+            from_blocks(yb16, N, K, out=y)
+        report(f"{name} bf16 forward, W^T's tiles kept, {threads} threads, spec {g.specs[0]}, "
+               f"blocks {g.bn} {g.bc} {g.bk}",
+               {"layer plan (x, y blocked)": lambda: layer.run(x=xb, w=wt, y=yb, y16=yb16, b=b),
+                "plain plan (as fc.forward)": lambda: plain.run(x=x, w=wt, y=y32, y16=y, b=b),
+                "plain plan, no bias, f32 y": lambda: bare.run(x=x, w=wt, y=y32),
+                "x into tiles, layer plan, y out": blocked,
+                "x into tiles alone": lambda: to_blocks(x, g.bn, g.bc, out=xb),
+                "y out of tiles alone": lambda: from_blocks(yb16, N, K, out=y)},
+               {}, reps, "layer plan (x, y blocked)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int)
@@ -105,7 +143,7 @@ def main():
     threads = set_threads(args.threads, onednn=False)
     rng = np.random.default_rng()
     for part in args.parts.split(","):
-        {"conv": _conv, "fc": _fc}[part](rng, threads, args.reps)
+        {"conv": _conv, "fc": _fc, "fc_plain": _fc_plain}[part](rng, threads, args.reps)
 
 
 if __name__ == "__main__":
