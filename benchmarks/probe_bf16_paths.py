@@ -100,11 +100,12 @@ def _fc(rng, threads, reps):
 
 def _fc_plain(rng, threads, reps):
     """fc.forward's tiles path on AMX, W^T's tiles kept: its plan on the
-    caller's x and y (rows C and K apart, as fc.forward runs it) against the
-    layer's plan on blocked x and y, with and without the copies of x into
-    tiles and of y out of them around it, and the plain plan without its
-    bias or its bf16 stores: which of plain rows, the bias or the stores
-    cost the plain plan its time."""
+    caller's x and bf16 y (rows C and K apart; the f32 results in tiles, as
+    fc_plans.plan keeps them where it stores bf16) against the layer's plan
+    on blocked x and y, with and without the copies of x into tiles and of y
+    out of them around it, and the plain plan without its bias or its bf16
+    stores (f32 y in rows K apart): which of plain rows, the bias or the
+    stores cost the plain plan its time."""
     from brgemm.layouts import from_blocks
     for name, (N, C, K) in (("square_1k", (256, 1024, 1024)), ("square_1k_n1k", (1024, 1024, 1024))):
         x, w = rng.standard_normal((N, C)).astype(BF16), rng.standard_normal((K, C)).astype(BF16)
@@ -118,6 +119,7 @@ def _fc_plain(rng, threads, reps):
         layer = fc_plan(g, "fwd", "bf16", has_bias=True, bf16_out=True, vnni=v)
         plain = fc_plan(g, "fwd", "bf16", has_bias=True, plain=True, vnni=v, bf16_out=True)
         bare = fc_plan(g, "fwd", "bf16", plain=True, vnni=v)
+        ys = np.empty(plain.extent["y"], np.float32)
 
         def blocked():
             to_blocks(x, g.bn, g.bc, out=xb)
@@ -126,7 +128,7 @@ def _fc_plain(rng, threads, reps):
         report(f"{name} bf16 forward, W^T's tiles kept, {threads} threads, spec {g.specs[0]}, "
                f"blocks {g.bn} {g.bc} {g.bk}",
                {"layer plan (x, y blocked)": lambda: layer.run(x=xb, w=wt, y=yb, y16=yb16, b=b),
-                "plain plan (as fc.forward)": lambda: plain.run(x=x, w=wt, y=y32, y16=y, b=b),
+                "plain plan (as fc.forward)": lambda: plain.run(x=x, w=wt, y=ys, y16=y, b=b),
                 "plain plan, no bias, f32 y": lambda: bare.run(x=x, w=wt, y=y32),
                 "x into tiles, layer plan, y out": blocked,
                 "x into tiles alone": lambda: to_blocks(x, g.bn, g.bc, out=xb),

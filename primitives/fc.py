@@ -177,7 +177,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
         y = t["y"] = _results.empty("y", (N, K), np.float32)
     else:
         y = t["y16"] = _results.empty("y", (N, K), out_dtype)
-        t["y"] = _buffer("y", (N, K), np.float32)
+        t["y"] = _buffer("y_tiles", (p.extent["y"],), np.float32)
     p.run(backend=backend, **t)
     return y
 
@@ -205,7 +205,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     dy_p = _plain(dy, ab, "dy")
     # bf16 results: dx and dW in f32 as scratch, their bf16 copies stored block by
     # block (tensors dx16, dw16)
-    dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer("dx", (N, C), np.float32)
+    dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer(
+        "dx_tiles", (p_bwd.extent["dx"],), np.float32)  # the plan's tiles (fc_plans.plan)
     out = {} if f32 else {"dx16": _results.empty("dx", (N, C), out_dtype)}
     if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
         p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx,
@@ -213,7 +214,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     else:
         p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                   wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
-    dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer("dw", (K, C), np.float32)
+    dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer(
+        "dw_tiles", (p_upd.extent["dw"],), np.float32)
     if not f32:
         out["dw16"] = _results.empty("dw", (K, C), out_dtype)
     # the update on its own tiles of x and dy^T (gu: its minibatch block)

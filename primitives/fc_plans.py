@@ -175,13 +175,17 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     functional form's plan, on plain matrices as the plain nests above say (the
     forward's with outputs_first's spec); vnni: the plan's B tiles (w, wt, and
     dy or x in the update) in VNNI pairs (see vnni_passes); bf16_out: also a
-    bf16 copy of the output, tensor "<output>16", as each block finishes."""
+    bf16 copy of the output, tensor "<output>16", as each block finishes; in
+    the plain plans the f32 output is then a scratch in tiles (the plan's
+    extent), which the kernel writes a tile's rows together rather than a
+    matrix's rows apart (on AMX the plain rows cost the plan a fifth of its
+    time: benchmarks/RESULTS.md, issue 17, nineteenth session)."""
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
         gp = g if not (plain and pass_ == "fwd") else \
             dataclasses.replace(g, specs=(outputs_first(g.specs[0]),) + g.specs[1:])
-        product = _PRODUCTS[pass_](gp, plain)
+        product = _PRODUCTS[pass_](gp, plain, c_tiles=plain and bf16_out)
         a, b, c = product.a[0], product.b[0], product.c[0]
         tensors = {a: dtype, b: dtype, c: "f32"}
         if pass_ == "fwd" and has_bias:

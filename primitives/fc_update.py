@@ -4,17 +4,18 @@ from brgemm.layouts import Layout, matrix_tiles
 from primitives.fc_nest import Product, extents, product_nest
 
 
-def update(g, plain=False):
+def update(g, plain=False, c_tiles=False):
     """The minibatch is the reduction. Blocked: dw tiles (bc x bk, w's
     layout) dw[k][c] = sum_n xt[c][n] @ dy[n][k]. Plain (the functional form):
     dW (K x C) = sum_n dyt[k][n] @ x[n][c] from the tiles of dy^T and x, both
-    zero-padded, so only dW's edges are ragged."""
+    zero-padded, so only dW's edges are ragged; c_tiles: dW in tiles
+    [Kb][Cb][bk][bc] all the same."""
     if plain:
         return Product(
             "k", "c", "n",
             a=("dyt", Layout(k=g.Kb, n=g.Nb, bk=g.bk, bn=g.bn)),
             b=("x", Layout(n=g.Nb, c=g.Cb, bn=g.bn, bc=g.bc)),
-            c=("dw", matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=True)),
+            c=("dw", matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=not c_tiles)),
             sizes=extents(g, plain, padded="n"), epilogue=("k", "c"))
     return Product(
         "c", "k", "n",
