@@ -122,6 +122,38 @@ def test_epilogues(rng, name):
         np.testing.assert_array_equal(replay["Y"], eager["Y"])
 
 
+def test_store_t_random_shapes(rng):
+    """store_t alone (f32 and bf16: conv's NCHW stores), on random block sizes
+    past and under the copies' 32 x 32 and 16 x 16 sub-blocks and random row
+    strides: the replay bit for bit against the eager path and against C
+    rounded by ml_dtypes; the destination's columns past m stay untouched."""
+    for _ in range(12):
+        m, n, k = (int(v) for v in rng.integers(1, 80, 3))
+        ld = m + int(rng.integers(0, 9))
+        A, B = rand(rng, m, k), rand(rng, k, n)
+        for bf16 in (False, True):
+            dt = brgemm.bfloat16 if bf16 else np.float32
+            outs = []
+            for ex in ("eager", "replay"):
+                arrays = dict(A=A, B=B, C=np.zeros((m, n), np.float32),
+                              T=np.full(n * ld, 7, dt))
+                blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
+                ops = (P.store_t("T", 0, ld, bf16=bf16),)
+                if ex == "eager":
+                    P.Eager(**arrays).gemm(blk, "A", [0], "B", [0], "C", 0, ops=ops)
+                else:
+                    rec = P.Recorder(dict(A="f32", B="f32", C="f32", T="bf16" if bf16 else "f32"))
+                    rec.gemm(blk, "A", [0], "B", [0], "C", 0, ops=ops)
+                    rec.finish().run(**arrays)
+                outs.append(arrays)
+            print(f"m={m} n={n} k={k} ld={ld} bf16={bf16}")
+            for got in outs:
+                T = got["T"].reshape(n, ld)
+                np.testing.assert_array_equal(T[:, :m], got["C"].T.astype(dt))
+                assert np.all(T[:, m:].astype(np.float32) == 7)
+            np.testing.assert_array_equal(outs[0]["T"], outs[1]["T"])
+
+
 def test_summary_counts():
     p = gemm.plan(64, 64, 64, config={"fwd": {"spec": "IJk", "bm": 32, "bn": 32, "bk": 32,
                                               "kc": 64}})

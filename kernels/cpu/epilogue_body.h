@@ -264,8 +264,11 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
     }
     case BRGEMM_OP_STORE_T_BF16: {
       uint16_t* dst = (uint16_t*)tensors[op->tensor[0]] + op->offset[0];
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < m; ++i) dst[j * op->ld + i] = brgemm_f32_to_bf16(c[i * ldc + j]);
+      /* dst[j * ld + i] = bf16(c[i * ldc + j]): transposed through small f32
+       * tiles with SIMD sub-blocks and rounded a row at a time, as the layout
+       * copies do (it went element by element); lines prefetched as store_t's */
+      brgemm_window((const char*)c, 1, ldc, 4, (char*)dst, op->ld, 2, n, m);
+      for (int64_t j = 0; j < n; ++j) brgemm_prefetch_span(dst + j * op->ld + m, 2 * m, 1);
       return BRGEMM_OK;
     }
     case BRGEMM_OP_BIAS_ROWS: {
