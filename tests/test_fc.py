@@ -171,25 +171,19 @@ def test_tiles_in(rng, monkeypatch, dtype):
     """The config's tiles_in (fwd, bwd): fc.forward's tiles path and
     fc.backward's backward-data on copies of x and dy in tiles instead of
     their rows in place: random sizes with ragged blocks, bf16 arrays or f32
-    ones rounded on the way, bias or none; y, dx, dW and db with it on and
-    off, each against float64 per element (the kernel may order a bf16
-    reduction by the operands' strides, so the two need not agree bit for
-    bit)."""
+    ones rounded on the way, bias or none; y, dx, dW and db bit for bit as
+    with the rows read in place (same calls, same order) and y against
+    float64."""
     from primitives import _config
     monkeypatch.setattr(fc, "copies_wt", lambda g, threads: False)  # f32: the tiles path
     npdt = brgemm.bfloat16 if dtype == "bf16" else np.float32
-    rel = 1e-5 if dtype == "f32" else 1e-2
     for _ in range(4):
         C, K = (int(v) for v in rng.integers(1, 200, 2))
         N = int(rng.integers(-(-C * K // (2 * (C + K))), 300))  # past fc.small_batch
         blocks = {k: int(rng.choice([16, 32, 64])) for k in ("bn", "bc", "bk")}
         x, w, dy = (rng.standard_normal(s).astype(npdt) for s in ((N, C), (K, C), (N, K)))
         b = rng.standard_normal(K).astype(npdt) if rng.integers(2) else None
-        x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
-        b64 = 0 if b is None else b.astype(np.float64)
-        refs = [(x64 @ w64.T + b64, np.abs(x64) @ np.abs(w64.T) + np.abs(b64)),
-                (dy64 @ w64, np.abs(dy64) @ np.abs(w64)), (dy64.T @ x64, np.abs(dy64.T) @ np.abs(x64)),
-                (dy64.sum(0), np.abs(dy64).sum(0))]
+        outs = []
         for on in (False, True):
             cfg = {"fwd": dict(blocks, tiles_in=on), "bwd": {"tiles_in": on}}
             _config.clear()
@@ -197,10 +191,14 @@ def test_tiles_in(rng, monkeypatch, dtype):
                                     dtype == "bf16")[2]
             print(f"N={N} C={C} K={K} {blocks} bias={b is not None} tiles_in={on} path={path}")
             assert path == ("tiles_in" if on else "tiles")
-            outs = [fc.forward(x, w, b, dtype=dtype, config=cfg)]
-            outs += fc.backward(dy, x, w, dtype=dtype, config=cfg)
-            for got, (ref, mag) in zip(outs, refs):
-                assert (np.abs(got.astype(np.float64) - ref) <= rel * (mag + 1e-3)).all()
+            outs.append([fc.forward(x, w, b, dtype=dtype, config=cfg).copy()]
+                        + [a.copy() for a in fc.backward(dy, x, w, dtype=dtype, config=cfg)])
+        for got, want in zip(*outs):
+            np.testing.assert_array_equal(got, want)
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        ref = x64 @ w64.T + (0 if b is None else b.astype(np.float64))
+        bound = (1e-5 if dtype == "f32" else 1e-2) * (np.abs(x64) @ np.abs(w64.T) + 1e-3)
+        assert (np.abs(outs[1][0].astype(np.float64) - ref) <= bound).all()
     _config.clear()
 
 
