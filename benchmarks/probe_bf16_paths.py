@@ -14,8 +14,7 @@ place, x^T's tiles in VNNI pairs) against the tiles path's steps (W^T's tiles
 in pairs, x read in place, y stored in bf16 by the plan). Speeds only: no
 result is checked (tests/test_conv_bf16.py, tests/test_sweep_fc.py do).
 fc_plain: fc.forward's tiles path with W^T's tiles kept, its plan on plain x
-and y against the layer's on blocked ones (with the copies around it), and
-with x copied into tiles (tiles_in); backward-data's likewise on dy."""
+and y against the layer's on blocked ones (with the copies around it)."""
 import argparse
 
 import numpy as np
@@ -120,19 +119,7 @@ def _fc_plain(rng, threads, reps):
         layer = fc_plan(g, "fwd", "bf16", has_bias=True, bf16_out=True, vnni=v)
         plain = fc_plan(g, "fwd", "bf16", has_bias=True, plain=True, vnni=v, bf16_out=True)
         bare = fc_plan(g, "fwd", "bf16", plain=True, vnni=v)
-        tin = fc_plan(g, "fwd", "bf16", has_bias=True, plain=True, vnni=v, bf16_out=True,
-                      tiles_in=True)
         ys = np.empty(plain.extent["y"], np.float32)
-        # backward-data: the layer's plan, the plain one on dy's rows, on dy's tiles
-        dy = rng.standard_normal((N, K)).astype(BF16)
-        vb = "bwd" in fc_vnni_passes(g, "bf16", "cpu", plain=True)
-        wtb = to_blocks(w, g.bk, g.bc, swap_grid=True, vnni=vb)
-        dyb = to_blocks(dy, g.bn, g.bk)
-        dxb, dxb16 = (np.empty((g.Nb, g.Cb, g.bn, g.bc), d) for d in (np.float32, BF16))
-        bl = fc_plan(g, "bwd", "bf16", bf16_out=True, vnni=vb)
-        bp = fc_plan(g, "bwd", "bf16", plain=True, vnni=vb, bf16_out=True)
-        bt = fc_plan(g, "bwd", "bf16", plain=True, vnni=vb, bf16_out=True, tiles_in=True)
-        dxs, dx = np.empty(bp.extent["dx"], np.float32), np.empty((N, C), BF16)
 
         def blocked():
             to_blocks(x, g.bn, g.bc, out=xb)
@@ -145,17 +132,8 @@ def _fc_plain(rng, threads, reps):
                 "plain plan, no bias, f32 y": lambda: bare.run(x=x, w=wt, y=y32),
                 "x into tiles, layer plan, y out": blocked,
                 "x into tiles alone": lambda: to_blocks(x, g.bn, g.bc, out=xb),
-                "y out of tiles alone": lambda: from_blocks(yb16, N, K, out=y),
-                "x into tiles, tiles_in plan": lambda: tin.run(
-                    x=to_blocks(x, g.bn, g.bc, out=xb), w=wt, y=ys, y16=y, b=b)},
+                "y out of tiles alone": lambda: from_blocks(yb16, N, K, out=y)},
                {}, reps, "layer plan (x, y blocked)")
-        report(f"{name} bf16 backward-data, W's tiles kept, {threads} threads, spec "
-               f"{g.specs[1]}",
-               {"layer plan (dy, dx blocked)": lambda: bl.run(dy=dyb, wt=wtb, dx=dxb, dx16=dxb16),
-                "plain plan (dy's rows)": lambda: bp.run(dy=dy, wt=wtb, dx=dxs, dx16=dx),
-                "dy into tiles, tiles_in plan": lambda: bt.run(
-                    dy=to_blocks(dy, g.bn, g.bk, out=dyb), wt=wtb, dx=dxs, dx16=dx)},
-               {}, reps, "layer plan (dy, dx blocked)")
 
 
 def main():

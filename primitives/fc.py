@@ -32,7 +32,7 @@ from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
 from primitives.fc_plans import (SCHEMA, geometry, plain_update, plan, plan_copying, plan_t,
-                                 tiles_in, vnni_passes)
+                                 vnni_passes)
 from primitives.fc_plans import ACTIVATIONS, Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.fc_layers import Linear
 from primitives.fc_layers import MLP  # noqa: F401  (public names)
@@ -115,10 +115,9 @@ def reads_w(g, dtype, backend, x, w, token):
 
 def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable, bf16_out):
     """(g, plan, its path: "t" reads W in place, "copying" copies W^T's tiles
-    itself, "tiles" runs on W^T's tiles copied first, "tiles_in" on x's
-    tiles too (fc_plans.tiles_in); whether W^T's tiles are VNNI pairs) of
-    fc.forward, readable: can_read_w; bf16_out: "tiles" and "tiles_in" also
-    store y in bf16 (tensor y16) as each block finishes."""
+    itself, "tiles" runs on W^T's tiles copied first; whether those tiles are
+    VNNI pairs) of fc.forward, readable: can_read_w; bf16_out: "tiles" also
+    stores y in bf16 (tensor y16) as each block finishes."""
     g = geometry(N, C, K, config, path=kernel_path(dtype, backend))
     if readable and small_batch(g):
         vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)  # xt's tiles: x^T's depth
@@ -128,9 +127,8 @@ def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable, bf16_out)
     if readable and copies_wt(g, cpu_threads()):
         return g, plan_copying(g, "fwd", has_bias=has_bias), "copying", False
     vnni = "fwd" in vnni_passes(g, dtype, backend, plain=True)
-    tin = tiles_in(g, "fwd", config, kernel_path(dtype, backend))
     return g, plan(g, "fwd", dtype, has_bias=has_bias, plain=True, vnni=vnni,
-                   bf16_out=bf16_out, tiles_in=tin), "tiles_in" if tin else "tiles", vnni
+                   bf16_out=bf16_out), "tiles", vnni
 
 
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
@@ -174,9 +172,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     # (reuse=): read in place, W's rows would be the streamed operand C apart,
     # which slows the kernel calls down (see the note above fc's nests)
     # (bf16 results: y in f32 as scratch, and its bf16 copy stored block by block)
-    x_in = to_blocks(x, g.bn, g.bc, dtype=ab, out=_buffer("x_tiles", (g.Nb, g.Cb, g.bn, g.bc), ab)) \
-        if path == "tiles_in" else _plain(x, ab, "x")
-    t = dict(x=x_in, w=_weights(w, g, dtype, "w", token, vnni), **bias)
+    t = dict(x=_plain(x, ab, "x"), w=_weights(w, g, dtype, "w", token, vnni), **bias)
     if not bf16_out:
         y = t["y"] = _results.empty("y", (N, K), np.float32)
     else:
@@ -202,12 +198,11 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
     plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
     f32 = out_dtype == np.float32
-    g, gu, vnni, p_bwd, p_upd, copying, tin = cached(
+    g, gu, vnni, p_bwd, p_upd, copying = cached(
         "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
         lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32))
     ab = dtypes.NUMPY[dtype]
-    dy_p = to_blocks(dy, g.bn, g.bk, dtype=ab, out=_buffer("dy_tiles", (g.Nb, g.Kb, g.bn, g.bk),
-                                                          ab)) if tin else _plain(dy, ab, "dy")
+    dy_p = _plain(dy, ab, "dy")
     # bf16 results: dx and dW in f32 as scratch, their bf16 copies stored block by
     # block (tensors dx16, dw16)
     dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer(
@@ -242,8 +237,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
 def _backward_plans(N, C, K, dtype, backend, config, plain_w, bf16_out):
     """(g, the update's geometry (fc_plans.plain_update), the passes in VNNI
     pairs, backward-data's plan, the update's, and whether backward-data's
-    plan copies W's tiles itself (copies_w), and whether backward-data's
-    plan reads dy's tiles (fc_plans.tiles_in)) of fc.backward; plain_w: W is
+    plan copies W's tiles itself (copies_w)) of fc.backward; plain_w: W is
     f32, C-contiguous and not kept blocked (reuse=); bf16_out: both plans
     also store their output in bf16 (dx16, dw16)."""
     path = kernel_path(dtype, backend)
@@ -253,12 +247,10 @@ def _backward_plans(N, C, K, dtype, backend, config, plain_w, bf16_out):
             | (vnni_passes(gu, dtype, backend, plain=True) & {"upd"}))
     copying = plain_w and dtype == "f32" and backend == "cpu" and copies_w(g, cpu_threads()) \
         and not bf16_out
-    tin = not copying and tiles_in(g, "bwd", config, path)
     p_bwd = plan_copying(g) if copying else plan(g, "bwd", dtype, plain=True,
-                                                  vnni="bwd" in vnni, bf16_out=bf16_out,
-                                                  tiles_in=tin)
+                                                  vnni="bwd" in vnni, bf16_out=bf16_out)
     return (g, gu, vnni, p_bwd, plan(gu, "upd", dtype, plain=True, vnni="upd" in vnni,
-                                     bf16_out=bf16_out), copying, tin)
+                                     bf16_out=bf16_out), copying)
 
 
 # fc.backward's backward-data copies W's tiles inside its plan

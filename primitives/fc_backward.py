@@ -3,12 +3,11 @@ primitives/fc.py has the layouts, the geometry and the plans that record it)."""
 from primitives.fc_nest import data_product, product_nest
 
 
-def backward(g, plain=False, c_tiles=False, a_tiles=False):
+def backward(g, plain=False, c_tiles=False):
     """dx[n][c] = sum_k dy[n][k] @ wt[c][k]: dy and dx blocked, or plain
-    matrices (the functional form; c_tiles, a_tiles: dx, dy in tiles all the
-    same); wt tiles [Cb][Kb][bk][bc] either way."""
-    return data_product(g, plain, ("dy", "wt", "dx"), out="c", over="k", c_tiles=c_tiles,
-                        a_tiles=a_tiles)
+    matrices (the functional form; c_tiles: dx in tiles all the same); wt
+    tiles [Cb][Kb][bk][bc] either way."""
+    return data_product(g, plain, ("dy", "wt", "dx"), out="c", over="k", c_tiles=c_tiles)
 
 
 def backward_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):

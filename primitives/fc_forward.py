@@ -4,12 +4,11 @@ from brgemm.layouts import matrix_tiles
 from primitives.fc_nest import Product, data_product, extents, product_nest
 
 
-def forward(g, plain=False, c_tiles=False, a_tiles=False):
+def forward(g, plain=False, c_tiles=False):
     """y[n][k] = sum_c x[n][c] @ w[k][c]: x and y blocked, or plain matrices
-    (the functional form; c_tiles, a_tiles: y, x in tiles all the same); w
-    tiles [Kb][Cb][bc][bk] either way."""
-    return data_product(g, plain, ("x", "w", "y"), out="k", over="c", c_tiles=c_tiles,
-                        a_tiles=a_tiles)
+    (the functional form; c_tiles: y in tiles all the same); w tiles
+    [Kb][Cb][bc][bk] either way."""
+    return data_product(g, plain, ("x", "w", "y"), out="k", over="c", c_tiles=c_tiles)
 
 
 def forward_nest(ex, loops, g, dtype, epilogue, vnni=False, plain=False):

@@ -50,20 +50,19 @@ def extents(g, plain, padded=""):
             for name, (size, count, block) in _dims(g).items()}
 
 
-def data_product(g, plain, names, out, over, c_tiles=False, a_tiles=False):
+def data_product(g, plain, names, out, over, c_tiles=False):
     """The forward's and the backward-data's product: C[n][out] = sum over
     `over` of A[n][over] @ W[over][out], A and C (minibatch rows) blocked or
     plain matrices, W tiles stored [out][over][b_over][b_out] either way;
     names: the tensors (A, W, C). c_tiles: C in tiles even where A is plain
-    (an f32 scratch whose bf16 copy the epilogue stores plain); a_tiles: A in
-    tiles too (a copy of the caller's rows) where the plan is plain."""
+    (an f32 scratch whose bf16 copy the epilogue stores plain)."""
     dims = _dims(g)
     (N, _, bn), (size_over, blocks_over, b_over), (size_out, blocks_out, b_out) = \
         dims["n"], dims[over], dims[out]
     w = Layout(**{out: blocks_out, over: blocks_over, "b" + over: b_over, "b" + out: b_out})
     return Product(
         "n", out, over,
-        a=(names[0], matrix_tiles(N, size_over, bn, b_over, ("n", over), plain and not a_tiles)),
+        a=(names[0], matrix_tiles(N, size_over, bn, b_over, ("n", over), plain)),
         b=(names[1], w.transpose(over, out, "b" + over, "b" + out)),
         c=(names[2], matrix_tiles(N, size_out, bn, b_out, ("n", out), plain and not c_tiles)),
         sizes=extents(g, plain), epilogue=("n", out))

@@ -21,9 +21,8 @@ from primitives.fc_update import update
 
 SHAPE = ("N", "C", "K")  # the dimensions of a shape key
 
-SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int,
-                  "tiles_in": bool},
-          "bwd": {"spec": str, "chunk": int, "group": int, "tiles_in": bool},
+SCHEMA = {"fwd": {"spec": str, "bn": int, "bc": int, "bk": int, "chunk": int, "group": int},
+          "bwd": {"spec": str, "chunk": int, "group": int},
           "upd": {"spec": str, "chunk": int, "group": int, "bn": int}}
 
 ACTIVATIONS = {None: (), "none": (), "relu": (bplan.relu(),), "sigmoid": (bplan.sigmoid(),),
@@ -146,16 +145,6 @@ def _epilogue(g, pass_, has_bias, activation, bf16_out, plain=False):
 _PRODUCTS = {"fwd": forward, "bwd": backward, "upd": update}
 
 
-def tiles_in(g, pass_, config=None, path=None):
-    """Whether the functional forward (backward-data) copies x (dy) into
-    tiles for its plain plan instead of the plan reading the caller's rows, C
-    (K) elements apart, in place: the config's tiles_in, on where those rows
-    cost the kernel more than the copy (AMX: benchmarks/RESULTS.md, issue 17,
-    nineteenth session)."""
-    return bool(settings("fc", pass_, {"N": g.N, "C": g.C, "K": g.K}, SCHEMA[pass_], config,
-                         path).get("tiles_in"))
-
-
 def vnni_passes(g, dtype, backend, plain=False):
     """The passes whose B tiles are kept in VNNI pairs here (AMX): the forward's
     w (depth bc), the backward's wt (bk), the update's dy (bn; x in the plain
@@ -181,7 +170,7 @@ def outputs_first(spec, out="K"):
 
 
 def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False, plain=False,
-         vnni=False, tiles_in=False):
+         vnni=False):
     """The recorded plan of one pass (cached by geometry and options); plain: the
     functional form's plan, on plain matrices as the plain nests above say (the
     forward's with outputs_first's spec); vnni: the plan's B tiles (w, wt, and
@@ -190,15 +179,13 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     the plain plans the f32 output is then a scratch in tiles (the plan's
     extent), which the kernel writes a tile's rows together rather than a
     matrix's rows apart (on AMX the plain rows cost the plan a fifth of its
-    time: benchmarks/RESULTS.md, issue 17, nineteenth session). tiles_in: a
-    plain plan's input (x; dy) in tiles (tiles_in, below)."""
-    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni, tiles_in)
+    time: benchmarks/RESULTS.md, issue 17, nineteenth session)."""
+    key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
         gp = g if not (plain and pass_ == "fwd") else \
             dataclasses.replace(g, specs=(outputs_first(g.specs[0]),) + g.specs[1:])
-        product = _PRODUCTS[pass_](gp, plain, c_tiles=plain and bf16_out,
-                                   a_tiles=plain and tiles_in)
+        product = _PRODUCTS[pass_](gp, plain, c_tiles=plain and bf16_out)
         a, b, c = product.a[0], product.b[0], product.c[0]
         tensors = {a: dtype, b: dtype, c: "f32"}
         if pass_ == "fwd" and has_bias:

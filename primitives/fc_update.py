@@ -4,12 +4,12 @@ from brgemm.layouts import Layout, matrix_tiles
 from primitives.fc_nest import Product, extents, product_nest
 
 
-def update(g, plain=False, c_tiles=False, a_tiles=False):
+def update(g, plain=False, c_tiles=False):
     """The minibatch is the reduction. Blocked: dw tiles (bc x bk, w's
     layout) dw[k][c] = sum_n xt[c][n] @ dy[n][k]. Plain (the functional form):
     dW (K x C) = sum_n dyt[k][n] @ x[n][c] from the tiles of dy^T and x, both
     zero-padded, so only dW's edges are ragged; c_tiles: dW in tiles
-    [Kb][Cb][bk][bc] all the same (a_tiles: its inputs are tiles already)."""
+    [Kb][Cb][bk][bc] all the same."""
     if plain:
         return Product(
             "k", "c", "n",

@@ -167,42 +167,6 @@ def test_forward_copying_wt(rng, monkeypatch, copying):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_tiles_in(rng, monkeypatch, dtype):
-    """The config's tiles_in (fwd, bwd): fc.forward's tiles path and
-    fc.backward's backward-data on copies of x and dy in tiles instead of
-    their rows in place: random sizes with ragged blocks, bf16 arrays or f32
-    ones rounded on the way, bias or none; y, dx, dW and db bit for bit as
-    with the rows read in place (same calls, same order) and y against
-    float64."""
-    from primitives import _config
-    monkeypatch.setattr(fc, "copies_wt", lambda g, threads: False)  # f32: the tiles path
-    npdt = brgemm.bfloat16 if dtype == "bf16" else np.float32
-    for _ in range(4):
-        C, K = (int(v) for v in rng.integers(1, 200, 2))
-        N = int(rng.integers(-(-C * K // (2 * (C + K))), 300))  # past fc.small_batch
-        blocks = {k: int(rng.choice([16, 32, 64])) for k in ("bn", "bc", "bk")}
-        x, w, dy = (rng.standard_normal(s).astype(npdt) for s in ((N, C), (K, C), (N, K)))
-        b = rng.standard_normal(K).astype(npdt) if rng.integers(2) else None
-        outs = []
-        for on in (False, True):
-            cfg = {"fwd": dict(blocks, tiles_in=on), "bwd": {"tiles_in": on}}
-            _config.clear()
-            path = fc._forward_plan(N, C, K, dtype, "cpu", cfg, b is not None, True,
-                                    dtype == "bf16")[2]
-            print(f"N={N} C={C} K={K} {blocks} bias={b is not None} tiles_in={on} path={path}")
-            assert path == ("tiles_in" if on else "tiles")
-            outs.append([fc.forward(x, w, b, dtype=dtype, config=cfg).copy()]
-                        + [a.copy() for a in fc.backward(dy, x, w, dtype=dtype, config=cfg)])
-        for got, want in zip(*outs):
-            np.testing.assert_array_equal(got, want)
-        x64, w64 = x.astype(np.float64), w.astype(np.float64)
-        ref = x64 @ w64.T + (0 if b is None else b.astype(np.float64))
-        bound = (1e-5 if dtype == "f32" else 1e-2) * (np.abs(x64) @ np.abs(w64.T) + 1e-3)
-        assert (np.abs(outs[1][0].astype(np.float64) - ref) <= bound).all()
-    _config.clear()
-
-
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_backward_update_minibatch_block(rng, backend, dtype):
     """fc.backward's update on x and dy^T tiles of the [upd] config's bn,
     not the layer's: random sizes with ragged blocks, bn under, at and over
