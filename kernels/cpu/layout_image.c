@@ -419,11 +419,31 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
  * tap row of each of the RS tiles (16 k of one c) loaded, the RS x 16 block
  * transposed, each k's RS taps stored as one run, f32 or (bf16) rounded.
  * Element by element, each element came from a new line (the tiles' c rows
- * lie bk apart). */
+ * lie bk apart). f32 walks each k block's c; bf16 each c's k blocks, which
+ * reads the tiles front to back (res5a_branch2b's dW from memory, two EPYC
+ * threads: 0.65-0.68 against 1.48-1.57 ms; f32 in that order ran 0.82-0.86
+ * against 0.28 ms from cache: benchmarks/RESULTS.md, issue 17, nineteenth
+ * session). */
 __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
     const float* in, int64_t tile, int64_t RS, int64_t bk, int64_t C, int64_t k0, int64_t k1,
     int64_t c0, int64_t c1, void* out, int bf16) {
   const __mmask16 taps = (__mmask16)((1u << RS) - 1u);
+  if (bf16) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t k = k0; k < k1; k += 16) {
+        const int64_t nk = brgemm_min64(16, k1 - k);
+        const __mmask16 ks = (__mmask16)((1u << nk) - 1u);
+        __m512 r[16], o[16];
+        for (int rs = 0; rs < 16; ++rs)
+          r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k)
+                          : _mm512_setzero_ps();
+        brgemm_transpose16x16_avx512(r, o);
+        for (int64_t j = 0; j < nk; ++j)
+          _mm512_mask_cvtepi32_storeu_epi16((uint16_t*)out + ((k + j) * C + c) * RS, taps,
+                                            brgemm_round16_avx512(o[j]));
+      }
+    return;
+  }
   for (int64_t k = k0; k < k1; k += 16) {
     const int64_t nk = brgemm_min64(16, k1 - k);
     const __mmask16 ks = (__mmask16)((1u << nk) - 1u);
@@ -433,13 +453,8 @@ __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
         r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k)
                         : _mm512_setzero_ps();
       brgemm_transpose16x16_avx512(r, o);
-      if (bf16)
-        for (int64_t j = 0; j < nk; ++j)
-          _mm512_mask_cvtepi32_storeu_epi16((uint16_t*)out + ((k + j) * C + c) * RS, taps,
-                                            brgemm_round16_avx512(o[j]));
-      else
-        for (int64_t j = 0; j < nk; ++j)
-          _mm512_mask_storeu_ps((float*)out + ((k + j) * C + c) * RS, taps, o[j]);
+      for (int64_t j = 0; j < nk; ++j)
+        _mm512_mask_storeu_ps((float*)out + ((k + j) * C + c) * RS, taps, o[j]);
     }
   }
 }
