@@ -177,9 +177,9 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     dy or x in the update) in VNNI pairs (see vnni_passes); bf16_out: also a
     bf16 copy of the output, tensor "<output>16", as each block finishes; in
     the plain plans the f32 output is then a scratch in tiles (the plan's
-    extent), which the kernel writes a tile's rows together rather than a
-    matrix's rows apart (on AMX the plain rows cost the plan a fifth of its
-    time: benchmarks/RESULTS.md, issue 17, nineteenth session)."""
+    extent), which the kernel writes a tile's rows together and the bf16
+    store reads back from cache, rather than a matrix's rows K (or C) apart
+    (benchmarks/RESULTS.md, issue 17, nineteenth session)."""
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
