@@ -223,17 +223,21 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
       }
       return BRGEMM_OK;
     }
-    case BRGEMM_OP_STORE_T: {
-      float* dst = (float*)tensors[op->tensor[0]] + op->offset[0];
-      /* dst[j * ld + i] = c[i * ldc + j]: in 8 x 8 (AVX2) or 4 x 4 sub-blocks,
-       * as the layout copies transpose (the element loop ran at ~2 cycles each) */
-      brgemm_transpose4((const uint32_t*)c, ldc, (uint32_t*)dst, op->ld, n, m);
+    case BRGEMM_OP_STORE_T:
+    case BRGEMM_OP_STORE_T_BF16: {
+      const int di = op->code == BRGEMM_OP_STORE_T ? 4 : 2;
+      char* dst = (char*)tensors[op->tensor[0]] + op->offset[0] * di;
+      /* dst[j * ld + i] = c[i * ldc + j] (bf16: rounded): in 8 x 8 (AVX2) or
+       * 4 x 4 sub-blocks, as the layout copies transpose (element by element
+       * it ran at ~2 cycles each), bf16 through small f32 tiles rounded a row
+       * at a time */
+      brgemm_window((const char*)c, 1, ldc, 4, dst, op->ld, di, n, m);
       /* conv's NCHW stores: a task's next tile usually lands on the next m
        * columns of the same n rows, too many rows far apart for the hardware
        * prefetchers to follow; asked for now, their lines arrive during the
        * next tile's calls (a hint: no fault past the array's end; measured
        * in benchmarks/RESULTS.md, issue 17, eleventh session) */
-      for (int64_t j = 0; j < n; ++j) brgemm_prefetch_span(dst + j * op->ld + m, 4 * m, 1);
+      for (int64_t j = 0; j < n; ++j) brgemm_prefetch_span(dst + (j * op->ld + m) * di, di * m, 1);
       return BRGEMM_OK;
     }
     case BRGEMM_OP_RELU_BWD_BF16:
@@ -260,15 +264,6 @@ static int EPILOGUE_FN(const brgemm_plan_op* op, float* c, int64_t m, int64_t n,
           }
         }
       }
-      return BRGEMM_OK;
-    }
-    case BRGEMM_OP_STORE_T_BF16: {
-      uint16_t* dst = (uint16_t*)tensors[op->tensor[0]] + op->offset[0];
-      /* dst[j * ld + i] = bf16(c[i * ldc + j]): transposed through small f32
-       * tiles with SIMD sub-blocks and rounded a row at a time, as the layout
-       * copies do (it went element by element); lines prefetched as store_t's */
-      brgemm_window((const char*)c, 1, ldc, 4, (char*)dst, op->ld, 2, n, m);
-      for (int64_t j = 0; j < n; ++j) brgemm_prefetch_span(dst + j * op->ld + m, 2 * m, 1);
       return BRGEMM_OK;
     }
     case BRGEMM_OP_BIAS_ROWS: {
