@@ -10,7 +10,9 @@ Sides per layer: the layer's plan on blocked x, w, y (the func/layer
 yardstick); the NCHW-storing plan (conv.nchw_plan, this machine's table)
 alone, x and w blocked before; the same after x's copy, and after x's and
 w's; conv.forward as routed here, and with w's blocked copy kept across calls
-(reuse=); with --orders, conv.forward in the loop orders ORDERS names;
+(reuse=), and with x copied into blocks (the config's nchw_x off); the
+NCHW-storing plan reading x in place (conv.reads_x_nchw) alone, w blocked
+before; with --orders, conv.forward in the loop orders ORDERS names;
 PyTorch's F.conv2d. (The x copy filled inside the plan by the threads that
 read it, a task per image, measured no faster: benchmarks/RESULTS.md, issue
 17, sixteenth session, conv24.) Speeds only: tests/test_conv*.py check results."""
@@ -41,6 +43,8 @@ def sides_of(name, C, K, H, W, R, S, st, pd, N, orders=False):
     xb, wb = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32")
     y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
     layer, pn = conv.plan(g, "fwd", "f32"), conv.nchw_plan(g, "f32", False)
+    px = conv.nchw_plan(g, "f32", False, x_nchw=True) if conv.reads_x_nchw(
+        g, "f32", "cpu", x) else None
     out, ys = np.empty((N, K, g.P, g.Q), np.float32), aligned_empty((pn.extent["y"],), np.float32)
 
     def nchw(copy_x=False, copy_w=False):
@@ -55,7 +59,11 @@ def sides_of(name, C, K, H, W, R, S, st, pd, N, orders=False):
              "x copy + nchw plan": lambda: nchw(True),
              "x, w copies + nchw plan": lambda: nchw(True, True),
              "conv.forward": lambda: conv.forward(x, w, st, pd),
-             "conv.forward, w kept": lambda: conv.forward(x, w, st, pd, reuse=key)}
+             "conv.forward, w kept": lambda: conv.forward(x, w, st, pd, reuse=key),
+             "conv.forward, nchw_x off": lambda: conv.forward(x, w, st, pd,
+                                                              config={"fwd": {"nchw_x": False}})}
+    if px is not None:
+        sides["x in place, nchw plan alone"] = lambda: px.run(x=x, w=wb, out=out, y=ys)
     for order, keys in (ORDERS.get(name, {}) if orders else {}).items():
         sides[f"conv.forward, {order}"] = lambda cfg={"fwd": {**keys, "shifted": False}}: (
             conv.forward(x, w, st, pd, config=cfg))

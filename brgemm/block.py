@@ -21,6 +21,7 @@ class Block:
     beta: float = 1.0
     alpha: float = 1.0
     b_vnni: bool = False    # B tiles in VNNI pairs (brgemm.vnni), offsets at a block's first pair
+    a_t: bool = False       # A given transposed: A[i, j] at j*lda + i (k rows of m); f32, CPU
 
     def __post_init__(self):
         """The checks a Kernel makes of the same values (the plan's kernels are
@@ -30,8 +31,9 @@ class Block:
         for name in ("m", "n", "k"):
             object.__setattr__(self, name, _dim(getattr(self, name), name))
         if self.m == 1:
-            object.__setattr__(self, "lda", self.k)
             object.__setattr__(self, "ldc", self.n)
+        if (self.k if self.a_t else self.m) == 1:  # A's one row
+            object.__setattr__(self, "lda", self.m if self.a_t else self.k)
         if self.k == 1:
             object.__setattr__(self, "ldb", self.n)
         for name in ("lda", "ldb", "ldc"):
@@ -42,8 +44,11 @@ class Block:
                              f"for dtype {self.dtype!r}, got {self.c_dtype!r}")
         object.__setattr__(self, "beta", _scalar(self.beta, "beta"))
         object.__setattr__(self, "alpha", _scalar(self.alpha, "alpha"))
+        if self.a_t and (self.dtype != "f32" or self.b_vnni):
+            raise ValueError(f"a_t: transposed A blocks are f32 only, this block is {self.dtype}")
         ab, c = dtypes.NUMPY[self.dtype].itemsize, dtypes.NUMPY[self.c_dtype].itemsize
-        for name, rows, cols, item in (("lda", self.m, self.k, ab), ("ldb", self.k, self.n, ab),
+        a_rows, a_cols = (self.k, self.m) if self.a_t else (self.m, self.k)
+        for name, rows, cols, item in (("lda", a_rows, a_cols, ab), ("ldb", self.k, self.n, ab),
                                        ("ldc", self.m, self.n, c)):
             ld = getattr(self, name)
             if ld < cols:

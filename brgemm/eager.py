@@ -33,7 +33,7 @@ class Eager:
 
     def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
         kern = self._kernels.get(blk)
-        if kern is None:
+        if kern is None and not blk.a_t:
             kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
                                                alpha=blk.alpha, backend=self.backend,
                                                lda=blk.lda, ldb=blk.ldb)
@@ -46,7 +46,16 @@ class Eager:
                 continue
             _block_view(self.arrays[op.tensors[1]], op.offsets[1], blk.k, blk.n, blk.ldb)[...] = src
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
-        if blk.b_vnni:  # the plain blocks, through a kernel that reads them so
+        if blk.a_t:  # the A blocks transposed into a contiguous stack, through a plain kernel
+            A = np.ascontiguousarray(np.stack([_block_view(self.arrays[a], o, blk.k, blk.m,
+                                                           blk.lda).T for o in a_offs]))
+            kern = self._kernels.get((blk, "plain a"))
+            if kern is None:
+                kern = self._kernels[blk, "plain a"] = Kernel(
+                    blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
+                    backend=self.backend, lda=blk.k, ldb=blk.ldb)
+            kern.offs(A, self.arrays[b], [i * blk.m * blk.k for i in range(len(A))], b_offs, C)
+        elif blk.b_vnni:  # the plain blocks, through a kernel that reads them so
             # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
             B = np.ascontiguousarray(
                 np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs]))

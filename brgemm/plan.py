@@ -113,10 +113,10 @@ class Plan:
             else np.zeros(0, np.int64)
         return (self.a_offs * per).astype(np.uint64), (self.b_offs * per).astype(np.uint64)
 
-    def require(self, backend, max_op, b_vnni):
+    def require(self, backend, max_op, b_vnni, a_t=False):
         """Raise ValueError, naming `backend`, if this plan uses an epilogue op
-        above code max_op or (b_vnni False) B tiles in VNNI pairs: what a
-        backend calls when its replay is made."""
+        above code max_op, (b_vnni False) B tiles in VNNI pairs or (a_t False)
+        transposed A blocks: what a backend calls when its replay is made."""
         if len(self.ops) and self.ops["code"].max() > max_op:
             code = {v: k for k, v in OP_CODES.items()}[int(self.ops["code"].max())]
             raise ValueError(f"backend: the {backend!r} backend has no {code!r} epilogue; "
@@ -124,6 +124,9 @@ class Plan:
         if not b_vnni and any(b.b_vnni for b in self.blocks):
             raise ValueError(f"backend: this plan reads B tiles as VNNI pairs (the layout "
                              f"AMX CPUs take); the {backend!r} backend reads plain tiles")
+        if not a_t and any(b.a_t for b in self.blocks):
+            raise ValueError(f"backend: this plan reads A blocks transposed (the CPU's "
+                             f"kernel does); the {backend!r} backend reads them in rows")
 
     def replay(self, backend=None):
         """The backend's replay of this plan, made on first use and kept."""

@@ -53,7 +53,7 @@ class Recorder:
             if self.tensors.get(name, want) != want:
                 raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
                                  f"wants {want}")
-        self._touch(a, a_offs, blk.m, blk.k, blk.lda, "a")
+        self._touch(a, a_offs, *((blk.k, blk.m) if blk.a_t else (blk.m, blk.k)), blk.lda, "a")
         if blk.b_vnni:  # (k + 1) / 2 rows of n pairs, 2 ldb apart
             self._touch(b, b_offs, (blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb, "b")
         else:

@@ -55,6 +55,7 @@ from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
+                                      reads_x_nchw,
                                       shifted, shifted_plan,
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
@@ -148,8 +149,6 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     bp = pointwise_pairs(g, dtype, backend, x, w, token)
     if bp:  # bf16: w in place, x's one copy in VNNI pairs
         return g, "pairs", pointwise_plan(g, dtype, bp, pairs=True), bp
-    if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
-        return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     blocks = columns(g, dtype, backend) if token is None else None
     # w in place; bf16: x rounded into its tiles, and not on 1x1 layers, whose
     # im2col tiles are x's copy transposed (behind the blocked path on the lent
@@ -158,6 +157,10 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
             x.dtype == np.float32 if dtype == "f32" else g.R * g.S > 1):
         vnni = columns_vnni(g, dtype, backend, blocks[0])
         return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
+    if reads_x_nchw(g, dtype, backend, x):  # x in place, y stored by the plan
+        return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True), False
+    if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
+        return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
         return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32), vnni
@@ -231,10 +234,11 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
         to_blocks(yc, g.K, PQ, swap_grid=True, dtype=x.dtype, out=y.reshape(g.N, 1, g.K, PQ))
         return y
-    t = dict(x=block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
+    t = dict(x=x if path == "nchw_x" else
+             block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
              w=_weights(w, g, dtype, False, token, choice))
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
-    if path == "nchw":  # y: each task's tile slot, all written first (stores_nchw)
+    if path in ("nchw", "nchw_x"):  # y: each task's tile slot, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
               **t)
         return out

@@ -8,7 +8,7 @@ from primitives._calls import blocks_per_call, record_grouped, slot_in_group
 from primitives.fc_nest import Product
 
 
-def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
+def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None, x_nchw=False):
     """y[n][k][p][q0:q0+bq] = sum_{c, r, s} x[n][c][p*sh + r][(q0 + i)*sw + s] @ w[k][c][r][s].
     With g.span[0] (conv_plans.spans_rows) p is 0 and q0 counts the P x Q
     pixels in blocks of bs that run on across rows. epilogue(n, k, pixel):
@@ -26,9 +26,10 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
     blocks = {}  # (m, beta) -> its Block, made once: one a call took a third of the recording
 
     def block(m, beta):
-        if (m, beta) not in blocks:  # A's rows: pixels sw apart
-            blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.sw * x.ld("Wp"), ldb=w.ld("bc"),
-                                          ldc=y.ld("Q"), dtype=dtype, beta=beta, b_vnni=vnni)
+        if (m, beta) not in blocks:  # A's rows: pixels sw apart; x_nchw: its columns, HW apart
+            blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.H * g.W if x_nchw else
+                                          g.sw * x.ld("Wp"), ldb=w.ld("bc"), ldc=y.ld("Q"),
+                                          dtype=dtype, beta=beta, b_vnni=vnni, a_t=x_nchw)
         return blocks[m, beta]
     slot = slot_in_group(g.w_reuse[0])
 
@@ -38,6 +39,12 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
             m = min(bq, row - q0)
             per_call = blocks_per_call(g.call_kb[0], (m + g.bk) * g.bc, dtype)
             to = y.at(n, k, p, q0) if tile is None else tile(task, slot(task))
+            if x_nchw:
+                yield phase, task, [
+                    (block(width, beta), "x", xs, "w", ws, "y", to + (lo - q0) * y.ld("Q"),
+                     epilogue(n, k, p * g.Q + q0) if last and epilogue else ())
+                    for lo, width, beta, last, xs, ws in nchw_tile_calls(g, dtype, w, n, k, p, q0, m)]
+                continue
             calls = []
             for i in range(0, len(taps), per_call):
                 last = epilogue is not None and i + per_call >= len(taps)
@@ -48,6 +55,48 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None):
                               "y", to, epilogue(n, k, p * g.Q + q0) if last else ()))
             yield phase, task, calls
     record_grouped(ex, tiles(), g.w_reuse[0])
+
+
+def nchw_tile_groups(g, p, q0, m):
+    """The taps of output row p's pixels q0 .. q0 + m - 1 on x in place
+    (NCHW, stride 1 across), grouped by the pixels they reach: {(first
+    pixel, last + 1): [(c, r, s), ...]}, taps in (c, r, s) order. Taps whose
+    input row is padding are left out; a tap that reaches padding columns
+    leaves those pixels out of its group's range."""
+    groups = {}
+    for c in range(g.Cb):
+        for r in range(g.R):
+            if 0 <= p * g.sh + r - g.ph < g.H:
+                for s in range(g.S):
+                    lo, hi = max(q0, g.pw - s), min(q0 + m, g.W + g.pw - s)
+                    if lo < hi:
+                        groups.setdefault((lo, hi), []).append((c, r, s))
+    return groups
+
+
+def nchw_tile_calls(g, dtype, w, n, k, p, q0, m):
+    """forward_nest's calls of one tile on x in place (x_nchw): (first pixel,
+    width, beta, last, x offsets, w offsets) each. The taps that reach all m
+    pixels come first (one call, beta 0, which writes the whole tile) and
+    last (the call whose epilogue stores the tile); the taps of the pixels
+    away from the padding go between. A group's calls read call_kb KiB."""
+    HW = g.H * g.W
+    groups = nchw_tile_groups(g, p, q0, m)
+    full = groups.pop((q0, q0 + m))  # the rule (reads_x_nchw) has every tile keep one
+
+    def chunks(lo, hi, taps):
+        per = blocks_per_call(g.call_kb[0], (hi - lo + g.bk) * g.bc, dtype)
+        return [(lo, hi, taps[i:i + per]) for i in range(0, len(taps), per)]
+    first, *rest = chunks(q0, q0 + m, full)
+    partial = [ch for (lo, hi), taps in groups.items() for ch in chunks(lo, hi, taps)]
+    if partial and not rest:  # the first call writes the tile, a whole one stores it
+        first, rest = (q0, q0 + m, first[2][:1]), [(q0, q0 + m, first[2][1:])]
+    order = [first] + partial + rest
+    return [(lo, hi - lo, 0.0 if i == 0 else 1.0, i == len(order) - 1,
+             [(n * g.C + c * g.bc) * HW + (p * g.sh + r - g.ph) * g.W + lo + s - g.pw
+              for c, r, s in taps],
+             [w.at(k, c, r, s) for c, r, s in taps])
+            for i, (lo, hi, taps) in enumerate(order)]
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False):

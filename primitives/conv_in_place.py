@@ -8,7 +8,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
-from primitives.conv_forward import forward_nest, shifted_nest
+from primitives.conv_forward import forward_nest, nchw_tile_groups, shifted_nest
 from primitives.conv_plans import _loops, _plans
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
@@ -60,13 +60,36 @@ def _stored(dtype, out_dtype):
     return out_dtype == np.float32 or (out_dtype == dtypes.bfloat16 and dtype == "bf16")
 
 
-def nchw_plan(g, dtype, vnni, bf16_out=False):
+def reads_x_nchw(g, dtype, backend, x):
+    """Whether the functional forward's NCHW-storing plan reads x in place
+    (nchw_plan's x_nchw: no copy of x at all): f32 on the CPU backend, x f32
+    and C-contiguous, the config's fwd key `nchw_x`, stride 1 across, no
+    span, C and K whole blocks (the tile's channels all real ones), and every
+    tile of output pixels keeping a tap that reaches all its pixels (padding
+    at most (S - 1) / 2 each side, likewise rows), two where some tap leaves
+    pixels out (one call writes the tile first, a whole one stores it last).
+    The kernel broadcasts x's elements from their places, so rows of any
+    length and alignment run as fast as blocked rows."""
+    if not (g.nchw_x and dtype == "f32" and backend == "cpu" and x.dtype == np.float32
+            and x.flags.c_contiguous and g.sw == 1 and not g.span[0]
+            and g.C % g.bc == 0 and g.K % g.bk == 0):
+        return False
+    for p in range(g.P):
+        for q0 in range(0, g.Q, g.bq):
+            groups = nchw_tile_groups(g, p, q0, min(g.bq, g.Q - q0))
+            full = groups.pop((q0, q0 + min(g.bq, g.Q - q0)), [])
+            if not full or (groups and len(full) < 2):
+                return False
+    return True
+
+
+def nchw_plan(g, dtype, vnni, bf16_out=False, x_nchw=False):
     """The forward's plan (conv_forward.forward_nest) that stores each tile,
     once summed, transposed into the NCHW result `out` [N,K,P,Q] by its last
     call's epilogue, while it is in cache (rounded with bf16_out). Each task
     sums its tiles in turn in one slot of its own in y (plan.extent["y"]
     floats: a tile per task), so the blocked y is neither written out nor
-    read back."""
+    read back. x_nchw: x is the NCHW array itself (reads_x_nchw)."""
     def record():
         PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
         rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32",
@@ -75,9 +98,9 @@ def nchw_plan(g, dtype, vnni, bf16_out=False):
                      tile=_task_slots(bq * g.bk, g.w_reuse[0]),
                      epilogue=lambda n, k, pixel: (
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ,
-                                       bf16=bf16_out),))
+                                       bf16=bf16_out),), x_nchw=x_nchw)
         return rec.finish()
-    return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out), record)
+    return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out, x_nchw), record)
 
 
 def stores_nchw_dx(g, dtype, backend, out_dtype):

@@ -31,7 +31,7 @@ SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape k
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
                  "pointwise_classes": bool,
-                 "classes_bp": int, "shifted": bool, "pointwise_pairs": bool},
+                 "classes_bp": int, "shifted": bool, "pointwise_pairs": bool, "nchw_x": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -79,6 +79,8 @@ class Geometry(HashedOnce):
     # the bf16 functional forward's pointwise plan on x's rows in VNNI pairs
     # where its rule allows (conv_pointwise.pointwise_pairs)
     pointwise_pairs: bool = False
+    # the f32 functional forward reading x in place, NCHW (conv_in_place.reads_x_nchw)
+    nchw_x: bool = False
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -159,7 +161,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"], f["shifted"],
-                    f["pointwise_pairs"])
+                    f["pointwise_pairs"], f["nchw_x"])
 
 
 # ---------------------------------------------------------------- the loop nests

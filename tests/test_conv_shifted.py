@@ -20,7 +20,8 @@ def _case(rng, W_lo, W_hi, H_hi=12):
     bc, bk = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
     C, K = bc * int(rng.integers(1, 4)), int(rng.integers(1, 100))  # K ragged against bk
     cfg = {"fwd": {"bc": bc, "bk": bk, "pointwise_bp": int(rng.integers(16, 160)),
-                   "shifted": True}}  # on: the AMX table turns it off
+                   "shifted": True, "nchw_x": False}}  # on: the AMX table turns it off;
+    # nchw_x (x in place, taken first where it applies) off
     print(f"N={N} C={C} K={K} H={H} W={W} {cfg}")
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)

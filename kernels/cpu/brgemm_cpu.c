@@ -104,13 +104,15 @@ static int desc_valid(const brgemm_cpu_desc* d) {
   if (d->dtype_ab == BRGEMM_F32 && d->dtype_c != BRGEMM_F32) return 0;
   if (d->form < BRGEMM_STRD || d->form > BRGEMM_OFFS) return 0;
   if (d->m < 1 || d->n < 1 || d->k < 1 || d->m > lim || d->n > lim || d->k > lim) return 0;
-  if (d->lda < d->k || d->ldb < d->n || d->ldc < d->n) return 0;
+  if (d->a_t != 0 && d->a_t != 1) return 0;
+  if (d->a_t && d->dtype_ab != BRGEMM_F32) return 0;
+  if (d->lda < (d->a_t ? d->m : d->k) || d->ldb < d->n || d->ldc < d->n) return 0;
   if (d->lda > lim || d->ldb > lim || d->ldc > lim) return 0;
   if (d->form == BRGEMM_STRD && (d->stride_a < 0 || d->stride_b < 0)) return 0;
   /* libxsmm addresses rows and batch strides with 32-bit byte offsets */
   const int64_t span = ((int64_t)1 << 31) - 1, ea = d->dtype_ab == BRGEMM_F32 ? 4 : 2;
   const int64_t ec = d->dtype_c == BRGEMM_F32 ? 4 : 2;
-  if (d->m * d->lda * ea > span || d->k * d->ldb * ea > span || d->m * d->ldc * ec > span) return 0;
+  if ((d->a_t ? d->k : d->m) * d->lda * ea > span || d->k * d->ldb * ea > span || d->m * d->ldc * ec > span) return 0;
   if (d->stride_a * ea > span || d->stride_b * ea > span) return 0;
   if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_reads_vnni_b(d->k))) return 0;
   return 1;
@@ -146,6 +148,9 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     kr->path = PATH_F32;
     kr->via_scratch = !direct_ab;
     int flags = (kr->via_scratch || d->beta == 0.0f) ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
+    /* our A is libxsmm's B: given transposed, libxsmm broadcasts its elements from
+     * the transposed places (element (k, n) of its B at n + k ldb) */
+    if (d->a_t) flags |= LIBXSMM_GEMM_FLAG_TRANS_B;
     libxsmm_blasint lda = (libxsmm_blasint)d->ldb, ldb = (libxsmm_blasint)d->lda;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
     jit = brgemm_jit_gemm(BRGEMM_JIT_F32, d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
@@ -335,7 +340,8 @@ static int strd_overlap(const brgemm_cpu_kernel* kr, const void* a, const void* 
                         int64_t count, int b_packed) {
   const brgemm_cpu_desc* d = &kr->d;
   const int64_t ea = d->dtype_ab == BRGEMM_F32 ? 4 : 2, ec = d->dtype_c == BRGEMM_F32 ? 4 : 2;
-  const int64_t a_bytes = ((count - 1) * d->stride_a + (d->m - 1) * d->lda + d->k) * ea;
+  const int64_t a_bytes = ((count - 1) * d->stride_a +
+                           (d->a_t ? (d->k - 1) * d->lda + d->m : (d->m - 1) * d->lda + d->k)) * ea;
   const int64_t b_bytes =
       b_packed ? count * brgemm_cpu_packed_b_elems(kr) * brgemm_cpu_packed_b_itemsize(kr)
                : ((count - 1) * d->stride_b + (d->k - 1) * d->ldb + d->n) * ea;

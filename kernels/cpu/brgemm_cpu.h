@@ -97,6 +97,8 @@ typedef struct {
   int b_vnni;            /* B blocks are VNNI pairs in place: element (r, j) of a block
                             at (r/2) * 2*ldb + 2*j + r%2; bf16 kernels of a k that
                             brgemm_cpu_reads_vnni_b accepts, else BRGEMM_EINVAL */
+  int a_t;               /* A blocks given transposed: element (i, j) of a block at
+                            j * lda + i, lda >= m; f32 only, else BRGEMM_EINVAL */
 } brgemm_cpu_desc;
 
 typedef struct brgemm_cpu_kernel brgemm_cpu_kernel;
