@@ -59,9 +59,9 @@ def cases(quick):
         out[f"lstm.bwd {name}"] = lambda: lstm.backward(dy, h0, c0, x, h0, c0, w_ih, w_hh, b)
 
     add_conv("pointwise", 2, 16, 16, 4, 4, 1, 0)
-    add_conv("shifted", 1, 16, 16, 4, 28, 3, 1)
+    add_conv("nchw_x", 1, 16, 16, 4, 28, 3, 1)
     add_conv("columns", 1, 16, 32, 2, 2, 3, 1)
-    add_conv("nchw", 2, 16, 16, 4, 4, 3, 1)
+    add_conv("nchw", 2, 16, 16, 4, 4, 3, 2)
     add_conv("blocked", 2, 16, 20, 4, 4, 3, 1, ml_dtypes.bfloat16, "bf16")
     add_fc("reads_w", 2, 64, 64)
     add_fc("tiles", 16, 32, 32)

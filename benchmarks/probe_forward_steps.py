@@ -65,7 +65,7 @@ def sides_of(name, C, K, H, W, R, S, st, pd, N, orders=False):
     if px is not None:
         sides["x in place, nchw plan alone"] = lambda: px.run(x=x, w=wb, out=out, y=ys)
     for order, keys in (ORDERS.get(name, {}) if orders else {}).items():
-        sides[f"conv.forward, {order}"] = lambda cfg={"fwd": {**keys, "shifted": False}}: (
+        sides[f"conv.forward, {order}"] = lambda cfg={"fwd": keys}: (
             conv.forward(x, w, st, pd, config=cfg))
     try:
         import torch

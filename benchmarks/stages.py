@@ -11,7 +11,7 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.columns, conv.pointwise, conv.shifted, fc.reads_w, fc.copies_wt and
+(conv.columns, conv.pointwise, conv.reads_x_nchw, fc.reads_w, fc.copies_wt and
 fc.copies_w: their plans copy W's tiles themselves) the line says which. Lines
 marked * time another path's steps alone, taken by the call or not
 (conv.columns on small images, fc.reads_w), to show what it would cost;
@@ -34,7 +34,6 @@ import numpy as np
 
 from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
 from brgemm import im2col, layouts as L
-from brgemm.conv_unwrap import conv_unwrap
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
@@ -98,13 +97,14 @@ def _conv(N):
         else:
             out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
                    ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
-        if conv.shifted(g, "f32", "cpu", x):  # x and y in place (conv_in_place.shifted)
-            ps, ws = conv.shifted_plan(g, g.pointwise_bp), conv.block_w(w, g, "f32", True)
-            _line(name, "fwd", "shifted", *_steps([
-                ("w", lambda: conv.block_w(w, g, "f32", True, out=ws)),
-                ("plan", lambda: ps.run(w=ws, x=x, y=y)),
-                ("unwrap", lambda: conv_unwrap(y, x, w))], lambda: conv.forward(x, w, st, pd)))
-        alone = conv.shifted(g, "f32", "cpu", x)  # then the blocked steps below are not the call's
+        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":  # x in place
+            px = conv.nchw_plan(g, "f32", False, x_nchw=True)
+            x_slots = np.empty(px.extent["y"], np.float32)
+            _line(name, "fwd", "nchw_x", *_steps([
+                ("w", lambda: conv.block_w(w, g, "f32", out=wb)),
+                ("plan+y", lambda: px.run(x=x, w=wb, y=x_slots, out=y))],
+                lambda: conv.forward(x, w, st, pd)))
+        alone = conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked"  # not the call's steps
         _line(name, "fwd", "blocked*" if alone else path, *_steps([
             ("x", lambda: conv.block_x(x, g, "f32", out=xb)),
             ("w", lambda: conv.block_w(w, g, "f32", out=wb))] + out,

@@ -53,7 +53,7 @@ ffibuilder.set_source(
     sources=[f"kernels/cpu/{name}.c" for name in ("brgemm_cpu", "brgemm_amx", "brgemm_amx_model",
                                                   "epilogue", "epilogue_avx2", "epilogue_avx512",
                                                   "plan", "layout", "jit",
-                                                  "layout_image", "layout_vnni", "conv_wrap", "peak",
+                                                  "layout_image", "layout_vnni", "peak",
                                                   "timing", "bound_call", "bound_plan")],
     # bound_call.c and bound_plan.c read NumPy arrays' fields through NumPy's headers
     include_dirs=[str(CPU), numpy.get_include()] + ([LIBXSMM_INC] if LIBXSMM_INC else []),

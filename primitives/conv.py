@@ -38,7 +38,6 @@ from brgemm.arrays import Recycler, Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
-from brgemm.conv_unwrap import conv_unwrap
 from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.vnni import vnni_tiles
@@ -56,7 +55,6 @@ from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
                                       reads_x_nchw,
-                                      shifted, shifted_plan,
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
@@ -159,8 +157,6 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
         return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
     if reads_x_nchw(g, dtype, backend, x):  # x in place, y stored by the plan
         return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True), False
-    if shifted(g, dtype, backend, x) and w.dtype == np.float32:  # x and y in place
-        return g, "shifted", shifted_plan(g, g.pointwise_bp), None
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
         return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32), vnni
@@ -216,10 +212,6 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         p.run(backend=backend, w=w, x=xv, y16=y,
               y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32))
         return y
-    if path == "shifted":
-        y = _results.empty("y", (g.N, g.K, g.P, g.Q), np.float32)
-        p.run(backend=backend, w=_weights(w, g, dtype, True, token), x=x, y=y)
-        return conv_unwrap(y, x, np.ascontiguousarray(w))
     if path == "columns":
         (bd, bp), vnni = choice
         PQ = g.P * g.Q

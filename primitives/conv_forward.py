@@ -128,61 +128,6 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False):
                     "y", y.at(n, k * g.bk, p * bp), ops=ops)
 
 
-def shifted_nest(ex, g, dtype, bp):
-    """3x3, stride 1, padding 1, C a multiple of bc (see conv_in_place.shifted):
-    y[n] (K x HW, plain NCHW, written in place) = sum over c blocks and taps
-    (r, s) of wt[c][k][r][s] (bk x bc tiles, the backward's transposed copy)
-    @ x[n] (C x HW, plain NCHW, read in place: rows of pixels HW apart)
-    shifted by (r - 1) W + s - 1 pixels. Output rows 1..H-2 run as one flat
-    run of pixels in blocks of bp (across row ends: the taps s = 0 and 2 of
-    the row ends' pixels read the neighbouring row there, which
-    brgemm.conv_unwrap takes back; the run's first pixel leaves s = 0
-    out and its last s = 2, so that no read leaves x). Rows 0 and H-1 take
-    their real taps only, each s on the pixels it reaches. A call per c
-    block: its 9 taps in one batch."""
-    H, W, HW, Cb, Kb, bk, bc = g.H, g.W, g.H * g.W, g.Cb, g.Kb, g.bk, g.bc
-    blocks = {}
-
-    def block(m, width, beta):
-        if (m, width, beta) not in blocks:
-            blocks[m, width, beta] = bplan.Block(m, width, bc, lda=bc, ldb=HW, ldc=HW, dtype=dtype,
-                                                 beta=beta)
-        return blocks[m, width, beta]
-
-    def calls(n, kb, m, groups):
-        """groups: (taps, first pixel, width); the first covers the task's pixels (beta 0)"""
-        first = True
-        for taps, j0, width in groups:
-            for c in range(Cb):
-                if width < 1:
-                    continue
-                ex.gemm(block(m, width, 0.0 if first else 1.0),
-                        "w", [((c * Kb + kb) * 9 + r * 3 + s) * bk * bc for r, s in taps],
-                        "x", [(n * g.C + c * bc) * HW + j0 + (r - 1) * W + s - 1 for r, s in taps],
-                        "y", (n * g.K + kb * bk) * HW + j0)
-                first = False
-
-    taps = [(r, s) for r in range(3) for s in range(3)]
-    lo, hi = W, (H - 1) * W  # the flat run: rows 1 .. H-2
-    for n in range(g.N):
-        for kb in range(Kb):
-            m = min(bk, g.K - kb * bk)
-            for row, rows in ((0, (1, 2)), (H - 1, (0, 1))):  # the first and last rows
-                ex.at(0, (n, kb, row * W))
-                j = row * W
-                calls(n, kb, m, [([(r, 1) for r in rows], j, W),
-                                 ([(r, 0) for r in rows], j + 1, W - 1),
-                                 ([(r, 2) for r in rows], j, W - 1)])
-            for j0 in range(lo, hi, bp):
-                j1 = min(hi, j0 + bp)
-                ex.at(0, (n, kb, j0))
-                a, b = int(j0 == lo), int(j1 == hi)  # no read before x's start or past its end
-                calls(n, kb, m, [([t for t in taps if t[1] == 1], j0, j1 - j0),
-                                 ([t for t in taps if t[1] == 0], j0 + a, j1 - j0 - a),
-                                 ([t for t in taps if t[1] == 2], j0, j1 - j0 - b)]
-                      if a or b else [(taps, j0, j1 - j0)])
-
-
 def columns_product(g, bd, bp):
     """y^c (K x N P Q: output channels by the pixels of all images, plain) = w
     (K x C R S, plain, read in place as the broadcast operand) @ the im2col

@@ -8,7 +8,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
-from primitives.conv_forward import forward_nest, nchw_tile_groups, shifted_nest
+from primitives.conv_forward import forward_nest, nchw_tile_groups
 from primitives.conv_plans import _loops, _plans
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
@@ -20,31 +20,6 @@ def _task_slots(floats, group):
     tasks first come."""
     slots = {}
     return lambda task, j: (slots.setdefault(task, len(slots)) * group + j) * floats
-
-
-def shifted(g, dtype, backend, x):
-    """Whether the functional forward runs the shifted plan (shifted_plan): x
-    and y in place in NCHW, no copy of x and no transposed store of y, w's
-    backward tiles. A 3x3 layer, stride 1, padding 1, f32 on the CPU backend,
-    x f32 and C-contiguous, C whole blocks, and rows of 28 pixels or more (the
-    kernel's vectors run over pixels: the first and last rows' calls fill them
-    in part; on 56- and 28-pixel rows the plan ran faster than the layer's,
-    benchmarks/RESULTS.md); and the config's fwd key `shifted` on (off in the
-    AMX Xeon's table: slower there)."""
-    return (g.shifted and (g.R, g.S, g.sh, g.sw, g.ph, g.pw) == (3, 3, 1, 1, 1, 1)
-            and dtype == "f32" and backend == "cpu" and x.dtype == np.float32
-            and x.flags.c_contiguous and g.C % g.bc == 0 and g.H >= 2 and g.W >= 28)
-
-
-def shifted_plan(g, bp):
-    """The forward's plan conv_forward.shifted_nest records (f32; tensors w:
-    the transposed weight tiles [Cb][Kb][3][3][bk][bc], x, y: NCHW); y then
-    needs brgemm.conv_unwrap."""
-    def record():
-        rec = bplan.Recorder({"w": "f32", "x": "f32", "y": "f32"}, spec="shifted")
-        shifted_nest(rec, g, "f32", bp)
-        return rec.finish()
-    return _plans.get((g, "fwd_shifted", bp), record)
 
 
 def stores_nchw(g, dtype, backend, out_dtype):

@@ -31,7 +31,7 @@ SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape k
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
                  "pointwise_classes": bool,
-                 "classes_bp": int, "shifted": bool, "pointwise_pairs": bool, "nchw_x": bool},
+                 "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -74,8 +74,6 @@ class Geometry(HashedOnce):
     # data_operands), and its pixel block's target
     pointwise_classes: bool = False
     classes_bp: int = 64
-    # the functional forward's shifted plan where its rule allows (conv_in_place.shifted)
-    shifted: bool = False
     # the bf16 functional forward's pointwise plan on x's rows in VNNI pairs
     # where its rule allows (conv_pointwise.pointwise_pairs)
     pointwise_pairs: bool = False
@@ -160,7 +158,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["call_kb"] for p in SCHEMA), flat, parts, span,
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
-                    f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"], f["shifted"],
+                    f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
                     f["pointwise_pairs"], f["nchw_x"])
 
 

@@ -273,12 +273,6 @@ int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, 
 int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t ld, int itemsize,
                            float* dst, int threads);
 
-/* The shifted conv forward's wrap fix (kernels/cpu/conv_wrap.c): x [N][C][H][W],
- * w [K][C][3][3], y [N][K][H][W] (all contiguous f32; y as the plan left it);
- * isa 0 the best this CPU runs, 1 plain, 2 AVX2, 3 AVX-512 (tests). */
-int brgemm_cpu_conv_unwrap(const float* x, int64_t N, int64_t C, int64_t H, int64_t W,
-                           const float* w, int64_t K, float* y, int isa, int threads);
-
 /* Images (kernels/cpu/layout_image.c). image_to_blocks: src [N][C][H][W] with
  * element strides {n, c, h, w} (4 values, >= 0) -> dst [N][Cb][Hp][Wp][bc],
  * the image at row `top`, column `left`, zeros around it and in the padded
