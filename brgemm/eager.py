@@ -31,12 +31,17 @@ class Eager:
     def at(self, phase, task):
         pass  # one thread, nest order: phases and tasks need no bookkeeping
 
+    def _kernel(self, blk, lda, ldb):
+        """A kernel of blk's shape, dtype, alpha and beta on rows lda and ldb
+        apart (blk's own, or a plain copy's), made once."""
+        kern = self._kernels.get((blk, lda, ldb))
+        if kern is None:
+            kern = self._kernels[blk, lda, ldb] = Kernel(
+                blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
+                backend=self.backend, lda=lda, ldb=ldb)
+        return kern
+
     def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
-        kern = self._kernels.get(blk)
-        if kern is None and not blk.a_t:
-            kern = self._kernels[blk] = Kernel(blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta,
-                                               alpha=blk.alpha, backend=self.backend,
-                                               lda=blk.lda, ldb=blk.ldb)
         for op in ops:  # copy_b, copy_bt: the B blocks filled before the call
             if op.code == "copy_b":
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n, op.ld)
@@ -49,24 +54,15 @@ class Eager:
         if blk.a_t:  # the A blocks transposed into a contiguous stack, through a plain kernel
             A = np.ascontiguousarray(np.stack([_block_view(self.arrays[a], o, blk.k, blk.m,
                                                            blk.lda).T for o in a_offs]))
-            kern = self._kernels.get((blk, "plain a"))
-            if kern is None:
-                kern = self._kernels[blk, "plain a"] = Kernel(
-                    blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
-                    backend=self.backend, lda=blk.k, ldb=blk.ldb)
-            kern.offs(A, self.arrays[b], [i * blk.m * blk.k for i in range(len(A))], b_offs, C)
+            self._kernel(blk, blk.k, blk.ldb).offs(A, self.arrays[b], [i * blk.m * blk.k for i in range(len(A))], b_offs, C)
         elif blk.b_vnni:  # the plain blocks, through a kernel that reads them so
             # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
             B = np.ascontiguousarray(
                 np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs]))
-            kern = self._kernels.get((blk, "plain b"))
-            if kern is None:
-                kern = self._kernels[blk, "plain b"] = Kernel(
-                    blk.m, blk.n, blk.k, dtype=blk.dtype, beta=blk.beta, alpha=blk.alpha,
-                    backend=self.backend, lda=blk.lda, ldb=blk.n)
-            kern.offs(self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
+            self._kernel(blk, blk.lda, blk.n).offs(self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
         else:
-            kern.offs(self.arrays[a], self.arrays[b], a_offs, b_offs, C)
+            self._kernel(blk, blk.lda, blk.ldb).offs(self.arrays[a], self.arrays[b], a_offs,
+                                                      b_offs, C)
         for op in ops:
             if op.code not in COPIES_B:
                 self._apply(op, C)
