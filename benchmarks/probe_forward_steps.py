@@ -10,7 +10,8 @@ Sides per layer: the layer's plan on blocked x, w, y (the func/layer
 yardstick); the NCHW-storing plan (conv.nchw_plan, this machine's table)
 alone, x and w blocked before; the same after x's copy, and after x's and
 w's; conv.forward as routed here, and with w's blocked copy kept across calls
-(reuse=), and with x copied into blocks (the config's nchw_x off); the
+(reuse=), with x copied into blocks (the config's nchw_x off) and with x
+read in place where the rule allows (nchw_x on); the
 NCHW-storing plan reading x in place (conv.reads_x_nchw) alone, w blocked
 before; with --orders, conv.forward in the loop orders ORDERS names;
 PyTorch's F.conv2d. (The x copy filled inside the plan by the threads that
@@ -61,7 +62,9 @@ def sides_of(name, C, K, H, W, R, S, st, pd, N, orders=False):
              "conv.forward": lambda: conv.forward(x, w, st, pd),
              "conv.forward, w kept": lambda: conv.forward(x, w, st, pd, reuse=key),
              "conv.forward, nchw_x off": lambda: conv.forward(x, w, st, pd,
-                                                              config={"fwd": {"nchw_x": False}})}
+                                                              config={"fwd": {"nchw_x": False}}),
+             "conv.forward, nchw_x on": lambda: conv.forward(x, w, st, pd,
+                                                             config={"fwd": {"nchw_x": True}})}
     if px is not None:
         sides["x in place, nchw plan alone"] = lambda: px.run(x=x, w=wb, out=out, y=ys)
     for order, keys in (ORDERS.get(name, {}) if orders else {}).items():
