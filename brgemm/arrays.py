@@ -51,7 +51,12 @@ class Recycler:
     page on first write, as much as the copy into it. `empty(name, ...)` gives back the array it handed
     out last under `name` if nothing else refers to it any more -- no result
     the caller still holds, nor any view of it, is ever written -- else a new
-    one. One pool per thread. In check mode every hand-out is NaN-filled."""
+    one. Each starts on a 64-byte line (aligned_empty): NumPy starts large
+    arrays 16 or 48 bytes past one, and a plan's parallel tasks that write
+    neighbouring column blocks of a plain result would then share the lines
+    where their row segments meet, which bounce between cores (fc's forward
+    at 16 threads: benchmarks/RESULTS.md). One pool per thread. In check mode
+    every hand-out is NaN-filled."""
 
     def __init__(self):
         self._local = threading.local()
@@ -59,14 +64,18 @@ class Recycler:
     def empty(self, name, shape, dtype):
         pool = self._local.__dict__.setdefault("pool", {})
         held = pool.get(name)
-        # references to an unclaimed array: the pool's, `held`, getrefcount's argument
-        if (held is not None and held.shape == tuple(shape) and held.dtype == dtype
-                and sys.getrefcount(held) == 3):
-            return poison(held)
-        # np.empty, not aligned_empty: the refcount test needs an array that owns
-        # its memory (NumPy points views at the owner, not at the array viewed)
-        pool[name] = poison(np.empty(shape, dtype))
-        return pool[name]
+        if held is not None:
+            raw, out = held
+            # the array is a view of `raw`, which owns the memory, and NumPy points
+            # every view of it at `raw` too: references to `out` are the pool's
+            # tuple, `out` and getrefcount's argument; to `raw` the tuple, out.base,
+            # `raw` and the argument. One more anywhere: the caller holds it
+            if (out.shape == tuple(shape) and out.dtype == dtype
+                    and sys.getrefcount(out) == 3 and sys.getrefcount(raw) == 4):
+                return poison(out)
+        out = aligned_empty(shape, dtype)  # NaN-filled in check mode
+        pool[name] = (out.base, out)
+        return out
 
 
 class Buffers:

@@ -8,8 +8,12 @@ from brgemm.layouts import from_blocks, to_blocks
 
 
 def test_recycler_reuses_only_released_results():
+    """Results start on 64-byte lines (plans' tasks then share no line of a
+    plain result), and come back only once nothing refers to them: neither the
+    array nor any view of it."""
     pool = Recycler()
     a = pool.empty("y", (4, 5), np.float32)
+    assert a.ctypes.data % 64 == 0
     a[:] = 1
     b = pool.empty("y", (4, 5), np.float32)       # a is still held: a new array
     assert b is not a and not np.shares_memory(a, b)
@@ -23,6 +27,10 @@ def test_recycler_reuses_only_released_results():
     del c
     d = pool.empty("y", (4, 5), np.float32)       # released: the same memory again
     assert d.ctypes.data == address
+    e = d.reshape(5, 4)                           # a reshaped view still holds d's memory
+    del d
+    f = pool.empty("y", (4, 5), np.float32)
+    assert not np.shares_memory(f, e) and f.ctypes.data % 64 == 0
     assert pool.empty("y", (4, 6), np.float32).shape == (4, 6)   # other shape: new
     assert pool.empty("y", (4, 6), np.float64).dtype == np.float64
 
