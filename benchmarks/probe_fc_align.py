@@ -42,8 +42,14 @@ def main():
         x = rng.standard_normal((N, C)).astype(np.float32)
         w, b = lin.weight, lin.bias
         xb = to_blocks(x, g.bn, g.bc)
-        g2, p, path, _ = fc._forward_plan(N, C, K, "f32", "cpu", None, True, True, False)
+        g2 = fc.geometry(N, C, K, path=kernel_path("f32"))  # fc.forward's route, f32
         tiles = fc.plan(g2, "fwd", "f32", has_bias=True, plain=True)
+        if fc.reads_w(g2, "f32", "cpu", x, w, None):
+            p, path = fc.plan_t(g2, has_bias=True), "t"
+        elif fc.copies_wt(g2, threads):
+            p, path = fc.plan_copying(g2, "fwd", has_bias=True), "copying"
+        else:
+            p, path = tiles, "tiles"
         wt = to_blocks(w, g2.bc, g2.bk, transpose=True, swap_grid=True)
         y0 = np.zeros((N, K), np.float32)
         xs = {0: placed(x, 0), 16: placed(x, 16)}
