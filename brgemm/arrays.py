@@ -36,7 +36,10 @@ def aligned_empty(shape, dtype, align=64):
     NumPy only promises 16 bytes; vector loads that straddle cache lines cost
     the kernel measurably (seen on AVX2), so layers and benchmarks use this."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # math.prod, not np.prod: results are made on every call whose caller holds
+    # the last ones (autograd does), and np.prod on a tuple costs microseconds
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
     if CHECK:
         raw.fill(0xFF)  # NaN in every float format: see the module docstring
