@@ -13,6 +13,13 @@ def backend_name(backend):
     return resolve_backend(backend)
 
 
+def flag(value, name):
+    """A True/False argument as given; a TypeError naming it otherwise."""
+    if value is not True and value is not False:
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
 _TAKES = {"f32": (dtypes.float32,), "bf16": (dtypes.float32, dtypes.bfloat16)}
 
 

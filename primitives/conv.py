@@ -42,7 +42,7 @@ from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits
+from primitives._args import backend_name, fits, flag
 from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
@@ -239,9 +239,13 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     return unblock_y(y, g, x.dtype, out=out)
 
 
-def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
+def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None,
+             *, need_dx=True):
     """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]. reuse: keep w's
-    blocked copy across calls (primitives.reuse)."""
+    blocked copy across calls (primitives.reuse). need_dx=False: dx is not
+    computed (None comes back in its place), as for a network's first layer,
+    whose input wants no gradient."""
+    need_dx = flag(need_dx, "need_dx")
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
@@ -256,7 +260,12 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab, dyp = dtypes.NUMPY[dtype], None
-    if data == "columns":
+    if not need_dx:
+        dx = None
+        if update == "x":  # the update reads backward-data's dy, bordered, blocked
+            dyp = block_y(dy, g, dtype, bordered=True,
+                          out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
+    elif data == "columns":
         dx = _columns_data(dy, w, g)
     elif data == "pointwise":
         dy = np.ascontiguousarray(dy)

@@ -26,7 +26,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import convert, to_blocks
 from brgemm.machine import cpu_threads
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits, operands
+from primitives._args import backend_name, fits, flag, operands
 from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
@@ -182,9 +182,12 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     return y
 
 
-def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
+def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, need_dx=True):
     """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]. reuse: keep
-    w's blocked copy across calls (primitives.reuse)."""
+    w's blocked copy across calls (primitives.reuse). need_dx=False: dx is not
+    computed (None comes back in its place), as for a network's first layer,
+    whose input wants no gradient."""
+    need_dx = flag(need_dx, "need_dx")
     out_dtype = operands(dtype, dy, x, w, names=("dy", "x", "w"))
     token = _reuse.check(reuse)
     backend = backend_name(backend)
@@ -202,18 +205,21 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
         "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
         lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32))
     ab = dtypes.NUMPY[dtype]
-    dy_p = _plain(dy, ab, "dy")
     # bf16 results: dx and dW in f32 as scratch, their bf16 copies stored block by
     # block (tensors dx16, dw16)
-    dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer(
-        "dx_tiles", (p_bwd.extent["dx"],), np.float32)  # the plan's tiles (fc_plans.plan)
-    out = {} if f32 else {"dx16": _results.empty("dx", (N, C), out_dtype)}
-    if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
-        p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx,
-                  wt=_buffer("wt_copies", (p_bwd.extent["wt"],), np.float32))
-    else:
-        p_bwd.run(backend=backend, dy=dy_p, dx=dx,
-                  wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
+    out, dx = {}, None
+    if need_dx:
+        dy_p = _plain(dy, ab, "dy")
+        dx = _results.empty("dx", (N, C), np.float32) if f32 else _buffer(
+            "dx_tiles", (p_bwd.extent["dx"],), np.float32)  # the plan's tiles (fc_plans.plan)
+        if not f32:
+            out["dx16"] = _results.empty("dx", (N, C), out_dtype)
+        if copying:  # W read in place by the plan's own tile copies (fc_plans.plan_copying)
+            p_bwd.run(backend=backend, dy=dy_p, w=w, dx=dx,
+                      wt=_buffer("wt_copies", (p_bwd.extent["wt"],), np.float32))
+        else:
+            p_bwd.run(backend=backend, dy=dy_p, dx=dx,
+                      wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer(
         "dw_tiles", (p_upd.extent["dw"],), np.float32)
     if not f32:
@@ -231,7 +237,7 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None):
     p_upd.run(backend=backend, dw=dw, x=xb, dyt=dyt, **({} if f32 else {"dw16": out["dw16"]}))
     if f32:
         return dx, dw, db
-    return out["dx16"], out["dw16"], _result(db, out_dtype, "db")
+    return out.get("dx16"), out["dw16"], _result(db, out_dtype, "db")
 
 
 def _backward_plans(N, C, K, dtype, backend, config, plain_w, bf16_out):

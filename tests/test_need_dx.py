@@ -1,0 +1,96 @@
+"""need_dx=False: conv.backward and fc.backward leave backward-data out (a
+network's first layer, whose input wants no gradient) and still return the
+weight gradients, against float64 PyTorch with per-element bounds, on
+random layers that take each of conv's update routes; primitives.nn asks
+for it exactly where autograd wants no input gradient; bad values refused."""
+import numpy as np
+import pytest
+import torch
+
+import brgemm
+from primitives import conv, fc
+from primitives import nn as pnn
+from test_conv import magnitude, reference
+from test_fc import check, reference as fc_reference, scales
+
+
+def _conv_case(rng, kind):
+    """A random layer whose conv.backward update takes route `kind`."""
+    N = int(rng.integers(1, 4))
+    if kind == "pointwise":  # 1x1 on 14 x 14 and more: x and dy read in place
+        C, K, H, R, st, pd = 16 * int(rng.integers(1, 4)), 16 * int(rng.integers(1, 4)), 16, 1, 1, 0
+    elif kind == "columns":  # small images, many output channels: w read in place
+        C, K, H, R, st, pd = 16 * int(rng.integers(1, 4)), 512, 5, 3, 1, 1
+    else:  # 3x3 (or a strided 5x5) on mid-sized images
+        C, K = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        H, R = int(rng.integers(8, 20)), int(rng.choice([3, 5]))
+        st, pd = int(rng.choice([1, 2])), int(rng.integers(0, R // 2 + 1))
+    x = rng.standard_normal((N, C, H, H)).astype(np.float32)
+    w = rng.standard_normal((K, C, R, R)).astype(np.float32)
+    P = (H + 2 * pd - R) // st + 1
+    dy = rng.standard_normal((N, K, P, P)).astype(np.float32)
+    return x, w, dy, st, pd
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "columns", "other"])
+def test_conv_backward_without_dx(rng, kind):
+    for _ in range(3):
+        x, w, dy, st, pd = _conv_case(rng, kind)
+        print(f"x {x.shape} w {w.shape} stride {st} padding {pd}")
+        dx, dw = conv.backward(dy, x, w, st, pd, need_dx=False)
+        assert dx is None
+        want, mag = reference(x, w, dy, st, pd)[2], magnitude(x, w, dy, st, pd)[2]
+        assert dw.shape == w.shape and np.all(np.abs(dw - want) <= 1e-5 * mag + 1e-30)
+        dx_all, dw_all = conv.backward(dy, x, w, st, pd)  # the same update either way
+        np.testing.assert_array_equal(dw, dw_all)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_fc_backward_without_dx(rng, dtype):
+    N, C, K = (int(rng.integers(1, 200)) for _ in range(3))
+    print(f"N={N} C={C} K={K} {dtype}")
+    x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C), (N, K)))
+    if dtype == "bf16":
+        x, w, dy = (a.astype(brgemm.bfloat16) for a in (x, w, dy))
+    dx, dw, db = fc.backward(dy, x, w, dtype=dtype, need_dx=False)
+    assert dx is None and dw.dtype == x.dtype and db.dtype == x.dtype
+    _, _, want_dw, _ = fc_reference(x, w, np.zeros(K), dy)
+    s = scales(x, w, dy)
+    check("dw", dw, want_dw, dtype, s["dw"])
+    check("db", db, np.asarray(dy, np.float64).sum(0), dtype, s["db"])
+
+
+def test_bad_need_dx(rng):
+    x, w, dy, st, pd = _conv_case(rng, "other")
+    for bad in (1, "no", None):
+        with pytest.raises(TypeError, match="^need_dx"):
+            conv.backward(dy, x, w, st, pd, need_dx=bad)
+        with pytest.raises(TypeError, match="^need_dx"):
+            fc.backward(dy.reshape(-1, 1), x.reshape(-1, 1), w.reshape(-1, 1), need_dx=bad)
+
+
+def test_nn_first_layer_asks_for_no_dx(rng, monkeypatch):
+    """A model's first Conv2d and Linear, whose inputs want no gradient: their
+    backward asks for none, the later layers' do, and every parameter's
+    gradient matches torch.nn's."""
+    asked = []
+    for mod, name in ((conv, "backward"), (fc, "backward")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _mod=mod, **k: (
+            asked.append((_mod.__name__, k.get("need_dx", True))), _real(*a, **k))[1])
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    for theirs in (torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                       torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
+                                       torch.nn.Linear(4 * 6 * 6, 5)),
+                   torch.nn.Sequential(torch.nn.Linear(12, 7), torch.nn.Tanh(),
+                                       torch.nn.Linear(7, 3))):
+        ours = pnn.convert(torch.nn.Sequential(*[m for m in __import__("copy").deepcopy(theirs)]))
+        x = torch.randn((4, 3, 8, 8) if isinstance(theirs[0], torch.nn.Conv2d) else (6, 12))
+        asked.clear()
+        for model in (ours, theirs):
+            model.zero_grad()
+            model(x).square().sum().backward()
+        first = "primitives.conv" if isinstance(theirs[0], torch.nn.Conv2d) else "primitives.fc"
+        assert asked[-1] == (first, False) and all(need for _, need in asked[:-1]), asked
+        for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
