@@ -26,7 +26,7 @@ import numpy as np
 
 from brgemm.lru import LRU
 from primitives import reuse as _reuse
-from primitives._args import backend_name, operands
+from primitives._args import backend_name, flag, operands
 from primitives.lstm_plans import (  # noqa: F401  (public names)
     Geometry, SCHEMA, backward_nest, backward_plan, geometry, recurrent_nest, recurrent_plan)
 from primitives.lstm_layer import LSTM, _check_x
@@ -117,9 +117,11 @@ def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None, re
 
 
 def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None,
-             reuse=None, saved=None):
+             reuse=None, saved=None, *, need_dx=True):
     """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db. Runs the forward again unless
-    `saved` holds the forward of these same arrays (lstm.Saved)."""
+    `saved` holds the forward of these same arrays (lstm.Saved). need_dx=False:
+    dx is not computed (None in its place), for input that wants no gradient."""
+    need_dx = flag(need_dx, "need_dx")
     token, saved = _reuse.check(reuse), _check_saved(saved)
     stamp = None if saved is None else _stamp((x, h0, c0, w_ih, w_hh, b),
                                               (dtype, backend_name(backend), repr(config)))
@@ -131,7 +133,7 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
         layer.forward(x, h0, c0, backward_next=True)
         if saved is not None:
             saved.stamp = stamp
-    dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True)
+    dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True, need_dx=need_dx)
     out = x.dtype
     return (dx, dh0, dc0, layer._grad("w_ih", out), layer._grad("w_hh", out),
             layer._grad("b", out))

@@ -12,7 +12,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, operands, positive
+from primitives._args import backend_name, flag, operands, positive
 from primitives import fc
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
@@ -212,12 +212,14 @@ class LSTM:
         return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
 
     # -- backward --
-    def backward(self, dy, dhT=None, dcT=None, plain_grads=False):
+    def backward(self, dy, dhT=None, dcT=None, plain_grads=False, *, need_dx=True):
         """Gradients after forward(): returns dx, dh0, dc0 and sets grad_w_ih,
         grad_w_hh, grad_b (all f32 for the weights, the input's dtype else).
         plain_grads: the weight gradients will be read (the functional form
         returns them): written as plain arrays by the update plans where they
-        can be, instead of tiles converted when read."""
+        can be, instead of tiles converted when read. need_dx=False: dx (dG
+        W_ih over all steps) is not computed; None in its place."""
+        need_dx = flag(need_dx, "need_dx")
         g = self.g
         if g is None:
             raise ValueError("dy: call forward first")
@@ -255,8 +257,8 @@ class LSTM:
             self._weight_grads_plain(dG_in, g, dG)
         else:
             self._weight_grads(dG_in, g, dG)
-        dx = self._steps_from_blocks(self._dx(dG_in, g), self.C, "dx").astype(out_dtype,
-                                                                             copy=False)
+        dx = None if not need_dx else self._steps_from_blocks(
+            self._dx(dG_in, g), self.C, "dx").astype(out_dtype, copy=False)
         return (dx, self._plain_state(dh, "dh0", out_dtype),
                 self._plain_state(dc, "dc0", out_dtype))
 

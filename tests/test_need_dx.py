@@ -1,17 +1,20 @@
-"""need_dx=False: conv.backward and fc.backward leave backward-data out (a
+"""need_dx=False: conv.backward, fc.backward and lstm.backward leave dx out (a
 network's first layer, whose input wants no gradient) and still return the
 weight gradients, against float64 PyTorch with per-element bounds, on
 random layers that take each of conv's update routes; primitives.nn asks
 for it exactly where autograd wants no input gradient; bad values refused."""
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 import brgemm
-from primitives import conv, fc
+from primitives import conv, fc, lstm, lstm_layer
 from primitives import nn as pnn
 from test_conv import magnitude, reference
 from test_fc import check, reference as fc_reference, scales
+from test_lstm import check as lstm_check, make as lstm_case, reference as lstm_reference
 
 
 def _conv_case(rng, kind):
@@ -60,6 +63,19 @@ def test_fc_backward_without_dx(rng, dtype):
     check("db", db, np.asarray(dy, np.float64).sum(0), dtype, s["db"])
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_lstm_backward_without_dx(rng, dtype):
+    T, N, C, K = (int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 70)),
+                  int(rng.integers(1, 50)))
+    print(f"T={T} N={N} C={C} K={K} {dtype}")
+    a, d = lstm_case(rng, T, N, C, K, np.float32 if dtype == "f32" else brgemm.bfloat16)
+    grads = lstm.backward(**d, **a, dtype=dtype, need_dx=False)
+    assert grads[0] is None
+    want = lstm_reference(a, d)[1]
+    lstm_check(["dh0", "dc0", "dw_ih", "dw_hh", "db"], grads[1:], want[1:],
+               1e-5 if dtype == "f32" else 1e-2)
+
+
 def test_bad_need_dx(rng):
     x, w, dy, st, pd = _conv_case(rng, "other")
     for bad in (1, "no", None):
@@ -67,30 +83,43 @@ def test_bad_need_dx(rng):
             conv.backward(dy, x, w, st, pd, need_dx=bad)
         with pytest.raises(TypeError, match="^need_dx"):
             fc.backward(dy.reshape(-1, 1), x.reshape(-1, 1), w.reshape(-1, 1), need_dx=bad)
+        a, d = lstm_case(rng, 2, 3, 4, 5, np.float32)
+        with pytest.raises(TypeError, match="^need_dx"):
+            lstm.backward(**d, **a, need_dx=bad)
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.out = torch.nn.LSTM(5, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.out(self.lstm(x)[0])
 
 
 def test_nn_first_layer_asks_for_no_dx(rng, monkeypatch):
-    """A model's first Conv2d and Linear, whose inputs want no gradient: their
-    backward asks for none, the later layers' do, and every parameter's
+    """A model's first Conv2d, Linear or LSTM, whose input wants no gradient:
+    its backward asks for none, the later layers' do, and every parameter's
     gradient matches torch.nn's."""
     asked = []
-    for mod, name in ((conv, "backward"), (fc, "backward")):
-        real = getattr(mod, name)
-        monkeypatch.setattr(mod, name, lambda *a, _real=real, _mod=mod, **k: (
-            asked.append((_mod.__name__, k.get("need_dx", True))), _real(*a, **k))[1])
+    for label, owner in (("conv", conv), ("fc", fc), ("lstm", lstm_layer.LSTM)):
+        real = owner.backward
+        monkeypatch.setattr(owner, "backward", lambda *a, _real=real, _label=label, **k: (
+            asked.append((_label, k.get("need_dx", True))), _real(*a, **k))[1])
     torch.manual_seed(int(rng.integers(1 << 30)))
-    for theirs in (torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                                       torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
-                                       torch.nn.Linear(4 * 6 * 6, 5)),
-                   torch.nn.Sequential(torch.nn.Linear(12, 7), torch.nn.Tanh(),
-                                       torch.nn.Linear(7, 3))):
-        ours = pnn.convert(torch.nn.Sequential(*[m for m in __import__("copy").deepcopy(theirs)]))
-        x = torch.randn((4, 3, 8, 8) if isinstance(theirs[0], torch.nn.Conv2d) else (6, 12))
+    cases = [(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                  torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(),
+                                  torch.nn.Linear(4 * 6 * 6, 5)), (4, 3, 8, 8), "conv"),
+             (torch.nn.Sequential(torch.nn.Linear(12, 7), torch.nn.Tanh(),
+                                  torch.nn.Linear(7, 3)), (6, 12), "fc"),
+             (_Recurrent(), (4, 2, 5), "lstm")]
+    for theirs, shape, first in cases:
+        ours = pnn.convert(copy.deepcopy(theirs))
+        x = torch.randn(shape)
         asked.clear()
         for model in (ours, theirs):
             model.zero_grad()
             model(x).square().sum().backward()
-        first = "primitives.conv" if isinstance(theirs[0], torch.nn.Conv2d) else "primitives.fc"
         assert asked[-1] == (first, False) and all(need for _, need in asked[:-1]), asked
         for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
