@@ -240,12 +240,12 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
 
 
 def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None,
-             *, need_dx=True):
+             *, need_dx=True, need_dw=True):
     """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]. reuse: keep w's
     blocked copy across calls (primitives.reuse). need_dx=False: dx is not
     computed (None comes back in its place), as for a network's first layer,
-    whose input wants no gradient."""
-    need_dx = flag(need_dx, "need_dx")
+    whose input wants no gradient; need_dw=False likewise dw (frozen weights)."""
+    need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
@@ -262,7 +262,7 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     ab, dyp = dtypes.NUMPY[dtype], None
     if not need_dx:
         dx = None
-        if update == "x":  # the update reads backward-data's dy, bordered, blocked
+        if update == "x" and need_dw:  # the update reads backward-data's dy, bordered, blocked
             dyp = block_y(dy, g, dtype, bordered=True,
                           out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
     elif data == "columns":
@@ -285,6 +285,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             dxb = _scratch.get("dx", (g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
             p.run(backend=backend, dx=dxb, **t)
             unblock_x(dxb, g, x.dtype, out=dx)
+    if not need_dw:
+        return dx, None
     if update == "pointwise":
         return dx, _pointwise_dw(dy, x, g, upd)
     if update == "columns":

@@ -182,12 +182,14 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     return y
 
 
-def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, need_dx=True):
+def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, need_dx=True,
+             need_dw=True):
     """Gradients of y = x @ w.T + b: dx [N, C], dw [K, C], db [K]. reuse: keep
     w's blocked copy across calls (primitives.reuse). need_dx=False: dx is not
     computed (None comes back in its place), as for a network's first layer,
-    whose input wants no gradient."""
-    need_dx = flag(need_dx, "need_dx")
+    whose input wants no gradient; need_dw=False likewise dw (frozen weights;
+    db still comes back)."""
+    need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
     out_dtype = operands(dtype, dy, x, w, names=("dy", "x", "w"))
     token = _reuse.check(reuse)
     backend = backend_name(backend)
@@ -220,6 +222,10 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, ne
         else:
             p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                       wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
+    if not need_dw:  # db alone: dy's column sums in f32 (the update's pass makes them else)
+        db = np.add.reduce(dy, axis=0, dtype=np.float32, out=_results.empty("db", (K,), np.float32)
+                           if f32 else _buffer("db", (K,), np.float32))
+        return (dx if f32 else out.get("dx16")), None, (db if f32 else _result(db, out_dtype, "db"))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer(
         "dw_tiles", (p_upd.extent["dw"],), np.float32)
     if not f32:

@@ -75,9 +75,11 @@ class _LinearFunction(torch.autograd.Function):
             return (torch.zeros_like(x), torch.zeros_like(weight),
                     None if bias is None else torch.zeros_like(bias))
         need_x, need_w, need_b = ctx.needs_input_grad
+        # what autograd wants no gradient of is not computed: a first layer's
+        # input, frozen weights
         dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
                                  _array(weight), dtype=ctx.dtype, reuse=_kept(weight),
-                                 need_dx=need_x)  # a first layer's input wants none
+                                 need_dx=need_x, need_dw=need_w)
         return (_tensor(dx).reshape(x.shape) if need_x else None,
                 _cast(dw, weight) if need_w else None,
                 _cast(db, bias) if need_b else None)
@@ -273,9 +275,11 @@ class _Conv2dFunction(torch.autograd.Function):
         x, weight, bias = ctx.saved_tensors
         dy = dy.to(x.dtype)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        # what autograd wants no gradient of is not computed: a first layer's
+        # input, frozen weights
         dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
-                               dtype=ctx.dtype, reuse=_kept(weight),
-                               need_dx=need_x)  # a first layer's input wants none
+                               dtype=ctx.dtype, reuse=_kept(weight), need_dx=need_x,
+                               need_dw=need_w) if need_x or need_w else (None, None)
         # each image's rows summed first: one reduction over (0, 2, 3) ran 1.3-3
         # times slower on bf16 (benchmarks/RESULTS.md, nineteenth session)
         db = dy.flatten(2).sum(2, dtype=torch.float32).sum(0).to(bias.dtype) if need_b else None

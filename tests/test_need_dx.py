@@ -1,8 +1,10 @@
 """need_dx=False: conv.backward, fc.backward and lstm.backward leave dx out (a
 network's first layer, whose input wants no gradient) and still return the
-weight gradients, against float64 PyTorch with per-element bounds, on
-random layers that take each of conv's update routes; primitives.nn asks
-for it exactly where autograd wants no input gradient; bad values refused."""
+weight gradients; need_dw=False (conv, fc): dw left out (frozen weights),
+dx (and fc's db) still returned. Against float64 PyTorch with per-element
+bounds, on random layers that take each of conv's update routes;
+primitives.nn asks for them exactly where autograd wants no gradient; bad
+values refused."""
 import copy
 
 import numpy as np
@@ -46,6 +48,11 @@ def test_conv_backward_without_dx(rng, kind):
         assert dw.shape == w.shape and np.all(np.abs(dw - want) <= 1e-5 * mag + 1e-30)
         dx_all, dw_all = conv.backward(dy, x, w, st, pd)  # the same update either way
         np.testing.assert_array_equal(dw, dw_all)
+        dx, none = conv.backward(dy, x, w, st, pd, need_dw=False)
+        assert none is None
+        want, mag = reference(x, w, dy, st, pd)[1], magnitude(x, w, dy, st, pd)[1]
+        assert dx.shape == x.shape and np.all(np.abs(dx - want) <= 1e-5 * mag + 1e-30)
+        assert conv.backward(dy, x, w, st, pd, need_dx=False, need_dw=False) == (None, None)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -57,9 +64,13 @@ def test_fc_backward_without_dx(rng, dtype):
         x, w, dy = (a.astype(brgemm.bfloat16) for a in (x, w, dy))
     dx, dw, db = fc.backward(dy, x, w, dtype=dtype, need_dx=False)
     assert dx is None and dw.dtype == x.dtype and db.dtype == x.dtype
-    _, _, want_dw, _ = fc_reference(x, w, np.zeros(K), dy)
+    _, want_dx, want_dw, _ = fc_reference(x, w, np.zeros(K), dy)
     s = scales(x, w, dy)
     check("dw", dw, want_dw, dtype, s["dw"])
+    check("db", db, np.asarray(dy, np.float64).sum(0), dtype, s["db"])
+    dx, none, db = fc.backward(dy, x, w, dtype=dtype, need_dw=False)
+    assert none is None and dx.dtype == x.dtype and db.dtype == x.dtype
+    check("dx", dx, want_dx, dtype, s["dx"])
     check("db", db, np.asarray(dy, np.float64).sum(0), dtype, s["db"])
 
 
@@ -79,10 +90,11 @@ def test_lstm_backward_without_dx(rng, dtype):
 def test_bad_need_dx(rng):
     x, w, dy, st, pd = _conv_case(rng, "other")
     for bad in (1, "no", None):
-        with pytest.raises(TypeError, match="^need_dx"):
-            conv.backward(dy, x, w, st, pd, need_dx=bad)
-        with pytest.raises(TypeError, match="^need_dx"):
-            fc.backward(dy.reshape(-1, 1), x.reshape(-1, 1), w.reshape(-1, 1), need_dx=bad)
+        for name in ("need_dx", "need_dw"):
+            with pytest.raises(TypeError, match=f"^{name}"):
+                conv.backward(dy, x, w, st, pd, **{name: bad})
+            with pytest.raises(TypeError, match=f"^{name}"):
+                fc.backward(dy.reshape(-1, 1), x.reshape(-1, 1), w.reshape(-1, 1), **{name: bad})
         a, d = lstm_case(rng, 2, 3, 4, 5, np.float32)
         with pytest.raises(TypeError, match="^need_dx"):
             lstm.backward(**d, **a, need_dx=bad)
@@ -122,4 +134,37 @@ def test_nn_first_layer_asks_for_no_dx(rng, monkeypatch):
             model(x).square().sum().backward()
         assert asked[-1] == (first, False) and all(need for _, need in asked[:-1]), asked
         for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_nn_frozen_layer_asks_for_no_dw(rng, monkeypatch):
+    """A frozen Conv2d and a frozen Linear in the middle of a model (weights
+    that want no gradient, the layers before them trained): their backward
+    asks for no dw but for dx, and every gradient matches torch.nn's (the
+    frozen weights' None in both)."""
+    asked = []
+    for label, owner in (("conv", conv), ("fc", fc)):
+        real = owner.backward
+        monkeypatch.setattr(owner, "backward", lambda *a, _real=real, _label=label, **k: (
+            asked.append((_label, k.get("need_dx", True), k.get("need_dw", True))),
+            _real(*a, **k))[1])
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                 torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Flatten(),
+                                 torch.nn.Linear(8 * 6 * 6, 7), torch.nn.Tanh(),
+                                 torch.nn.Linear(7, 3))
+    for frozen in (theirs[2], theirs[4]):
+        frozen.weight.requires_grad_(False)
+    ours = pnn.convert(copy.deepcopy(theirs))
+    x = torch.randn(4, 3, 6, 6)
+    for model in (ours, theirs):
+        model.zero_grad()
+        model(x).square().sum().backward()
+    # backward runs last layer first: Linear, frozen Linear, frozen Conv2d, first Conv2d
+    assert asked == [("fc", True, True), ("fc", True, False), ("conv", True, False),
+                     ("conv", False, True)], asked
+    for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        if b.grad is None:
+            assert a.grad is None, n
+        else:
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
