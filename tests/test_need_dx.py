@@ -55,6 +55,21 @@ def test_conv_backward_without_dx(rng, kind):
         assert conv.backward(dy, x, w, st, pd, need_dx=False, need_dw=False) == (None, None)
 
 
+def test_conv_bf16_without_dx_or_dw(rng):
+    """bf16: each flag leaves its gradient out and the other exactly as the
+    whole call computes it (that one is checked against PyTorch in test_conv)."""
+    for kind in ("pointwise", "other"):
+        x, w, dy, st, pd = (a.astype(brgemm.bfloat16) if isinstance(a, np.ndarray) else a
+                            for a in _conv_case(rng, kind))
+        print(f"x {x.shape} w {w.shape} stride {st} padding {pd}")
+        dx, dw = conv.backward(dy, x, w, st, pd, dtype="bf16")
+        no_dx, dw2 = conv.backward(dy, x, w, st, pd, dtype="bf16", need_dx=False)
+        dx2, no_dw = conv.backward(dy, x, w, st, pd, dtype="bf16", need_dw=False)
+        assert no_dx is None and no_dw is None and dx2.dtype == dw2.dtype == brgemm.bfloat16
+        np.testing.assert_array_equal(dx2.astype(np.float32), dx.astype(np.float32))
+        np.testing.assert_array_equal(dw2.astype(np.float32), dw.astype(np.float32))
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_fc_backward_without_dx(rng, dtype):
     N, C, K = (int(rng.integers(1, 200)) for _ in range(3))
