@@ -117,11 +117,12 @@ def forward(x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None, re
 
 
 def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, config=None,
-             reuse=None, saved=None, *, need_dx=True):
+             reuse=None, saved=None, *, need_dx=True, need_dw=True):
     """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db. Runs the forward again unless
     `saved` holds the forward of these same arrays (lstm.Saved). need_dx=False:
-    dx is not computed (None in its place), for input that wants no gradient."""
-    need_dx = flag(need_dx, "need_dx")
+    dx is not computed (None in its place), for input that wants no gradient;
+    need_dw=False likewise dw_ih, dw_hh and db (frozen weights)."""
+    need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
     token, saved = _reuse.check(reuse), _check_saved(saved)
     stamp = None if saved is None else _stamp((x, h0, c0, w_ih, w_hh, b),
                                               (dtype, backend_name(backend), repr(config)))
@@ -133,7 +134,8 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
         layer.forward(x, h0, c0, backward_next=True)
         if saved is not None:
             saved.stamp = stamp
-    dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True, need_dx=need_dx)
+    dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True, need_dx=need_dx,
+                                  need_dw=need_dw)
     out = x.dtype
     return (dx, dh0, dc0, layer._grad("w_ih", out), layer._grad("w_hh", out),
             layer._grad("b", out))

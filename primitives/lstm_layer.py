@@ -212,14 +212,17 @@ class LSTM:
         return plain if g.N == g.Nb * g.bn else np.ascontiguousarray(plain[:, :g.N])
 
     # -- backward --
-    def backward(self, dy, dhT=None, dcT=None, plain_grads=False, *, need_dx=True):
+    def backward(self, dy, dhT=None, dcT=None, plain_grads=False, *, need_dx=True,
+                 need_dw=True):
         """Gradients after forward(): returns dx, dh0, dc0 and sets grad_w_ih,
         grad_w_hh, grad_b (all f32 for the weights, the input's dtype else).
         plain_grads: the weight gradients will be read (the functional form
         returns them): written as plain arrays by the update plans where they
         can be, instead of tiles converted when read. need_dx=False: dx (dG
-        W_ih over all steps) is not computed; None in its place."""
-        need_dx = flag(need_dx, "need_dx")
+        W_ih over all steps) is not computed, None in its place; need_dw=False:
+        nor the weights' and bias's gradients (frozen weights: grad_w_ih,
+        grad_w_hh and grad_b are None)."""
+        need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
         g = self.g
         if g is None:
             raise ValueError("dy: call forward first")
@@ -253,7 +256,9 @@ class LSTM:
             self._backward_data(dG_in[:g.Nb], "w_hh", dh)
         else:
             self.plans["dh"].run(backend=self.backend, dy=dG_in[:g.Nb], wt=self.w_hh_tiles, dx=dh)
-        if plain_grads and self._plain_updates():
+        if not need_dw:
+            pass  # _grad_tiles stays None: no gradients of this backward
+        elif plain_grads and self._plain_updates():
             self._weight_grads_plain(dG_in, g, dG)
         else:
             self._weight_grads(dG_in, g, dG)

@@ -92,7 +92,8 @@ class _LSTMFunction(torch.autograd.Function):
             layer.forward(_array(x), _array(h0), _array(c0))
         need = ctx.needs_input_grad
         dx, dh0, dc0 = layer.backward(*(_array(d.to(x.dtype)) for d in (dy, dhT, dcT)),
-                                      plain_grads=need[4] or need[5], need_dx=need[1])
+                                      plain_grads=need[4] or need[5], need_dx=need[1],
+                                      need_dw=any(need[4:8]))
         db = _cast(layer.grad_b, w_ih) if b_ih is not None and (need[6] or need[7]) else None
         return (None, _tensor(dx) if need[1] else None, _tensor(dh0) if need[2] else None,
                 _tensor(dc0) if need[3] else None,

@@ -1,7 +1,7 @@
 """need_dx=False: conv.backward, fc.backward and lstm.backward leave dx out (a
 network's first layer, whose input wants no gradient) and still return the
-weight gradients; need_dw=False (conv, fc): dw left out (frozen weights),
-dx (and fc's db) still returned. Against float64 PyTorch with per-element
+weight gradients; need_dw=False: dw left out (frozen weights; the LSTM's
+db too), dx (and fc's db) still returned. Against float64 PyTorch with per-element
 bounds, on random layers that take each of conv's update routes;
 primitives.nn asks for them exactly where autograd wants no gradient; bad
 values refused."""
@@ -98,8 +98,11 @@ def test_lstm_backward_without_dx(rng, dtype):
     grads = lstm.backward(**d, **a, dtype=dtype, need_dx=False)
     assert grads[0] is None
     want = lstm_reference(a, d)[1]
-    lstm_check(["dh0", "dc0", "dw_ih", "dw_hh", "db"], grads[1:], want[1:],
-               1e-5 if dtype == "f32" else 1e-2)
+    rel = 1e-5 if dtype == "f32" else 1e-2
+    lstm_check(["dh0", "dc0", "dw_ih", "dw_hh", "db"], grads[1:], want[1:], rel)
+    grads = lstm.backward(**d, **a, dtype=dtype, need_dw=False)
+    assert grads[3:] == (None, None, None)
+    lstm_check(["dx", "dh0", "dc0"], grads[:3], want[:3], rel)
 
 
 def test_bad_need_dx(rng):
@@ -111,8 +114,9 @@ def test_bad_need_dx(rng):
             with pytest.raises(TypeError, match=f"^{name}"):
                 fc.backward(dy.reshape(-1, 1), x.reshape(-1, 1), w.reshape(-1, 1), **{name: bad})
         a, d = lstm_case(rng, 2, 3, 4, 5, np.float32)
-        with pytest.raises(TypeError, match="^need_dx"):
-            lstm.backward(**d, **a, need_dx=bad)
+        for name in ("need_dx", "need_dw"):
+            with pytest.raises(TypeError, match=f"^{name}"):
+                lstm.backward(**d, **a, **{name: bad})
 
 
 class _Recurrent(torch.nn.Module):
@@ -178,6 +182,33 @@ def test_nn_frozen_layer_asks_for_no_dw(rng, monkeypatch):
     # backward runs last layer first: Linear, frozen Linear, frozen Conv2d, first Conv2d
     assert asked == [("fc", True, True), ("fc", True, False), ("conv", True, False),
                      ("conv", False, True)], asked
+    for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        if b.grad is None:
+            assert a.grad is None, n
+        else:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_nn_frozen_lstm_asks_for_no_dw(rng, monkeypatch):
+    """A frozen LSTM over a trained input (its weights and biases want no
+    gradient, its input does): its backward asks for dx and no weight
+    gradients, and the gradients match torch.nn's (the LSTM's None in both)."""
+    asked = []
+    real = lstm_layer.LSTM.backward
+    monkeypatch.setattr(lstm_layer.LSTM, "backward", lambda *a, **k: (
+        asked.append((k.get("need_dx", True), k.get("need_dw", True))), real(*a, **k))[1])
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    theirs = _Recurrent()
+    theirs.lstm.requires_grad_(False)
+    ours = pnn.convert(copy.deepcopy(theirs))
+    x = torch.randn(4, 2, 5)
+    grads = []
+    for model in (ours, theirs):
+        xg = x.clone().requires_grad_()
+        model(xg).square().sum().backward()
+        grads.append(xg.grad)
+    assert asked == [(True, False)], asked
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
     for (n, a), b in zip(ours.named_parameters(), theirs.parameters()):
         if b.grad is None:
             assert a.grad is None, n
