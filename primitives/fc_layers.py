@@ -8,7 +8,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
-from primitives._args import backend_name, block_sizes, operands, positive
+from primitives._args import backend_name, block_sizes, flag, operands, positive
 from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
 
 
@@ -172,8 +172,7 @@ class MLP:
             raise TypeError("blocks: the MLP needs block sizes (bn, bc, bk)")
         if blocks[1] != blocks[2]:
             raise ValueError(f"blocks: input and output feature blocks must match, got {blocks}")
-        if not isinstance(fused, bool):
-            raise TypeError(f"fused: expected True or False, got {fused!r}")
+        flag(fused, "fused")
         rng = rng or np.random.default_rng()
         self.layers = [Linear(c, k, bias, activation if i < len(sizes) - 2 else last_activation,
                               dtype, backend, config, blocks, rng)

@@ -38,6 +38,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from primitives import conv, fc
+from primitives._args import flag
 from primitives.nn_tensors import _DTYPES, _array, _cast, _dtype, _kept, _tensor
 from primitives.nn_lstm import LSTM, _lstm_unsupported
 
@@ -168,9 +169,7 @@ class MLP(nn.Module):
     def __init__(self, sizes, activation="relu", last_activation=None, bias=True, device=None,
                  dtype=None, fused=False):
         super().__init__()
-        if not isinstance(fused, bool):
-            raise TypeError(f"fused: expected True or False, got {fused!r}")
-        self.fused = fused
+        self.fused = flag(fused, "fused")
         sizes = list(sizes)
         if len(sizes) < 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
             raise ValueError(f"sizes: expected at least two positive ints, got {sizes!r}")
