@@ -23,7 +23,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
-from brgemm.layouts import convert, to_blocks
+from brgemm.layouts import column_sums, convert, to_blocks
 from brgemm.machine import cpu_threads
 from primitives import reuse as _reuse
 from primitives._args import backend_name, fits, flag, operands
@@ -223,8 +223,8 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, ne
             p_bwd.run(backend=backend, dy=dy_p, dx=dx,
                       wt=_weights(w, g, dtype, "wt", token, "bwd" in vnni), **out)
     if not need_dw:  # db alone: dy's column sums in f32 (the update's pass makes them else)
-        db = np.add.reduce(dy, axis=0, dtype=np.float32, out=_results.empty("db", (K,), np.float32)
-                           if f32 else _buffer("db", (K,), np.float32))
+        db = column_sums(dy, out=_results.empty("db", (K,), np.float32) if f32 else
+                         _buffer("db", (K,), np.float32))
         return (dx if f32 else out.get("dx16")), None, (db if f32 else _result(db, out_dtype, "db"))
     dw = _results.empty("dw", (K, C), np.float32) if f32 else _buffer(
         "dw_tiles", (p_upd.extent["dw"],), np.float32)
