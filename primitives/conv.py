@@ -260,11 +260,13 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab, dyp = dtypes.NUMPY[dtype], None
+    # dy bordered and blocked: what backward-data's nchw and blocked plans read,
+    # and the update on x in place after them
+    if (need_dx and data in ("nchw", "blocked")) or (need_dw and update == "x"):
+        dyp = block_y(dy, g, dtype, bordered=True,
+                      out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
     if not need_dx:
         dx = None
-        if update == "x" and need_dw:  # the update reads backward-data's dy, bordered, blocked
-            dyp = block_y(dy, g, dtype, bordered=True,
-                          out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
     elif data == "columns":
         dx = _columns_data(dy, w, g)
     elif data == "pointwise":
@@ -272,8 +274,6 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         p, wt = data_operands(p, choice, g, dtype, dy, w, token, _scratch)
         dx = _pointwise(p, choice, backend, dy, wt, "dx")
     else:
-        dyp = block_y(dy, g, dtype, bordered=True,
-                      out=_scratch.get("dyp", (g.N, g.Kb, g.Pp, g.Qp, g.bk), ab))
         t = dict(wt=_weights(w, g, dtype, True, token, "bwd" in vnni), dyp=dyp)
         dx = _results.empty("dx", (g.N, g.C, g.H, g.W), x.dtype)
         if data == "nchw":
