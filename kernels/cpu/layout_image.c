@@ -424,20 +424,28 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
  * threads: 0.65-0.68 against 1.48-1.57 ms; f32 in that order ran 0.82-0.86
  * against 0.28 ms from cache: benchmarks/RESULTS.md, issue 17, nineteenth
  * session). */
+/* row c's nk (<= 16) elements from k on of each of the RS tiles, transposed:
+ * o[j] holds element k + j of every tap (lanes past RS zero) */
+__attribute__((target("avx512f"))) static inline void taps_of_c_row(
+    const float* in, int64_t tile, int64_t RS, int64_t bk, int64_t c, int64_t k, int64_t nk,
+    __m512 o[16]) {
+  const __mmask16 ks = (__mmask16)((1u << nk) - 1u);
+  __m512 r[16];
+  for (int rs = 0; rs < 16; ++rs)
+    r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k) : _mm512_setzero_ps();
+  brgemm_transpose16x16_avx512(r, o);
+}
+
 __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
     const float* in, int64_t tile, int64_t RS, int64_t bk, int64_t C, int64_t k0, int64_t k1,
     int64_t c0, int64_t c1, void* out, int bf16) {
   const __mmask16 taps = (__mmask16)((1u << RS) - 1u);
+  __m512 o[16];
   if (bf16) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t k = k0; k < k1; k += 16) {
         const int64_t nk = brgemm_min64(16, k1 - k);
-        const __mmask16 ks = (__mmask16)((1u << nk) - 1u);
-        __m512 r[16], o[16];
-        for (int rs = 0; rs < 16; ++rs)
-          r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k)
-                          : _mm512_setzero_ps();
-        brgemm_transpose16x16_avx512(r, o);
+        taps_of_c_row(in, tile, RS, bk, c, k, nk, o);
         for (int64_t j = 0; j < nk; ++j)
           _mm512_mask_cvtepi32_storeu_epi16((uint16_t*)out + ((k + j) * C + c) * RS, taps,
                                             brgemm_round16_avx512(o[j]));
@@ -446,13 +454,8 @@ __attribute__((target("avx512f"))) static void taps_from_c_rows_avx512(
   }
   for (int64_t k = k0; k < k1; k += 16) {
     const int64_t nk = brgemm_min64(16, k1 - k);
-    const __mmask16 ks = (__mmask16)((1u << nk) - 1u);
     for (int64_t c = c0; c < c1; ++c) {
-      __m512 r[16], o[16];
-      for (int rs = 0; rs < 16; ++rs)
-        r[rs] = rs < RS ? _mm512_maskz_loadu_ps(ks, in + rs * tile + c * bk + k)
-                        : _mm512_setzero_ps();
-      brgemm_transpose16x16_avx512(r, o);
+      taps_of_c_row(in, tile, RS, bk, c, k, nk, o);
       for (int64_t j = 0; j < nk; ++j)
         _mm512_mask_storeu_ps((float*)out + ((k + j) * C + c) * RS, taps, o[j]);
     }
