@@ -51,8 +51,9 @@ def reads_x_nchw(g, dtype, backend, x):
         return False
     for p in range(g.P):
         for q0 in range(0, g.Q, g.bq):
-            groups = nchw_tile_groups(g, p, q0, min(g.bq, g.Q - q0))
-            full = groups.pop((q0, q0 + min(g.bq, g.Q - q0)), [])
+            m = min(g.bq, g.Q - q0)
+            groups = nchw_tile_groups(g, p, q0, m)
+            full = groups.pop((q0, q0 + m), [])
             if not full or (groups and len(full) < 2):
                 return False
     return True
