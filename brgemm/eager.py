@@ -54,12 +54,14 @@ class Eager:
         if blk.a_t:  # the A blocks transposed into a contiguous stack, through a plain kernel
             A = np.ascontiguousarray(np.stack([_block_view(self.arrays[a], o, blk.k, blk.m,
                                                            blk.lda).T for o in a_offs]))
-            self._kernel(blk, blk.k, blk.ldb).offs(A, self.arrays[b], [i * blk.m * blk.k for i in range(len(A))], b_offs, C)
+            self._kernel(blk, blk.k, blk.ldb).offs(
+                A, self.arrays[b], [i * blk.m * blk.k for i in range(len(A))], b_offs, C)
         elif blk.b_vnni:  # the plain blocks, through a kernel that reads them so
             # np.stack keeps its inputs' memory order: for k = 2 those views are column-major
             B = np.ascontiguousarray(
                 np.stack([unpack_block(self.arrays[b], o, blk.k, blk.n, blk.ldb) for o in b_offs]))
-            self._kernel(blk, blk.lda, blk.n).offs(self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
+            self._kernel(blk, blk.lda, blk.n).offs(
+                self.arrays[a], B, a_offs, [i * blk.k * blk.n for i in range(len(B))], C)
         else:
             self._kernel(blk, blk.lda, blk.ldb).offs(self.arrays[a], self.arrays[b], a_offs,
                                                       b_offs, C)
