@@ -11,7 +11,8 @@ to whole lines (208 floats, 64-byte aligned: what the kernel does when no
 16-float load of x straddles two lines) and that copy of x; the plan by
 classes of x's rows (conv_pointwise.aligned_plan, on w regrouped into tiles
 of each class: not a path; w would need that copy each call); the whole
-conv.forward call. backward: backward-data's layer plan, its pointwise plan, the
+conv.forward call as routed, and with x read in place and on its copy on
+whole-line rows (pointwise_rows off, on) at the table's and two pixel blocks. backward: backward-data's layer plan, its pointwise plan, the
 same on dy's rows padded to lines, the plan by classes of dy's rows
 (pointwise_classes) at three pixel blocks, the w^T copies of both, whole
 conv.backward calls with pointwise_classes off and on. both: forward + backward as
@@ -98,15 +99,19 @@ def forward_sides(N):
         "pointwise, x on lines": lambda: px.run(w=w2, x=xpad, y=y),
         "pointwise, x y on lines": lambda: pxy.run(w=w2, x=xpad, y=ypad),
     }
-    xl = xpad.reshape(N * C // 16, 1, 16, 208)
-    sides["x copy onto lines"] = lambda: to_blocks(x.reshape(N * C, HW), 16, 208, out=xl)
+    sides["x copy onto lines"] = lambda: conv.rows_on_lines(x, 208, out=xpad)
     for b in {64, 112} - {bp}:
         pb = padded_plan(dataclasses.replace(g, pointwise_bp=b), b, 208, HW)
         sides[f"pointwise, x on lines, bp {b}"] = lambda pb=pb: pb.run(w=w2, x=xpad, y=y)
     for b in (64, 112):
         pt = conv.aligned_plan(g, "f32", b, a)
         sides[f"classes, w tiles, bp {b}"] = lambda pt=pt: pt.run(w=wtl, x=x, y=y)
-    sides["forward whole"] = lambda: conv.forward(x, w)
+    sides["forward whole (as routed)"] = lambda: conv.forward(x, w)
+    for rows in (False, True):  # x read in place, or its copy on whole-line rows
+        for b in (None, 64, 112):
+            cfg = {"fwd": {"pointwise_rows": rows, **({"pointwise_bp": b} if b else {})}}
+            sides[f"forward whole, rows {'on' if rows else 'off'}"
+                  + (f", bp {b}" if b else "")] = lambda cfg=cfg: conv.forward(x, w, config=cfg)
     return sides, {k: pf.flops for k in sides if "copy" not in k}
 
 

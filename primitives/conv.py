@@ -50,7 +50,8 @@ from primitives.conv_update import pointwise_x_block
 from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
                                        dw_from_transposed, pointwise,
                                        pointwise_copies_dy, pointwise_pairs, pointwise_plan,
-                                       pointwise_update, pointwise_update_plan)
+                                       pointwise_rows, pointwise_update, pointwise_update_plan,
+                                       rows_on_lines)
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
@@ -88,7 +89,7 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
 
 def _pointwise(p, g, backend, x, w, name):
     """p, a pointwise plan of g (pointwise_plan), on images x [N, C, H, W] (read
-    in place) and w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc]
+    in place; or their copy [N][C][hx] on whole-line rows, rows_on_lines) and w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc]
     where the plan's w is not plain): the result [N, K, H, W] (`name` among the
     returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
@@ -143,7 +144,8 @@ def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy
 def _forward_route(g, dtype, backend, token, x, w, dy):
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
-        return g, "pointwise", pointwise_plan(g, dtype, bp), bp
+        hx = pointwise_rows(g, x)  # x's copy on whole-line rows, or x itself
+        return g, "pointwise", pointwise_plan(g, dtype, bp, hx=hx), hx
     bp = pointwise_pairs(g, dtype, backend, x, w, token)
     if bp:  # bf16: w in place, x's one copy in VNNI pairs
         return g, "pairs", pointwise_plan(g, dtype, bp, pairs=True), bp
@@ -203,6 +205,9 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w)
     ab = dtypes.NUMPY[dtype]
     if path == "pointwise":
+        if choice:  # x's copy on rows of `choice` floats (pointwise_rows)
+            x = rows_on_lines(x, choice, out=_scratch.get("x_rows", (g.N, g.C, choice),
+                                                          np.float32))
         return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
     if path == "pairs":
         HW = g.H * g.W

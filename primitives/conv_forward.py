@@ -99,17 +99,18 @@ def nchw_tile_calls(g, dtype, w, n, k, p, q0, m):
             for i, (lo, hi, taps) in enumerate(order)]
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
     x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
     blocks of bp. No copy of x or y, nor of a plain w. pairs (bf16): x[n]'s
     rows in VNNI pairs ([C / 2][HW][2], pixel p of rows c, c + 1 at c HW + 2
-    p), each finished block of y also stored rounded into y16 (NCHW)."""
+    p), each finished block of y also stored rounded into y16 (NCHW). hx: x's
+    rows that many floats apart (a copy of x on whole-line rows), not HW."""
     HW, Cb = g.H * g.W, g.Cb
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
-    x = Layout(N=g.N, C=g.C, HW=HW)
+    x = Layout(N=g.N, C=g.C, HW=hx or HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
     for phase, task, at in loops.walk():

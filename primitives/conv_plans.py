@@ -31,7 +31,8 @@ SHAPE = ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw")  # a shape k
 SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, "span": bool,
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
                  "pointwise_classes": bool,
-                 "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool},
+                 "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
+                 "pointwise_rows": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
@@ -79,6 +80,9 @@ class Geometry(HashedOnce):
     pointwise_pairs: bool = False
     # the f32 functional forward reading x in place, NCHW (conv_in_place.reads_x_nchw)
     nchw_x: bool = False
+    # the f32 functional pointwise forward on a copy of x whose rows start on
+    # lines (conv_pointwise.pointwise_rows)
+    pointwise_rows: bool = False
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -159,7 +163,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
-                    f["pointwise_pairs"], f["nchw_x"])
+                    f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"])
 
 
 # ---------------------------------------------------------------- the loop nests

@@ -40,6 +40,29 @@ def _pixel_block(g):
     return pick_block(HW, g.pointwise_bp, 16)  # config: the pointwise_bp target
 
 
+def pointwise_rows(g, x):
+    """x's row length in the functional forward's pointwise plan where it reads
+    a copy of x on whole-line rows rather than x itself, else None: rows of HW
+    floats back to back leave 3 in 4 of 196-pixel rows (14 x 14) starting off a
+    64-byte line, and every 16-float load of theirs then straddles two lines.
+    The copy [N][C][HWp] (HWp: HW rounded up to 16 floats) starts each row on a
+    line, for about a seventieth of the plan's time: where the config's
+    pointwise_rows says so, HW is not a multiple of 16 and x is f32
+    (benchmarks/RESULTS.md, issue 17, twenty-second session)."""
+    HW = g.H * g.W
+    if not g.pointwise_rows or HW % 16 == 0 or x.dtype != np.float32:
+        return None
+    return 16 * nblocks(HW, 16)
+
+
+def rows_on_lines(x, hx, out=None):
+    """x [N, C, H, W] copied onto rows of hx floats (64-byte aligned, each row's
+    tail past H W zero): [N][C][hx], in parallel."""
+    N, C, H, W = x.shape
+    return to_blocks(x.reshape(N * C, H * W), 1, hx, out=None if out is None else
+                     out.reshape(N * C, 1, 1, hx)).reshape(N, C, hx)
+
+
 def pointwise_pairs(g, dtype, backend, x, w, token):
     """The pixel block of the bf16 functional forward's pointwise plan, or None:
     pointwise's layers, in bf16 on the CPU backend where x and w are bf16
@@ -82,9 +105,10 @@ def pointwise_copies_dy(g):
     return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
 
 
-def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False):
+def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None):
     """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles;
-    pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16).
+    pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16);
+    hx: x's rows that far apart (pointwise_rows' copy).
     Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
@@ -95,9 +119,9 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False):
         if pairs:
             tensors["y16"] = "bf16"
         rec = bplan.Recorder(tensors, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs)
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx), record)
 
 
 def pointwise_update_plan(g, bp, shares):

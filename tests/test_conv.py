@@ -48,7 +48,8 @@ def test_pointwise_forward_backward(rng):
     and backward-data, the pointwise forward of w^T (its tiles), reads dy in
     place and writes dx in place. Random sizes, K and C ragged against their
     blocks, a ragged last pixel block; random call sizes and pixel blocks
-    (pointwise_kb, pointwise_bp: one block a call up to the whole reduction)."""
+    (pointwise_kb, pointwise_bp: one block a call up to the whole reduction);
+    the forward on x itself and on its copy on whole-line rows (pointwise_rows)."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
         if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
@@ -57,14 +58,19 @@ def test_pointwise_forward_backward(rng):
         if it % 2:  # backward-data's turn: K whole blocks, C ragged
             C, K = K, C
         kb, bp = int(rng.choice([1, 8, 32, 1024])), int(rng.choice([32, 64, 112]))
-        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp}")
-        cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp}}
+        rows = bool(it // 2 % 2)  # the forward on x's copy on whole-line rows, or on x
+        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp} "
+              f"pointwise_rows={rows}")
+        cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp,
+                       "pointwise_rows": rows}}
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
         assert (g.pointwise_kb, g.pointwise_bp) == (kb, bp)
         gt = dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk, bk=g.bc)
         assert conv.pointwise(gt if it % 2 else g, "f32", "cpu") <= bp  # the path under test
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
+        hx = conv.pointwise_rows(g, x)
+        assert hx == (16 * -(-H * W // 16) if rows and H * W % 16 else None)
         y = conv.forward(x, w, config=cfg)
         dy = rng.standard_normal(y.shape).astype(np.float32)
         dx, dw = conv.backward(dy, x, w, config=cfg)
