@@ -59,8 +59,7 @@ def test_pointwise_forward_backward(rng):
             C, K = K, C
         kb, bp = int(rng.choice([1, 8, 32, 1024])), int(rng.choice([32, 64, 112]))
         rows = bool(it // 2 % 2)  # the forward on x's copy on whole-line rows, or on x
-        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp} "
-              f"pointwise_rows={rows}")
+        print(f"N={N} C={C} K={K} H={H} W={W} pointwise_kb={kb} pointwise_bp={bp} rows={rows}")
         cfg = {"fwd": {"bc": 16, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp,
                        "pointwise_rows": rows}}
         g = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=cfg)
@@ -69,8 +68,7 @@ def test_pointwise_forward_backward(rng):
         assert conv.pointwise(gt if it % 2 else g, "f32", "cpu") <= bp  # the path under test
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
-        hx = conv.pointwise_rows(g, x)
-        assert hx == (16 * -(-H * W // 16) if rows and H * W % 16 else None)
+        assert conv.pointwise_rows(g, x) == (16 * -(-H * W // 16) if rows and H * W % 16 else None)
         y = conv.forward(x, w, config=cfg)
         dy = rng.standard_normal(y.shape).astype(np.float32)
         dx, dw = conv.backward(dy, x, w, config=cfg)
