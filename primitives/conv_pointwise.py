@@ -46,9 +46,9 @@ def pointwise_rows(g, x):
     floats back to back leave 3 in 4 of 196-pixel rows (14 x 14) starting off a
     64-byte line, and every 16-float load of theirs then straddles two lines.
     The copy [N][C][HWp] (HWp: HW rounded up to 16 floats) starts each row on a
-    line, one streaming pass over x, which is the smallest operand of these
-    layers: where the config's pointwise_rows says so (CPUs whose kernel pays
-    for those loads), HW is not a multiple of 16 and x is f32
+    line, in one streaming pass over x: where the config's pointwise_rows
+    says so (CPUs whose kernel pays for those loads), HW is not a multiple of
+    16 and x is f32
     (benchmarks/RESULTS.md, issue 17, twenty-second session)."""
     HW = g.H * g.W
     if not g.pointwise_rows or HW % 16 == 0 or x.dtype != np.float32:
