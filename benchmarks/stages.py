@@ -34,6 +34,7 @@ import numpy as np
 
 from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
 from brgemm import im2col, layouts as L
+from brgemm.arrays import aligned_empty
 from brgemm.arrays import Scratch
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
@@ -143,8 +144,15 @@ def _conv(N):
         print(f"{'':<31}the layer path's backward-data and update plans alone: {layer[0]:.3f}"
               f" + {layer[1]:.3f} ms", flush=True)
         if path == "pointwise":  # what the pointwise call's steps are
-            _line(name, "fwd", "pointwise*", *_steps([("plan", lambda: conv.pointwise_plan(
-                g, "f32", conv.pointwise(g, "f32", "cpu")).run(w=w, x=x, y=y))]))
+            hx, bp = conv.pointwise_rows(g, x), conv.pointwise(g, "f32", "cpu")
+            pp = conv.pointwise_plan(g, "f32", bp, hx=hx)
+            if hx:  # x's copy on whole-line rows first (the config's pointwise_rows)
+                xr = aligned_empty((N, C, hx), np.float32)
+                steps = [("x rows", lambda: conv.rows_on_lines(x, hx, out=xr)),
+                         ("plan", lambda: pp.run(w=w, x=xr, y=y))]
+            else:
+                steps = [("plan", lambda: pp.run(w=w, x=x, y=y))]
+            _line(name, "fwd", "pointwise*", *_steps(steps))
             _line(name, "bwd", "pointwise*", *_steps(_pointwise_backward(x, w, dy, g, dx)))
 
 
