@@ -144,16 +144,20 @@ def _conv(N):
         print(f"{'':<31}the layer path's backward-data and update plans alone: {layer[0]:.3f}"
               f" + {layer[1]:.3f} ms", flush=True)
         if path == "pointwise":  # what the pointwise call's steps are
-            hx, bp = conv.pointwise_rows(g, x), conv.pointwise(g, "f32", "cpu")
-            pp = conv.pointwise_plan(g, "f32", bp, hx=hx)
-            if hx:  # x's copy on whole-line rows first (the config's pointwise_rows)
-                xr = aligned_empty((N, C, hx), np.float32)
-                steps = [("x rows", lambda: conv.rows_on_lines(x, hx, out=xr)),
-                         ("plan", lambda: pp.run(w=w, x=xr, y=y))]
-            else:
-                steps = [("plan", lambda: pp.run(w=w, x=x, y=y))]
-            _line(name, "fwd", "pointwise*", *_steps(steps))
+            _line(name, "fwd", "pointwise*", *_steps(_pointwise_forward(x, w, g, y)))
             _line(name, "bwd", "pointwise*", *_steps(_pointwise_backward(x, w, dy, g, dx)))
+
+
+def _pointwise_forward(x, w, g, y):
+    """The steps of conv.forward's pointwise path: where the config's
+    pointwise_rows says so, x's copy on whole-line rows, then the plan."""
+    hx = conv.pointwise_rows(g, x)
+    p = conv.pointwise_plan(g, "f32", conv.pointwise(g, "f32", "cpu"), hx=hx)
+    if not hx:
+        return [("plan", lambda: p.run(w=w, x=x, y=y))]
+    xr = aligned_empty((g.N, g.C, hx), np.float32)
+    return [("x rows", lambda: conv.rows_on_lines(x, hx, out=xr)),
+            ("plan", lambda: p.run(w=w, x=xr, y=y))]
 
 
 def _pointwise_backward(x, w, dy, g, dx):
