@@ -78,7 +78,8 @@ def draw_config(rng):
     pick = lambda *v: v[rng.integers(len(v))]  # noqa: E731
     return {"fwd": {"spec": pick(*SPECS["fwd"]), "bc": pick(8, 16, 32, 64),
                     "bk": pick(16, 32, 64), "bq": log_uniform(rng, 1, 32),
-                    "call_kb": pick(1, 8, 32, 128)},
+                    "call_kb": pick(1, 8, 32, 128),
+                    "pointwise_rows": pick(False, True)},  # 1x1: x in place or on line rows
             "bwd": {"spec": pick(*SPECS["bwd"]), "call_kb": pick(1, 8, 32, 128)},
             "upd": {"spec": pick(*SPECS["upd"]), "tiles": pick(1, 4, 16, 64),
                     "call_kb": pick(1, 8, 64, 256)}}
