@@ -12,7 +12,8 @@ to whole lines (208 floats, 64-byte aligned: what the kernel does when no
 classes of x's rows (conv_pointwise.aligned_plan, on w regrouped into tiles
 of each class: not a path; w would need that copy each call); the whole
 conv.forward call as routed, and with x read in place and on its copy on
-whole-line rows (pointwise_rows off, on) at the table's and two pixel blocks. backward: backward-data's layer plan, its pointwise plan, the
+whole-line rows (pointwise_rows off, on) at the table's and two pixel
+blocks. backward: backward-data's layer plan, its pointwise plan, the
 same on dy's rows padded to lines, the plan by classes of dy's rows
 (pointwise_classes) at three pixel blocks, the w^T copies of both, whole
 conv.backward calls with pointwise_classes off and on. both: forward + backward as

@@ -151,7 +151,7 @@ def _conv(N):
 def _pointwise_forward(x, w, g, y):
     """The steps of conv.forward's pointwise path: where the config's
     pointwise_rows says so, x's copy on whole-line rows, then the plan."""
-    hx = conv.pointwise_rows(g, x)
+    hx = conv.pointwise_rows(g)
     p = conv.pointwise_plan(g, "f32", conv.pointwise(g, "f32", "cpu"), hx=hx)
     if not hx:
         return [("plan", lambda: p.run(w=w, x=x, y=y))]

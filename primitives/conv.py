@@ -89,8 +89,9 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
 
 def _pointwise(p, g, backend, x, w, name):
     """p, a pointwise plan of g (pointwise_plan), on images x [N, C, H, W] (read
-    in place; or their copy [N][C][hx] on whole-line rows, rows_on_lines) and w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc]
-    where the plan's w is not plain): the result [N, K, H, W] (`name` among the
+    in place; or their copy [N][C][hx] on whole-line rows, rows_on_lines) and
+    w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc] where the
+    plan's w is not plain): the result [N, K, H, W] (`name` among the
     returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
     p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y)
@@ -144,7 +145,7 @@ def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy
 def _forward_route(g, dtype, backend, token, x, w, dy):
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
-        hx = pointwise_rows(g, x)  # x's copy on whole-line rows, or x itself
+        hx = pointwise_rows(g)  # x's copy on whole-line rows, or x itself
         return g, "pointwise", pointwise_plan(g, dtype, bp, hx=hx), hx
     bp = pointwise_pairs(g, dtype, backend, x, w, token)
     if bp:  # bf16: w in place, x's one copy in VNNI pairs

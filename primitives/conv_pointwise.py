@@ -40,18 +40,18 @@ def _pixel_block(g):
     return pick_block(HW, g.pointwise_bp, 16)  # config: the pointwise_bp target
 
 
-def pointwise_rows(g, x):
-    """x's row length in the functional forward's pointwise plan where it reads
-    a copy of x on whole-line rows rather than x itself, else None: rows of HW
-    floats back to back leave 3 in 4 of 196-pixel rows (14 x 14) starting off a
-    64-byte line, and every 16-float load of theirs then straddles two lines.
-    The copy [N][C][HWp] (HWp: HW rounded up to 16 floats) starts each row on a
-    line, in one streaming pass over x: where the config's pointwise_rows
-    says so (CPUs whose kernel pays for those loads), HW is not a multiple of
-    16 and x is f32
-    (benchmarks/RESULTS.md, issue 17, twenty-second session)."""
+def pointwise_rows(g):
+    """x's row length in the f32 functional forward's pointwise plan where it
+    reads a copy of x on whole-line rows rather than x itself, else None: rows
+    of HW floats back to back leave 3 in 4 of 196-pixel rows (14 x 14) starting
+    off a 64-byte line, and every 16-float load of theirs then straddles two
+    lines. The copy [N][C][HWp] (HWp: HW rounded up to 16 floats) starts each
+    row on a line, in one streaming pass over x: where the config's
+    pointwise_rows says so (CPUs whose kernel pays for those loads) and HW is
+    not a multiple of 16 (benchmarks/RESULTS.md, issue 17, twenty-second
+    session)."""
     HW = g.H * g.W
-    if not g.pointwise_rows or HW % 16 == 0 or x.dtype != np.float32:
+    if not g.pointwise_rows or HW % 16 == 0:
         return None
     return 16 * nblocks(HW, 16)
 
