@@ -42,7 +42,7 @@ from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits, flag
+from primitives._args import backend_name, fits, flag, operands
 from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
@@ -87,14 +87,14 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
                           blocked)
 
 
-def _pointwise(p, g, backend, x, w, name):
+def _pointwise(p, g, backend, x, w, name, **b):
     """p, a pointwise plan of g (pointwise_plan), on images x [N, C, H, W] (read
     in place; or their copy [N][C][hx] on whole-line rows, rows_on_lines) and
     w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc] where the
     plan's w is not plain): the result [N, K, H, W] (`name` among the
     returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
-    p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y)
+    p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y, **b)
     return y
 
 
@@ -127,29 +127,32 @@ def _pointwise_dw(dy, x, g, upd):
     return dw_from_transposed(dwt, dw)
 
 
-def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy=None):
+def _route(pass_, dims, stride, padding, config, dtype, backend, token, x, w, dy=None,
+           has_bias=False):
     """(g, the path, its plan, its blocks or VNNI choice) of conv.forward (pass_
     "fwd") or of conv.backward's backward-data ("bwd"; also the transposed
     geometry and the weight update's path), decided once per call signature:
     the sizes, the options and, of the arrays, what the path rules read (their
-    dtypes, C-contiguity; reuse= or not)."""
+    dtypes, C-contiguity; reuse= or not). has_bias: the forward's plans add b."""
     key = (pass_, dims, stride, padding, dtype, backend, token is None, cpu_threads(),
-           x.dtype, w.dtype, x.flags.c_contiguous, w.flags.c_contiguous) + (
+           x.dtype, w.dtype, x.flags.c_contiguous, w.flags.c_contiguous, has_bias) + (
         () if dy is None else (dy.dtype, dy.flags.c_contiguous))
-    return cached("conv", key, config, lambda: (_forward_route if pass_ == "fwd" else
-                                                _backward_route)(
-        geometry(*dims, stride, padding, config, kernel_path(dtype, backend)),
-        dtype, backend, token, x, w, dy))
+    g = lambda: geometry(*dims, stride, padding, config, kernel_path(dtype, backend))  # noqa: E731
+    if pass_ == "fwd":
+        return cached("conv", key, config,
+                      lambda: _forward_route(g(), dtype, backend, token, x, w, has_bias))
+    return cached("conv", key, config, lambda: _backward_route(g(), dtype, backend, token, x, w,
+                                                               dy))
 
 
-def _forward_route(g, dtype, backend, token, x, w, dy):
+def _forward_route(g, dtype, backend, token, x, w, has_bias):
     bp = pointwise(g, dtype, backend)
     if bp and x.dtype == np.float32 and w.dtype == np.float32:
         hx = pointwise_rows(g)  # x's copy on whole-line rows, or x itself
-        return g, "pointwise", pointwise_plan(g, dtype, bp, hx=hx), hx
+        return g, "pointwise", pointwise_plan(g, dtype, bp, hx=hx, has_bias=has_bias), hx
     bp = pointwise_pairs(g, dtype, backend, x, w, token)
     if bp:  # bf16: w in place, x's one copy in VNNI pairs
-        return g, "pairs", pointwise_plan(g, dtype, bp, pairs=True), bp
+        return g, "pairs", pointwise_plan(g, dtype, bp, pairs=True, has_bias=has_bias), bp
     blocks = columns(g, dtype, backend) if token is None else None
     # w in place; bf16: x rounded into its tiles, and not on 1x1 layers, whose
     # im2col tiles are x's copy transposed (behind the blocked path on the lent
@@ -157,13 +160,15 @@ def _forward_route(g, dtype, backend, token, x, w, dy):
     if blocks and w.dtype == dtypes.NUMPY[dtype] and w.flags.c_contiguous and (
             x.dtype == np.float32 if dtype == "f32" else g.R * g.S > 1):
         vnni = columns_vnni(g, dtype, backend, blocks[0])
-        return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni), (blocks, vnni)
+        return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni, has_bias=has_bias), (
+            blocks, vnni)
     if reads_x_nchw(g, dtype, backend, x):  # x in place, y stored by the plan
-        return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True), False
+        return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True, has_bias=has_bias), False
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
-        return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32), vnni
-    return g, "blocked", plan(g, "fwd", dtype, vnni), vnni
+        return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32, has_bias=has_bias), \
+            vnni
+    return g, "blocked", plan(g, "fwd", dtype, vnni, has_bias=has_bias), vnni
 
 
 def _backward_route(g, dtype, backend, token, x, w, dy):
@@ -196,27 +201,41 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     return g, vnni, data, update
 
 
-def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None):
-    """F.conv2d(x, w, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S] -> [N,K,P,Q].
-    reuse: keep w's blocked copy across calls (primitives.reuse)."""
+def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, reuse=None,
+            *, b=None):
+    """F.conv2d(x, w, b, stride=stride, padding=padding): x [N,C,H,W], w [K,C,R,S],
+    b [K] or None -> [N,K,P,Q]. reuse: keep w's blocked copy across calls
+    (primitives.reuse). On the CPU backend the plans add b to each tile of y as
+    it is finished, in cache (no pass over y of its own)."""
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
+    bias = _bias(b, dims[2], dtype)
+    if bias is not None and backend != "cpu":  # the other backends' replays: a pass after,
+        # on f32 results (x's bf16 values are exact in f32), so bf16 results round once
+        y = forward(x.astype(np.float32), w, stride, padding, dtype, backend, config, reuse)
+        y += bias.reshape(1, -1, 1, 1)
+        return y.astype(x.dtype, copy=False)
     token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend), (w,))
-    g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w)
+    g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w,
+                                has_bias=bias is not None)
     ab = dtypes.NUMPY[dtype]
+    b = {} if bias is None else {"b": bias}
+    if bias is not None and p.extent["b"] > g.K:  # a ragged last channel block: its tile's
+        b["b"] = _scratch.get("b", (p.extent["b"],), np.float32)  # padding lanes add 0
+        b["b"][:g.K], b["b"][g.K:] = bias, 0
     if path == "pointwise":
         if choice:  # x's copy on rows of `choice` floats (pointwise_rows)
             x = rows_on_lines(x, choice, out=_scratch.get("x_rows", (g.N, g.C, choice),
                                                           np.float32))
-        return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y")
+        return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y", **b)
     if path == "pairs":
         HW = g.H * g.W
         xv = vnni_tiles(np.ascontiguousarray(x).reshape(g.N, g.C, HW),
                         out=_scratch.get("x_pairs", (g.N, g.C, HW), ab))
         y = _results.empty("y", (g.N, g.K, g.H, g.W), ab)
         p.run(backend=backend, w=w, x=xv, y16=y,
-              y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32))
+              y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32), **b)
         return y
     if path == "columns":
         (bd, bp), vnni = choice
@@ -227,14 +246,14 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         if vnni:
             xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab))
         yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
-        p.run(backend=backend, w=w, xc=xc, yc=yc)
+        p.run(backend=backend, w=w, xc=xc, yc=yc, **b)
         # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way): a K x PQ tile an image
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
         to_blocks(yc, g.K, PQ, swap_grid=True, dtype=x.dtype, out=y.reshape(g.N, 1, g.K, PQ))
         return y
     t = dict(x=x if path == "nchw_x" else
              block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-             w=_weights(w, g, dtype, False, token, choice))
+             w=_weights(w, g, dtype, False, token, choice), **b)
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
     if path in ("nchw", "nchw_x"):  # y: each task's tile slot, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
@@ -310,6 +329,18 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         pu.run(backend=backend, dw=dw,
                **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
+
+
+def _bias(b, K, dtype):
+    """conv.forward's b as the plans read it: None, or a C-contiguous float32
+    copy (a view where it is one) of a [K] array of a dtype that dtype= takes."""
+    if b is None:
+        return None
+    operands(dtype, b, names=("b",), ndim=1)
+    if b.shape != (K,):
+        raise ValueError(f"b: expected shape ({K},) to match w's {K} output channels, "
+                         f"got {b.shape}")
+    return np.ascontiguousarray(b, dtype=np.float32)
 
 
 _TRANSPOSED = LRU(64)

@@ -4,6 +4,8 @@ and work on x's im2col tiles (brgemm.im2col): which layers take it and the
 plans of its three products (conv_forward.columns_product,
 conv_backward.columns_data_product, conv_update.columns_update_product); the
 functional forms that run them are in primitives/conv.py."""
+import dataclasses
+
 from brgemm import plan as bplan
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
@@ -55,7 +57,7 @@ COLUMNS_DATA_PIXELS = 128
 COLUMNS_DATA_WIDTH, COLUMNS_UPDATE_WIDTH = 48, 64
 
 
-def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False):
+def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False):
     """The plan of one pass where conv.columns applies: the forward's
     (columns_product), backward-data's (columns_data_product) or the weight
     update's (columns_update_product); parallel over output tiles, each reduced
@@ -72,8 +74,14 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False):
         spec = outer.upper() + product.r
         loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call if n == product.r
                                        else 1) for n in (product.i, product.j, product.r)])
-        rec = bplan.Recorder({product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"},
-                             spec=spec)
-        product_nest(rec, loops, product, dtype, lambda *at: (), per_call, vnni)
+        tensors = {product.a[0]: dtype, product.b[0]: dtype, product.c[0]: "f32"}
+        epilogue = lambda *at: ()  # noqa: E731
+        if has_bias:  # y^c's rows are the output channels (i, blocks of bi)
+            tensors["b"] = "f32"
+            product = dataclasses.replace(product, epilogue=(product.i,))
+            epilogue = lambda i: (bplan.bias_rows("b", i * bi),)  # noqa: E731
+        rec = bplan.Recorder(tensors, spec=spec)
+        product_nest(rec, loops, product, dtype, epilogue, per_call, vnni)
         return rec.finish()
-    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni), record)
+    return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni, has_bias),
+                      record)

@@ -99,7 +99,7 @@ def nchw_tile_calls(g, dtype, w, n, k, p, q0, m):
             for i, (lo, hi, taps) in enumerate(order)]
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
@@ -107,7 +107,8 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None):
     blocks of bp. No copy of x or y, nor of a plain w. pairs (bf16): x[n]'s
     rows in VNNI pairs ([C / 2][HW][2], pixel p of rows c, c + 1 at c HW + 2
     p), each finished block of y also stored rounded into y16 (NCHW). hx: x's
-    rows that many floats apart (a copy of x on whole-line rows), not HW."""
+    rows that many floats apart (a copy of x on whole-line rows), not HW.
+    has_bias: b[k] (tensor b, f32) added to each finished block's rows."""
     HW, Cb = g.H * g.W, g.Cb
     w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
     x = Layout(N=g.N, C=g.C, HW=hx or HW)
@@ -120,8 +121,10 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None):
         shift = p * bp if pairs else 0  # the pixel's place in a pair row: 2 p
         for c0 in range(0, Cb, per_call):
             cs = range(c0, min(c0 + per_call, Cb))
-            ops = (bplan.store_bf16("y16", y.at(n, k * g.bk, p * bp), HW),) \
-                if pairs and cs[-1] == Cb - 1 else ()
+            last = cs[-1] == Cb - 1
+            ops = ((bplan.bias_rows("b", k * g.bk),) if has_bias and last else ()) + (
+                (bplan.store_bf16("y16", y.at(n, k * g.bk, p * bp), HW),) if pairs and last
+                else ())
             ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=x.ld("C"), ldc=y.ld("K"),
                                 dtype=dtype, beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs),
                     "w", [w.at(k, c) for c in cs],

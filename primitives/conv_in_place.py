@@ -9,7 +9,7 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import forward_nest, nchw_tile_groups
-from primitives.conv_plans import _loops, _plans
+from primitives.conv_plans import _loops, _plans, bias_ops
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
 
@@ -59,24 +59,27 @@ def reads_x_nchw(g, dtype, backend, x):
     return True
 
 
-def nchw_plan(g, dtype, vnni, bf16_out=False, x_nchw=False):
+def nchw_plan(g, dtype, vnni, bf16_out=False, x_nchw=False, has_bias=False):
     """The forward's plan (conv_forward.forward_nest) that stores each tile,
     once summed, transposed into the NCHW result `out` [N,K,P,Q] by its last
     call's epilogue, while it is in cache (rounded with bf16_out). Each task
     sums its tiles in turn in one slot of its own in y (plan.extent["y"]
     floats: a tile per task), so the blocked y is neither written out nor
-    read back. x_nchw: x is the NCHW array itself (reads_x_nchw)."""
+    read back. x_nchw: x is the NCHW array itself (reads_x_nchw); has_bias:
+    b [K] (f32) added to each summed tile before its store."""
     def record():
         PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
-        rec = bplan.Recorder({"x": dtype, "w": dtype, "y": "f32",
-                              "out": "bf16" if bf16_out else "f32"}, spec=g.specs[0])
+        tensors = {"x": dtype, "w": dtype, "y": "f32", "out": "bf16" if bf16_out else "f32"}
+        if has_bias:
+            tensors["b"] = "f32"
+        rec = bplan.Recorder(tensors, spec=g.specs[0])
         forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
                      tile=_task_slots(bq * g.bk, g.w_reuse[0]),
-                     epilogue=lambda n, k, pixel: (
+                     epilogue=lambda n, k, pixel: bias_ops(g, k, has_bias) + (
                          bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ,
                                        bf16=bf16_out),), x_nchw=x_nchw)
         return rec.finish()
-    return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out, x_nchw), record)
+    return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out, x_nchw, has_bias), record)
 
 
 def stores_nchw_dx(g, dtype, backend, out_dtype):

@@ -200,8 +200,18 @@ def vnni_passes(g, dtype, backend):
     return frozenset(p for p, k in depths if takes_vnni_b(k, dtype, backend))
 
 
-def plan(g, pass_, dtype="f32", vnni=False):
-    """vnni: the pass's B operand in VNNI pairs (vnni_passes)."""
+def bias_ops(g, k, has_bias):
+    """The forward's epilogue ops that add b [K] (tensor b, f32) to a summed
+    tile of output-channel block k, whose columns are the channels: (bias,)
+    with has_bias, else ()."""
+    return (bplan.bias("b", k * g.bk),) if has_bias else ()
+
+
+def plan(g, pass_, dtype="f32", vnni=False, has_bias=False):
+    """vnni: the pass's B operand in VNNI pairs (vnni_passes); has_bias (the
+    forward): b [K] added to each tile of y as its last call ends."""
+    if has_bias and pass_ != "fwd":
+        raise ValueError(f"has_bias: only the forward adds a bias, not {pass_!r}")
     form = update_form(g) if pass_ == "upd" else None
     if vnni and form in ("rows", "narrow"):
         raise ValueError("vnni: this weight update streams image rows, not VNNI pairs")
@@ -212,13 +222,16 @@ def plan(g, pass_, dtype="f32", vnni=False):
             nest, (a, b, c) = update_narrow_nest, ("xs", "dyb", "dw")
         elif form == "flat":
             nest, (a, b, c) = update_flat_nest, ("xf", "dyf", "dw")
-        rec = bplan.Recorder({a: dtype, b: dtype, c: "f32"},
-                             spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
+        tensors = {a: dtype, b: dtype, c: "f32"}
         if vnni:
             nest = functools.partial(nest, vnni=True)
+        if has_bias:
+            tensors["b"] = "f32"
+            nest = functools.partial(nest, epilogue=lambda n, k, pixel: bias_ops(g, k, True))
+        rec = bplan.Recorder(tensors, spec=g.specs[("fwd", "bwd", "upd").index(pass_)])
         nest(rec, _loops(g, pass_), g, dtype)
         return rec.finish()
-    return _plans.get((g, pass_, dtype, vnni), record)
+    return _plans.get((g, pass_, dtype, vnni) + ((True,) if has_bias else ()), record)
 
 
 def update_inputs(x, dy, g, dtype, buffer=None, vnni=False):

@@ -106,10 +106,10 @@ def pointwise_copies_dy(g):
     return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
 
 
-def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None):
+def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False):
     """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles;
     pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16);
-    hx: x's rows that far apart (pointwise_rows' copy).
+    hx: x's rows that far apart (pointwise_rows' copy); has_bias: b [K] added.
     Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
@@ -119,10 +119,12 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None):
         tensors = {"w": dtype, "x": dtype, "y": "f32"}
         if pairs:
             tensors["y16"] = "bf16"
+        if has_bias:
+            tensors["b"] = "f32"
         rec = bplan.Recorder(tensors, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx)
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx, has_bias)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx, has_bias), record)
 
 
 def pointwise_update_plan(g, bp, shares):

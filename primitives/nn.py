@@ -262,11 +262,10 @@ class _Conv2dFunction(torch.autograd.Function):
                              f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
         ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
-        y = _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
-                                 reuse=_kept(weight)))
-        if bias is not None:
-            y += bias.detach().view(1, -1, 1, 1)
-        return y
+        # the bias is added to each tile of y in the plan, not in a pass of its own
+        return _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
+                                    reuse=_kept(weight),
+                                    b=None if bias is None else _array(bias)))
 
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so

@@ -79,7 +79,7 @@ def test_columns_forward_bf16(rng):
     g = conv.geometry(1, 64, 128, 4, 4, 1, 1, (1, 1), (0, 0), path=kernel_path("bf16", "cpu"),
                       config={"fwd": {"pointwise_pairs": False}})  # as on AMX
     assert conv.columns(g, "bf16", "cpu")
-    assert conv._forward_route(g, "bf16", "cpu", None, x, w, None)[1] != "columns"
+    assert conv._forward_route(g, "bf16", "cpu", None, x, w, False)[1] != "columns"
 
 
 def test_nchw_stores_bf16(rng):

@@ -85,13 +85,15 @@ def draw_config(rng):
                     "call_kb": pick(1, 8, 64, 256)}}
 
 
-def reference(x, w, dy, stride, padding):
+def reference(x, w, dy, stride, padding, b=None):
     """y, dx, dw as Approx (value, bound) from float64 convolutions of the
-    values and of their magnitudes."""
+    values and of their magnitudes; y with the bias b if given."""
     X, Wt, DY = (torch.from_numpy(np.asarray(a, np.float64)) for a in (x, w, dy))
+    B = None if b is None else torch.from_numpy(np.asarray(b, np.float64))
     aX, aW, aDY = X.abs(), Wt.abs(), DY.abs()
     kw = dict(stride=stride, padding=padding)
-    y = linear(F.conv2d(X, Wt, **kw).numpy(), F.conv2d(aX, aW, **kw).numpy())
+    y = linear(F.conv2d(X, Wt, B, **kw).numpy(),
+               F.conv2d(aX, aW, None if B is None else B.abs(), **kw).numpy())
     dx = linear(torch.nn.grad.conv2d_input(X.shape, Wt, DY, **kw).numpy(),
                 torch.nn.grad.conv2d_input(X.shape, aW, aDY, **kw).numpy())
     dw = linear(torch.nn.grad.conv2d_weight(X, Wt.shape, DY, **kw).numpy(),
@@ -108,14 +110,16 @@ def run_case(rng, backend, dtype, form, context):
     P, Q = out_size(H, R, stride[0], padding[0]), out_size(W, S, stride[1], padding[1])
     make = lambda *s: exact(rng.standard_normal(s).astype(np.float32))  # noqa: E731
     x, w, dy = make(N, C, H, W), make(K, C, R, S), make(N, K, P, Q)
+    b = make(K) if form == "functional" and rng.random() < 0.5 else None  # conv.forward's b=
     context = (f"shape N,C,K,H,W,R,S={shape[:7]} stride={stride} padding={padding} "
                f"config={config} threads={threads} {form} {backend} {dtype} "
-               f"in={np.dtype(in_dtype).name}. {context}")
+               f"in={np.dtype(in_dtype).name} bias={b is not None}. {context}")
     print(context)
     with omp_threads(threads):
         if form == "functional":
             y = conv.forward(x.astype(in_dtype), w.astype(in_dtype), stride, padding,
-                             dtype=dtype, backend=backend, config=config)
+                             dtype=dtype, backend=backend, config=config,
+                             b=None if b is None else b.astype(in_dtype))
             dx, dw = conv.backward(dy.astype(in_dtype), x.astype(in_dtype), w.astype(in_dtype),
                                    stride, padding, dtype=dtype, backend=backend, config=config)
         else:
@@ -130,7 +134,7 @@ def run_case(rng, backend, dtype, form, context):
             dw = layer.grad_weight
     rounded = np.dtype(in_dtype) == brgemm.bfloat16
     assert y.dtype == dx.dtype == in_dtype, context
-    want = reference(x, w, dy, stride, padding)
+    want = reference(x, w, dy, stride, padding, b)
     for name, got, ref in zip(("y", "dx", "dw"), (y, dx, dw), want):
         assert_close(name, got, ref, rounded and (name != "dw" or form == "functional"), context)
 
