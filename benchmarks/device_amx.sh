@@ -28,7 +28,7 @@ device_build_cpu
 $py -c 'import brgemm; from brgemm import machine; print(brgemm.info(), "amx peak", machine.amx_peak(0.3))'
 test_files=${TEST_FILES:-tests/amx_cases.py tests/test_kernel.py tests/test_kernel_errors.py \
   tests/test_kernel_fuzz.py tests/test_kernel_bound.py tests/test_kernel_timing.py tests/test_plan.py \
-  tests/test_layouts.py tests/test_layouts_image.py tests/test_fc.py tests/test_conv.py \
+  tests/test_layouts.py tests/test_layouts_image.py tests/test_fc.py tests/test_conv.py tests/test_conv_bias.py \
   tests/test_conv_span.py tests/test_conv_aligned.py tests/test_conv_nchw_x.py tests/test_config.py \
   tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py}
 [ "${TESTS:-1}" = 1 ] && timeout 200 $py -m pytest -q -x -p no:cacheprovider $test_files > $out/tests.txt 2>&1
