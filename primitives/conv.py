@@ -87,14 +87,14 @@ def _weights(w, g, dtype, transposed, token, vnni=False):
                           blocked)
 
 
-def _pointwise(p, g, backend, x, w, name, **b):
+def _pointwise(p, g, backend, x, w, name, **tb):
     """p, a pointwise plan of g (pointwise_plan), on images x [N, C, H, W] (read
     in place; or their copy [N][C][hx] on whole-line rows, rows_on_lines) and
     w (K x C, plain and read in place, or tiles [Kb][Cb][bk][bc] where the
-    plan's w is not plain): the result [N, K, H, W] (`name` among the
-    returned arrays)."""
+    plan's w is not plain), tb: {"b": the bias} where the plan adds one: the
+    result [N, K, H, W] (`name` among the returned arrays)."""
     y = _results.empty(name, (g.N, g.K, g.H, g.W), np.float32)
-    p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y, **b)
+    p.run(backend=backend, w=w, x=np.ascontiguousarray(x), y=y, **tb)
     return y
 
 
@@ -211,31 +211,31 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     token = _reuse.check(reuse)
     backend = backend_name(backend)
     bias = _bias(b, dims[2], dtype)
-    if bias is not None and backend != "cpu":  # the other backends' replays: a pass after,
-        # on f32 results (x's bf16 values are exact in f32), so bf16 results round once
-        y = forward(x.astype(np.float32), w, stride, padding, dtype, backend, config, reuse)
+    if bias is not None and backend != "cpu":  # other backends: a pass after, on f32 results
+        y = forward(x.astype(np.float32, copy=False), w, stride, padding, dtype, backend,
+                    config, reuse)  # (x's bf16 values are exact: bf16 results round once)
         y += bias.reshape(1, -1, 1, 1)
         return y.astype(x.dtype, copy=False)
     token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend), (w,))
     g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w,
                                 has_bias=bias is not None)
     ab = dtypes.NUMPY[dtype]
-    b = {} if bias is None else {"b": bias}
+    tb = {} if bias is None else {"b": bias}  # the plan's tensor b
     if bias is not None and p.extent["b"] > g.K:  # a ragged last channel block: its tile's
-        b["b"] = _scratch.get("b", (p.extent["b"],), np.float32)  # padding lanes add 0
-        b["b"][:g.K], b["b"][g.K:] = bias, 0
+        tb["b"] = _scratch.get("b", (p.extent["b"],), np.float32)  # padding lanes add 0
+        tb["b"][:g.K], tb["b"][g.K:] = bias, 0
     if path == "pointwise":
         if choice:  # x's copy on rows of `choice` floats (pointwise_rows)
             x = rows_on_lines(x, choice, out=_scratch.get("x_rows", (g.N, g.C, choice),
                                                           np.float32))
-        return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y", **b)
+        return _pointwise(p, g, backend, x, np.ascontiguousarray(w), "y", **tb)
     if path == "pairs":
         HW = g.H * g.W
         xv = vnni_tiles(np.ascontiguousarray(x).reshape(g.N, g.C, HW),
                         out=_scratch.get("x_pairs", (g.N, g.C, HW), ab))
         y = _results.empty("y", (g.N, g.K, g.H, g.W), ab)
         p.run(backend=backend, w=w, x=xv, y16=y,
-              y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32), **b)
+              y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32), **tb)
         return y
     if path == "columns":
         (bd, bp), vnni = choice
@@ -246,14 +246,14 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         if vnni:
             xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab))
         yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
-        p.run(backend=backend, w=w, xc=xc, yc=yc, **b)
+        p.run(backend=backend, w=w, xc=xc, yc=yc, **tb)
         # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way): a K x PQ tile an image
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
         to_blocks(yc, g.K, PQ, swap_grid=True, dtype=x.dtype, out=y.reshape(g.N, 1, g.K, PQ))
         return y
     t = dict(x=x if path == "nchw_x" else
              block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-             w=_weights(w, g, dtype, False, token, choice), **b)
+             w=_weights(w, g, dtype, False, token, choice), **tb)
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
     if path in ("nchw", "nchw_x"):  # y: each task's tile slot, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
