@@ -42,7 +42,7 @@ from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits, flag, operands
+from primitives._args import backend_name, fits, flag
 from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
@@ -59,7 +59,7 @@ from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
+from primitives.conv_plans import (SCHEMA, _bias, _check, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
@@ -329,18 +329,6 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
         pu.run(backend=backend, dw=dw,
                **update_inputs(x, dy, g, dtype, _scratch.get, "upd" in vnni))
     return dx, unblock_dw(dw, g, x.dtype, out=_results.empty("dw", w.shape, x.dtype))
-
-
-def _bias(b, K, dtype):
-    """conv.forward's b as the plans read it: None, or a C-contiguous float32
-    copy (a view where it is one) of a [K] array of a dtype that dtype= takes."""
-    if b is None:
-        return None
-    operands(dtype, b, names=("b",), ndim=1)
-    if b.shape != (K,):
-        raise ValueError(f"b: expected shape ({K},) to match w's {K} output channels, "
-                         f"got {b.shape}")
-    return np.ascontiguousarray(b, dtype=np.float32)
 
 
 _TRANSPOSED = LRU(64)

@@ -6,11 +6,11 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
-from primitives._args import backend_name, positive
+from primitives._args import backend_name, flag, positive
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
-from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
-                                   vnni_passes)
+from primitives.conv_plans import (_bias, _check, _pair, geometry, plan, update_inputs,
+                                   update_output, vnni_passes)
 
 
 class Conv2d:
@@ -19,10 +19,13 @@ class Conv2d:
     return NCHW arrays; the *_blocked methods work on the blocked layouts (x,
     y, dx as in the module docstring), which is what a network chains and what
     the benchmarks time. Weights are f32 ([K, C, R, S]); with dtype "bf16" the
-    blocked copies and activations are bf16."""
+    blocked copies and activations are bf16. bias=True adds a bias [K] (f32,
+    `bias`; its gradient `grad_bias`), which the forward's plan adds to each
+    tile of y in its epilogue; off by default (the benchmarks' layers have
+    none)."""
 
     def __init__(self, C, K, kernel_size, stride=1, padding=0, dtype="f32", backend=None,
-                 config=None, rng=None):
+                 config=None, rng=None, bias=False):
         self.backend = backend_name(backend)
         self.C, self.K = positive(C, "C"), positive(K, "K")
         self.R, self.S = _pair(kernel_size, "kernel_size", 1)
@@ -31,6 +34,8 @@ class Conv2d:
         rng = rng or np.random.default_rng()
         bound = 1 / np.sqrt(C * self.R * self.S)  # torch.nn.Conv2d's initialisation
         self.weight = rng.uniform(-bound, bound, (K, C, self.R, self.S)).astype(np.float32)
+        self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if flag(bias, "bias") \
+            else None
         self.g = None
 
     def prepare(self, N, H, W):
@@ -56,13 +61,22 @@ class Conv2d:
         g = self.g
         self.x = x
         self.y = aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
-        self.plans["fwd"].run(backend=self.backend, x=x, w=self.w, y=self.y)
+        if self.bias is None:
+            self.plans["fwd"].run(backend=self.backend, x=x, w=self.w, y=self.y)
+            return self.y
+        b = np.zeros(g.Kb * g.bk, np.float32)  # the last block's padding channels add 0
+        b[:g.K] = _bias(self.bias, g.K, "f32", "bias")
+        plan(g, "fwd", self.dtype, "fwd" in self.vnni, has_bias=True).run(
+            backend=self.backend, x=x, w=self.w, y=self.y, b=b)
         return self.y
 
     def backward_blocked(self, dyp, update_inputs):
         """dy bordered for backward-data (block_y) and the update's inputs
-        (update_inputs()) -> dx blocked like x (interior only); sets grad_weight."""
+        (update_inputs()) -> dx blocked like x (interior only); sets grad_weight
+        (and grad_bias: dy summed over images and pixels, its border zeros)."""
         g = self.g
+        if self.bias is not None:
+            self.grad_bias = dyp.sum(axis=(0, 2, 3), dtype=np.float32).reshape(-1)[:g.K]
         dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
         self.plans["bwd"].run(backend=self.backend, dyp=dyp, wt=self.wt, dx=dx)
         dw = update_output(g)
@@ -91,6 +105,8 @@ class Conv2d:
         return unblock_x(dx, g, dy.dtype)
 
     def step(self, lr):
-        """Plain SGD on the f32 weights, then re-block them."""
+        """Plain SGD on the f32 weights (and bias), then re-block them."""
         self.weight -= np.float32(lr) * self.grad_weight
+        if self.bias is not None:
+            self.bias -= np.float32(lr) * self.grad_bias
         self.load_weights()

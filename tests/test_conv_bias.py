@@ -3,7 +3,8 @@ in its plan's epilogue, before the tile is stored (conv_plans.bias_ops,
 pointwise_nest's and conv.columns' bias rows), f32 and bf16. Against
 PyTorch's F.conv2d with bias in float64, per-element bounds from the data, on
 random layers whose sizes and configs steer the route to the path under
-test (asserted); the other backends' pass after the call; bad b."""
+test (asserted); the other backends' pass after the call; bad b; and the
+layer conv.Conv2d(bias=True): its forward plan's bias, grad_bias, step()."""
 import numpy as np
 import pytest
 import torch
@@ -106,3 +107,53 @@ def test_bad_bias(rng):
         conv.forward(x, w, b=np.zeros(8, brgemm.bfloat16))
     with pytest.raises(TypeError, match="^b: expected a numpy.ndarray"):
         conv.forward(x, w, b=[0.0] * 8)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_layer_bias(rng, dtype, backend):
+    """conv.Conv2d(bias=True): y with the bias (its forward plan's epilogue),
+    grad_bias = dy summed over images and pixels, step() moves the bias; a
+    ragged last channel block; against float64 autograd."""
+    for _ in range(3):
+        R = int(rng.choice([1, 3]))
+        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 70))
+        H, W, st, pd = int(rng.integers(R, 12)), int(rng.integers(R, 12)), int(rng.choice([1, 2])), \
+            int(rng.integers(0, R))
+        print(f"layer {dtype} {backend}: N={N} C={C} K={K} H={H} W={W} R={R} stride={st} pad={pd}")
+        layer = conv.Conv2d(C, K, R, st, pd, dtype=dtype, backend=backend, rng=rng, bias=True)
+        ab = brgemm.bfloat16 if dtype == "bf16" else np.float32
+        x = rng.standard_normal((N, C, H, W)).astype(ab)
+        w, b = layer.weight.astype(ab).astype(np.float64), layer.bias.astype(np.float64)
+        y = layer.forward(x)
+        dy = rng.standard_normal(y.shape).astype(ab)
+        dx = layer.backward(dy)
+        X, Wt, B = (torch.tensor(np.asarray(a, np.float64), requires_grad=True) for a in (x, w, b))
+        Y = torch.nn.functional.conv2d(X, Wt, B, stride=st, padding=pd)
+        Y.backward(torch.tensor(np.asarray(dy, np.float64)))
+        ady = torch.tensor(np.abs(np.asarray(dy, np.float64)))  # sums of |terms| per element
+        mags = (torch.nn.functional.conv2d(X.abs(), Wt.abs(), B.abs(), stride=st, padding=pd),
+                torch.nn.grad.conv2d_input(X.shape, Wt.abs(), ady, stride=st, padding=pd),
+                torch.nn.grad.conv2d_weight(X.abs(), Wt.shape, ady, stride=st, padding=pd),
+                ady.sum((0, 2, 3)))
+        for name, got, want, mag in zip(("y", "dx", "dw", "db"),
+                                        (y, dx, layer.grad_weight, layer.grad_bias),
+                                        (Y, X.grad, Wt.grad, B.grad), mags):
+            want, mag = want.detach().numpy(), mag.detach().numpy()
+            got = np.asarray(got, np.float64)
+            bound = 1e-5 * mag + 1e-30
+            if dtype == "bf16":  # bf16 operands exact; y and dx come back rounded once
+                bound = bound + (bf16_step(np.abs(want) + bound) if name in ("y", "dx") else 0)
+            assert got.shape == want.shape and np.all(np.abs(got - want) <= bound), name
+        before = layer.bias.copy()
+        layer.step(0.5)
+        np.testing.assert_array_equal(layer.bias, before - np.float32(0.5) * layer.grad_bias)
+
+
+def test_layer_bad_bias(rng):
+    layer = conv.Conv2d(8, 12, 3, padding=1, bias=True, rng=rng)
+    assert conv.Conv2d(8, 12, 3, rng=rng).bias is None  # off by default
+    layer.bias = np.zeros(11, np.float32)
+    with pytest.raises(ValueError, match="^bias: expected shape \\(12,\\)"):
+        layer.forward(rng.standard_normal((1, 8, 5, 5)).astype(np.float32))
+    with pytest.raises(TypeError, match="^bias: expected"):
+        conv.Conv2d(8, 12, 3, bias="yes")

@@ -110,7 +110,7 @@ def run_case(rng, backend, dtype, form, context):
     P, Q = out_size(H, R, stride[0], padding[0]), out_size(W, S, stride[1], padding[1])
     make = lambda *s: exact(rng.standard_normal(s).astype(np.float32))  # noqa: E731
     x, w, dy = make(N, C, H, W), make(K, C, R, S), make(N, K, P, Q)
-    b = make(K) if form == "functional" and rng.random() < 0.5 else None  # conv.forward's b=
+    b = make(K) if rng.random() < 0.5 else None  # conv.forward's b=, the layer's bias
     context = (f"shape N,C,K,H,W,R,S={shape[:7]} stride={stride} padding={padding} "
                f"config={config} threads={threads} {form} {backend} {dtype} "
                f"in={np.dtype(in_dtype).name} bias={b is not None}. {context}")
@@ -124,8 +124,9 @@ def run_case(rng, backend, dtype, form, context):
                                    stride, padding, dtype=dtype, backend=backend, config=config)
         else:
             layer = conv.Conv2d(C, K, (R, S), stride, padding, dtype=dtype, backend=backend,
-                                config=config)
+                                config=config, bias=b is not None)
             layer.weight = w.astype(np.float32)
+            layer.bias = None if b is None else b.astype(np.float32)
             if rng.random() < 0.3:  # a first pass on other data: the second reuses buffers
                 layer.forward(make(N, C, H, W).astype(in_dtype))
                 layer.backward(make(N, K, P, Q).astype(in_dtype))
