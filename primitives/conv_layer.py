@@ -6,6 +6,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
+from brgemm.layouts import column_sums
 from primitives._args import backend_name, flag, positive
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
@@ -75,8 +76,11 @@ class Conv2d:
         (update_inputs()) -> dx blocked like x (interior only); sets grad_weight
         (and grad_bias: dy summed over images and pixels, its border zeros)."""
         g = self.g
-        if self.bias is not None:
-            self.grad_bias = dyp.sum(axis=(0, 2, 3), dtype=np.float32).reshape(-1)[:g.K]
+        if self.bias is not None:  # NumPy's reduction runs on one thread: where there are a
+            # few images, they are summed first in parallel (twice as fast at N = 16 here)
+            sums = column_sums(dyp.reshape(g.N, -1)).reshape(dyp.shape[1:]).sum(axis=(1, 2)) \
+                if g.N >= 4 else dyp.sum(axis=(0, 2, 3), dtype=np.float32)
+            self.grad_bias = sums.reshape(-1)[:g.K]
         dx = aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)
         self.plans["bwd"].run(backend=self.backend, dyp=dyp, wt=self.wt, dx=dx)
         dw = update_output(g)

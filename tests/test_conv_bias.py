@@ -116,7 +116,7 @@ def test_layer_bias(rng, dtype, backend):
     ragged last channel block; against float64 autograd."""
     for _ in range(3):
         R = int(rng.choice([1, 3]))
-        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 70))
+        N, C, K = int(rng.integers(1, 7)), int(rng.integers(1, 40)), int(rng.integers(1, 70))
         H, W, st, pd = int(rng.integers(R, 12)), int(rng.integers(R, 12)), int(rng.choice([1, 2])), \
             int(rng.integers(0, R))
         print(f"layer {dtype} {backend}: N={N} C={C} K={K} H={H} W={W} R={R} stride={st} pad={pd}")
