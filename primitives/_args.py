@@ -46,6 +46,17 @@ def operands(dtype, *arrays, names, ndim=2, nonempty=False):
     return arrays[0].dtype
 
 
+def bias_vector(b, K, dtype, name="b"):
+    """A bias argument as the plans read it: None, or b [K] (of a dtype that
+    dtype= takes) as a C-contiguous float32 array, a view where it is one."""
+    if b is None:
+        return None
+    operands(dtype, b, names=(name,), ndim=None)
+    if b.shape != (K,):
+        raise ValueError(f"{name}: expected shape ({K},), got {b.shape}")
+    return np.ascontiguousarray(b, dtype=np.float32)
+
+
 def positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v!r}")

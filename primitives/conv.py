@@ -42,7 +42,7 @@ from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits, flag
+from primitives._args import backend_name, bias_vector, fits, flag
 from primitives._config import cached, settings
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
@@ -59,7 +59,7 @@ from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy
                                       stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _bias, _check, geometry, plan,
+from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
@@ -210,7 +210,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     dims, stride, padding = _check(x, w, dtype, stride, padding)
     token = _reuse.check(reuse)
     backend = backend_name(backend)
-    bias = _bias(b, dims[2], dtype)
+    bias = bias_vector(b, dims[2], dtype)
     if bias is not None and backend != "cpu":  # other backends: a pass after, on f32 results
         y = forward(x.astype(np.float32, copy=False), w, stride, padding, dtype, backend,
                     config, reuse)  # (x's bf16 values are exact: bf16 results round once)

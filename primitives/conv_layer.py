@@ -7,11 +7,11 @@ from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import column_sums
-from primitives._args import backend_name, flag, positive
+from primitives._args import backend_name, bias_vector, flag, positive
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
-from primitives.conv_plans import (_bias, _check, _pair, geometry, plan, update_inputs,
-                                   update_output, vnni_passes)
+from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
+                                   vnni_passes)
 
 
 class Conv2d:
@@ -66,7 +66,7 @@ class Conv2d:
             self.plans["fwd"].run(backend=self.backend, x=x, w=self.w, y=self.y)
             return self.y
         b = np.zeros(g.Kb * g.bk, np.float32)  # the last block's padding channels add 0
-        b[:g.K] = _bias(self.bias, g.K, "f32", "bias")
+        b[:g.K] = bias_vector(self.bias, g.K, "f32", "bias")
         plan(g, "fwd", self.dtype, "fwd" in self.vnni, has_bias=True).run(
             backend=self.backend, x=x, w=self.w, y=self.y, b=b)
         return self.y

@@ -288,18 +288,6 @@ def _pair(v, name, minimum):
     return int(v[0]), int(v[1])
 
 
-def _bias(b, K, dtype, name="b"):
-    """A bias as the plans read it: None, or a C-contiguous float32 copy (a view
-    where it is one) of a [K] array of a dtype that dtype= takes."""
-    if b is None:
-        return None
-    operands(dtype, b, names=(name,), ndim=1)
-    if b.shape != (K,):
-        raise ValueError(f"{name}: expected shape ({K},) to match w's {K} output channels, "
-                         f"got {b.shape}")
-    return np.ascontiguousarray(b, dtype=np.float32)
-
-
 def _check(x, w, dtype, stride, padding, layer_owns_w=False):
     operands(dtype, x, w, names=("x", "w"), ndim=4, nonempty=True)
     stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)

@@ -26,7 +26,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import column_sums, convert, to_blocks
 from brgemm.machine import cpu_threads
 from primitives import reuse as _reuse
-from primitives._args import backend_name, fits, flag, operands
+from primitives._args import backend_name, bias_vector, fits, flag, operands
 from primitives._config import cached, settings
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
@@ -140,10 +140,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     (N, C), K = x.shape, w.shape[0]
     if w.shape[1] != C:
         raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
-    if b is not None:
-        operands(dtype, b, names=("b",), ndim=None)
-        if b.shape != (K,):
-            raise ValueError(f"b: expected shape ({K},), got {b.shape}")
+    b = bias_vector(b, K, dtype)
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
     token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
@@ -155,7 +152,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
                               lambda: _forward_plan(N, C, K, dtype, backend, config,
                                                     b is not None, readable, bf16_out))
     ab = dtypes.NUMPY[dtype]
-    bias = {} if b is None else {"b": np.ascontiguousarray(b, dtype=np.float32)}
+    bias = {} if b is None else {"b": b}
     if path == "t":  # x and W already of dtype (can_read_w): y in it, rounded as stored
         y = _results.empty("y", (N, K), ab)
         t = dict(w=w, y=y, xt=to_blocks(x, g.bc, g.bn, transpose=True, vnni=vnni,

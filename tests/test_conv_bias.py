@@ -99,7 +99,7 @@ def test_bad_bias(rng):
     w = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
     with pytest.raises(ValueError, match="b: expected shape \\(8,\\)"):
         conv.forward(x, w, b=np.zeros(7, np.float32))
-    with pytest.raises(ValueError, match="^b: expected 1"):
+    with pytest.raises(ValueError, match="^b: expected shape \\(8,\\), got \\(8, 1\\)"):
         conv.forward(x, w, b=np.zeros((8, 1), np.float32))
     with pytest.raises(TypeError, match="^b: expected dtype"):
         conv.forward(x, w, b=np.zeros(8, np.int32))
