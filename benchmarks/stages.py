@@ -34,8 +34,7 @@ import numpy as np
 
 from benchmarks.common import machine, quick_shapes, read_shapes, set_threads
 from brgemm import im2col, layouts as L
-from brgemm.arrays import aligned_empty
-from brgemm.arrays import Scratch
+from brgemm.arrays import Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from primitives import conv, fc, lstm
