@@ -12,7 +12,9 @@
 # (device_amx.sh AMX_LAYERS, default fc conv lstm; TIMEOUT_<part> caps each);
 # part "modules", primitives.nn against torch.nn (python -m benchmarks
 # modules --quick) at all cores and at 2 pinned ones (MODULES_LIMIT s each);
-# FUNCTIONAL_DTYPES="f32 bf16" runs both parts in bf16 as well.
+# FUNCTIONAL_DTYPES="f32 bf16" runs both parts in bf16 as well; part "vendor",
+# benchmarks.probe_vendor_functional (our func/layer beside PyTorch's over
+# oneDNN's, f32) at all cores and at 2 pinned ones (VENDOR_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -32,11 +34,16 @@ for part in $parts; do
              for d in ${FUNCTIONAL_DTYPES:-f32}; do
                timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t \
                  --dtype $d; done; done) ;;
+    vendor) (OUT=$work/vendor BUILT=1; . benchmarks/device_setup.sh && device_onednn_setup &&
+           device_build_cpu &&
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
+             timeout ${VENDOR_LIMIT:-150} $pin $py -m benchmarks.probe_vendor_functional --threads $t
+           done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
   echo "== $part: exit $? in $(( $(date +%s) - start )) s"
-  grep -E "passed|failed|^FAILED|geomean" $work/$part/log.txt | tail -20
+  grep -E "passed|failed|^FAILED|geomean|^rows with" $work/$part/log.txt | tail -20
   tar czf $final/checks.tgz -C $work .  # after each part: a call cut short keeps what ran
 done
 if [ -n "${GPU_BENCH:-}" ]; then
