@@ -25,7 +25,7 @@ import statistics
 
 import numpy as np
 
-from benchmarks.common import (interleaved_samples, machine, paired_ratio, quick_shapes,
+from benchmarks.common import (geomean, interleaved_samples, machine, paired_ratio, quick_shapes,
                                read_shapes, set_threads, torch_threads)
 from benchmarks.conv import QUICK as CONV_QUICK
 from benchmarks.conv import _layer as conv_layer
@@ -117,6 +117,8 @@ def main():
     print(f"rows with ours f/l under 0.90: {len(under)} of {len(rows)}; the vendor's f/l on "
           "them: " + ", ".join(f"{n} {p} {o:.2f} / {v:.2f}" for n, p, o, v in under))
     print(f"rows with the vendor's f/l under 0.90: {sum(v < 0.90 for *_, v in rows)} of {len(rows)}")
+    print(f"geomean f/l: ours {geomean([o for *_, o, v in rows]):.2f}, the vendor's "
+          f"{geomean([v for *_, v in rows]):.2f}")
 
 
 if __name__ == "__main__":
