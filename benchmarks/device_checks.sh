@@ -16,7 +16,8 @@
 # benchmarks.probe_vendor_functional (our func/layer beside PyTorch's over
 # oneDNN's, f32) at all cores and at 2 pinned ones (VENDOR_LIMIT s each); part
 # "main", the README's main job (all --quick, against oneDNN 3.2) likewise
-# (MAIN_LIMIT s each).
+# (MAIN_LIMIT s each); part "columns", benchmarks.probe_columns likewise
+# (COLUMNS_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -45,6 +46,10 @@ for part in $parts; do
            device_build_cpu &&
            for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
              timeout ${MAIN_LIMIT:-150} $pin $py -m benchmarks all --quick --threads $t
+           done) ;;
+    columns) (OUT=$work/columns BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
+             timeout ${COLUMNS_LIMIT:-150} $pin $py -m benchmarks.probe_columns --threads $t
            done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;

@@ -88,8 +88,9 @@ def _conv(N):
         ui, dw = update_inputs(x, dy, g, "f32", buffer), update_output(g)
         pf, pb, pu = (conv.plan(g, p, "f32") for p in ("fwd", "bwd", "upd"))
         y, dx, dwp = np.empty((N, K, g.P, g.Q), np.float32), np.empty_like(x), np.empty_like(w)
-        path = "pointwise" if conv.pointwise(g, "f32", "cpu") else \
-            "columns" if conv.columns(g, "f32", "cpu") else "blocked"
+        path, bpath = ("pointwise" if conv.pointwise(g, "f32", "cpu") else
+                       "columns" if conv.columns(g, "f32", "cpu", p) else "blocked"
+                       for p in ("fwd", "bwd"))
         if conv.stores_nchw(g, "f32", "cpu", np.float32):  # the plan stores y itself
             pn = conv.nchw_plan(g, "f32", False)
             slots = np.empty(pn.extent["y"], np.float32)
@@ -134,7 +135,7 @@ def _conv(N):
             upd = [("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
                    ("upd", lambda: pu.run(dw=dw, **ui)),
                    ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))]
-        _line(name, "bwd", path, *_steps([
+        _line(name, "bwd", bpath, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
             ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd,
             lambda: conv.backward(dy, x, w, st, pd)))

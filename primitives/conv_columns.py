@@ -18,7 +18,7 @@ from primitives.conv_update import columns_update_product
 from primitives.fc_nest import product_nest
 
 
-def columns(g, dtype, backend):
+def columns(g, dtype, backend, pass_="fwd"):
     """The blocks (bd, bp) of the functional forward's im2col plan, or None
     where it does not apply. Where the weights outweigh the images (small
     images, many channels: N P Q at most K / 2), the forward reads w in place
@@ -28,8 +28,11 @@ def columns(g, dtype, backend):
     f32 on the CPU backend; in bf16 the forward alone (w bf16 already: nothing
     to round; conv.forward takes it where R S > 1), its tiles in VNNI pairs
     where the kernel reads them so (columns_vnni). (At any N on small images it won on the EPYC at one thread
-    and lost on the Xeon at 16: benchmarks/RESULTS.md.)"""
-    if dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K:
+    and lost on the Xeon at 16: benchmarks/RESULTS.md.) pass_: "fwd" for the
+    forward, "bwd" for conv.backward's two passes, each where the config's
+    `columns` of that pass allows."""
+    if (dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K
+            or not g.columns[pass_ == "bwd"]):
         return None
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 

@@ -32,8 +32,8 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
                  "pointwise_classes": bool,
                  "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
-                 "pointwise_rows": bool},
-          "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int},
+                 "pointwise_rows": bool, "columns": bool},
+          "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
 
@@ -83,6 +83,8 @@ class Geometry(HashedOnce):
     # the f32 functional pointwise forward on a copy of x whose rows start on
     # lines (conv_pointwise.pointwise_rows)
     pointwise_rows: bool = False
+    # fwd, bwd: the functional forms may take conv.columns where its rule allows
+    columns: tuple = (True, True)
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -163,7 +165,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     pick_block(P_ * Q, f["span_q"]) if any(span) else 1,
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
-                    f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"])
+                    f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
+                    tuple(cfg[p]["columns"] for p in ("fwd", "bwd")))
 
 
 # ---------------------------------------------------------------- the loop nests

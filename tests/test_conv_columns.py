@@ -1,0 +1,70 @@
+"""conv.columns (w read in place, x's im2col tiles): the functional forward,
+backward-data and update on it against float64 on random layers its rule
+allows, and the config's per-pass `columns` switch."""
+import numpy as np
+
+from primitives import conv
+from test_conv import magnitude, reference
+
+
+# conv.columns taken wherever its rule allows, whatever this machine's table says
+COLUMNS_ON = {"fwd": {"columns": True}, "bwd": {"columns": True}}
+
+
+def test_columns_forward_backward(rng):
+    """Weights that outweigh the images (N P Q <= K / 2): the forward reads w in
+    place against x's im2col tiles, the update writes dW in w's layout from
+    them (conv.columns), and backward-data (kernels over 1x1) reads w in place
+    again and sums its im2col gradient into dx. Random sizes, strides and
+    padding, ragged blocks, x and dy as strided views."""
+    done = 0
+    while done < 4:
+        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(16, 300))
+        H, W, R, S = (int(v) for v in rng.integers(1, 9, 4))
+        stride, padding = tuple(int(v) for v in rng.integers(1, 3, 2)), \
+            tuple(int(v) for v in rng.integers(0, 2, 2))
+        if done == 0:  # more pixels than one of backward-data's blocks (COLUMNS_DATA_PIXELS)
+            N, C, K, H, W, R, S, stride, padding = 3, 5, 300, 7, 7, 3, 3, (1, 1), (1, 1)
+        if R > H + 2 * padding[0] or S > W + 2 * padding[1]:
+            continue
+        g = conv.geometry(N, C, K, H, W, R, S, stride, padding, config=COLUMNS_ON)
+        if not conv.columns(g, "f32", "cpu"):
+            continue
+        assert conv.columns(g, "f32", "cpu", "bwd")  # the same rule for both passes
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S} stride={stride} padding={padding}")
+        x = rng.standard_normal((N, C, H, 2 * W)).astype(np.float32)[..., ::2]
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        y = conv.forward(x, w, stride, padding, config=COLUMNS_ON)
+        dy = rng.standard_normal((N, K, 2 * g.P, g.Q)).astype(np.float32)[:, :, ::2]
+        dx, dw = conv.backward(dy, x, w, stride, padding, config=COLUMNS_ON)
+        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, stride, padding),
+                                  magnitude(x, w, dy, stride, padding)):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+
+
+def test_columns_config(rng):
+    """The config's `columns` per pass: off, conv.columns' rule gives no blocks
+    for that pass (and only that one), and the call takes another route with
+    results as right. Random layers its rule allows."""
+    done = 0
+    while done < 3:
+        N, C, K = int(rng.integers(1, 3)), int(rng.integers(1, 40)), int(rng.integers(64, 200))
+        H, W = int(rng.integers(3, 8)), int(rng.integers(3, 8))
+        g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=COLUMNS_ON)
+        if not conv.columns(g, "f32", "cpu"):
+            continue
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W}")
+        x, w, dy = (rng.standard_normal(s).astype(np.float32)
+                    for s in ((N, C, H, W), (K, C, 3, 3), (N, K, H, W)))
+        for off in ("fwd", "bwd"):
+            cfg = {p: {"columns": p != off} for p in ("fwd", "bwd")}
+            g = conv.geometry(N, C, K, H, W, 3, 3, (1, 1), (1, 1), config=cfg)
+            assert conv.columns(g, "f32", "cpu", off) is None
+            assert conv.columns(g, "f32", "cpu", "bwd" if off == "fwd" else "fwd") is not None
+            got = (conv.forward(x, w, 1, 1, config=cfg), *conv.backward(dy, x, w, 1, 1, config=cfg))
+            for a, want, mag in zip(got, reference(x, w, dy, 1, 1), magnitude(x, w, dy, 1, 1)):
+                assert a.dtype == np.float32 and a.shape == want.shape
+                assert np.all(np.abs(a - want) <= 1e-5 * mag + 1e-30)
