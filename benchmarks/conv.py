@@ -53,6 +53,20 @@ def _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt):
     return x, w, dy, g, vnni, blocked
 
 
+def layer_backward(g, t, plans):
+    """The layer path's backward as the main job times it: backward-data's
+    and the update's plans (plans["bwd"], plans["upd"]) on the blocked
+    tensors t (_layer's), one after the other, the update's shares summed."""
+    shares = t["dw"].reshape(g.splits, -1)
+
+    def run():
+        plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"])
+        plans["upd"].run(dw=t["dw"], **t["upd"])
+        if g.splits > 1:
+            brgemm.layouts.column_sums(shares, out=t["dw_sum"])
+    return run
+
+
 def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job
     rng = np.random.default_rng()
@@ -102,17 +116,10 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
             # passes run one after the other, as a training step runs them (and as
             # the --vs torch tables' layer side does): each pass looped alone would
             # find its own operands in cache, which neither backward does
-            upd_plan = conv.plan(g, "upd", dtype, "upd" in vnni)
-
-            def layer_backward():
-                plan.run(**args)
-                upd_plan.run(dw=t["dw"], **upd)
-                if g.splits > 1:
-                    brgemm.layouts.column_sums(shares, out=t["dw_sum"])
-
             extra = {"fwd": [lambda: conv.forward(x, w, st, pd, dtype=dtype)],
                      "bwd": [lambda: conv.backward(dy, x, w, st, pd, dtype=dtype),
-                             layer_backward],
+                             layer_backward(g, t, {"bwd": plan, "upd": conv.plan(
+                                 g, "upd", dtype, "upd" in vnni)})],
                      "upd": []}[p]
             times, spread, rounds = interleaved([ours, job.run] + extra, reps=reps, rounds=True)
             t_ours, t_dnn = times[:2]

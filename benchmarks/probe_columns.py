@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.common import interleaved_samples, machine, paired_ratio, read_shapes, set_threads
 from benchmarks.conv import _layer as conv_layer
-from brgemm.layouts import column_sums
+from benchmarks.conv import layer_backward
 from primitives import conv
 
 
@@ -30,18 +30,11 @@ OFF = {"fwd": {"columns": False}, "bwd": {"columns": False}}
 def _sides(N, C, K, H, W, R, S, st, pd, rng):
     x, w, dy, g, vnni, t = conv_layer(rng, N, C, K, H, W, R, S, st, pd, "f32", np.float32)
     plans = {p: conv.plan(g, p, "f32", p in vnni) for p in ("fwd", "bwd", "upd")}
-    shares = t["dw"].reshape(g.splits, -1)
-
-    def layer_bwd():  # the main job's layer backward: both plans, the update's shares summed
-        plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"])
-        plans["upd"].run(dw=t["dw"], **t["upd"])
-        if g.splits > 1:
-            column_sums(shares, out=t["dw_sum"])
-
+    
     return g, {"layer fwd": lambda: plans["fwd"].run(x=t["x"], w=t["w"], y=t["y"]),
                "fwd on": lambda: conv.forward(x, w, st, pd, config=ON),
                "fwd off": lambda: conv.forward(x, w, st, pd, config=OFF),
-               "layer bwd": layer_bwd,
+               "layer bwd": layer_backward(g, t, plans),
                "bwd on": lambda: conv.backward(dy, x, w, st, pd, config=ON),
                "bwd off": lambda: conv.backward(dy, x, w, st, pd, config=OFF)}
 

@@ -18,8 +18,9 @@ rounds:
 ratios are func/layer per library (> 1: the functional call is the faster),
 medians of the rounds' paired ratios: the main job's func/ours, and the
 same ratio for the vendor's stack (PyTorch's functional calls over oneDNN's
-layer path); "dnn GF/s" is oneDNN's layer path (bwd: both passes' work). Speeds only: each side's results are checked in
-tests/test_conv*.py, tests/test_fc*.py and by the main job."""
+layer path); "dnn GF/s" is oneDNN's layer path (bwd: both passes' work).
+Speeds only: our results are checked in tests/test_conv*.py and
+tests/test_fc*.py, and against oneDNN's by the main job."""
 import argparse
 import statistics
 
@@ -29,8 +30,9 @@ from benchmarks.common import (geomean, interleaved_samples, machine, paired_rat
                                read_shapes, set_threads, torch_threads)
 from benchmarks.conv import QUICK as CONV_QUICK
 from benchmarks.conv import _layer as conv_layer
+from benchmarks.conv import layer_backward
 from benchmarks.onednn import Job
-from brgemm.layouts import column_sums, to_blocks
+from brgemm.layouts import to_blocks
 from primitives import conv, fc
 
 
@@ -40,14 +42,7 @@ def _conv_sides(torch, N, C, K, H, W, R, S, st, pd, rng):
     jobs = {p: Job.conv(p, N, C, K, H, W, R, S, (st, st), (pd, pd),
                         x=x if p != "bwd" else None, w=w if p != "upd" else None,
                         dy=dy if p != "fwd" else None) for p in ("fwd", "bwd", "upd")}
-    shares = t["dw"].reshape(g.splits, -1)
-
-    def layer_bwd():  # the main job's layer backward: both plans, the update's shares summed
-        plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"])
-        plans["upd"].run(dw=t["dw"], **t["upd"])
-        if g.splits > 1:
-            column_sums(shares, out=t["dw_sum"])
-
+    
     tx, tw, tdy = (torch.from_numpy(a) for a in (x, w, dy))
     back = torch.ops.aten.convolution_backward
     flops = 2.0 * N * K * g.P * g.Q * C * R * S
@@ -56,7 +51,7 @@ def _conv_sides(torch, N, C, K, H, W, R, S, st, pd, rng):
                 lambda: conv.forward(x, w, st, pd),
                 jobs["fwd"].run,
                 lambda: torch.nn.functional.conv2d(tx, tw, stride=st, padding=pd)),
-        "bwd": (layer_bwd, lambda: conv.backward(dy, x, w, st, pd),
+        "bwd": (layer_backward(g, t, plans), lambda: conv.backward(dy, x, w, st, pd),
                 lambda: (jobs["bwd"].run(), jobs["upd"].run()),
                 lambda: back(tdy, tx, tw, None, [st, st], [pd, pd], [1, 1], False, [0, 0], 1,
                              [True, True, False]))}
@@ -116,7 +111,8 @@ def main():
     under = [(n, p, o, v) for n, p, o, v in rows if o < 0.90]
     print(f"rows with ours f/l under 0.90: {len(under)} of {len(rows)}; the vendor's f/l on "
           "them: " + ", ".join(f"{n} {p} {o:.2f} / {v:.2f}" for n, p, o, v in under))
-    print(f"rows with the vendor's f/l under 0.90: {sum(v < 0.90 for *_, v in rows)} of {len(rows)}")
+    under_vendor = sum(v < 0.90 for *_, v in rows)
+    print(f"rows with the vendor's f/l under 0.90: {under_vendor} of {len(rows)}")
     print(f"geomean f/l: ours {geomean([o for *_, o, v in rows]):.2f}, the vendor's "
           f"{geomean([v for *_, v in rows]):.2f}")
 
