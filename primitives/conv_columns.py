@@ -31,6 +31,8 @@ def columns(g, dtype, backend, pass_="fwd"):
     and lost on the Xeon at 16: benchmarks/RESULTS.md.) pass_: "fwd" for the
     forward, "bwd" for conv.backward's two passes, each where the config's
     `columns` of that pass allows."""
+    if pass_ not in ("fwd", "bwd"):
+        raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {pass_!r}")
     if (dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K
             or not g.columns[pass_ == "bwd"]):
         return None

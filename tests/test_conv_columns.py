@@ -2,6 +2,7 @@
 backward-data and update on it against float64 on random layers its rule
 allows, and the config's per-pass `columns` switch."""
 import numpy as np
+import pytest
 
 from primitives import conv
 from test_conv import magnitude, reference
@@ -68,3 +69,5 @@ def test_columns_config(rng):
             for a, want, mag in zip(got, reference(x, w, dy, 1, 1), magnitude(x, w, dy, 1, 1)):
                 assert a.dtype == np.float32 and a.shape == want.shape
                 assert np.all(np.abs(a - want) <= 1e-5 * mag + 1e-30)
+    with pytest.raises(ValueError, match="pass_"):
+        conv.columns(g, "f32", "cpu", "upd")  # the update goes with backward-data ("bwd")
