@@ -1,8 +1,8 @@
 """Probe (issue 17): conv.columns against the other routes, per pass and per
 machine. On the ResNet-50 layers where conv.columns' rule allows it at N =
 threads (7 x 7 outputs with many channels), conv.forward and conv.backward
-with the config's `columns` on (the table's) and off, and the layer path's
-plans, all in the same rotated rounds:
+with the config's `columns` on and off (whatever this machine's table
+says), and the layer path's plans, all in the same rotated rounds:
 
     python -m benchmarks.probe_columns [--threads T] [--reps 9]
 
@@ -11,7 +11,7 @@ columns on and off, the layer's backward-data and update plans run one after
 the other, conv.backward with columns on and off; then each functional
 call's time over the layer's (func/layer, paired by round; > 1: the
 functional call is the faster). Speeds only: both routes' results are
-checked in tests/test_conv.py."""
+checked in tests/test_conv_columns.py."""
 import argparse
 import statistics
 
