@@ -30,25 +30,32 @@ def run(quick=False, dtype="f32", threads=None, shape_set="fc_sizes",
                    lambda: _functional(quick, dtype, threads, shape_set))
 
 
+def layer(rng, N, C, K, dtype):
+    """Random x [N, C] and dy [N, K] of dtype's NumPy type, the main job's layer
+    (fc.Linear without a bias, its forward run once) and its weights w as
+    that type, and x, dy blocked as the layer path reads them."""
+    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
+    x = rng.standard_normal((N, C)).astype(npdt)
+    dy = rng.standard_normal((N, K)).astype(npdt)
+    lin = fc.Linear(C, K, bias=False, dtype=dtype, rng=rng)
+    g = lin.prepare(N)
+    xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
+    lin.forward_blocked(xb)
+    return x, lin.weight.astype(npdt), dy, lin, xb, dyb
+
+
 def _vs_onednn(quick, dtype, threads, shape_set, passes):
     from benchmarks.onednn import Job  # after OMP_NUM_THREADS: one OpenMP runtime for both
     rng = np.random.default_rng()
     shapes = read_shapes(shape_set)[:3] if quick else read_shapes(shape_set)
     peak, unit = layer_peak(dtype, threads)
-    npdt = np.float32 if dtype == "f32" else brgemm.bfloat16
     print(f"fc {dtype}, {threads} threads, {machine()}; peak {peak:.0f} GFLOP/s (one core's "
           f"{unit} peak x threads); median of {MAIN_ROUNDS}, ours and oneDNN interleaved")
     table = VsTable(15, 5, func_gflops=True)
     table.head()
     rows = []
     for (N, C, K), name in shapes:
-        x = rng.standard_normal((N, C)).astype(npdt)
-        dy = rng.standard_normal((N, K)).astype(npdt)
-        lin = fc.Linear(C, K, bias=False, dtype=dtype, rng=rng)
-        g = lin.prepare(N)
-        w = lin.weight.astype(npdt)
-        xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
-        lin.forward_blocked(xb)
+        x, w, dy, lin, xb, dyb = layer(rng, N, C, K, dtype)
         flops = 2.0 * N * C * K
         for p in passes:
             try:

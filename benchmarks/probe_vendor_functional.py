@@ -31,8 +31,8 @@ from benchmarks.common import (geomean, interleaved_samples, machine, paired_rat
 from benchmarks.conv import QUICK as CONV_QUICK
 from benchmarks.conv import _layer as conv_layer
 from benchmarks.conv import layer_backward
+from benchmarks.fc import layer as fc_layer
 from benchmarks.onednn import Job
-from brgemm.layouts import to_blocks
 from primitives import conv, fc
 
 
@@ -42,7 +42,6 @@ def _conv_sides(torch, N, C, K, H, W, R, S, st, pd, rng):
     jobs = {p: Job.conv(p, N, C, K, H, W, R, S, (st, st), (pd, pd),
                         x=x if p != "bwd" else None, w=w if p != "upd" else None,
                         dy=dy if p != "fwd" else None) for p in ("fwd", "bwd", "upd")}
-    
     tx, tw, tdy = (torch.from_numpy(a) for a in (x, w, dy))
     back = torch.ops.aten.convolution_backward
     flops = 2.0 * N * K * g.P * g.Q * C * R * S
@@ -58,13 +57,7 @@ def _conv_sides(torch, N, C, K, H, W, R, S, st, pd, rng):
 
 
 def _fc_sides(torch, N, C, K, rng):
-    x = rng.standard_normal((N, C)).astype(np.float32)
-    dy = rng.standard_normal((N, K)).astype(np.float32)
-    lin = fc.Linear(C, K, bias=False, rng=rng)  # the main job's layer
-    g = lin.prepare(N)
-    w = lin.weight.astype(np.float32)
-    xb, dyb = to_blocks(x, g.bn, g.bc), to_blocks(dy, g.bn, g.bk)
-    lin.forward_blocked(xb)
+    x, w, dy, lin, xb, dyb = fc_layer(rng, N, C, K, "f32")  # the main job's layer
     jobs = {p: Job.ip(p, x if p != "bwd" else None, w if p != "upd" else None,
                       dy if p != "fwd" else None) for p in ("fwd", "bwd", "upd")}
     tx, tw, tdy = (torch.from_numpy(a) for a in (x, w, dy))
@@ -78,11 +71,13 @@ def _fc_sides(torch, N, C, K, rng):
 
 
 def _row(name, pass_, sides, flops, reps):
+    """flops: one pass's work ("bwd" does two)."""
     layer, func, dnn, torch_fn = interleaved_samples(list(sides), reps=reps, rotate=True)
     ms = [1e3 * statistics.median(s) for s in (layer, func, dnn, torch_fn)]
     ours, vendor = paired_ratio(layer, func), paired_ratio(dnn, torch_fn)
+    rate = flops * (2 if pass_ == "bwd" else 1) / statistics.median(dnn) * 1e-9
     print(f"{name:<17}{pass_:<5}" + "".join(f"{m:9.3f}" for m in ms)
-          + f"{ours:11.2f}{vendor:11.2f}{flops / statistics.median(dnn) * 1e-9:9.1f}", flush=True)
+          + f"{ours:11.2f}{vendor:11.2f}{rate:9.1f}", flush=True)
     return ours, vendor
 
 
@@ -102,11 +97,11 @@ def main():
     rows = []
     for (C, K, H, W, R, S, st, pd), name in quick_shapes("resnet50_conv", True, CONV_QUICK):
         flops, sides = _conv_sides(torch, threads, C, K, H, W, R, S, st, pd, rng)
-        rows += [(name, p) + _row(name, p, sides[p], flops * (p == "bwd") + flops, args.reps)
+        rows += [(name, p) + _row(name, p, sides[p], flops, args.reps)
                  for p in sides]
     for (N, C, K), name in read_shapes("fc_sizes")[:3]:  # the main job's quick FC shapes
         flops, sides = _fc_sides(torch, N, C, K, rng)
-        rows += [(name, p) + _row(name, p, sides[p], flops * (p == "bwd") + flops, args.reps)
+        rows += [(name, p) + _row(name, p, sides[p], flops, args.reps)
                  for p in sides]
     under = [(n, p, o, v) for n, p, o, v in rows if o < 0.90]
     print(f"rows with ours f/l under 0.90: {len(under)} of {len(rows)}; the vendor's f/l on "
