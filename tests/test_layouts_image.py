@@ -316,6 +316,9 @@ def test_image_to_columns(rng, dtypes, threads):
         x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
         if it % 4 == 2:  # stride 1 across: f32 takes the AVX-512 path (any sh, x's strides)
             sw = 1
+        if it % 4 == 0:  # and no padding, columns 1 apart: that path reads x itself, up to
+            sw, ph, pw, R, S = 1, 0, 0, min(R, H), min(S, W)  # its ends (masked loads there)
+            x = big[:N, :C, :H, :W] if rng.integers(2) else np.ascontiguousarray(big[:N, :C, :H, :W])
         if it % 2:  # stride 1, output as wide as x, x contiguous: one span per image's rows
             sh = sw = 1
             S, R = 2 * pw + 1, int(rng.integers(1, min(H + 2 * ph, 2 * ph + 2) + 1))

@@ -558,35 +558,55 @@ static inline void next_tap(int64_t* c, int64_t* r, int64_t* s, int64_t R, int64
   ++*c;
 }
 
-/* image_to_columns for f32 with stride 1 across, with AVX-512, in two passes:
- * x into zero-bordered planes (xp: [N C][Hp][Wp], a margin of 16 floats at
- * each end), then each vector of 16 columns of a tile row blended from one
- * plain 16-float load per output row (n, p) it crosses. The tile's columns
- * are the same for all its rows, so where each such run ("segment") starts
- * in xp and which lanes it fills are worked out once per tile; a row then
- * costs a few loads and blends and one store per vector. The plain loop
- * made a memcpy and zero runs per output row of 7 or 14 pixels; masked loads
- * straight from x ran 10 times slower on some alignments of x (the EPYC). */
+/* image_to_columns for f32 with stride 1 across, with AVX-512: each vector
+ * of 16 columns of a tile row blended from one plain 16-float load per output
+ * row (n, p) it crosses. The tile's columns are the same for all its rows,
+ * so where each such run ("segment") starts and which lanes it fills are
+ * worked out once per tile; a row then costs a few loads and blends and one
+ * store per vector. Where the kernel reaches past the image (padding), x is
+ * first copied into zero-bordered planes (xp: [N C][Hp][Wp], a margin of 16
+ * floats at each end) and the loads read those; without padding they read x
+ * itself, its own strides standing for xp's, and a load whose 16 floats
+ * would leave x's extent takes only its run's lanes (a masked load, which
+ * does not touch the others: the copy cost 2 / 3 of the whole on 7 x 7
+ * images of 1x1 layers). The plain loop made a memcpy and zero runs per
+ * output row of 7 or 14 pixels; masked loads for every segment ran 10
+ * times slower on some alignments of x (the EPYC). */
 __attribute__((target("avx512f"))) static int columns_avx512(
     const float* src, int64_t N, int64_t C, int64_t sn, int64_t sc, int64_t srow, int64_t scol,
     int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t ph, int64_t pw, int64_t P,
     int64_t Q, int64_t bd, int64_t bp, float* dst, int transposed, int threads) {
-  const int64_t Hp = (P - 1) * sh + R, Wp = Q - 1 + S, plane = Hp * Wp, margin = 16;
+  const int direct = ph == 0 && pw == 0 && scol == 1;
+  const int64_t Hp = (P - 1) * sh + R, Wp = Q - 1 + S, plane = Hp * Wp;
+  const int64_t margin = direct ? 0 : 16;
+  /* the strides the loads walk: xp's, or x's own */
+  const int64_t ist = direct ? sn : C * plane, cst = direct ? sc : plane, rst = direct ? srow : Wp;
+  /* the last element a plain 16-float load may start at */
+  const int64_t limit = (direct ? (N - 1) * sn + (C - 1) * sc + (H - 1) * srow + W
+                                : N * C * plane + 2 * margin) - 16;
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
   const int64_t nvec = (bp + 15) / 16, NS = brgemm_min64(16, 1 + (14 + Q) / Q), nseg = nvec * NS;
-  float* xp = malloc((size_t)(N * C * plane + 2 * margin) * sizeof(float));
-  if (!xp) return BRGEMM_ENOMEM;
+  float* planes = direct ? NULL : malloc((size_t)(N * C * plane + 2 * margin) * sizeof(float));
+  if (!direct && !planes) return BRGEMM_ENOMEM;
+  const float* xp = direct ? src : planes;
   const int nt = brgemm_cpu_plan_threads(threads);
-  memset(xp, 0, margin * sizeof(float));
-  memset(xp + margin + N * C * plane, 0, margin * sizeof(float));
+  if (!direct) {
+    memset(planes, 0, margin * sizeof(float));
+    memset(planes + margin + N * C * plane, 0, margin * sizeof(float));
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t o = 0; o < N * C; ++o) { /* plane o = n C + c, its border zero */
-    const float* in = src + o / C * sn + o % C * sc;
-    float* out = xp + margin + o * plane;
-    const int64_t w0 = brgemm_min64(pw, Wp), w1 = brgemm_min64(Wp, pw + W);
-    memset(out, 0, (size_t)plane * sizeof(float)); /* one call: a call a row cost more */
-    for (int64_t y = ph > 0 ? 0 : -ph; y < H && y + ph < Hp; ++y)
-      for (int64_t w = w0; w < w1; ++w) out[(y + ph) * Wp + w] = in[y * srow + (w - pw) * scol];
+    for (int64_t o = 0; o < N * C; ++o) { /* plane o = n C + c, its border zero */
+      const float* in = src + o / C * sn + o % C * sc;
+      float* out = planes + margin + o * plane;
+      const int64_t w0 = brgemm_min64(pw, Wp), w1 = brgemm_min64(Wp, pw + W);
+      memset(out, 0, (size_t)plane * sizeof(float)); /* one call: a call a row cost more */
+      for (int64_t y = ph > 0 ? 0 : -ph; y < H && y + ph < Hp; ++y) {
+        float* to = out + (y + ph) * Wp;
+        if (scol == 1) /* a row's run in one copy, not element by element */
+          memcpy(to + w0, in + y * srow + w0 - pw, (size_t)(w1 - w0) * sizeof(float));
+        else
+          for (int64_t w = w0; w < w1; ++w) to[w] = in[y * srow + (w - pw) * scol];
+      }
+    }
   }
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(nt)
@@ -614,7 +634,7 @@ __attribute__((target("avx512f"))) static int columns_avx512(
         for (int64_t k = 0, l = 0; k < NS; ++k) {
           const int64_t e = v * NS + k, left = brgemm_min64(16 - l, nj - v * 16 - l);
           const int64_t run = left > 0 ? brgemm_min64(Q - q, left) : 0;
-          off[e] = run ? margin + n * C * plane + p * sh * Wp + q - l : margin; /* in xp */
+          off[e] = run ? margin + n * ist + p * sh * rst + q - l : margin; /* in xp */
           lanes[e] = (uint16_t)(((1u << run) - 1u) << l);
           if (run) {
             used[v] = k + 1;
@@ -629,12 +649,21 @@ __attribute__((target("avx512f"))) static int columns_avx512(
       float* tile = transposed ? mine : dst + t * bd * bp;
       int64_t c = d0 / (R * S), r = d0 / S % R, s = d0 % S;
       for (int64_t i = 0; i < nd; ++i, next_tap(&c, &r, &s, R, S)) {
-        const float* base = xp + c * plane + r * Wp + s;
+        const int64_t at = c * cst + r * rst + s;
         float* row = tile + i * bp;
         for (int64_t v = 0; v < nvec; ++v) {
           __m512 x = _mm512_setzero_ps();
-          for (int64_t e = v * NS; e < v * NS + used[v]; ++e)
-            x = _mm512_mask_blend_ps((__mmask16)lanes[e], x, _mm512_loadu_ps(base + off[e]));
+          for (int64_t e = v * NS; e < v * NS + used[v]; ++e) {
+            const int64_t from = at + off[e];
+            const __mmask16 m = (__mmask16)lanes[e];
+            if (from >= 0 && from <= limit) {
+              __m512 in = _mm512_loadu_ps(xp + from);
+              __asm__("" : "+v"(in)); /* a plain load: folded into a masked one it ran slower */
+              x = _mm512_mask_blend_ps(m, x, in);
+            } else {
+              x = _mm512_mask_loadu_ps(x, m, xp + from); /* only the run's lanes */
+            }
+          }
           if (v * 16 + 16 <= bp)
             _mm512_storeu_ps(row + v * 16, x);
           else
@@ -649,7 +678,7 @@ __attribute__((target("avx512f"))) static int columns_avx512(
     free(off);
     free(mine);
   }
-  free(xp);
+  free(planes);
   return err;
 }
 
