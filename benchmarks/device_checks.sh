@@ -17,7 +17,8 @@
 # oneDNN's, f32) at all cores and at 2 pinned ones (VENDOR_LIMIT s each); part
 # "main", the README's main job (all --quick, against oneDNN 3.2) likewise
 # (MAIN_LIMIT s each); part "columns", benchmarks.probe_columns likewise
-# (COLUMNS_LIMIT s each).
+# (COLUMNS_LIMIT s each); part "ceilings", benchmarks.probe_route_ceilings,
+# forward and backward, likewise (CEILINGS_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -51,6 +52,11 @@ for part in $parts; do
            for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
              timeout ${COLUMNS_LIMIT:-150} $pin $py -m benchmarks.probe_columns --threads $t
            done) ;;
+    ceilings) (OUT=$work/ceilings BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
+             for p in fwd bwd; do
+               timeout ${CEILINGS_LIMIT:-90} $pin $py -m benchmarks.probe_route_ceilings --threads $t \
+                 --pass $p; done; done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
