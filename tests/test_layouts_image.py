@@ -314,10 +314,10 @@ def test_image_to_columns(rng, dtypes, threads):
         bd, bp = (int(v) for v in rng.integers(1, 40, 2))
         big = rng.standard_normal((N + 1, C + 2, H + 1, 2 * W)).astype(src)
         x = big[1:, 2:, 1:, ::2] if rng.integers(2) else big[:N, :C, :H, :W]
-        if it % 4 == 2:  # stride 1 across: f32 takes the AVX-512 path (any sh, x's strides)
-            sw = 1
+        if it % 4 == 2:  # stride 1 or 2 across: f32 takes the AVX-512 path (any sh, strides)
+            sw = int(rng.integers(1, 3))
         if it % 4 == 0:  # and no padding, columns 1 apart: that path reads x itself, up to
-            sw, ph, pw, R, S = 1, 0, 0, min(R, H), min(S, W)  # its ends (masked loads there)
+            sw, ph, pw, R, S = int(rng.integers(1, 3)), 0, 0, min(R, H), min(S, W)  # its ends
             x = big[:N, :C, :H, :W] if rng.integers(2) else np.ascontiguousarray(big[:N, :C, :H, :W])
         if it % 2:  # stride 1, output as wide as x, x contiguous: one span per image's rows
             sh = sw = 1

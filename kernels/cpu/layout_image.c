@@ -558,9 +558,10 @@ static inline void next_tap(int64_t* c, int64_t* r, int64_t* s, int64_t R, int64
   ++*c;
 }
 
-/* image_to_columns for f32 with stride 1 across, with AVX-512: each vector
- * of 16 columns of a tile row blended from one plain 16-float load per output
- * row (n, p) it crosses. The tile's columns are the same for all its rows,
+/* image_to_columns for f32 with stride 1 or 2 across, with AVX-512: each
+ * vector of 16 columns of a tile row blended from one plain 16-float load
+ * (stride 2: two, their even elements picked by one permute) per output row
+ * (n, p) it crosses. The tile's columns are the same for all its rows,
  * so where each such run ("segment") starts and which lanes it fills are
  * worked out once per tile; a row then costs a few loads and blends and one
  * store per vector. Where the kernel reaches past the image (padding), x is
@@ -574,16 +575,17 @@ static inline void next_tap(int64_t* c, int64_t* r, int64_t* s, int64_t R, int64
  * times slower on some alignments of x (the EPYC). */
 __attribute__((target("avx512f"))) static int columns_avx512(
     const float* src, int64_t N, int64_t C, int64_t sn, int64_t sc, int64_t srow, int64_t scol,
-    int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t ph, int64_t pw, int64_t P,
-    int64_t Q, int64_t bd, int64_t bp, float* dst, int transposed, int threads) {
+    int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+    int64_t P, int64_t Q, int64_t bd, int64_t bp, float* dst, int transposed, int threads) {
   const int direct = ph == 0 && pw == 0 && scol == 1;
-  const int64_t Hp = (P - 1) * sh + R, Wp = Q - 1 + S, plane = Hp * Wp;
-  const int64_t margin = direct ? 0 : 16;
+  const int64_t Hp = (P - 1) * sh + R, Wp = (Q - 1) * sw + S, plane = Hp * Wp;
+  const int64_t span = 16 * sw, margin = direct ? 0 : span; /* the floats one load takes */
   /* the strides the loads walk: xp's, or x's own */
   const int64_t ist = direct ? sn : C * plane, cst = direct ? sc : plane, rst = direct ? srow : Wp;
-  /* the last element a plain 16-float load may start at */
+  /* the last element a plain load may start at */
   const int64_t limit = (direct ? (N - 1) * sn + (C - 1) * sc + (H - 1) * srow + W
-                                : N * C * plane + 2 * margin) - 16;
+                                : N * C * plane + 2 * margin) - span;
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
   const int64_t nvec = (bp + 15) / 16, NS = brgemm_min64(16, 1 + (14 + Q) / Q), nseg = nvec * NS;
   float* planes = direct ? NULL : malloc((size_t)(N * C * plane + 2 * margin) * sizeof(float));
@@ -612,10 +614,12 @@ __attribute__((target("avx512f"))) static int columns_avx512(
 #pragma omp parallel num_threads(nt)
   {
     /* per segment: where lane 0's element lies in xp for tap (0, 0) of channel
-     * 0, and the lanes it fills */
-    int64_t* off = malloc((size_t)(nseg + nvec) * sizeof(int64_t) + nseg * sizeof(uint16_t));
+     * 0, the lanes it fills and (stride 2) the elements of its two loads
+     * those lanes take */
+    int64_t* off = malloc((size_t)(nseg + nvec) * sizeof(int64_t) + 3 * nseg * sizeof(uint16_t));
     int64_t* used = off ? off + nseg : NULL; /* segments each vector fills */
     uint16_t* lanes = off ? (uint16_t*)(used + nvec) : NULL;
+    uint16_t* halves = off ? lanes + nseg : NULL; /* [nseg][2] */
     float* mine = transposed ? malloc((size_t)(bd * bp) * sizeof(float)) : NULL;
     if (!off || (transposed && !mine)) {
       free(off);
@@ -634,8 +638,11 @@ __attribute__((target("avx512f"))) static int columns_avx512(
         for (int64_t k = 0, l = 0; k < NS; ++k) {
           const int64_t e = v * NS + k, left = brgemm_min64(16 - l, nj - v * 16 - l);
           const int64_t run = left > 0 ? brgemm_min64(Q - q, left) : 0;
-          off[e] = run ? margin + n * ist + p * sh * rst + q - l : margin; /* in xp */
+          off[e] = run ? margin + n * ist + p * sh * rst + (q - l) * sw : margin; /* in xp */
           lanes[e] = (uint16_t)(((1u << run) - 1u) << l);
+          halves[2 * e] = halves[2 * e + 1] = 0;
+          for (int64_t j = l; j < l + run; ++j) /* lane j takes element 2 j of the loads */
+            halves[2 * e + (j >= 8)] |= (uint16_t)(1u << (2 * j % 16));
           if (run) {
             used[v] = k + 1;
             l += run;
@@ -656,7 +663,14 @@ __attribute__((target("avx512f"))) static int columns_avx512(
           for (int64_t e = v * NS; e < v * NS + used[v]; ++e) {
             const int64_t from = at + off[e];
             const __mmask16 m = (__mmask16)lanes[e];
-            if (from >= 0 && from <= limit) {
+            const int inside = from >= 0 && from <= limit;
+            if (sw == 2) { /* the even elements of 32 */
+              const __m512 lo = inside ? _mm512_loadu_ps(xp + from)
+                                       : _mm512_maskz_loadu_ps(halves[2 * e], xp + from);
+              const __m512 hi = inside ? _mm512_loadu_ps(xp + from + 16)
+                                       : _mm512_maskz_loadu_ps(halves[2 * e + 1], xp + from + 16);
+              x = _mm512_mask_blend_ps(m, x, _mm512_permutex2var_ps(lo, even, hi));
+            } else if (inside) {
               __m512 in = _mm512_loadu_ps(xp + from);
               __asm__("" : "+v"(in)); /* a plain load: folded into a masked one it ran slower */
               x = _mm512_mask_blend_ps(m, x, in);
@@ -698,9 +712,9 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
   /* stride 1, rows of the plane end to end, as wide as the output (a "same"
    * padded kernel or 1 x 1): an image's output rows read one span of x */
-  if (si == 4 && di == 4 && sw == 1 && brgemm_layout_avx512()) /* conv.columns' case */
-    return columns_avx512((const float*)src, N, C, sn, sc, srow, scol, H, W, R, S, sh, ph, pw,
-                          P, Q, bd, bp, (float*)dst, transposed, threads);
+  if (si == 4 && di == 4 && sw <= 2 && brgemm_layout_avx512()) /* conv.columns' case */
+    return columns_avx512((const float*)src, N, C, sn, sc, srow, scol, H, W, R, S, sh, sw, ph,
+                          pw, P, Q, bd, bp, (float*)dst, transposed, threads);
   const int flat = si == di && sh == 1 && sw == 1 && scol == 1 && srow == W && Q == W;
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
