@@ -35,6 +35,12 @@ along C R S), and all of conv.backward's steps one after the other
 tiles, dy's copy, the update plan).
 
     python -m benchmarks.probe_route_ceilings [--threads T] [--reps 9] [--pass fwd|bwd]
+        [--widths 32,48,64]
+
+--widths (bwd): after each layer's line, its backward-data and update plans
+alone at each of these widths along C R S (the tiles' bd; the library's are
+conv.COLUMNS_DATA_WIDTH and conv.COLUMNS_UPDATE_WIDTH), beside the layer
+path's two plans alone, ms medians of the same rotated rounds.
 
 Columns: ms medians; func/layer, the ceilings layer/plan (paired per round;
 > 1 would be faster than the layer), the pixel route's lane use (fwd).
@@ -107,11 +113,33 @@ def _backward(dy, x, w, g):
             lambda: [step() for step in steps])
 
 
+def _widths(dy, x, w, g, t, plans, widths, reps):
+    """The backward's two columns plans alone at each width along C R S, and
+    the layer path's backward-data and update plans alone (ms medians)."""
+    cols, D, taps = g.N * g.P * g.Q, g.C * g.R * g.S, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
+    bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
+    dyt = np.ascontiguousarray(dy.transpose(0, 2, 3, 1).reshape(cols, g.K))
+    dyc = np.ascontiguousarray(dy.transpose(1, 0, 2, 3).reshape(g.K, cols))
+    dxc, dw = np.empty((cols, D), np.float32), np.empty_like(w)
+    sides = {"layer bwd": lambda: plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
+             "layer upd": lambda: plans["upd"].run(dw=t["dw"], **t["upd"])}
+    for width in widths:
+        bd = pick_block(D, width, 16)
+        data, upd = (conv.columns_plan(g, "f32", bd, bp, p) for p in ("bwd", "upd"))
+        xct = image_to_columns(x, *taps, bd, bp, transposed=True)
+        sides[f"data {bd}"] = lambda data=data: data.run(dyt=dyt, w=w, dxc=dxc)
+        sides[f"upd {bd}"] = lambda upd=upd, xct=xct: upd.run(dyc=dyc, xct=xct, dw=dw)
+    s = interleaved_samples(list(sides.values()), reps=reps, rotate=True)
+    print("    plans alone, ms: " + ", ".join(f"{k} {1e3 * statistics.median(v):.3f}"
+                                          for k, v in zip(sides, s)), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd")
+    ap.add_argument("--widths", type=lambda v: [int(w) for w in v.split(",")], default=[])
     args = ap.parse_args()
     threads = set_threads(args.threads, onednn=False)
     rng = np.random.default_rng()
@@ -145,6 +173,8 @@ def main():
                   f"{NPQ / (16 * nblocks(NPQ, 16)):7.3f}", flush=True)
         else:
             print(f"{name:<17}{ms}{ratios[0]:10.2f}{ratios[1]:10.2f}{ratios[2]:10.2f}", flush=True)
+            if args.widths:
+                _widths(dy, x, w, g, t, plans, args.widths, args.reps)
 
 
 if __name__ == "__main__":
