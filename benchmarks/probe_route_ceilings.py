@@ -41,8 +41,8 @@ tiles, dy's copy, the update plan).
 alone at each of these widths along C R S (the tiles' bd; the library's are
 conv.COLUMNS_DATA_WIDTH and conv.COLUMNS_UPDATE_WIDTH), beside the layer
 path's two plans alone, and backward-data as fc's copying plan (w's tiles
-copied by the plan as its calls need them: fc.plan_copying), ms medians of
-the same rotated rounds.
+copied by the plan as its calls need them: conv.columns_data_copying, what
+the config's columns_copies_w picks), ms medians of the same rotated rounds.
 
 Columns: ms medians; func/layer, the ceilings layer/plan (paired per round;
 > 1 would be faster than the layer), the pixel route's lane use (fwd).
@@ -131,8 +131,7 @@ def _widths(dy, x, w, g, t, plans, widths, reps):
         xct = image_to_columns(x, *taps, bd, bp, transposed=True)
         sides[f"data {bd}"] = lambda data=data: data.run(dyt=dyt, w=w, dxc=dxc)
         sides[f"upd {bd}"] = lambda upd=upd, xct=xct: upd.run(dyc=dyc, xct=xct, dw=dw)
-    gf = fc.geometry(cols, D, g.K, path=kernel_path("f32"))  # dx^c = dy^T w as fc's backward-data
-    copying = fc.plan_copying(gf, "bwd")
+    copying = conv.columns_data_copying(g)  # dx^c = dy^T w as fc's backward-data
     wt = np.empty(copying.extent["wt"], np.float32)
     sides["data copying"] = lambda: copying.run(dy=dyt, w=w.reshape(g.K, D), wt=wt, dx=dxc)
     s = interleaved_samples(list(sides.values()), reps=reps, rotate=True)

@@ -63,7 +63,8 @@ from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
-                                     COLUMNS_UPDATE_WIDTH, columns, columns_plan, columns_vnni)
+                                     COLUMNS_UPDATE_WIDTH, columns, columns_data_copying,
+                                     columns_plan, columns_vnni)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
 
@@ -342,7 +343,8 @@ def _transposed(g):
 
 
 def _columns_data(dy, w, g):
-    """dx where the forward reads w in place (columns): w read in place again,
+    """dx where the forward reads w in place (columns): w read in place again
+    (or, with the config's columns_copies_w, its tiles copied by the plan),
     against each image's dy transposed; dx^c summed into dx after."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
     bd, bp = pick_block(D, COLUMNS_DATA_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
@@ -350,7 +352,12 @@ def _columns_data(dy, w, g):
                       transpose=True, swap_grid=True,
                       out=_scratch.get("dyt", (cols, g.K), np.float32))
     dxc = _scratch.get("dxc", (cols, D), np.float32)  # all written: beta 0 first
-    columns_plan(g, "f32", bd, bp, "bwd").run(dyt=dyt, w=w, dxc=dxc)
+    if g.columns_copies_w:  # w's tiles copied by the plan (the config's columns_copies_w)
+        p = columns_data_copying(g)
+        p.run(dy=dyt, w=w.reshape(g.K, D), dx=dxc,
+              wt=_scratch.get("wt_copies", (p.extent["wt"],), np.float32))
+    else:
+        columns_plan(g, "f32", bd, bp, "bwd").run(dyt=dyt, w=w, dxc=dxc)
     return columns_to_image(dxc, (g.N, g.C, g.H, g.W), (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw),
                             out=_results.empty("dx", (g.N, g.C, g.H, g.W), np.float32))
 

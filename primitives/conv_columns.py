@@ -7,6 +7,7 @@ functional forms that run them are in primitives/conv.py."""
 import dataclasses
 
 from brgemm import plan as bplan
+from brgemm.info import kernel_path
 from brgemm.layouts import nblocks, pick_block
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.vnni import takes_vnni_b
@@ -16,6 +17,8 @@ from primitives.conv_forward import columns_product
 from primitives.conv_plans import SCHEMA, _plans
 from primitives.conv_update import columns_update_product
 from primitives.fc_nest import product_nest
+from primitives.fc_plans import geometry as fc_geometry
+from primitives.fc_plans import plan_copying
 
 
 def columns(g, dtype, backend, pass_="fwd"):
@@ -90,3 +93,13 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False):
         return rec.finish()
     return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni, has_bias),
                       record)
+
+
+def columns_data_copying(g):
+    """Backward-data's plan where the config's columns_copies_w says so:
+    dx^c [N P Q][C R S] = dy^T [N P Q][K] w [K][C R S] as fc's backward-data
+    on the same plain matrices (fc_plans.plan_copying: tensors dy, w, wt, dx),
+    w's tiles copied by the plan as its calls need them, so that no call
+    reads w's rows C R S floats apart in place."""
+    path = kernel_path("f32")
+    return plan_copying(fc_geometry(g.N * g.P * g.Q, g.C * g.R * g.S, g.K, path=path), "bwd")

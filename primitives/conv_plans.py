@@ -33,7 +33,8 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "pointwise_classes": bool,
                  "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
                  "pointwise_rows": bool, "columns": bool},
-          "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool},
+          "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
+                  "columns_copies_w": bool},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int}}
 
@@ -85,6 +86,9 @@ class Geometry(HashedOnce):
     pointwise_rows: bool = False
     # fwd, bwd: the functional forms may take conv.columns where its rule allows
     columns: tuple = (True, True)
+    # conv.columns' backward-data as fc's copying plan (w's tiles copied as its
+    # calls need them) rather than on w in place
+    columns_copies_w: bool = False
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -166,7 +170,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
-                    tuple(cfg[p]["columns"] for p in ("fwd", "bwd")))
+                    tuple(cfg[p]["columns"] for p in ("fwd", "bwd")), cfg["bwd"]["columns_copies_w"])
 
 
 # ---------------------------------------------------------------- the loop nests
