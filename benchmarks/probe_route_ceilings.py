@@ -30,7 +30,8 @@ The backward (--pass bwd) likewise, on the layers where conv.backward takes
 conv.columns for both passes (R S > 1): the layer path's backward-data and
 update plans, conv.backward, conv.columns' two plans alone on operands made
 before ("plans": dx^c = dy^T w and dW = dy x^c^T, both with full vectors
-along C R S), and all of conv.backward's steps one after the other
+along C R S; backward-data on w in place or, where the config's
+columns_copies_w says so, as fc's copying plan, as the call makes it), and all of conv.backward's steps one after the other
 ("chain": dy^T, the data plan, dx^c summed into dx, x's transposed im2col
 tiles, dy's copy, the update plan).
 
@@ -101,10 +102,17 @@ def _backward(dy, x, w, g):
         np.empty_like(x)
     xct = image_to_columns(x, *taps, bu, bp, transposed=True)
     dyc, dw = np.empty((g.K, cols), np.float32), np.empty_like(w)
-    data, upd = conv.columns_plan(g, "f32", bd, bp, "bwd"), conv.columns_plan(g, "f32", bu, bp, "upd")
+    upd = conv.columns_plan(g, "f32", bu, bp, "upd")
+    if g.columns_copies_w:  # backward-data as the call makes it (the config's columns_copies_w)
+        copying = conv.columns_data_copying(g)
+        wt = np.empty(copying.extent["wt"], np.float32)
+        data = lambda: copying.run(dy=dyt, w=w.reshape(g.K, D), wt=wt, dx=dxc)  # noqa: E731
+    else:
+        plan = conv.columns_plan(g, "f32", bd, bp, "bwd")
+        data = lambda: plan.run(dyt=dyt, w=w, dxc=dxc)  # noqa: E731
     dy4 = dy.reshape(g.N, 1, g.K, PQ)
     steps = (lambda: from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True, out=dyt),
-             lambda: data.run(dyt=dyt, w=w, dxc=dxc),
+             data,
              lambda: columns_to_image(dxc, x.shape, *taps, out=dx),
              lambda: image_to_columns(x, *taps, bu, bp, transposed=True, out=xct),
              lambda: from_blocks(dy4, g.K, cols, swap_grid=True, out=dyc),
