@@ -248,9 +248,14 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
             xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab))
         yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
         p.run(backend=backend, w=w, xc=xc, yc=yc, **tb)
-        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way): a K x PQ tile an image
+        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way), in tiles of the
+        # plan's output-channel blocks taken in y^c's row order: the threads copy
+        # the rows that they wrote, not the other cores' (one tile an image
+        # where the blocks do not divide K)
+        br = g.bk if g.K % g.bk == 0 else g.K
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
-        to_blocks(yc, g.K, PQ, swap_grid=True, dtype=x.dtype, out=y.reshape(g.N, 1, g.K, PQ))
+        to_blocks(yc, br, PQ, swap_grid=True, dtype=x.dtype,
+                  out=y.reshape(g.N, g.K // br, br, PQ))
         return y
     t = dict(x=x if path == "nchw_x" else
              block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
