@@ -558,6 +558,40 @@ static inline void next_tap(int64_t* c, int64_t* r, int64_t* s, int64_t R, int64
   ++*c;
 }
 
+/* One tile row of columns_avx512: each vector of 16 columns blended from
+ * its segments' loads (`at`: the row's tap in xp). checked: a load whose
+ * window leaves [0, limit] takes only its run's lanes (masked, so that
+ * nothing past x's ends is touched); pairs: stride 2, two loads a segment,
+ * their even elements permuted out. Both are constants at each call. */
+__attribute__((target("avx512f"), always_inline)) static inline void columns_row(
+    const float* xp, int64_t at, const int64_t* off, const uint16_t* lanes,
+    const uint16_t* halves, const int64_t* used, int64_t nvec, int64_t NS, int64_t bp,
+    int64_t limit, int checked, int pairs, float* row) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int64_t v = 0; v < nvec; ++v) {
+    __m512 x = _mm512_setzero_ps();
+    for (int64_t e = v * NS; e < v * NS + used[v]; ++e) {
+      const int64_t from = at + off[e];
+      const __mmask16 m = (__mmask16)lanes[e];
+      const int inside = !checked || (from >= 0 && from <= limit);
+      if (pairs) {
+        const __m512 lo = inside ? _mm512_loadu_ps(xp + from)
+                                 : _mm512_maskz_loadu_ps(halves[2 * e], xp + from);
+        const __m512 hi = inside ? _mm512_loadu_ps(xp + from + 16)
+                                 : _mm512_maskz_loadu_ps(halves[2 * e + 1], xp + from + 16);
+        x = _mm512_mask_blend_ps(m, x, _mm512_permutex2var_ps(lo, even, hi));
+      } else {
+        x = inside ? _mm512_mask_blend_ps(m, x, _mm512_loadu_ps(xp + from))
+                   : _mm512_mask_loadu_ps(x, m, xp + from);
+      }
+    }
+    if (v * 16 + 16 <= bp)
+      _mm512_storeu_ps(row + v * 16, x);
+    else
+      _mm512_mask_storeu_ps(row + v * 16, (__mmask16)((1u << (bp - v * 16)) - 1u), x);
+  }
+}
+
 /* image_to_columns for f32 with stride 1 or 2 across, with AVX-512: each
  * vector of 16 columns of a tile row blended from one plain 16-float load
  * (stride 2: two, their even elements picked by one permute) per output row
@@ -585,7 +619,6 @@ __attribute__((target("avx512f"))) static int columns_avx512(
   /* the last element a plain load may start at */
   const int64_t limit = (direct ? (N - 1) * sn + (C - 1) * sc + (H - 1) * srow + W
                                 : N * C * plane + 2 * margin) - span;
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const int64_t D = C * R * S, cols = N * P * Q, Db = (D + bd - 1) / bd, Pb = (cols + bp - 1) / bp;
   const int64_t nvec = (bp + 15) / 16, NS = brgemm_min64(16, 1 + (14 + Q) / Q), nseg = nvec * NS;
   float* planes = direct ? NULL : malloc((size_t)(N * C * plane + 2 * margin) * sizeof(float));
@@ -601,13 +634,8 @@ __attribute__((target("avx512f"))) static int columns_avx512(
       float* out = planes + margin + o * plane;
       const int64_t w0 = brgemm_min64(pw, Wp), w1 = brgemm_min64(Wp, pw + W);
       memset(out, 0, (size_t)plane * sizeof(float)); /* one call: a call a row cost more */
-      for (int64_t y = ph > 0 ? 0 : -ph; y < H && y + ph < Hp; ++y) {
-        float* to = out + (y + ph) * Wp;
-        if (scol == 1) /* a row's run in one copy, not element by element */
-          memcpy(to + w0, in + y * srow + w0 - pw, (size_t)(w1 - w0) * sizeof(float));
-        else
-          for (int64_t w = w0; w < w1; ++w) to[w] = in[y * srow + (w - pw) * scol];
-      }
+      for (int64_t y = ph > 0 ? 0 : -ph; y < H && y + ph < Hp; ++y)
+        for (int64_t w = w0; w < w1; ++w) out[(y + ph) * Wp + w] = in[y * srow + (w - pw) * scol];
     }
   }
   int err = BRGEMM_OK;
@@ -655,34 +683,16 @@ __attribute__((target("avx512f"))) static int columns_avx512(
       }
       float* tile = transposed ? mine : dst + t * bd * bp;
       int64_t c = d0 / (R * S), r = d0 / S % R, s = d0 % S;
+      /* the loads' kind fixed per call, so that each row's loop is straight code */
       for (int64_t i = 0; i < nd; ++i, next_tap(&c, &r, &s, R, S)) {
         const int64_t at = c * cst + r * rst + s;
         float* row = tile + i * bp;
-        for (int64_t v = 0; v < nvec; ++v) {
-          __m512 x = _mm512_setzero_ps();
-          for (int64_t e = v * NS; e < v * NS + used[v]; ++e) {
-            const int64_t from = at + off[e];
-            const __mmask16 m = (__mmask16)lanes[e];
-            const int inside = from >= 0 && from <= limit;
-            if (sw == 2) { /* the even elements of 32 */
-              const __m512 lo = inside ? _mm512_loadu_ps(xp + from)
-                                       : _mm512_maskz_loadu_ps(halves[2 * e], xp + from);
-              const __m512 hi = inside ? _mm512_loadu_ps(xp + from + 16)
-                                       : _mm512_maskz_loadu_ps(halves[2 * e + 1], xp + from + 16);
-              x = _mm512_mask_blend_ps(m, x, _mm512_permutex2var_ps(lo, even, hi));
-            } else if (inside) {
-              __m512 in = _mm512_loadu_ps(xp + from);
-              __asm__("" : "+v"(in)); /* a plain load: folded into a masked one it ran slower */
-              x = _mm512_mask_blend_ps(m, x, in);
-            } else {
-              x = _mm512_mask_loadu_ps(x, m, xp + from); /* only the run's lanes */
-            }
-          }
-          if (v * 16 + 16 <= bp)
-            _mm512_storeu_ps(row + v * 16, x);
-          else
-            _mm512_mask_storeu_ps(row + v * 16, (__mmask16)((1u << (bp - v * 16)) - 1u), x);
-        }
+        if (sw == 2)
+          columns_row(xp, at, off, lanes, halves, used, nvec, NS, bp, limit, 1, 1, row);
+        else if (direct)
+          columns_row(xp, at, off, lanes, halves, used, nvec, NS, bp, limit, 1, 0, row);
+        else /* bordered planes: every load inside them */
+          columns_row(xp, at, off, lanes, halves, used, nvec, NS, bp, limit, 0, 0, row);
       }
       memset(tile + nd * bp, 0, (size_t)((bd - nd) * bp) * sizeof(float));
       if (transposed) /* tile (d0 / bd, j0 / bp) of the transpose */
