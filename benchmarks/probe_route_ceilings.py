@@ -64,9 +64,9 @@ from primitives import conv, fc
 
 
 def _orientations(x, w, g):
-    """The two orientations' plans and runs on operands made here: (pixel
-    vectors' run, channel vectors' run, y = the forward in float64 to check
-    both against, and their results as NCHW views)."""
+    """The forward's runs on operands made here: the pixel-vector plan, the
+    channel-vector plan, im2col alone, and im2col then the pixel-vector plan
+    (the chain); both plans' results checked against float64 first."""
     (bd, bp), CRS, NPQ = conv.columns(g, "f32", "cpu"), g.C * g.R * g.S, g.N * g.P * g.Q
     taps = ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
     xc = image_to_columns(x, *taps, bd, bp)  # the pixel route's tiles
