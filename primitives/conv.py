@@ -352,7 +352,6 @@ def _columns_data(dy, w, g):
     (or, with the config's columns_copies_w, its tiles copied by the plan),
     against each image's dy transposed; dx^c summed into dx after."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    bd, bp = pick_block(D, COLUMNS_DATA_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
     dyt = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       transpose=True, swap_grid=True,
                       out=_scratch.get("dyt", (cols, g.K), np.float32))
@@ -362,6 +361,7 @@ def _columns_data(dy, w, g):
         p.run(dy=dyt, w=w.reshape(g.K, D), dx=dxc,
               wt=_scratch.get("wt_copies", (p.extent["wt"],), np.float32))
     else:
+        bd, bp = pick_block(D, COLUMNS_DATA_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
         columns_plan(g, "f32", bd, bp, "bwd").run(dyt=dyt, w=w, dxc=dxc)
     return columns_to_image(dxc, (g.N, g.C, g.H, g.W), (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw),
                             out=_results.empty("dx", (g.N, g.C, g.H, g.W), np.float32))

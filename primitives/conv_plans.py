@@ -170,7 +170,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["w_reuse"] for p in ("fwd", "bwd")), f["pointwise_kb"],
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
-                    tuple(cfg[p]["columns"] for p in ("fwd", "bwd")), cfg["bwd"]["columns_copies_w"])
+                    tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
+                    cfg["bwd"]["columns_copies_w"])
 
 
 # ---------------------------------------------------------------- the loop nests

@@ -599,8 +599,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void columns_row
  * so where each such run ("segment") starts and which lanes it fills are
  * worked out once per tile; a row then costs a few loads and blends and one
  * store per vector. Where the kernel reaches past the image (padding), x is
- * first copied into zero-bordered planes (xp: [N C][Hp][Wp], a margin of 16
- * floats at each end) and the loads read those; without padding they read x
+ * first copied into zero-bordered planes (xp: [N C][Hp][Wp], a margin of one
+ * load's floats at each end) and the loads read those; without padding they read x
  * itself, its own strides standing for xp's, and a load whose 16 floats
  * would leave x's extent takes only its run's lanes (a masked load, which
  * does not touch the others: the copy cost 2 / 3 of the whole on 7 x 7
@@ -669,7 +669,7 @@ __attribute__((target("avx512f"))) static int columns_avx512(
           off[e] = run ? margin + n * ist + p * sh * rst + (q - l) * sw : margin; /* in xp */
           lanes[e] = (uint16_t)(((1u << run) - 1u) << l);
           halves[2 * e] = halves[2 * e + 1] = 0;
-          for (int64_t j = l; j < l + run; ++j) /* lane j takes element 2 j of the loads */
+          for (int64_t j = l; sw == 2 && j < l + run; ++j) /* lane j: element 2 j of the loads */
             halves[2 * e + (j >= 8)] |= (uint16_t)(1u << (2 * j % 16));
           if (run) {
             used[v] = k + 1;
