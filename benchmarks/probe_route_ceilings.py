@@ -128,8 +128,9 @@ def _widths(dy, x, w, g, t, plans, widths, reps):
     the layer path's backward-data and update plans alone (ms medians)."""
     cols, D, taps = g.N * g.P * g.Q, g.C * g.R * g.S, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
     bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
-    dyt = np.ascontiguousarray(dy.transpose(0, 2, 3, 1).reshape(cols, g.K))
-    dyc = np.ascontiguousarray(dy.transpose(1, 0, 2, 3).reshape(g.K, cols))
+    dy4 = dy.reshape(g.N, 1, g.K, g.P * g.Q)  # dy^T and dy's copy as conv.backward makes them
+    dyt = from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True)
+    dyc = from_blocks(dy4, g.K, cols, swap_grid=True)
     dxc, dw = np.empty((cols, D), np.float32), np.empty_like(w)
     sides = {"layer bwd": lambda: plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
              "layer upd": lambda: plans["upd"].run(dw=t["dw"], **t["upd"])}
