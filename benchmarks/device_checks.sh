@@ -18,7 +18,9 @@
 # "main", the README's main job (all --quick, against oneDNN 3.2) likewise
 # (MAIN_LIMIT s each); part "columns", benchmarks.probe_columns likewise
 # (COLUMNS_LIMIT s each); part "ceilings", benchmarks.probe_route_ceilings,
-# forward and backward, likewise (CEILINGS_LIMIT s each).
+# forward and backward, likewise (CEILINGS_LIMIT s each); part "stages",
+# benchmarks.stages (each functional call's steps; STAGES_WHAT, default conv
+# fc) likewise (STAGES_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -57,6 +59,11 @@ for part in $parts; do
              for p in fwd bwd; do
                timeout ${CEILINGS_LIMIT:-90} $pin $py -m benchmarks.probe_route_ceilings --threads $t \
                  --pass $p; done; done) ;;
+    stages) (OUT=$work/stages BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
+             for what in ${STAGES_WHAT:-conv fc}; do
+               timeout ${STAGES_LIMIT:-60} $pin $py -m benchmarks.stages --threads $t --only $what
+             done; done) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
