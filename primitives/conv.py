@@ -63,8 +63,9 @@ from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
-                                     COLUMNS_UPDATE_WIDTH, columns, columns_data_copying,
-                                     columns_plan, columns_vnni)
+                                     COLUMNS_UPDATE_WIDTH, MAX_SHARES, columns,
+                                     columns_data_copying, columns_plan, columns_shares,
+                                     columns_vnni)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
 
@@ -161,8 +162,9 @@ def _forward_route(g, dtype, backend, token, x, w, has_bias):
     if blocks and w.dtype == dtypes.NUMPY[dtype] and w.flags.c_contiguous and (
             x.dtype == np.float32 if dtype == "f32" else g.R * g.S > 1):
         vnni = columns_vnni(g, dtype, backend, blocks[0])
-        return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni, has_bias=has_bias), (
-            blocks, vnni)
+        shares = columns_shares(g, dtype, blocks[0], cpu_threads())
+        return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni, has_bias=has_bias,
+                                          shares=shares), (blocks, vnni, shares)
     if reads_x_nchw(g, dtype, backend, x):  # x in place, y stored by the plan
         return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True, has_bias=has_bias), False
     vnni = "fwd" in vnni_passes(g, dtype, backend)
@@ -239,19 +241,19 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
               y=_scratch.get("y_f32", (g.N, g.K, g.H, g.W), np.float32), **tb)
         return y
     if path == "columns":
-        (bd, bp), vnni = choice
+        (bd, bp), vnni, shares = choice
         PQ = g.P * g.Q
         shape = (nblocks(g.N * PQ, bp), nblocks(g.C * g.R * g.S, bd), bd, bp)
         xc = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, dtype=ab,
                               out=_scratch.get("xc", shape, ab))
-        if vnni:
-            xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab))
-        yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)
-        p.run(backend=backend, w=w, xc=xc, yc=yc, **tb)
-        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way), in tiles of the
-        # plan's output-channel blocks taken in y^c's row order: the threads copy
-        # the rows that they wrote, not the other cores' (one tile an image
-        # where the blocks do not divide K)
+        xc = vnni_tiles(xc, out=_scratch.get("xc_vnni", shape, ab)) if vnni else xc
+        yc = _scratch.get("yc", (g.K, g.N * PQ), np.float32)  # shares: the threads' parts, summed
+        parts = yc if shares == 1 else _scratch.get("yc_parts", (shares, yc.size), np.float32)
+        p.run(backend=backend, w=w, xc=xc, yc=parts, **tb)
+        if shares > 1:
+            column_sums(parts, out=yc.reshape(-1))
+        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way), in tiles of the plan's
+        # output-channel blocks (one tile an image where they do not divide K)
         br = g.bk if g.K % g.bk == 0 else g.K
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
         to_blocks(yc, br, PQ, swap_grid=True, dtype=x.dtype,
@@ -348,9 +350,8 @@ def _transposed(g):
 
 
 def _columns_data(dy, w, g):
-    """dx where the forward reads w in place (columns): w read in place again
-    (or, with the config's columns_copies_w, its tiles copied by the plan),
-    against each image's dy transposed; dx^c summed into dx after."""
+    """dx where the forward reads w in place (columns): dy^T times w in place
+    (or its tiles copied by the plan: columns_copies_w); dx^c summed into dx."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
     dyt = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
                       transpose=True, swap_grid=True,
@@ -368,9 +369,8 @@ def _columns_data(dy, w, g):
 
 
 def _columns_update(dy, x, g):
-    """dW where the forward reads w in place (columns): written in w's own
-    layout by one plan, from x's im2col tiles transposed (made so in one
-    pass) and dy [K][N][PQ]."""
+    """dW where the forward reads w in place (columns): in w's own layout, from
+    x's im2col tiles transposed (one pass) and dy [K][N][PQ], by one plan."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
     bd, bp = pick_block(D, COLUMNS_UPDATE_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
     xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, transposed=True,

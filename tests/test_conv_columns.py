@@ -1,9 +1,14 @@
 """conv.columns (w read in place, x's im2col tiles): the functional forward,
 backward-data and update on it against float64 on random layers its rule
 allows, and the config's per-pass `columns` switch."""
+import dataclasses
+
 import numpy as np
 import pytest
 
+from brgemm.im2col import image_to_columns
+from brgemm.layouts import nblocks
+from brgemm.machine import cpu_threads
 from primitives import conv
 from test_conv import magnitude, reference
 
@@ -74,3 +79,50 @@ def test_columns_config(rng):
                 assert np.all(np.abs(a - want) <= 1e-5 * mag + 1e-30)
     with pytest.raises(ValueError, match="pass_"):
         conv.columns(g, "f32", "cpu", "upd")  # the update goes with backward-data ("bwd")
+
+
+def test_columns_shares(rng):
+    """The forward's reduction in shares (conv.columns_shares), one task each:
+    the plan's parts summed equal w @ im2col + b against float64 at 2 to 4
+    shares, every part written; conv.forward takes as many shares as threads
+    where C R S >= 4 K and the threads are few, and none else. Random layers
+    conv.columns' rule allows, ragged blocks."""
+    done = 0
+    while done < 3:
+        N, K = int(rng.integers(1, 3)), int(rng.integers(16, 200))
+        C, H, W, R, S = (int(v) for v in rng.integers(1, 9, 5))
+        C *= -(-4 * K // (C * R * S))  # C R S >= 4 K
+        g = conv.geometry(N, C, K, H, W, R, S, (1, 1), (R // 2, S // 2), config=COLUMNS_ON)
+        blocks = conv.columns(g, "f32", "cpu")
+        D, cols = C * R * S, N * g.P * g.Q
+        if not blocks or nblocks(D, blocks[0]) < 4:
+            continue
+        done += 1
+        print(f"N={N} C={C} K={K} H={H} W={W} kernel={R, S}")
+        (bd, bp), taps = blocks, ((R, S), (1, 1), (R // 2, S // 2))
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
+        b = rng.standard_normal(K).astype(np.float32)
+        xc = image_to_columns(x, *taps, bd, bp)
+        xm = image_to_columns(x, *taps, D, cols)[0, 0].astype(np.float64)  # [C R S][N P Q]
+        w2 = w.reshape(K, D)
+        want = w2.astype(np.float64) @ xm + b[:, None]
+        mag = np.abs(w2).astype(np.float64) @ np.abs(xm) + np.abs(b)[:, None]
+        for shares in (2, 3, 4):
+            p = conv.columns_plan(g, "f32", bd, bp, has_bias=True, shares=shares)
+            bias = np.zeros(p.extent["b"], np.float32)
+            bias[:K] = b
+            parts = np.full((shares, K * cols), np.nan, np.float32)
+            p.run(w=w2, xc=xc, yc=parts, b=bias)
+            assert not np.isnan(parts).any()
+            got = parts.sum(axis=0, dtype=np.float64).reshape(K, cols)
+            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+        threads = cpu_threads()
+        assert conv.columns_shares(g, "f32", bd, threads) == (
+            threads if 2 <= threads <= conv.MAX_SHARES else 1)
+        assert conv.columns_shares(g, "bf16", bd, 2) == 1  # f32 alone
+        assert conv.columns_shares(dataclasses.replace(g, K=D // 4 + 1), "f32", bd, 2) == 1
+        y = conv.forward(x, w, 1, (R // 2, S // 2), config=COLUMNS_ON, b=b)
+        ref = want.reshape(K, N, g.P, g.Q).transpose(1, 0, 2, 3)
+        assert np.all(np.abs(y - ref) <= 1e-5 * mag.reshape(K, N, g.P, g.Q).transpose(1, 0, 2, 3)
+                      + 1e-30)
