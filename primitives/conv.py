@@ -24,10 +24,10 @@ span rows (conv_update.update_flat_nest).
 Each pass's loop nest has a file of its own (conv_forward.py, conv_backward.py,
 conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
 the layout copies, conv_layer.py the layer, conv_pointwise.py the rules and
-plans of the 1x1 layers' in-place paths, conv_in_place.py those of the
-blocked path's (NCHW stores, the update reading dy or x in place); this
-module the functional forms and the tuner's search space, and it is where
-all of them are reached.
+plans of the 1x1 layers' in-place paths, conv_columns.py those of the small
+images' (w in place, x's im2col tiles), conv_in_place.py those of the blocked
+path's (NCHW stores, the update reading dy or x in place); this module the
+functional forms and the tuner's search space, where all of them are reached.
 """
 import dataclasses
 
