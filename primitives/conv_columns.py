@@ -94,10 +94,11 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False, shar
     in calls of COLUMNS_CALLS times call_kb's size. Backward-data walks w's
     column tiles outermost (faster than the other way on res5a_branch2b:
     benchmarks/RESULTS.md), the update dW's, so that each thread reads the
-    rows of x's tiles that image_to_columns gave it (3-14% faster after it on
-    the EPYC, RESULTS.md, twenty-sixth session). shares (forward only; columns_shares): a task per
-    share of the reduction's blocks instead, share s summed into y^c's part s
-    ([shares][K][N P Q], tensor yc), b added in part 0."""
+    rows of x's tiles that image_to_columns gave it (3-14% faster after it:
+    RESULTS.md, twenty-sixth session). shares (the forward's alone;
+    columns_shares): a task per share of the reduction's blocks instead,
+    share s summed into y^c's part s ([shares][K][N P Q], tensor yc), b added
+    in part 0."""
     if shares > 1 and pass_ != "fwd":
         raise ValueError(f"shares: the forward's alone, got {shares} for {pass_!r}")
 
@@ -131,9 +132,11 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False, shar
 def shares_nest(rec, p, dtype, epilogue, chunk, shares, vnni=False):
     """Records product p's calls with its reduction (blocks of p.r) cut into
     `shares` runs of whole blocks, as image_to_columns cuts the tiles' rows
-    among as many threads: task s sums run s of each C tile (i, j) into part
-    s of C ([shares] x C's extent), pixel blocks (j) outside output blocks
-    (i), in calls of `chunk` blocks; epilogue(i) on part 0's last call."""
+    among as many threads (to the tile where the threads divide the blocks,
+    else to within a run of column blocks): task s sums run s of each C tile
+    (i, j) into part s of C ([shares] x C's extent), pixel blocks (j) outside
+    output blocks (i), in calls of `chunk` blocks; epilogue(i) on part 0's
+    last call."""
     (a, A), (b, B), (c, C) = p.a, p.b, p.c
     (I, bi), (J, bj), (R, br) = p.sizes[p.i], p.sizes[p.j], p.sizes[p.r]
     Ib, Jb, Rb = nblocks(I, bi), nblocks(J, bj), nblocks(R, br)

@@ -118,8 +118,11 @@ def test_columns_shares(rng):
             got = parts.sum(axis=0, dtype=np.float64).reshape(K, cols)
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
         threads = cpu_threads()
-        assert conv.columns_shares(g, "f32", bd, threads) == (
-            threads if 2 <= threads <= conv.MAX_SHARES else 1)
+        want_shares = threads if 2 <= threads <= conv.MAX_SHARES else 1
+        assert conv.columns_shares(g, "f32", bd, threads) == want_shares
+        route = conv._route("fwd", (N, C, K, H, W, R, S), (1, 1), (R // 2, S // 2), COLUMNS_ON,
+                            "f32", "cpu", None, x, w, has_bias=True)
+        assert route[1] == "columns" and route[3][2] == want_shares  # what conv.forward takes
         assert conv.columns_shares(g, "bf16", bd, 2) == 1  # f32 alone
         assert conv.columns_shares(dataclasses.replace(g, K=D // 4 + 1), "f32", bd, 2) == 1
         y = conv.forward(x, w, 1, (R // 2, S // 2), config=COLUMNS_ON, b=b)
