@@ -185,7 +185,7 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     if blocks and token is None and f32 and w.flags.c_contiguous and g.R * g.S > 1:
         data = "columns", None, None
     elif bp and dy.dtype == np.float32 and w.dtype == np.float32:
-        data = "pointwise", pointwise_plan(gt, dtype, bp, plain_w=False), gt
+        data = "pointwise", pointwise_plan(gt, dtype, bp, w_t=True), gt
     elif stores_nchw_dx(g, dtype, backend, x.dtype):  # dx: each task's slot, written first
         data = "nchw", nchw_dx_plan(g, dtype, "bwd" in vnni, x.dtype != np.float32), None
     else:

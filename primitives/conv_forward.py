@@ -99,10 +99,13 @@ def nchw_tile_calls(g, dtype, w, n, k, p, q0, m):
             for i, (lo, hi, taps) in enumerate(order)]
 
 
-def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False):
+def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,
+                   w_t=False):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
-    broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]) @ x[n] (C
+    broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]; or, w_t,
+    read in place as the transpose of the plain C x K matrix given, the
+    kernel's transposed A: backward-data on the layer's own w) @ x[n] (C
     x HW, plain NCHW, read in place: rows of pixels, HW apart), in pixel
     blocks of bp. No copy of x or y, nor of a plain w. pairs (bf16): x[n]'s
     rows in VNNI pairs ([C / 2][HW][2], pixel p of rows c, c + 1 at c HW + 2
@@ -110,7 +113,12 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     rows that many floats apart (a copy of x on whole-line rows), not HW.
     has_bias: b[k] (tensor b, f32) added to each finished block's rows."""
     HW, Cb = g.H * g.W, g.Cb
-    w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
+    if w_t:  # tile (c, k) of the C x K matrix, K floats a row, holds tile (k, c)'s transpose
+        wc = matrix_tiles(g.C, g.K, g.bc, g.bk, ("c", "k"), plain=True)
+        lda, w_at = wc.ld("bc"), lambda k, c: wc.at(c, k)
+    else:
+        w = matrix_tiles(g.K, g.C, g.bk, g.bc, ("k", "c"), plain=plain_w)
+        lda, w_at = w.ld("bk"), w.at
     x = Layout(N=g.N, C=g.C, HW=hx or HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
@@ -125,9 +133,10 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
             ops = ((bplan.bias_rows("b", k * g.bk),) if has_bias and last else ()) + (
                 (bplan.store_bf16("y16", y.at(n, k * g.bk, p * bp), HW),) if pairs and last
                 else ())
-            ex.gemm(bplan.Block(m, width, g.bc, lda=w.ld("bk"), ldb=x.ld("C"), ldc=y.ld("K"),
-                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs),
-                    "w", [w.at(k, c) for c in cs],
+            ex.gemm(bplan.Block(m, width, g.bc, lda=lda, ldb=x.ld("C"), ldc=y.ld("K"),
+                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs,
+                                a_t=w_t),
+                    "w", [w_at(k, c) for c in cs],
                     "x", [x.at(n, c * g.bc, p * bp) + shift for c in cs],
                     "y", y.at(n, k * g.bk, p * bp), ops=ops)
 

@@ -106,8 +106,9 @@ def pointwise_copies_dy(g):
     return g.N * g.K * HW + 3 * g.K * g.C < g.N * g.C * HW
 
 
-def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False):
-    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles;
+def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False, w_t=False):
+    """conv.pointwise's plan (conv_forward.pointwise_nest), w plain or in tiles
+    (or, w_t, the plain transpose of the w it multiplies: backward-data's);
     pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16);
     hx: x's rows that far apart (pointwise_rows' copy); has_bias: b [K] added.
     Pixel blocks outside output-channel blocks: a block of x's pixels stays in
@@ -122,9 +123,9 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=Fa
         if has_bias:
             tensors["b"] = "f32"
         rec = bplan.Recorder(tensors, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx, has_bias)
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx, has_bias, w_t)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx, has_bias), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx, has_bias, w_t), record)
 
 
 def pointwise_update_plan(g, bp, shares):
@@ -174,18 +175,18 @@ def class_tiles(w, L, bc, bk, out=None):
 
 
 def data_operands(p, gt, g, dtype, dy, w, token, scratch):
-    """Backward-data's pointwise plan (gt: g transposed) and w^T in its tiles,
-    kept under `token` while unchanged (primitives.reuse): p on gt's tiles,
-    or where pointwise_classes says so, the plan by classes of dy's rows
-    (aligned_plan) on class_tiles, where the rows fall into at most 4 classes
-    (more leave few rows a call) of whole tiles, and C fills whole blocks (a
-    class's rows of w^T start on a tile). w^T is copied into tiles either
-    way; dy stays in place."""
+    """Backward-data's pointwise plan (gt: g transposed) and its w: p (w_t)
+    on w itself, read in place as the kernel's transposed A (a copy of w^T
+    into tiles first, then the plan, ran 10% slower than this on
+    res4a_branch2c on the EPYC: benchmarks/RESULTS.md, issue 17,
+    twenty-sixth session); or where pointwise_classes says so, the plan by
+    classes of dy's rows (aligned_plan) on class_tiles, kept under `token`
+    while unchanged (primitives.reuse), where the rows fall into at most 4
+    classes (more leave few rows a call) of whole tiles, and C fills whole
+    blocks (a class's rows of w^T start on a tile). dy stays in place."""
     L = line_period(g.H * g.W)
     if not gt.pointwise_classes or L > 4 or gt.C % (L * gt.bc) or g.C % g.bc:
-        return p, reuse.blocked(token, ("conv", "wt_pointwise", g, dtype), (w,), lambda: to_blocks(
-            w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=None if token else scratch.get(
-                "wt_tiles", (g.Cb, g.Kb, g.bc, g.bk), np.float32)))  # w^T as gt's tiles
+        return p, np.ascontiguousarray(w).reshape(g.K, g.C)
     wt = reuse.blocked(token, ("conv", "wt_classes", g, dtype), (w,), lambda: class_tiles(
         w.reshape(g.K, g.C), L, g.bc, g.bk, out=None if token else scratch.get(
             "wt_classes", (L, g.Cb, g.K // L // g.bk, g.bc, g.bk), np.float32)))

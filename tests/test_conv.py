@@ -45,11 +45,13 @@ def magnitude(x, w, dy, stride, padding):
 def test_pointwise_forward_backward(rng):
     """1x1, stride 1, no padding on images of 14 x 14 pixels or more: the
     forward reads w and x in place and writes y in place (conv.pointwise),
-    and backward-data, the pointwise forward of w^T (its tiles), reads dy in
-    place and writes dx in place. Random sizes, K and C ragged against their
-    blocks, a ragged last pixel block; random call sizes and pixel blocks
-    (pointwise_kb, pointwise_bp: one block a call up to the whole reduction);
-    the forward on x itself and on its copy on whole-line rows (pointwise_rows)."""
+    and backward-data, the pointwise forward of w^T (w read in place as the
+    kernel's transposed A, or its class tiles where pointwise_classes says
+    so), reads dy in place and writes dx in place. Random sizes, K and C
+    ragged against their blocks, a ragged last pixel block; random call sizes
+    and pixel blocks (pointwise_kb, pointwise_bp: one block a call up to the
+    whole reduction); the forward on x itself and on its copy on whole-line
+    rows (pointwise_rows); w a strided view in one case of four."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
         if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
@@ -68,6 +70,8 @@ def test_pointwise_forward_backward(rng):
         assert conv.pointwise(gt if it % 2 else g, "f32", "cpu") <= bp  # the path under test
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
+        if it % 4 == 3:
+            w = np.repeat(w, 2, axis=1)[:, ::2]
         assert conv.pointwise_rows(g) == (16 * -(-H * W // 16) if rows and H * W % 16 else None)
         y = conv.forward(x, w, config=cfg)
         dy = rng.standard_normal(y.shape).astype(np.float32)
