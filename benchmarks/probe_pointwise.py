@@ -13,8 +13,9 @@ classes of x's rows (conv_pointwise.aligned_plan, on w regrouped into tiles
 of each class: not a path; w would need that copy each call); the whole
 conv.forward call as routed, and with x read in place and on its copy on
 whole-line rows (pointwise_rows off, on) at the table's and two pixel
-blocks. backward: backward-data's layer plan, its pointwise plan, the
-same on dy's rows padded to lines, the plan by classes of dy's rows
+blocks. backward: backward-data's layer plan, its pointwise plan on w^T's
+tiles and on w in place (the kernel's transposed A, as conv.backward
+routes it where pointwise_classes is off), the same on dy's rows padded to lines, the plan by classes of dy's rows
 (pointwise_classes) at three pixel blocks, the w^T copies of both, whole
 conv.backward calls with pointwise_classes off and on. both: forward + backward as
 benchmarks.conv times them (the layer's three plans and dW's unblocking
@@ -137,10 +138,12 @@ def backward_sides(N):
     dypad = aligned_empty((N, K, 208), np.float32)
     dypad[:, :, :HW] = dy.reshape(N, K, HW)
     pb, pp = conv.plan(g, "bwd", "f32"), conv.pointwise_plan(gt, "f32", bp, plain_w=False)
+    pw = conv.pointwise_plan(gt, "f32", bp, w_t=True)
     a = align(dy)
     sides = {
         "layer bwd-data plan": lambda: pb.run(dyp=dyp, wt=wt, dx=dxb),
         "pointwise plan": lambda: pp.run(w=wtt, x=dy, y=dx),
+        "pointwise plan, w in place (a_t)": lambda: pw.run(w=w2, x=dy, y=dx),
         "w^T tiles copy": lambda: to_blocks(w2, g.bc, g.bk, transpose=True, out=wtt),
         "class tiles copy": lambda: conv.class_tiles(w2, L, g.bc, g.bk, out=wcl),
     }
