@@ -83,8 +83,8 @@ def test_columns_config(rng):
 
 def test_columns_shares(rng):
     """The forward's reduction in shares (conv.columns_shares), one task each:
-    the plan's parts summed equal w @ im2col + b against float64 at 2 to 4
-    shares, every part written; conv.forward takes as many shares as threads
+    the plan's parts summed equal the convolution + b (PyTorch in float64) at
+    2 to 4 shares, every part written; conv.forward takes as many shares as threads
     where C R S >= 4 K and the threads are few, and none else. Random layers
     conv.columns' rule allows, ragged blocks."""
     done = 0
@@ -103,11 +103,12 @@ def test_columns_shares(rng):
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         b = rng.standard_normal(K).astype(np.float32)
-        xc = image_to_columns(x, *taps, bd, bp)
-        xm = image_to_columns(x, *taps, D, cols)[0, 0].astype(np.float64)  # [C R S][N P Q]
-        w2 = w.reshape(K, D)
-        want = w2.astype(np.float64) @ xm + b[:, None]
-        mag = np.abs(w2).astype(np.float64) @ np.abs(xm) + np.abs(b)[:, None]
+        xc, w2 = image_to_columns(x, *taps, bd, bp), w.reshape(K, D)
+        dy = np.zeros((N, K, g.P, g.Q), np.float32)  # (the reference's backward, unused)
+        ref = reference(x, w, dy, 1, taps[2])[0] + b.reshape(1, K, 1, 1)
+        ref_mag = magnitude(x, w, dy, 1, taps[2])[0] + np.abs(b).reshape(1, K, 1, 1)
+        # as y^c, K x N P Q
+        want, mag = (a.transpose(1, 0, 2, 3).reshape(K, cols) for a in (ref, ref_mag))
         for shares in (2, 3, 4):
             p = conv.columns_plan(g, "f32", bd, bp, has_bias=True, shares=shares)
             bias = np.zeros(p.extent["b"], np.float32)
@@ -126,6 +127,4 @@ def test_columns_shares(rng):
         assert conv.columns_shares(g, "bf16", bd, 2) == 1  # f32 alone
         assert conv.columns_shares(dataclasses.replace(g, K=D // 4 + 1), "f32", bd, 2) == 1
         y = conv.forward(x, w, 1, (R // 2, S // 2), config=COLUMNS_ON, b=b)
-        ref = want.reshape(K, N, g.P, g.Q).transpose(1, 0, 2, 3)
-        assert np.all(np.abs(y - ref) <= 1e-5 * mag.reshape(K, N, g.P, g.Q).transpose(1, 0, 2, 3)
-                      + 1e-30)
+        assert np.all(np.abs(y - ref) <= 1e-5 * ref_mag + 1e-30)
