@@ -637,15 +637,16 @@ __attribute__((target("avx512f"))) static int columns_avx512(
       for (int64_t y = ph > 0 ? 0 : -ph; y < H && y + ph < Hp; ++y) {
         const float* from = in + y * srow - pw * scol;
         float* to = out + (y + ph) * Wp;
-        int64_t w = w0;
-        if (scol == 1) /* 16 at a time: a scalar loop here cost a fifth of the whole */
-          for (; w + 16 <= w1; w += 16) _mm512_storeu_ps(to + w, _mm512_loadu_ps(from + w));
-        if (scol == 1 && w < w1) {
+        if (scol != 1) {
+          for (int64_t w = w0; w < w1; ++w) to[w] = from[w * scol];
+          continue;
+        }
+        int64_t w = w0; /* 16 at a time: a scalar loop here cost a fifth of the whole */
+        for (; w + 16 <= w1; w += 16) _mm512_storeu_ps(to + w, _mm512_loadu_ps(from + w));
+        if (w < w1) { /* the rest */
           const __mmask16 m = (__mmask16)((1u << (w1 - w)) - 1u);
           _mm512_mask_storeu_ps(to + w, m, _mm512_maskz_loadu_ps(m, from + w));
-          w = w1;
         }
-        for (; w < w1; ++w) to[w] = from[w * scol];
       }
     }
   }
