@@ -26,6 +26,34 @@ final=${OUT:-/tmp}
 work=$(mktemp -d)
 parts=${PARTS:-gpu amx functional}
 t0=$(date +%s)
+# at_both FN: FN at all cores, then at 2 pinned to cores 2-3 (away from core 0),
+# with t (the thread count) and pin (the taskset prefix, or nothing) set for it
+at_both() {
+  for t in $(nproc) 2; do
+    pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
+    "$1"
+  done
+}
+modules_run() {
+  for d in ${FUNCTIONAL_DTYPES:-f32}; do
+    timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t --dtype $d
+  done
+}
+vendor_run() {
+  timeout ${VENDOR_LIMIT:-150} $pin $py -m benchmarks.probe_vendor_functional --threads $t
+}
+main_run() { timeout ${MAIN_LIMIT:-150} $pin $py -m benchmarks all --quick --threads $t; }
+columns_run() { timeout ${COLUMNS_LIMIT:-150} $pin $py -m benchmarks.probe_columns --threads $t; }
+ceilings_run() {
+  for p in fwd bwd; do
+    timeout ${CEILINGS_LIMIT:-90} $pin $py -m benchmarks.probe_route_ceilings --threads $t --pass $p
+  done
+}
+stages_run() {
+  for what in ${STAGES_WHAT:-conv fc}; do
+    timeout ${STAGES_LIMIT:-60} $pin $py -m benchmarks.stages --threads $t --only $what
+  done
+}
 for part in $parts; do
   mkdir -p $work/$part; start=$(date +%s)
   case $part in
@@ -36,34 +64,17 @@ for part in $parts; do
            TIMEOUT_conv=${TIMEOUT_conv:-40} TIMEOUT_lstm=${TIMEOUT_lstm:-40} \
            bash benchmarks/device_amx.sh ${AMX_LAYERS:-fc conv lstm} ;;
     modules) (OUT=$work/modules BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             for d in ${FUNCTIONAL_DTYPES:-f32}; do
-               timeout ${MODULES_LIMIT:-60} $pin $py -m benchmarks modules --quick --threads $t \
-                 --dtype $d; done; done) ;;
+           at_both modules_run) ;;
     vendor) (OUT=$work/vendor BUILT=1; . benchmarks/device_setup.sh && device_onednn_setup &&
-           device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             timeout ${VENDOR_LIMIT:-150} $pin $py -m benchmarks.probe_vendor_functional --threads $t
-           done) ;;
+           device_build_cpu && at_both vendor_run) ;;
     main) (OUT=$work/main BUILT=1; . benchmarks/device_setup.sh && device_onednn_setup &&
-           device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             timeout ${MAIN_LIMIT:-150} $pin $py -m benchmarks all --quick --threads $t
-           done) ;;
+           device_build_cpu && at_both main_run) ;;
     columns) (OUT=$work/columns BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             timeout ${COLUMNS_LIMIT:-150} $pin $py -m benchmarks.probe_columns --threads $t
-           done) ;;
+           at_both columns_run) ;;
     ceilings) (OUT=$work/ceilings BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             for p in fwd bwd; do
-               timeout ${CEILINGS_LIMIT:-90} $pin $py -m benchmarks.probe_route_ceilings --threads $t \
-                 --pass $p; done; done) ;;
+           at_both ceilings_run) ;;
     stages) (OUT=$work/stages BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
-           for t in $(nproc) 2; do pin=""; [ $t = 2 ] && [ $(nproc) -ge 4 ] && pin="taskset -c 2,3"
-             for what in ${STAGES_WHAT:-conv fc}; do
-               timeout ${STAGES_LIMIT:-60} $pin $py -m benchmarks.stages --threads $t --only $what
-             done; done) ;;
+           at_both stages_run) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
