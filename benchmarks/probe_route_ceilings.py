@@ -33,7 +33,7 @@ before ("plans": dx^c = dy^T w and dW = dy x^c^T, both with full vectors
 along C R S; backward-data on w in place or, where the config's
 columns_copies_w says so, as fc's copying plan, as the call makes it), and all of conv.backward's steps one after the other
 ("chain": dy^T, the data plan, dx^c summed into dx, x's transposed im2col
-tiles, dy's copy, the update plan).
+tiles, the update plan on dy in place).
 
     python -m benchmarks.probe_route_ceilings [--threads T] [--reps 9] [--pass fwd|bwd]
         [--widths 32,48,64]
@@ -100,9 +100,9 @@ def _backward(dy, x, w, g):
     bd, bu = pick_block(D, conv.COLUMNS_DATA_WIDTH, 16), pick_block(D, conv.COLUMNS_UPDATE_WIDTH, 16)
     dyt, dxc, dx = np.empty((cols, g.K), np.float32), np.empty((cols, D), np.float32), \
         np.empty_like(x)
-    xct = image_to_columns(x, *taps, bu, bp, transposed=True)
-    dyc, dw = np.empty((g.K, cols), np.float32), np.empty_like(w)
-    upd = conv.columns_plan(g, "f32", bu, bp, "upd")
+    xct = image_to_columns(x, *taps, bu, PQ, transposed=True)  # the update's: an image a block
+    dw = np.empty_like(w)
+    upd = conv.columns_plan(g, "f32", bu, PQ, "upd")
     if g.columns_copies_w:  # backward-data as the call makes it (the config's columns_copies_w)
         copying = conv.columns_data_copying(g)
         wt = np.empty(copying.extent["wt"], np.float32)
@@ -114,12 +114,11 @@ def _backward(dy, x, w, g):
     steps = (lambda: from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True, out=dyt),
              data,
              lambda: columns_to_image(dxc, x.shape, *taps, out=dx),
-             lambda: image_to_columns(x, *taps, bu, bp, transposed=True, out=xct),
-             lambda: from_blocks(dy4, g.K, cols, swap_grid=True, out=dyc),
-             lambda: upd.run(dyc=dyc, xct=xct, dw=dw))
+             lambda: image_to_columns(x, *taps, bu, PQ, transposed=True, out=xct),
+             lambda: upd.run(dy=dy, xct=xct, dw=dw))
     for step in steps:
         step()
-    return (lambda: (steps[1](), steps[5]()),
+    return (lambda: (steps[1](), steps[4]()),
             lambda: [step() for step in steps])
 
 
@@ -128,18 +127,18 @@ def _widths(dy, x, w, g, t, plans, widths, reps):
     the layer path's backward-data and update plans alone (ms medians)."""
     cols, D, taps = g.N * g.P * g.Q, g.C * g.R * g.S, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
     bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
-    dy4 = dy.reshape(g.N, 1, g.K, g.P * g.Q)  # dy^T and dy's copy as conv.backward makes them
+    dy4 = dy.reshape(g.N, 1, g.K, g.P * g.Q)  # dy^T as conv.backward makes it
     dyt = from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True)
-    dyc = from_blocks(dy4, g.K, cols, swap_grid=True)
     dxc, dw = np.empty((cols, D), np.float32), np.empty_like(w)
     sides = {"layer bwd": lambda: plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
              "layer upd": lambda: plans["upd"].run(dw=t["dw"], **t["upd"])}
     for width in widths:
         bd = pick_block(D, width, 16)
-        data, upd = (conv.columns_plan(g, "f32", bd, bp, p) for p in ("bwd", "upd"))
-        xct = image_to_columns(x, *taps, bd, bp, transposed=True)
+        data = conv.columns_plan(g, "f32", bd, bp, "bwd")
+        upd = conv.columns_plan(g, "f32", bd, g.P * g.Q, "upd")
+        xct = image_to_columns(x, *taps, bd, g.P * g.Q, transposed=True)
         sides[f"data {bd}"] = lambda data=data: data.run(dyt=dyt, w=w, dxc=dxc)
-        sides[f"upd {bd}"] = lambda upd=upd, xct=xct: upd.run(dyc=dyc, xct=xct, dw=dw)
+        sides[f"upd {bd}"] = lambda upd=upd, xct=xct: upd.run(dy=dy, xct=xct, dw=dw)
     copying = conv.columns_data_copying(g)  # dx^c = dy^T w as fc's backward-data
     wt = np.empty(copying.extent["wt"], np.float32)
     sides["data copying"] = lambda: copying.run(dy=dyt, w=w.reshape(g.K, D), wt=wt, dx=dxc)

@@ -370,16 +370,14 @@ def _columns_data(dy, w, g):
 
 def _columns_update(dy, x, g):
     """dW where the forward reads w in place (columns): in w's own layout, from
-    x's im2col tiles transposed (one pass) and dy [K][N][PQ], by one plan."""
-    PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    bd, bp = pick_block(D, COLUMNS_UPDATE_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
-    xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp, transposed=True,
-                           out=_scratch.get("xct", (nblocks(D, bd), nblocks(cols, bp), bp, bd),
-                                            np.float32))
-    dyc = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
-                      swap_grid=True, out=_scratch.get("dyc", (g.K, cols), np.float32))
+    x's im2col tiles transposed (one pass, an image a pixel block) and dy
+    read in place, by one plan."""
+    PQ, D = g.P * g.Q, g.C * g.R * g.S
+    bd = pick_block(D, COLUMNS_UPDATE_WIDTH, 16)
+    xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, PQ, transposed=True,
+                           out=_scratch.get("xct", (nblocks(D, bd), g.N, PQ, bd), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
-    columns_plan(g, "f32", bd, bp, "upd").run(dyc=dyc, xct=xct, dw=dw)
+    columns_plan(g, "f32", bd, PQ, "upd").run(dy=np.ascontiguousarray(dy), xct=xct, dw=dw)
     return dw
 
 

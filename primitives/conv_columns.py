@@ -55,9 +55,9 @@ def columns_vnni(g, dtype, backend, bd):
 # call: their C tiles (bp x bd, 32 KiB) cost more to reload between calls than
 # the layer's (benchmarks/RESULTS.md: res5a_branch2b's backward-data 8% faster)
 COLUMNS_CALLS = 16
-# the backward's pixel blocks (backward-data's dy^t and dx^c are plain matrices,
-# the update reduces over them): all pixels of the 7 x 7 layers, so w's rows pass
-# once and the update has no ragged block (RESULTS.md: 2-7% and 10% faster)
+# backward-data's pixel blocks (its dy^t and dx^c are plain matrices): all
+# pixels of the 7 x 7 layers, so w's rows pass once (RESULTS.md). The update's
+# are whole images (columns_update_product: dy read in place)
 COLUMNS_DATA_PIXELS = 128
 # and the tiles' width along C R S, where w and dW have their rows C R S floats
 # apart (which maps them onto few cache sets): narrower than the forward's, so a

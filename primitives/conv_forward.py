@@ -154,9 +154,9 @@ def columns_product(g, bd, bp):
 
 
 def columns_operands(g, bd, bp):
-    """What conv.columns' forward and update products share: the im2col
-    matrix's sizes D = C R S and N P Q, the weights (w, dw) as plain K x D
-    tiles, the pixels (y^c, dy^c) as plain K x N P Q tiles, and the loop sizes."""
+    """What conv.columns' three products share: the im2col matrix's sizes D =
+    C R S and N P Q, the weights (w, dw) as plain K x D tiles, the forward's
+    pixels (y^c) as plain K x N P Q tiles, and the loop sizes."""
     D, cols = g.C * g.R * g.S, g.N * g.P * g.Q
     return (D, cols, matrix_tiles(g.K, D, g.bk, bd, ("k", "d"), plain=True),
             matrix_tiles(g.K, cols, g.bk, bp, ("k", "p"), plain=True),

@@ -236,14 +236,19 @@ def c_rows(g):
 
 
 def columns_update_product(g, bd, bp):
-    """dw (K x C R S, plain: the weights' own layout) = dy^c (K x N P Q, plain:
-    dy with its first two axes swapped) @ the im2col matrix's transpose, as
-    tiles xct [Db][Pb][bp][bd]: the tiled product (primitives.fc_nest) of the
-    update conv.columns' layers take. No shares and no copy of dw; the
+    """dw (K x C R S, plain: the weights' own layout) = dy (read in place:
+    [N][K][P Q], each image's K x P Q block one block of the reduction) @ the
+    im2col matrix's transpose, as tiles xct [Db][N][P Q][bd] (bp: P Q, one
+    image a pixel block): the tiled product (primitives.fc_nest) of the update
+    conv.columns' layers take. No copy of dy nor of dw, and no shares; the
     reduction runs over all images' pixels."""
-    D, cols, weights, pixels, sizes = columns_operands(g, bd, bp)
+    PQ = g.P * g.Q
+    if bp != PQ:
+        raise ValueError(f"bp: the update's pixel blocks are whole images, P Q = {PQ}, got {bp}")
+    D, cols, weights, _, sizes = columns_operands(g, bd, bp)
+    dy = Layout((g.bk * PQ, g.K * PQ, PQ, 1), k=nblocks(g.K, g.bk), p=g.N, bk=g.bk, bp=PQ)
     xct = Layout(d=nblocks(D, bd), p=nblocks(cols, bp), bp=bp, bd=bd)
-    return Product("k", "d", "p", a=("dyc", pixels), b=("xct", xct.transpose("p", "d", "bp", "bd")),
+    return Product("k", "d", "p", a=("dy", dy), b=("xct", xct.transpose("p", "d", "bp", "bd")),
                    c=("dw", weights), sizes=sizes, epilogue=())
 
 
