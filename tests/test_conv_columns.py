@@ -56,7 +56,8 @@ def test_columns_forward_backward(rng):
 def test_columns_config(rng):
     """The config's `columns` per pass: off, conv.columns' rule gives no blocks
     for that pass (and only that one), and the call takes another route with
-    results as right. Random layers its rule allows."""
+    results as right. Random layers its rule allows. Bad pass names and update
+    pixel blocks other than whole images are refused by name."""
     done = 0
     while done < 3:
         N, C, K = int(rng.integers(1, 3)), int(rng.integers(1, 40)), int(rng.integers(64, 200))
@@ -79,6 +80,9 @@ def test_columns_config(rng):
                 assert np.all(np.abs(a - want) <= 1e-5 * mag + 1e-30)
     with pytest.raises(ValueError, match="pass_"):
         conv.columns(g, "f32", "cpu", "upd")  # the update goes with backward-data ("bwd")
+    # the update's pixel blocks are whole images (it reads dy in place, an image a block)
+    with pytest.raises(ValueError, match="bp: .*whole images"):
+        conv.columns_plan(g, "f32", 16, g.P * g.Q + 1, "upd")
 
 
 def test_columns_shares(rng):
