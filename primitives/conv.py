@@ -293,6 +293,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     if dy.dtype != x.dtype:
         raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
     ab, dyp = dtypes.NUMPY[dtype], None
+    if (need_dx and data in ("columns", "pointwise")) or (need_dw and update == "columns"):
+        dy = np.ascontiguousarray(dy)  # their plans read dy's rows where they lie: copied once
     # dy bordered and blocked: what backward-data's nchw and blocked plans read,
     # and the update on x in place after them
     if (need_dx and data in ("nchw", "blocked")) or (need_dw and update == "x"):
@@ -303,7 +305,6 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     elif data == "columns":
         dx = _columns_data(dy, w, g)
     elif data == "pointwise":
-        dy = np.ascontiguousarray(dy)
         p, wt = data_operands(p, choice, g, dtype, dy, w, token, _scratch)
         dx = _pointwise(p, choice, backend, dy, wt, "dx")
     else:
@@ -350,10 +351,11 @@ def _transposed(g):
 
 
 def _columns_data(dy, w, g):
-    """dx where the forward reads w in place (columns): dy^T times w in place
-    (or its tiles copied by the plan: columns_copies_w); dx^c summed into dx."""
+    """dx where the forward reads w in place (columns): dy^T (dy C-contiguous)
+    times w in place (or its tiles copied by the plan: columns_copies_w); dx^c
+    summed into dx."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    dyt = from_blocks(np.ascontiguousarray(dy).reshape(g.N, 1, g.K, PQ), g.K, cols,
+    dyt = from_blocks(dy.reshape(g.N, 1, g.K, PQ), g.K, cols,
                       transpose=True, swap_grid=True,
                       out=_scratch.get("dyt", (cols, g.K), np.float32))
     dxc = _scratch.get("dxc", (cols, D), np.float32)  # all written: beta 0 first
@@ -371,13 +373,13 @@ def _columns_data(dy, w, g):
 def _columns_update(dy, x, g):
     """dW where the forward reads w in place (columns): in w's own layout, from
     x's im2col tiles transposed (one pass, an image a pixel block) and dy
-    read in place, by one plan."""
+    (C-contiguous) read in place, by one plan."""
     PQ, D = g.P * g.Q, g.C * g.R * g.S
     bd = pick_block(D, COLUMNS_UPDATE_WIDTH, 16)
     xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, PQ, transposed=True,
                            out=_scratch.get("xct", (nblocks(D, bd), g.N, PQ, bd), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
-    columns_plan(g, "f32", bd, PQ, "upd").run(dy=np.ascontiguousarray(dy), xct=xct, dw=dw)
+    columns_plan(g, "f32", bd, PQ, "upd").run(dy=dy, xct=xct, dw=dw)
     return dw
 
 
