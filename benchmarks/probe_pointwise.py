@@ -15,8 +15,9 @@ conv.forward call as routed, and with x read in place and on its copy on
 whole-line rows (pointwise_rows off, on) at the table's and two pixel
 blocks. backward: backward-data's layer plan, its pointwise plan on w^T's
 tiles and on w in place (the kernel's transposed A, as conv.backward
-routes it where pointwise_classes is off), the same on dy's rows padded to lines, the plan by classes of dy's rows
-(pointwise_classes) at three pixel blocks, the w^T copies of both, whole
+routes it where pointwise_classes is off), the same on dy's rows padded to
+lines, the plan by classes of dy's rows (pointwise_classes) at three pixel
+blocks, the w^T copies of both, whole
 conv.backward calls with pointwise_classes off and on. both: forward + backward as
 benchmarks.conv times them (the layer's three plans and dW's unblocking
 against conv.forward + conv.backward), and the forward alone so. Speeds only: no result is

@@ -161,8 +161,9 @@ def _pointwise_forward(x, w, g, y):
 
 
 def _pointwise_backward(x, w, dy, g, dx):
-    """The steps of conv.backward's pointwise path (1x1, stride 1): w^T's
-    tiles, backward-data's plan (dy and dx in place), x's transposed tiles,
+    """The steps of conv.backward's pointwise path (1x1, stride 1) where
+    pointwise_classes is off: backward-data's plan (w read in place as the
+    kernel's transposed A, dy and dx in place), x's transposed tiles,
     the update's plan (dy in place, dW in w's layout) and its shares' sum;
     where conv.pointwise_copies_dy, dy's tiles and x in place instead, then
     dW^T transposed ("dw")."""
@@ -171,13 +172,11 @@ def _pointwise_backward(x, w, dy, g, dx):
     gu, a, b = (gt, x, dy) if swap else (g, dy, x)  # the update's geometry, in place, copied
     HW, bx = g.H * g.W, conv.pointwise_x_block(gu)
     bp, shares = conv.pointwise_update(gu, "f32", "cpu", a)
-    wt = L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True)
     bt = L.to_blocks(b.reshape(g.N * gu.C, HW), bp, bx, transpose=True)
     parts, dw = np.empty((shares, g.K * g.C), np.float32), np.empty(g.K * g.C, np.float32)
-    data = conv.pointwise_plan(gt, "f32", conv.pointwise(gt, "f32", "cpu"), False)
+    data = conv.pointwise_plan(gt, "f32", conv.pointwise(gt, "f32", "cpu"), w_t=True)
     upd = conv.pointwise_update_plan(gu, bp, shares)
-    steps = [("wt", lambda: L.to_blocks(w.reshape(g.K, g.C), g.bc, g.bk, transpose=True, out=wt)),
-             ("plan+dx", lambda: data.run(w=wt, x=dy, y=dx)),
+    steps = [("plan+dx", lambda: data.run(w=w.reshape(g.K, g.C), x=dy, y=dx)),
              ("dyt" if swap else "xt", lambda: L.to_blocks(b.reshape(g.N * gu.C, HW), bp, bx,
                                                          transpose=True, out=bt)),
              ("upd", lambda: upd.run(dy=a, xt=bt, dw=parts))]
