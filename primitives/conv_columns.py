@@ -123,7 +123,8 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False, shar
             loops = parse_spec(spec, [Loop(n, 0, nblocks(*product.sizes[n]), per_call
                                            if n == product.r else 1)
                                       for n in (product.i, product.j, product.r)])
-            product_nest(rec, loops, product, dtype, epilogue, per_call, vnni)
+            product_nest(rec, loops, product, dtype, epilogue, per_call, vnni,
+                         stream=pass_ == "upd")
         return rec.finish()
     return _plans.get((g, "columns", dtype, bd, bp, pass_, COLUMNS_CALLS, vnni, has_bias, shares),
                       record)

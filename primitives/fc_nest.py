@@ -9,6 +9,7 @@ to whole tiles, so their sizes are the padded ones and no tile is ragged."""
 import dataclasses
 
 from brgemm import plan as bplan
+from brgemm.block import streams_c
 from brgemm.layouts import Layout, matrix_tiles
 from primitives._calls import reduction_calls
 
@@ -68,28 +69,31 @@ def data_product(g, plain, names, out, over, c_tiles=False):
         sizes=extents(g, plain), epilogue=("n", out))
 
 
-def product_nest(ex, loops, p, dtype, epilogue, chunk, vnni=False):
+def product_nest(ex, loops, p, dtype, epilogue, chunk, vnni=False, stream=False):
     """Records p's calls: for each (i, j, r0) the loops walk, C's tile (i, j)
     reduced over `chunk` blocks from r0; epilogue(...) on the chunk with the
-    last block; vnni: B tiles in VNNI pairs."""
+    last block; vnni: B tiles in VNNI pairs. stream: a call that makes its
+    tile whole (all of the reduction, no epilogue) stores it with streaming
+    stores where the block allows them (brgemm.block.streams_c)."""
     (a, A), (b, B), (c, C) = p.a, p.b, p.c
     (I, bi), (J, bj), (R, br) = p.sizes[p.i], p.sizes[p.j], p.sizes[p.r]
     Rb = -(-R // br)
     lds = dict(lda=A.ld(A.names[2]), ldb=B.ld(B.names[2]), ldc=C.ld(C.names[2]))
-    blocks = {}  # kernel shapes by (m, n, k, beta), made once
+    blocks = {}  # kernel shapes by (m, n, k, beta, streamed), made once
     for phase, task, at in loops.walk():
         i, j, r0 = at[p.i], at[p.j], at[p.r]
         m, n = min(bi, I - i * bi), min(bj, J - j * bj)
         ex.at(phase, task)
         for rs, depth in reduction_calls(range(r0, min(r0 + chunk, Rb)), Rb, R, br):
-            beta = 0.0 if rs[0] == 0 else 1.0
-            blk = blocks.get((m, n, depth, beta))
-            if blk is None:
-                blk = blocks[m, n, depth, beta] = bplan.Block(m, n, depth, dtype=dtype, beta=beta,
-                                                              b_vnni=vnni, **lds)
-            ops = ()
+            beta, ops = 0.0 if rs[0] == 0 else 1.0, ()
             if rs[-1] == Rb - 1:
                 where = {p.i: i, p.j: j}
                 ops = epilogue(*(where[name] for name in p.epilogue))
+            streamed = (stream and rs[0] == 0 and rs[-1] == Rb - 1 and not ops
+                        and streams_c(dtype, n, lds["ldc"]))
+            blk = blocks.get((m, n, depth, beta, streamed))
+            if blk is None:
+                blk = blocks[m, n, depth, beta, streamed] = bplan.Block(
+                    m, n, depth, dtype=dtype, beta=beta, b_vnni=vnni, c_stream=streamed, **lds)
             ex.gemm(blk, a, [A.at(i, r) for r in rs], b, [B.at(r, j) for r in rs],
                     c, C.at(i, j), ops=ops)

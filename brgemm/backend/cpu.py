@@ -49,12 +49,12 @@ class CpuKernel:
     """One JIT kernel: fixed shape, row strides, form, dtypes, alpha and beta."""
 
     def __init__(self, *, form, dtype_ab, dtype_c, m, n, k, lda, ldb, ldc, alpha, beta,
-                 stride_a=0, stride_b=0, b_vnni=False, a_t=False):
+                 stride_a=0, stride_b=0, b_vnni=False, a_t=False, c_stream=False):
         desc = ffi.new("brgemm_cpu_desc *", dict(
             dtype_ab=DTYPES[dtype_ab], dtype_c=DTYPES[dtype_c], form=FORMS[form],
             m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc,
             stride_a=stride_a, stride_b=stride_b, alpha=alpha, beta=beta, b_vnni=b_vnni,
-            a_t=a_t))
+            a_t=a_t, c_stream=c_stream))
         out = ffi.new("brgemm_cpu_kernel **")
         check(lib.brgemm_cpu_create(desc, out), f"Kernel({m}, {n}, {k}, dtype={dtype_ab!r})")
         self._k = ffi.gc(out[0], lib.brgemm_cpu_destroy)
@@ -192,7 +192,7 @@ class PlanReplay:
                 raise RuntimeError(f"{ctype}: {ffi.sizeof(ctype)} bytes in C, {dt.itemsize} here")
         self.kernels = [CpuKernel(form="offs", dtype_ab=b.dtype, dtype_c=b.c_dtype, m=b.m, n=b.n,
                                   k=b.k, lda=b.lda, ldb=b.ldb, ldc=b.ldc, alpha=b.alpha,
-                                  beta=b.beta, b_vnni=b.b_vnni, a_t=b.a_t)
+                                  beta=b.beta, b_vnni=b.b_vnni, a_t=b.a_t, c_stream=b.c_stream)
                         for b in plan.blocks]
         a_bytes, b_bytes = plan.byte_offsets()  # libxsmm's unit
         self.names = list(plan.tensors)

@@ -25,6 +25,8 @@ struct brgemm_cpu_kernel {
                        (offset form for bf16-vnni kernels of VNNI B in place: offs_direct) */
   int offs_direct;  /* bf16-vnni, b_vnni, offset form: plan calls go to fn with no lists */
   brgemm_jit_code code;  /* the mapping fn lives in (jit.c), released with the kernel */
+  brgemm_jit_code stream;  /* desc.c_stream: fn with non-temporal C stores (fn stores as
+                              usual, for a C off the 64-byte boundary they need) */
   const brgemm_amx_impl* amx;  /* PATH_BF16_AMX: our tile kernel instead of libxsmm */
   brgemm_amx_kernel* amx_kernel;
 };
@@ -115,6 +117,9 @@ static int desc_valid(const brgemm_cpu_desc* d) {
   if ((d->a_t ? d->k : d->m) * d->lda * ea > span || d->k * d->ldb * ea > span || d->m * d->ldc * ec > span) return 0;
   if (d->stride_a * ea > span || d->stride_b * ea > span) return 0;
   if (d->b_vnni && (d->dtype_ab != BRGEMM_BF16 || !brgemm_cpu_reads_vnni_b(d->k))) return 0;
+  if (d->c_stream != 0 && d->c_stream != 1) return 0;
+  if (d->c_stream && (d->dtype_ab != BRGEMM_F32 || d->alpha != 1.0f || d->beta != 0.0f ||
+                      d->n % 16 || d->ldc % 16)) return 0;
   return 1;
 }
 
@@ -158,6 +163,14 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
                                                                    : BRGEMM_JIT_OFFS,
                           M, N, K, lda, ldb, ldc, flags, d->stride_b * 4, d->stride_a * 4,
                           &kr->code);
+    /* whole vectors (n, ldc multiples of 16) on 64-byte lines: libxsmm's streaming
+     * stores, which need that alignment; the calls whose C has it take them */
+    if (jit == 0 && d->c_stream)
+      jit = brgemm_jit_gemm(BRGEMM_JIT_F32, d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
+                                            : d->form == BRGEMM_ADDR ? BRGEMM_JIT_ADDR
+                                                                     : BRGEMM_JIT_OFFS,
+                            M, N, K, lda, ldb, ldc, flags | LIBXSMM_GEMM_FLAG_ALIGN_C_NTS_HINT,
+                            d->stride_b * 4, d->stride_a * 4, &kr->stream);
   } else if ((kr->amx = brgemm_amx_selected()) != NULL) {
     /* AMX tiles: any k and lda (the kernel pads odd k itself), alpha/beta inside */
     kr->path = PATH_BF16_AMX;
@@ -197,7 +210,8 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
                           &kr->code);
   }
   kr->fn = kr->code.fn;
-  if (!kr->fn && !kr->amx_kernel) {
+  if ((!kr->fn && !kr->amx_kernel) || (d->c_stream && !kr->stream.fn)) {
+    brgemm_jit_release(&kr->code);
     free(kr);
     return jit == -2 ? BRGEMM_ENOMEM : BRGEMM_EJIT;
   }
@@ -207,7 +221,10 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
 
 void brgemm_cpu_destroy(brgemm_cpu_kernel* kernel) {
   if (kernel && kernel->amx_kernel) kernel->amx->destroy(kernel->amx_kernel);
-  if (kernel) brgemm_jit_release(&kernel->code);
+  if (kernel) {
+    brgemm_jit_release(&kernel->code);
+    brgemm_jit_release(&kernel->stream);
+  }
   free(kernel);
 }
 
@@ -325,6 +342,18 @@ static int run_empty(const brgemm_cpu_kernel* kr, void* c) {
   return BRGEMM_OK;
 }
 
+/* The f32 function for a call that writes C at c: the streaming one where the
+ * kernel has it and c sits on a 64-byte boundary (its stores need one) */
+static void* f32_fn(const brgemm_cpu_kernel* kr, const void* c) {
+  return kr->stream.fn && ((uintptr_t)c & 63) == 0 ? kr->stream.fn : kr->fn;
+}
+
+/* After a call through f32_fn: streaming stores are weakly ordered, so they are
+ * fenced before the call returns, as ordinary stores need not be */
+static void f32_done(const brgemm_cpu_kernel* kr, const void* c) {
+  if (kr->stream.fn && ((uintptr_t)c & 63) == 0) __builtin_ia32_sfence();
+}
+
 /* f32 result in the scratch tile, when alpha/beta need it */
 static float* f32_dst(const brgemm_cpu_kernel* kr, void* c) {
   return kr->via_scratch ? (float*)scratch_get(SLOT_WORK, (size_t)kr->d.m * kr->d.n * 4) : (float*)c;
@@ -361,7 +390,9 @@ static int run_strd_(const brgemm_cpu_kernel* kr, const void* a, const void* b, 
     float* dst = f32_dst(kr, c);
     if (!dst) return BRGEMM_ENOMEM;
     unsigned long long cnt = (unsigned long long)count;
-    ((libxsmm_smmfunction_reducebatch_strd)kr->fn)((const float*)b, (const float*)a, dst, &cnt);
+    ((libxsmm_smmfunction_reducebatch_strd)f32_fn(kr, dst))((const float*)b, (const float*)a, dst,
+                                                           &cnt);
+    f32_done(kr, dst);
     if (kr->via_scratch) combine(d, dst, c);
     return BRGEMM_OK;
   }
@@ -389,7 +420,9 @@ static int run_addr_(const brgemm_cpu_kernel* kr, const void* const* a, const vo
   float* dst = f32_dst(kr, c);
   if (!dst) return BRGEMM_ENOMEM;
   unsigned long long cnt = (unsigned long long)count;
-  ((libxsmm_smmfunction_reducebatch_addr)kr->fn)((const float**)b, (const float**)a, dst, &cnt);
+  ((libxsmm_smmfunction_reducebatch_addr)f32_fn(kr, dst))((const float**)b, (const float**)a, dst,
+                                                           &cnt);
+  f32_done(kr, dst);
   if (kr->via_scratch) combine(&kr->d, dst, c);
   return BRGEMM_OK;
 }
@@ -402,8 +435,9 @@ int brgemm_cpu_run_offs_bytes(const brgemm_cpu_kernel* kr, const void* a, const 
     float* dst = f32_dst(kr, c);
     if (!dst) return BRGEMM_ENOMEM;
     unsigned long long cnt = (unsigned long long)count;
-    ((libxsmm_smmfunction_reducebatch_offs)kr->fn)((const float*)b, (const float*)a, dst, &cnt,
-                                                   b_offs, a_offs);
+    ((libxsmm_smmfunction_reducebatch_offs)f32_fn(kr, dst))((const float*)b, (const float*)a, dst,
+                                                           &cnt, b_offs, a_offs);
+    f32_done(kr, dst);
     if (kr->via_scratch) combine(&kr->d, dst, c);
     return BRGEMM_OK;
   }

@@ -99,6 +99,10 @@ typedef struct {
                             brgemm_cpu_reads_vnni_b accepts, else BRGEMM_EINVAL */
   int a_t;               /* A blocks given transposed: element (i, j) of a block at
                             j * lda + i, lda >= m; f32 only, else BRGEMM_EINVAL */
+  int c_stream;          /* C stored past the caches (non-temporal stores): a tile that
+                            is final after the call and not read again soon. f32, alpha
+                            1, beta 0, n and ldc multiples of 16, else BRGEMM_EINVAL; a
+                            call whose C is not on a 64-byte boundary stores as usual */
 } brgemm_cpu_desc;
 
 typedef struct brgemm_cpu_kernel brgemm_cpu_kernel;
