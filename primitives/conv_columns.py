@@ -95,7 +95,10 @@ def columns_plan(g, dtype, bd, bp, pass_="fwd", vnni=False, has_bias=False, shar
     column tiles outermost (faster than the other way on res5a_branch2b:
     benchmarks/RESULTS.md), the update dW's, so that each thread reads the
     rows of x's tiles that image_to_columns gave it (3-14% faster after it:
-    RESULTS.md, twenty-sixth session). shares (the forward's alone;
+    RESULTS.md, twenty-sixth session). The update stores each dW tile with
+    streaming stores (Block.c_stream): dW goes back to the caller, and its
+    rows C R S apart would otherwise each be read into the cache before being
+    written (RESULTS.md, twenty-eighth session). shares (the forward's alone;
     columns_shares): a task per share of the reduction's blocks instead,
     share s summed into y^c's part s ([shares][K][N P Q], tensor yc), b added
     in part 0."""

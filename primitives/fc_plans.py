@@ -179,7 +179,10 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
     the plain plans the f32 output is then a scratch in tiles (the plan's
     extent), which the kernel writes a tile's rows together and the bf16
     store reads back from cache, rather than a matrix's rows K (or C) apart
-    (benchmarks/RESULTS.md, issue 17, nineteenth session)."""
+    (benchmarks/RESULTS.md, issue 17, nineteenth session). The plain update
+    stores each dW tile it makes whole with streaming stores (Block.c_stream):
+    dW goes back to the caller, and its rows C apart would otherwise each be
+    read into the cache before being written."""
     key = (g, pass_, dtype, has_bias, activation, bf16_out, plain, vnni)
 
     def record():
@@ -195,7 +198,7 @@ def plan(g, pass_, dtype="f32", has_bias=False, activation=None, bf16_out=False,
         rec = bplan.Recorder(tensors, spec=gp.specs[("fwd", "bwd", "upd").index(pass_)])
         product_nest(rec, _loops(gp, pass_), product, dtype,
                      _epilogue(gp, pass_, has_bias, activation, bf16_out, plain),
-                     gp.chunk[pass_], vnni)
+                     gp.chunk[pass_], vnni, stream=plain and pass_ == "upd")
         return rec.finish()
     return _plans.get(key, record)
 
