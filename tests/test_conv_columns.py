@@ -108,7 +108,7 @@ def test_columns_shares(rng):
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         b = rng.standard_normal(K).astype(np.float32)
         xc, w2 = image_to_columns(x, *taps, bd, bp), w.reshape(K, D)
-        dy = np.zeros((N, K, g.P, g.Q), np.float32)  # (the reference's backward, unused)
+        dy = rng.standard_normal((N, K, g.P, g.Q)).astype(np.float32)  # (its backward unused)
         ref = reference(x, w, dy, 1, taps[2])[0] + b.reshape(1, K, 1, 1)
         ref_mag = magnitude(x, w, dy, 1, taps[2])[0] + np.abs(b).reshape(1, K, 1, 1)
         # as y^c, K x N P Q
