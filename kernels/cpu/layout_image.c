@@ -592,6 +592,15 @@ __attribute__((target("avx512f"), always_inline)) static inline void columns_row
   }
 }
 
+/* image_to_columns' u-th tile in the threads' order, as its place in dst's
+ * [Pb][Db] grid: the threads' static shares split the tiles' rows (the
+ * reduction), each taking every column block, as conv.columns_shares' plan
+ * reads them (by column blocks, one thread got 64 of 98 pixels and the other
+ * 34) */
+static inline int64_t columns_tile(int64_t u, int64_t Pb, int64_t Db) {
+  return u % Pb * Db + u / Pb;
+}
+
 /* image_to_columns for f32 with stride 1 or 2 across, with AVX-512: each
  * vector of 16 columns of a tile row blended from one plain 16-float load
  * (stride 2: two, their even elements picked by one permute) per output row
@@ -670,9 +679,7 @@ __attribute__((target("avx512f"))) static int columns_avx512(
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < Pb * Db; ++u) { /* one bd x bp tile */
       if (!off) continue;
-      /* the threads' shares split the rows, each taking every column block:
-       * by column blocks, one thread got 64 of 98 pixels and the other 34 */
-      const int64_t t = u % Pb * Db + u / Pb; /* the tile's place in dst */
+      const int64_t t = columns_tile(u, Pb, Db);
       const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
       const int64_t nd = brgemm_min64(bd, D - d0), nj = brgemm_min64(bp, cols - j0);
       int64_t n = j0 / (P * Q), p = j0 / Q % P, q = j0 % Q;
@@ -752,7 +759,7 @@ int brgemm_cpu_image_to_columns(const void* src, int64_t N, int64_t C, int64_t H
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < Pb * Db; ++u) { /* one bd x bp tile */
       if (transposed && !mine) continue;
-      const int64_t t = u % Pb * Db + u / Pb; /* shares of rows, as columns_avx512's */
+      const int64_t t = columns_tile(u, Pb, Db);
       const int64_t d0 = t % Db * bd, j0 = t / Db * bp;
       char* tile = transposed ? mine : (char*)dst + t * bd * bp * di;
       const int64_t nd = brgemm_min64(bd, D - d0), nj = brgemm_min64(bp, cols - j0);
