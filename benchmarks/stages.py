@@ -11,10 +11,12 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.columns, conv.pointwise, conv.reads_x_nchw, fc.reads_w, fc.copies_wt and
-fc.copies_w: their plans copy W's tiles themselves) the line says which. Lines
-marked * time another path's steps alone, taken by the call or not
-(conv.columns on small images, fc.reads_w), to show what it would cost;
+(conv.pointwise, conv.reads_x_nchw, fc.reads_w, fc.copies_wt and
+fc.copies_w: their plans copy W's tiles themselves) the line says which;
+conv.columns' lines show its own steps, as the call takes them. Lines
+marked * time a path's steps alone, taken by the call or not
+(the blocked steps beside conv.columns' lines, conv.columns on other small
+images, fc.reads_w), to show what it would cost;
 after each conv line, the layer path's own plans of that pass alone; fc's
 last line per shape, the layer path's passes (fc.Linear) alone.
 lstm's lines (forward, and forward+backward as a training step makes them;
@@ -105,14 +107,15 @@ def _conv(N):
                 ("w", lambda: conv.block_w(w, g, "f32", out=wb)),
                 ("plan+y", lambda: px.run(x=x, w=wb, y=x_slots, out=y))],
                 lambda: conv.forward(x, w, st, pd)))
-        alone = conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked"  # not the call's steps
+        # the blocked steps alone where they are not the call's
+        alone = path == "columns" or (conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked")
         _line(name, "fwd", "blocked*" if alone else path, *_steps([
             ("x", lambda: conv.block_x(x, g, "f32", out=xb)),
             ("w", lambda: conv.block_w(w, g, "f32", out=wb))] + out,
             None if alone else lambda: conv.forward(x, w, st, pd)))
         layer = _steps([], lambda: pf.run(x=xb, w=wb, y=yb))[0]
         print(f"{'':<31}the layer path's forward plan alone: {layer:.3f} ms", flush=True)
-        if path in ("blocked", "columns") and H <= 14:  # conv.columns' forward, alone
+        if path == "blocked" and H <= 14:  # conv.columns' forward, alone
             _line(name, "fwd", "columns*", *_steps(_columns_steps(x, w, g)))
         if conv.stores_nchw_dx(g, "f32", "cpu", np.float32):  # the plan stores dx itself
             pn = conv.nchw_dx_plan(g, "f32", False)
@@ -135,10 +138,10 @@ def _conv(N):
             upd = [("x+dy", lambda: update_inputs(x, dy, g, "f32", buffer)),
                    ("upd", lambda: pu.run(dw=dw, **ui)),
                    ("dw", lambda: conv.unblock_dw(dw, g, np.float32, out=dwp))]
-        _line(name, "bwd", bpath, *_steps([
+        _line(name, "bwd", "blocked*" if bpath == "columns" else bpath, *_steps([
             ("dy", lambda: conv.block_y(dy, g, "f32", bordered=True, out=dyp)),
             ("wt", lambda: conv.block_w(w, g, "f32", True, out=wt))] + data + upd,
-            lambda: conv.backward(dy, x, w, st, pd)))
+            None if bpath == "columns" else lambda: conv.backward(dy, x, w, st, pd)))
         layer = [_steps([], lambda: p.run(**a))[0] for p, a in (
             (pb, dict(dyp=dyp, wt=wt, dx=dxb)), (pu, ui | dict(dw=dw)))]
         print(f"{'':<31}the layer path's backward-data and update plans alone: {layer[0]:.3f}"
@@ -146,6 +149,19 @@ def _conv(N):
         if path == "pointwise":  # what the pointwise call's steps are
             _line(name, "fwd", "pointwise*", *_steps(_pointwise_forward(x, w, g, y)))
             _line(name, "bwd", "pointwise*", *_steps(_pointwise_backward(x, w, dy, g, dx)))
+        if "columns" in (path, bpath):  # the call's own steps (the blocked* lines: not its)
+            _columns_lines(name, x, w, dy, dx, g, (st, pd), (path, bpath))
+
+
+def _columns_lines(name, x, w, dy, dx, g, args, paths):
+    """conv.forward's and conv.backward's lines where they take conv.columns
+    (paths: the forward's and the backward's), each call's own steps."""
+    if paths[0] == "columns":
+        _line(name, "fwd", "columns", *_steps(_columns_steps(x, w, g),
+                                              lambda: conv.forward(x, w, *args)))
+    if paths[1] == "columns":
+        _line(name, "bwd", "columns", *_steps(_columns_backward(x, w, dy, g, dx),
+                                              lambda: conv.backward(dy, x, w, *args)))
 
 
 def _pointwise_forward(x, w, g, y):
@@ -189,17 +205,52 @@ def _pointwise_backward(x, w, dy, g, dx):
 
 
 def _columns_steps(x, w, g):
-    """The steps of conv.forward's columns path (im2col, the plan, y^c to y)."""
-    bd, bp = L.pick_block(g.C * g.R * g.S, 128, 16), L.pick_block(g.N * g.P * g.Q, 64, 16)
-    PQ = g.P * g.Q
-    xc = im2col.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp)
+    """The steps of conv.forward's columns path as the call takes them:
+    im2col, the plan (its reduction in shares where conv.columns_shares says
+    so), the shares' sum, y^c into y."""
+    bd, bp = conv.columns(g, "f32", "cpu") or (L.pick_block(g.C * g.R * g.S, 128, 16),
+                                              L.pick_block(g.N * g.P * g.Q, 64, 16))
+    PQ, taps = g.P * g.Q, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
+    shares = conv.columns_shares(g, "f32", bd, cpu_threads())
+    xc = im2col.image_to_columns(x, *taps, bd, bp)
     yc, y = np.empty((g.K, g.N * PQ), np.float32), np.empty((g.N, g.K, g.P, g.Q), np.float32)
-    p = conv.columns_plan(g, "f32", bd, bp)
-    return [("x", lambda: im2col.image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, bp,
-                                             out=xc)),
-            ("plan", lambda: p.run(w=w, xc=xc, yc=yc)),
-            ("y", lambda: L.to_blocks(yc, g.K, PQ, swap_grid=True,
-                                      out=y.reshape(g.N, 1, g.K, PQ)))]
+    parts = yc if shares == 1 else np.empty((shares, yc.size), np.float32)
+    p = conv.columns_plan(g, "f32", bd, bp, shares=shares)
+    br = g.bk if g.K % g.bk == 0 else g.K  # y's tiles, as conv.forward copies them
+    steps = [("x", lambda: im2col.image_to_columns(x, *taps, bd, bp, out=xc)),
+             ("plan", lambda: p.run(w=w, xc=xc, yc=parts))]
+    if shares > 1:
+        steps.append(("sum", lambda: L.column_sums(parts, out=yc.reshape(-1))))
+    return steps + [("y", lambda: L.to_blocks(yc, br, PQ, swap_grid=True,
+                                              out=y.reshape(g.N, g.K // br, br, PQ)))]
+
+
+def _columns_backward(x, w, dy, g, dx):
+    """The steps of conv.backward's columns path (both passes): dy^T,
+    backward-data's plan (w in place, or its tiles copied by the plan where
+    the config's columns_copies_w says so), dx^c summed into dx, x's
+    transposed im2col tiles, the update's plan (dy in place, dW streamed)."""
+    PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
+    taps = ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
+    dyt, dxc = np.empty((cols, g.K), np.float32), aligned_empty((cols, D), np.float32)
+    if g.columns_copies_w:
+        pd_ = conv.columns_data_copying(g)
+        tiles = np.empty(pd_.extent["wt"], np.float32)
+        data = lambda: pd_.run(dy=dyt, w=w.reshape(g.K, D), dx=dxc, wt=tiles)  # noqa: E731
+    else:
+        pd_ = conv.columns_plan(g, "f32", L.pick_block(D, conv.COLUMNS_DATA_WIDTH, 16),
+                                L.pick_block(cols, conv.COLUMNS_DATA_PIXELS), "bwd")
+        data = lambda: pd_.run(dyt=dyt, w=w, dxc=dxc)  # noqa: E731
+    bu = L.pick_block(D, conv.COLUMNS_UPDATE_WIDTH, 16)
+    xct = im2col.image_to_columns(x, *taps, bu, PQ, transposed=True)
+    pu, dw = conv.columns_plan(g, "f32", bu, PQ, "upd"), aligned_empty(w.shape, np.float32)
+    dy4 = dy.reshape(g.N, 1, g.K, PQ)
+    return [("dyt", lambda: L.from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True,
+                                          out=dyt)),
+            ("data", data),
+            ("dx", lambda: im2col.columns_to_image(dxc, x.shape, *taps, out=dx)),
+            ("xct", lambda: im2col.image_to_columns(x, *taps, bu, PQ, transposed=True, out=xct)),
+            ("upd", lambda: pu.run(dy=dy, xct=xct, dw=dw))]
 
 
 def _fc(threads):
