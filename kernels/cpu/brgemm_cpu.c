@@ -158,19 +158,17 @@ int brgemm_cpu_create(const brgemm_cpu_desc* desc, brgemm_cpu_kernel** out) {
     if (d->a_t) flags |= LIBXSMM_GEMM_FLAG_TRANS_B;
     libxsmm_blasint lda = (libxsmm_blasint)d->ldb, ldb = (libxsmm_blasint)d->lda;
     libxsmm_blasint ldc = kr->via_scratch ? M : (libxsmm_blasint)d->ldc;
-    jit = brgemm_jit_gemm(BRGEMM_JIT_F32, d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
-                                          : d->form == BRGEMM_ADDR ? BRGEMM_JIT_ADDR
-                                                                   : BRGEMM_JIT_OFFS,
-                          M, N, K, lda, ldb, ldc, flags, d->stride_b * 4, d->stride_a * 4,
-                          &kr->code);
+    const int form = d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
+                     : d->form == BRGEMM_ADDR ? BRGEMM_JIT_ADDR
+                                              : BRGEMM_JIT_OFFS;
+    jit = brgemm_jit_gemm(BRGEMM_JIT_F32, form, M, N, K, lda, ldb, ldc, flags, d->stride_b * 4,
+                          d->stride_a * 4, &kr->code);
     /* whole vectors (n, ldc multiples of 16) on 64-byte lines: libxsmm's streaming
      * stores, which need that alignment; the calls whose C has it take them */
     if (jit == 0 && d->c_stream)
-      jit = brgemm_jit_gemm(BRGEMM_JIT_F32, d->form == BRGEMM_STRD   ? BRGEMM_JIT_STRD
-                                            : d->form == BRGEMM_ADDR ? BRGEMM_JIT_ADDR
-                                                                     : BRGEMM_JIT_OFFS,
-                            M, N, K, lda, ldb, ldc, flags | LIBXSMM_GEMM_FLAG_ALIGN_C_NTS_HINT,
-                            d->stride_b * 4, d->stride_a * 4, &kr->stream);
+      jit = brgemm_jit_gemm(BRGEMM_JIT_F32, form, M, N, K, lda, ldb, ldc,
+                            flags | LIBXSMM_GEMM_FLAG_ALIGN_C_NTS_HINT, d->stride_b * 4,
+                            d->stride_a * 4, &kr->stream);
   } else if ((kr->amx = brgemm_amx_selected()) != NULL) {
     /* AMX tiles: any k and lda (the kernel pads odd k itself), alpha/beta inside */
     kr->path = PATH_BF16_AMX;
@@ -342,16 +340,21 @@ static int run_empty(const brgemm_cpu_kernel* kr, void* c) {
   return BRGEMM_OK;
 }
 
-/* The f32 function for a call that writes C at c: the streaming one where the
- * kernel has it and c sits on a 64-byte boundary (its stores need one) */
+/* Whether a call that writes C at c streams it: the kernel has the streaming
+ * function and c sits on a 64-byte boundary (its stores need one) */
+static int streams_at(const brgemm_cpu_kernel* kr, const void* c) {
+  return kr->stream.fn && ((uintptr_t)c & 63) == 0;
+}
+
+/* The f32 function for a call that writes C at c (streams_at picks) */
 static void* f32_fn(const brgemm_cpu_kernel* kr, const void* c) {
-  return kr->stream.fn && ((uintptr_t)c & 63) == 0 ? kr->stream.fn : kr->fn;
+  return streams_at(kr, c) ? kr->stream.fn : kr->fn;
 }
 
 /* After a call through f32_fn: streaming stores are weakly ordered, so they are
  * fenced before the call returns, as ordinary stores need not be */
 static void f32_done(const brgemm_cpu_kernel* kr, const void* c) {
-  if (kr->stream.fn && ((uintptr_t)c & 63) == 0) __builtin_ia32_sfence();
+  if (streams_at(kr, c)) __builtin_ia32_sfence();
 }
 
 /* f32 result in the scratch tile, when alpha/beta need it */
