@@ -65,7 +65,7 @@ from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
                                      COLUMNS_UPDATE_WIDTH, MAX_SHARES, columns,
                                      columns_data_copying, columns_plan, columns_shares,
-                                     columns_vnni)
+                                     columns_blocks, columns_vnni)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
 

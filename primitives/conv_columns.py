@@ -40,6 +40,12 @@ def columns(g, dtype, backend, pass_="fwd"):
     if (dtype not in ("f32", "bf16") or backend != "cpu" or 2 * g.N * g.P * g.Q > g.K
             or not g.columns[pass_ == "bwd"]):
         return None
+    return columns_blocks(g)
+
+
+def columns_blocks(g):
+    """The forward's im2col tiles (bd along C R S, bp along N P Q) on any
+    layer, whether conv.columns takes it or not."""
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
 
