@@ -57,7 +57,9 @@ import numpy as np
 from benchmarks.common import interleaved_samples, machine, paired_ratio, read_shapes, set_threads
 from benchmarks.conv import _layer as conv_layer
 from benchmarks.conv import layer_backward
-from brgemm.im2col import columns_to_image, image_to_columns
+from benchmarks.stages import columns_backward_steps
+from brgemm.arrays import aligned_empty
+from brgemm.im2col import image_to_columns
 from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, nblocks, pick_block
 from primitives import conv, fc
@@ -92,30 +94,10 @@ def _orientations(x, w, g):
 
 
 def _backward(dy, x, w, g):
-    """conv.backward's columns steps on operands made here: (the two plans
-    alone, all steps in the call's order)."""
-    PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    taps = ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
-    bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
-    bd, bu = pick_block(D, conv.COLUMNS_DATA_WIDTH, 16), pick_block(D, conv.COLUMNS_UPDATE_WIDTH, 16)
-    dyt, dxc, dx = np.empty((cols, g.K), np.float32), np.empty((cols, D), np.float32), \
-        np.empty_like(x)
-    xct = image_to_columns(x, *taps, bu, PQ, transposed=True)  # the update's: an image a block
-    dw = np.empty_like(w)
-    upd = conv.columns_plan(g, "f32", bu, PQ, "upd")
-    if g.columns_copies_w:  # backward-data as the call makes it (the config's columns_copies_w)
-        copying = conv.columns_data_copying(g)
-        wt = np.empty(copying.extent["wt"], np.float32)
-        data = lambda: copying.run(dy=dyt, w=w.reshape(g.K, D), wt=wt, dx=dxc)  # noqa: E731
-    else:
-        plan = conv.columns_plan(g, "f32", bd, bp, "bwd")
-        data = lambda: plan.run(dyt=dyt, w=w, dxc=dxc)  # noqa: E731
-    dy4 = dy.reshape(g.N, 1, g.K, PQ)
-    steps = (lambda: from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True, out=dyt),
-             data,
-             lambda: columns_to_image(dxc, x.shape, *taps, out=dx),
-             lambda: image_to_columns(x, *taps, bu, PQ, transposed=True, out=xct),
-             lambda: upd.run(dy=dy, xct=xct, dw=dw))
+    """conv.backward's columns steps on operands made here
+    (benchmarks.stages.columns_backward_steps): (the two plans alone, all
+    steps in the call's order)."""
+    steps = [fn for _, fn in columns_backward_steps(x, w, dy, g, np.empty_like(x))]
     for step in steps:
         step()
     return (lambda: (steps[1](), steps[4]()),
@@ -129,7 +111,8 @@ def _widths(dy, x, w, g, t, plans, widths, reps):
     bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
     dy4 = dy.reshape(g.N, 1, g.K, g.P * g.Q)  # dy^T as conv.backward makes it
     dyt = from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True)
-    dxc, dw = np.empty((cols, D), np.float32), np.empty_like(w)
+    # dW on a 64-byte line, as conv.backward's: the update streams it only there
+    dxc, dw = np.empty((cols, D), np.float32), aligned_empty(w.shape, np.float32)
     sides = {"layer bwd": lambda: plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"]),
              "layer upd": lambda: plans["upd"].run(dw=t["dw"], **t["upd"])}
     for width in widths:

@@ -160,7 +160,7 @@ def _columns_lines(name, x, w, dy, dx, g, args, paths):
         _line(name, "fwd", "columns", *_steps(_columns_steps(x, w, g),
                                               lambda: conv.forward(x, w, *args)))
     if paths[1] == "columns":
-        _line(name, "bwd", "columns", *_steps(_columns_backward(x, w, dy, g, dx),
+        _line(name, "bwd", "columns", *_steps(columns_backward_steps(x, w, dy, g, dx),
                                               lambda: conv.backward(dy, x, w, *args)))
 
 
@@ -208,8 +208,7 @@ def _columns_steps(x, w, g):
     """The steps of conv.forward's columns path as the call takes them:
     im2col, the plan (its reduction in shares where conv.columns_shares says
     so), the shares' sum, y^c into y."""
-    bd, bp = conv.columns(g, "f32", "cpu") or (L.pick_block(g.C * g.R * g.S, 128, 16),
-                                              L.pick_block(g.N * g.P * g.Q, 64, 16))
+    bd, bp = conv.columns_blocks(g)
     PQ, taps = g.P * g.Q, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
     shares = conv.columns_shares(g, "f32", bd, cpu_threads())
     xc = im2col.image_to_columns(x, *taps, bd, bp)
@@ -225,11 +224,13 @@ def _columns_steps(x, w, g):
                                               out=y.reshape(g.N, g.K // br, br, PQ)))]
 
 
-def _columns_backward(x, w, dy, g, dx):
-    """The steps of conv.backward's columns path (both passes): dy^T,
-    backward-data's plan (w in place, or its tiles copied by the plan where
-    the config's columns_copies_w says so), dx^c summed into dx, x's
-    transposed im2col tiles, the update's plan (dy in place, dW streamed)."""
+def columns_backward_steps(x, w, dy, g, dx):
+    """The steps (name, fn) of conv.backward's columns path (both passes),
+    as the call takes them, on operands made here (dW on a 64-byte line, as
+    the call's, so that the update streams it): dy^T, backward-data's plan (w
+    in place, or its tiles copied by the plan where the config's
+    columns_copies_w says so), dx^c summed into dx, x's transposed im2col
+    tiles, the update's plan (dy in place). Also benchmarks.probe_route_ceilings'."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
     taps = ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
     dyt, dxc = np.empty((cols, g.K), np.float32), aligned_empty((cols, D), np.float32)
@@ -264,7 +265,8 @@ def _fc(threads):
         wt = L.to_blocks(w, g.bk, g.bc, swap_grid=True)
         gu = fc.plain_update(g, path=kernel_path("f32"))  # the update's own minibatch block
         xb, dyt = L.to_blocks(x, gu.bn, gu.bc), L.to_blocks(dy, gu.bk, gu.bn, transpose=True)
-        y, dx, dw = np.empty((N, K), np.float32), np.empty((N, C), np.float32), np.empty_like(w)
+        # on 64-byte lines, as fc's results are (the update streams dW only there)
+        y, dx, dw = (aligned_empty(s, np.float32) for s in ((N, K), (N, C), (K, C)))
         db = np.empty(K, np.float32)
         pf = fc.plan(g, "fwd", "f32", has_bias=True, plain=True)
         pb, pu = fc.plan(g, "bwd", "f32", plain=True), fc.plan(gu, "upd", "f32", plain=True)
