@@ -36,7 +36,7 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
                   "columns_copies_w": bool},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
-                  "flat_below_q": int}}
+                  "flat_below_q": int, "pointwise_images": bool}}
 
 _plans = bplan.PlanCache(maxsize=64)
 
@@ -89,6 +89,9 @@ class Geometry(HashedOnce):
     # conv.columns' backward-data as fc's copying plan (w's tiles copied as its
     # calls need them) rather than on w in place
     columns_copies_w: bool = False
+    # the functional pointwise weight update in one share per image, images
+    # outermost (conv_pointwise.pointwise_update)
+    pointwise_images: bool = False
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -171,7 +174,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
-                    cfg["bwd"]["columns_copies_w"])
+                    cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"])
 
 
 # ---------------------------------------------------------------- the loop nests

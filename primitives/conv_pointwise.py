@@ -85,11 +85,14 @@ def pointwise_update(g, dtype, backend, dy):
     CPU backend, dy f32 and C-contiguous (read in place). dW = sum over images
     of dy[n] (K x HW) @ x[n]^T, x's one copy the transposed tiles; dW comes
     out in w's own layout. Shares of the reduction where there are fewer than
-    4 tiles a thread, as the layer's update (conv_plans.geometry)."""
+    4 tiles a thread, as the layer's update (conv_plans.geometry), or with the
+    config's pointwise_images one share per image."""
     if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or dtype != "f32"
             or backend != "cpu" or dy.dtype != np.float32 or not dy.flags.c_contiguous):
         return None
     bp = pick_block(g.H * g.W, 256)
+    if g.pointwise_images:  # config: one share per image (pointwise_update_plan)
+        return bp, g.N
     units = g.N * nblocks(g.H * g.W, bp)
     shares = max(1, min(units, -(-4 * cpu_threads() // (g.Kb * g.Cb))))
     return bp, -(-units // -(-units // shares))  # no share left without units
@@ -130,14 +133,19 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=Fa
 
 def pointwise_update_plan(g, bp, shares):
     """The weight update conv.pointwise_update describes
-    (conv_update.pointwise_update_nest): a task per tile and share."""
+    (conv_update.pointwise_update_nest): a task per tile and share; with the
+    config's pointwise_images (one share per image), shares outermost, so that
+    the static schedule gives thread n image n's tasks, as to_blocks gives it
+    image n's tiles of x^T to copy (its tiles in the order of x's rows)."""
+    spec = "JKC" if g.pointwise_images and shares == g.N else "KCJ"
+
     def record():
-        loops = parse_spec("KCJ", [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1),
-                                   Loop("j", 0, shares, 1)])
-        rec = bplan.Recorder({"dy": "f32", "xt": "f32", "dw": "f32"}, spec="KCJ")
+        loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1),
+                                  Loop("j", 0, shares, 1)])
+        rec = bplan.Recorder({"dy": "f32", "xt": "f32", "dw": "f32"}, spec=spec)
         pointwise_update_nest(rec, loops, g, "f32", bp, shares)
         return rec.finish()
-    return _plans.get((g, "pointwise_upd", bp, shares), record)
+    return _plans.get((g, "pointwise_upd", bp, shares, spec), record)
 
 
 def dw_from_transposed(dwt, dw):

@@ -89,7 +89,8 @@ def test_pointwise_update(rng):
     ragged pixel blocks past 256 pixels); layers that narrow the channels on
     large images the other way round (conv.pointwise_copies_dy: x in place,
     dy copied, dW^T transposed), or with x a strided view, not; forward and
-    backward-data on whichever path they take. Against float64."""
+    backward-data on whichever path they take; dW again with the config's
+    pointwise_images (one share per image). Against float64."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
         C, K = int(rng.integers(1, 90)), int(rng.integers(1, 90))
@@ -115,9 +116,15 @@ def test_pointwise_update(rng):
               f"copies dy: {conv.pointwise_copies_dy(g)}")
         y = conv.forward(x, w, config=cfg)
         dx, dw = conv.backward(dy, x, w, config=cfg)
-        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
-            assert got.dtype == np.float32 and got.shape == want.shape
-            assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
+        # and with the config's pointwise_images: one share per image, images outermost
+        images = {**cfg, "upd": {"pointwise_images": True}}
+        gi = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=images)
+        assert conv.pointwise_update(gi, "f32", "cpu", dy) == (bp, N)
+        dwi = conv.backward(dy, x, w, config=images, need_dx=False)[1]
+        want, mag = reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)
+        for got, i in zip((y, dx, dw, dwi), (0, 1, 2, 2)):
+            assert got.dtype == np.float32 and got.shape == want[i].shape
+            assert np.all(np.abs(got - want[i]) <= 1e-5 * mag[i] + 1e-30)
     g = conv.geometry(2, 64, 64, 9, 9, 1, 1, (1, 1), (0, 0))
     assert not conv.pointwise_update(g, "f32", "cpu", np.zeros((2, 64, 9, 18), np.float32)[..., ::2])
 
