@@ -137,7 +137,7 @@ def pointwise_update_plan(g, bp, shares):
     config's pointwise_images (one share per image), shares outermost, so that
     the static schedule gives thread n image n's tasks, as to_blocks gives it
     image n's tiles of x^T to copy (its tiles in the order of x's rows)."""
-    spec = "JKC" if g.pointwise_images and shares == g.N else "KCJ"
+    spec = "JKC" if g.pointwise_images else "KCJ"
 
     def record():
         loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1),
