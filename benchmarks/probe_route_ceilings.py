@@ -108,7 +108,7 @@ def _widths(dy, x, w, g, t, plans, widths, reps):
     """The backward's two columns plans alone at each width along C R S, and
     the layer path's backward-data and update plans alone (ms medians)."""
     cols, D, taps = g.N * g.P * g.Q, g.C * g.R * g.S, ((g.R, g.S), (g.sh, g.sw), (g.ph, g.pw))
-    bp = pick_block(cols, conv.COLUMNS_DATA_PIXELS)
+    bp = conv.columns_data_blocks(g)[1]  # the call's pixel blocks; widths vary below
     dy4 = dy.reshape(g.N, 1, g.K, g.P * g.Q)  # dy^T as conv.backward makes it
     dyt = from_blocks(dy4, g.K, cols, transpose=True, swap_grid=True)
     # dW on a 64-byte line, as conv.backward's: the update streams it only there

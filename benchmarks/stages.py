@@ -215,7 +215,7 @@ def _columns_steps(x, w, g):
     yc, y = np.empty((g.K, g.N * PQ), np.float32), np.empty((g.N, g.K, g.P, g.Q), np.float32)
     parts = yc if shares == 1 else np.empty((shares, yc.size), np.float32)
     p = conv.columns_plan(g, "f32", bd, bp, shares=shares)
-    br = g.bk if g.K % g.bk == 0 else g.K  # y's tiles, as conv.forward copies them
+    br = conv.columns_y_rows(g)  # y's tiles, as conv.forward copies them
     steps = [("x", lambda: im2col.image_to_columns(x, *taps, bd, bp, out=xc)),
              ("plan", lambda: p.run(w=w, xc=xc, yc=parts))]
     if shares > 1:
@@ -239,10 +239,9 @@ def columns_backward_steps(x, w, dy, g, dx):
         tiles = np.empty(pd_.extent["wt"], np.float32)
         data = lambda: pd_.run(dy=dyt, w=w.reshape(g.K, D), dx=dxc, wt=tiles)  # noqa: E731
     else:
-        pd_ = conv.columns_plan(g, "f32", L.pick_block(D, conv.COLUMNS_DATA_WIDTH, 16),
-                                L.pick_block(cols, conv.COLUMNS_DATA_PIXELS), "bwd")
+        pd_ = conv.columns_plan(g, "f32", *conv.columns_data_blocks(g), "bwd")
         data = lambda: pd_.run(dyt=dyt, w=w, dxc=dxc)  # noqa: E731
-    bu = L.pick_block(D, conv.COLUMNS_UPDATE_WIDTH, 16)
+    bu = conv.columns_update_width(g)
     xct = im2col.image_to_columns(x, *taps, bu, PQ, transposed=True)
     pu, dw = conv.columns_plan(g, "f32", bu, PQ, "upd"), aligned_empty(w.shape, np.float32)
     dy4 = dy.reshape(g.N, 1, g.K, PQ)

@@ -39,7 +39,7 @@ from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
 from brgemm.im2col import columns_to_image, image_to_columns
-from brgemm.layouts import column_sums, from_blocks, nblocks, pick_block, to_blocks
+from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, fits, flag
@@ -64,8 +64,9 @@ from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
                                      COLUMNS_UPDATE_WIDTH, MAX_SHARES, columns,
-                                     columns_data_copying, columns_plan, columns_shares,
-                                     columns_blocks, columns_vnni)
+                                     columns_blocks, columns_data_blocks, columns_data_copying,
+                                     columns_plan, columns_shares, columns_update_width,
+                                     columns_vnni, columns_y_rows)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
 
 
@@ -252,9 +253,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         p.run(backend=backend, w=w, xc=xc, yc=parts, **tb)
         if shares > 1:
             column_sums(parts, out=yc.reshape(-1))
-        # y^c [K][N][PQ] -> y [N][K][PQ] (bf16 rounded on the way), in tiles of the plan's
-        # output-channel blocks (one tile an image where they do not divide K)
-        br = g.bk if g.K % g.bk == 0 else g.K
+        br = columns_y_rows(g)  # y^c into y in tiles (bf16 rounded on the way)
         y = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
         to_blocks(yc, br, PQ, swap_grid=True, dtype=x.dtype,
                   out=y.reshape(g.N, g.K // br, br, PQ))
@@ -364,8 +363,7 @@ def _columns_data(dy, w, g):
         p.run(dy=dyt, w=w.reshape(g.K, D), dx=dxc,
               wt=_scratch.get("wt_copies", (p.extent["wt"],), np.float32))
     else:
-        bd, bp = pick_block(D, COLUMNS_DATA_WIDTH, 16), pick_block(cols, COLUMNS_DATA_PIXELS)
-        columns_plan(g, "f32", bd, bp, "bwd").run(dyt=dyt, w=w, dxc=dxc)
+        columns_plan(g, "f32", *columns_data_blocks(g), "bwd").run(dyt=dyt, w=w, dxc=dxc)
     return columns_to_image(dxc, (g.N, g.C, g.H, g.W), (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw),
                             out=_results.empty("dx", (g.N, g.C, g.H, g.W), np.float32))
 
@@ -375,7 +373,7 @@ def _columns_update(dy, x, g):
     x's im2col tiles transposed (one pass, an image a pixel block) and dy
     (C-contiguous) read in place, by one plan."""
     PQ, D = g.P * g.Q, g.C * g.R * g.S
-    bd = pick_block(D, COLUMNS_UPDATE_WIDTH, 16)
+    bd = columns_update_width(g)
     xct = image_to_columns(x, (g.R, g.S), (g.sh, g.sw), (g.ph, g.pw), bd, PQ, transposed=True,
                            out=_scratch.get("xct", (nblocks(D, bd), g.N, PQ, bd), np.float32))
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)

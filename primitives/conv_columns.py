@@ -49,6 +49,25 @@ def columns_blocks(g):
     return pick_block(g.C * g.R * g.S, 128, 16), pick_block(g.N * g.P * g.Q, 64, 16)
 
 
+def columns_y_rows(g):
+    """The rows of the tiles in which conv.forward copies y^c [K][N][P Q] into
+    y [N][K][P Q]: the plan's output-channel blocks, or all K (one tile an
+    image) where they do not divide K."""
+    return g.bk if g.K % g.bk == 0 else g.K
+
+
+def columns_data_blocks(g):
+    """Backward-data's tiles on w in place (bd along C R S, bp along N P Q)."""
+    return (pick_block(g.C * g.R * g.S, COLUMNS_DATA_WIDTH, 16),
+            pick_block(g.N * g.P * g.Q, COLUMNS_DATA_PIXELS))
+
+
+def columns_update_width(g):
+    """The width along C R S of the update's transposed im2col tiles (each
+    image one pixel block)."""
+    return pick_block(g.C * g.R * g.S, COLUMNS_UPDATE_WIDTH, 16)
+
+
 def columns_vnni(g, dtype, backend, bd):
     """Whether conv.columns' forward reads its im2col tiles in VNNI pairs: bf16
     where the kernel takes pairs at depth bd and at the ragged last depth."""

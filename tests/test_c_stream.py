@@ -75,7 +75,7 @@ def test_columns_update_streams_dw(rng):
     tests/test_conv_columns.py cover the ragged ones)."""
     N, C, K, H = 2, 64, 256, 4
     g = conv.geometry(N, C, K, H, H, 3, 3, (1, 1), (1, 1))
-    bd = conv.pick_block(C * 9, conv.COLUMNS_UPDATE_WIDTH, 16)
+    bd = conv.columns_update_width(g)  # the plan conv.backward takes
     plan = conv.columns_plan(g, "f32", bd, H * H, "upd")
     assert all(b.c_stream == (b.n % STREAM_ELEMS == 0) for b in plan.blocks)
     assert any(b.c_stream for b in plan.blocks)
