@@ -256,7 +256,7 @@ def projection_t_plan(g, hidden=False, tiles=(), dtype="f32", pairs=frozenset())
             raise ValueError(f"tiles: the backward's copies are f32 only, not {dtype}")
         rec = bplan.Recorder({n: dtype if n in ("w", "xt", "u", "ht") else "f32"
                               for n in names}, spec=spec)
-        chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk): 2 ran best here too
+        chunk = g.fc_chunks[0]  # the blocked projection's (proj_chunk: lstm.toml, per kernel path)
         loops = parse_spec(spec, [Loop("k", 0, 4 * g.Kb, 1), Loop("n", 0, g.T * g.Nb, 1),
                                   Loop("c", 0, g.Cb, chunk)], where="projection_t: ")
         projection_t_nest(rec, loops, g, chunk, hidden, per_task, tiles_of, dtype, pairs)
