@@ -42,14 +42,18 @@ class Eager:
         return kern
 
     def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
-        for op in ops:  # copy_b, copy_bt: the B blocks filled before the call
+        for op in ops:  # copy_b, copy_bt, copy_taps: the B blocks filled before the call
+            taps = op.stride if op.code == "copy_taps" else 1
             if op.code == "copy_b":
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n, op.ld)
-            elif op.code == "copy_bt":
-                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.n, blk.k, op.ld).T
+            elif op.code in ("copy_bt", "copy_taps"):  # [n][k][taps] -> [taps][k][n]
+                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.n,
+                                  blk.k * taps, op.ld).reshape(blk.n, blk.k, taps).transpose(
+                                      2, 1, 0).reshape(taps * blk.k, blk.n)
             else:
                 continue
-            _block_view(self.arrays[op.tensors[1]], op.offsets[1], blk.k, blk.n, blk.ldb)[...] = src
+            _block_view(self.arrays[op.tensors[1]], op.offsets[1], taps * blk.k, blk.n,
+                        blk.ldb)[...] = src
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
         if blk.a_t:  # the A blocks transposed into a contiguous stack, through a plain kernel
             A = np.ascontiguousarray(np.stack([_block_view(self.arrays[a], o, blk.k, blk.m,

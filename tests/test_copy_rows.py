@@ -2,7 +2,8 @@
 copied into a tile after a call, on the CPU backend (aligned blocks through
 non-temporal stores, others through memcpy) and eagerly, against NumPy
 slicing on random data and offsets; C's result is untouched by it. copy_b,
-a B block copied in before its call, and copy_bt, from its transpose."""
+a B block copied in before its call, copy_bt, from its transpose, and
+copy_taps, several such blocks from rows that interleave them."""
 import numpy as np
 import pytest
 
@@ -120,3 +121,63 @@ def test_copy_b_fills_b_before_the_call(rng, code):
                  c=np.empty(2 * m * n, np.float32), bias=bias)
     with pytest.raises(ValueError, match="backend"):
         plan.require("cuda", max_op=constants.DEVICE_OPS, b_vnni=True)
+
+
+def test_copy_taps_fills_every_tap_before_the_call(rng):
+    """The copy_taps op (brgemm.epilogue): before its call, `taps` B blocks
+    (k x n each, row stride ldb, k ldb apart) from n source rows ld apart whose
+    elements interleave them (block t's (i, j) at j ld + i taps + t: a conv
+    weight's taps), the call reading some of them and a later call of the
+    task the rest: native plan (both the AVX2 pass and, with k or n past the
+    SIMD blocks, its edges), Eager and the bare timing loop against NumPy, two
+    tasks each copying and reading its own blocks; refused on a bad tap count,
+    and where the source rows run past the array."""
+    m, taps = int(rng.integers(1, 9)), int(rng.integers(1, 10))
+    n, k = (int(rng.integers(1, 41)) for _ in range(2))
+    ldb, ld = n + int(rng.integers(0, 5)), k * taps + int(rng.integers(0, 20))
+    off, first = int(rng.integers(0, 7)), int(rng.integers(1, taps + 1))  # blocks the call reads
+    print(f"copy_taps: m={m} n={n} k={k} taps={taps} ldb={ldb} ld={ld} off={off} first={first}")
+    src = rng.standard_normal(off + 2 * n * ld).astype(np.float32)
+    A = rng.standard_normal(2 * taps * m * k).astype(np.float32)
+    blk = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=0.0)
+    later = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=1.0)
+    tile = k * ldb
+
+    def nest(ex):
+        for task in range(2):
+            ex.at(0, task)
+            b0 = task * taps * tile
+            ex.gemm(blk, "a", [(task * taps + t) * m * k for t in range(first)], "b",
+                    [b0 + t * tile for t in range(first)], "c", task * m * n,
+                    ops=(P.copy_taps("s", off + task * n * ld, ld, taps, "b", b0),))
+            if first < taps:
+                ex.gemm(later, "a", [(task * taps + t) * m * k for t in range(first, taps)], "b",
+                        [b0 + t * tile for t in range(first, taps)], "c", task * m * n)
+    rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32"), spec="N")
+    nest(rec)
+    plan = rec.finish()
+    rows = src[off:off + 2 * n * ld].reshape(2, n, ld)[..., :k * taps].reshape(2, n, k, taps)
+    blocks = rows.transpose(0, 3, 2, 1).astype(np.float64)  # [task][t][i][j]
+    want = np.einsum("xtmk,xtkn->xmn",
+                     A.reshape(2, taps, m, k).astype(np.float64), blocks)
+    for run in ("cpu", "eager", "bare"):
+        t = dict(a=A, b=np.full(2 * taps * tile, np.nan, np.float32), s=src,
+                 c=np.full(2 * m * n, np.nan, np.float32))
+        if run == "cpu":
+            plan.run(**t)
+        elif run == "bare":
+            plan.time_bare(1, **t)
+        else:
+            nest(P.Eager(**t))
+        got = t["b"].reshape(2, taps, k, ldb)[..., :n]
+        np.testing.assert_array_equal(got, blocks.astype(np.float32))  # copies are exact
+        np.testing.assert_allclose(t["c"].reshape(2, m, n), want, rtol=1e-5,
+                                   atol=1e-5 * k * taps)
+    with pytest.raises(ValueError, match="s: the plan touches"):  # source rows past the end
+        plan.run(a=A, b=np.empty(2 * taps * tile, np.float32),
+                 s=src[:off + (2 * n - 1) * ld + k * taps - 1], c=np.empty(2 * m * n, np.float32))
+    with pytest.raises(ValueError, match="b: the plan touches"):  # the taps' tiles past the end
+        plan.run(a=A, b=np.empty(plan.extent["b"] - 1, np.float32), s=src,
+                 c=np.empty(2 * m * n, np.float32))
+    with pytest.raises(ValueError, match="copy_taps: taps"):
+        P.copy_taps("s", 0, ld, 0, "b", 0)

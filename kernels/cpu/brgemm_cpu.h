@@ -50,9 +50,14 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
                                  i < k, j < n (the call's k, n, ldb; f32 B; CPU only): one of
                                  the B blocks the call reads, copied in from a plain matrix by
                                  the thread that reads it; a call's COPY_B ops come first */
-  BRGEMM_OP_COPY_BT = 20      /* BEFORE the call, as COPY_B from the transpose of a plain
+  BRGEMM_OP_COPY_BT = 20,     /* BEFORE the call, as COPY_B from the transpose of a plain
                                  matrix: t1[off1 + i*ldb + j] = t0[off0 + j*ld + i] (W's rows
                                  made W^T's tiles by the thread that reads them) */
+  BRGEMM_OP_COPY_TAPS = 21    /* BEFORE the call, as COPY_BT with `stride` taps interleaved in
+                                 each source row: t1[off1 + (t*k + i)*ldb + j] =
+                                 t0[off0 + j*ld + i*stride + t], t < stride, i < k, j < n (a
+                                 conv weight [K][C][R][S]'s R S tiles of one block pair, made
+                                 by the thread that reads them) */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* The device backends' flat int64 tables of a plan. A call row: */

@@ -255,46 +255,7 @@ static void zero_tile_edges(char* tile, int64_t height, int64_t width, int64_t r
   brgemm_zero(tile + rows * width * di, (height - rows) * width, di);
 }
 
-__attribute__((target("avx2"))) static void brgemm_taps_transposed_avx2(
-    const float* in, int64_t lds, float* out, int64_t na8, int64_t nb8, int64_t RS, int64_t bc,
-    int64_t bk) {
-  /* eight of w's rows at a time, each read front to back; the tiles written
-   * (RS of them, bk * bc each) stay in L2. The rows lie C R S apart, and the
-   * hardware prefetcher left each pass waiting on memory: the next eight
-   * rows are prefetched a pass ahead (res5a_branch2b's w, one thread, from
-   * memory: 0.95 -> 0.79 ms) */
-  for (int64_t b0 = 0; b0 < nb8; b0 += 8) {
-    int64_t rs = 0, c = 0; /* of column a: a = c * RS + rs, counted (no divisions) */
-    for (int64_t a0 = 0; a0 < na8; a0 += 8) {
-      __m256 o[8];
-      if (b0 + 8 < nb8 && a0 % 16 == 0) /* the next eight rows' lines, a pass ahead */
-        for (int k = 8; k < 16; ++k)
-          _mm_prefetch((const char*)(in + (b0 + k) * lds + a0), _MM_HINT_T0);
-      brgemm_transpose8x8_avx2(in + b0 * lds + a0, lds, o);
-      for (int k = 0; k < 8; ++k) {
-        _mm256_storeu_ps(out + (rs * bc + c) * bk + b0, o[k]);
-        if (++rs == RS) rs = 0, ++c;
-      }
-    }
-  }
-}
-
-/* out[(a % RS) * bc + a / RS][b] = in[b * lds + a] for a < na (= nc * RS), b < nb:
- * a window of w's rows (k) transposed, each result row (c, rs) placed in its
- * tap's tile, rows bk apart: one pass of AVX2 8 x 8 blocks (callers check
- * brgemm_layout_avx2), where de-interleaving the taps first and transposing
- * each tap after took two. */
-static void taps_transposed(const float* in, int64_t lds, float* out, int64_t na, int64_t nb,
-                            int64_t RS, int64_t bc, int64_t bk) {
-  const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
-  if (na8 && nb8) brgemm_taps_transposed_avx2(in, lds, out, na8, nb8, RS, bc, bk);
-  for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
-    float* row = out + ((a % RS) * bc + a / RS) * bk;
-    for (int64_t b = a < na8 ? nb8 : 0; b < nb; ++b) row[b] = in[b * lds + a];
-  }
-}
-
-/* taps_transposed for 16-bit elements (bf16 in and out): 8 x 8 blocks in SSE
+/* brgemm_taps_transposed for 16-bit elements (bf16 in and out): 8 x 8 blocks in SSE
  * registers, each result row placed in its tap's tile; where de-interleaving
  * the taps and transposing each tap after took two passes */
 static void taps_transposed2(const uint16_t* in, int64_t lds, uint16_t* out, int64_t na,
@@ -345,7 +306,7 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
     return BRGEMM_EINVAL;
   const int64_t Kb = (K + bk - 1) / bk, Cb = (C + bc - 1) / bc, tile = bk * bc;
   const int nt = brgemm_cpu_plan_threads(threads);
-  /* taps_transposed (f32, AVX2) or taps_transposed2 (bf16) */
+  /* brgemm_taps_transposed (f32, AVX2) or taps_transposed2 (bf16) */
   const int one_pass = si == di && (si == 2 || brgemm_layout_avx2());
   const int staged = !transposed && RS > 1 && !one_pass;
   int64_t kp = bk, cp = bc; /* with vnni, whole (kb, cb) pairs: their tiles are paired after */
@@ -382,7 +343,7 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
           brgemm_window(in + (k0 * C + c0) * si, 1, C, si, out + (c0 * bk + k0) * di, bk, di,
                         c1 - c0, k1 - k0);
         } else if (one_pass && si == 4) { /* out[rs][c][k] = w[k][c * RS + rs] */
-          taps_transposed((const float*)in + k0 * C * RS + c0 * RS, C * RS,
+          brgemm_taps_transposed((const float*)in + k0 * C * RS + c0 * RS, C * RS,
                           (float*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);
         } else if (one_pass) {
           taps_transposed2((const uint16_t*)in + k0 * C * RS + c0 * RS, C * RS,
