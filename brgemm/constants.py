@@ -17,6 +17,7 @@ OP_CODES = {name: getattr(lib, "BRGEMM_OP_" + name.upper()) for name in (
     "copy_taps")}
 DEVICE_OPS = lib.BRGEMM_OP_LSTM_CELL_BWD  # the device backends apply the op codes up to this one
 OPERANDS = lib.BRGEMM_OP_OPERANDS         # tensor slots (and offsets) of one op
+TAPS_PAD = lib.BRGEMM_TAPS_PAD            # floats between copy_taps' tiles, past k ldb
 DTYPE_CODE = {"f32": lib.BRGEMM_F32, "bf16": lib.BRGEMM_BF16}
 # widths of the device backends' flat int64 plan tables
 CALL_FIELDS, OP_FIELDS, KDESC_FIELDS = lib.BRGEMM_CALL_FIELDS, lib.BRGEMM_OP_FIELDS, \

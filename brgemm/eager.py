@@ -7,7 +7,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm.block import Block
-from brgemm.epilogue import COPIES_B
+from brgemm.epilogue import COPIES_B, tap_stride
 from brgemm.kernel import Kernel
 from brgemm.vnni import unpack_block
 
@@ -45,15 +45,16 @@ class Eager:
         for op in ops:  # copy_b, copy_bt, copy_taps: the B blocks filled before the call
             taps = op.stride if op.code == "copy_taps" else 1
             if op.code == "copy_b":
-                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n, op.ld)
+                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n,
+                                  op.ld)[None]
             elif op.code in ("copy_bt", "copy_taps"):  # [n][k][taps] -> [taps][k][n]
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.n,
-                                  blk.k * taps, op.ld).reshape(blk.n, blk.k, taps).transpose(
-                                      2, 1, 0).reshape(taps * blk.k, blk.n)
+                                  blk.k * taps, op.ld).reshape(blk.n, blk.k, taps).transpose(2, 1, 0)
             else:
                 continue
-            _block_view(self.arrays[op.tensors[1]], op.offsets[1], taps * blk.k, blk.n,
-                        blk.ldb)[...] = src
+            for q in range(taps):
+                _block_view(self.arrays[op.tensors[1]], op.offsets[1] + q * tap_stride(
+                    blk.k, blk.ldb), blk.k, blk.n, blk.ldb)[...] = src[q]
         C = _block_view(self.arrays[c], c_off, blk.m, blk.n, blk.ldc)
         if blk.a_t:  # the A blocks transposed into a contiguous stack, through a plain kernel
             A = np.ascontiguousarray(np.stack([_block_view(self.arrays[a], o, blk.k, blk.m,

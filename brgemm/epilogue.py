@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from brgemm.constants import TAPS_PAD
+
 @dataclass(frozen=True)
 class Op:
     """An epilogue op on a call's f32 C block; see the constructors below."""
@@ -120,14 +122,20 @@ def copy_bt(src, src_offset, ld, dst, dst_offset):
 
 def copy_taps(src, src_offset, ld, taps, dst, dst_offset):
     """copy_bt over `taps` tiles at once, from rows whose elements interleave
-    them: dst[dst_offset + (t*k + i)*ldb + j] = src[src_offset + j*ld + i*taps + t]
-    for t < taps, i < k, j < n (the call's): the R S tiles of one block pair
-    (kb, cb) of a conv weight [K][C][R][S] (taps = R S, ld = C R S), tile t at
-    t k ldb, made in one pass over w's rows by the thread that reads them (CPU
+    them: dst[dst_offset + t*tap_stride(k, ldb) + i*ldb + j] = src[src_offset +
+    j*ld + i*taps + t] for t < taps, i < k, j < n (the call's): the R S tiles of
+    one block pair (kb, cb) of a conv weight [K][C][R][S] (taps = R S, ld = C R
+    S), made in one pass over w's rows by the thread that reads them (CPU
     only). The call may read any of them; later calls of its task the rest."""
     if not (isinstance(taps, int) and taps >= 1):
         raise ValueError(f"copy_taps: taps must be a positive int, got {taps!r}")
     return Op("copy_taps", (src, dst), (src_offset, dst_offset), ld, taps)
+
+
+def tap_stride(k, ldb):
+    """Elements between the starts of copy_taps' tiles (k rows ldb apart each):
+    a cache line past the tile (TAPS_PAD, the header's BRGEMM_TAPS_PAD)."""
+    return k * ldb + TAPS_PAD
 
 
 COPIES_B = ("copy_b", "copy_bt", "copy_taps")  # the ops that fill B blocks, before the call's others
@@ -150,8 +158,9 @@ def accesses(op, blk):
     if code in COPIES_B:  # copy_bt reads the block's transpose: n rows of k; copy_taps taps of it
         taps = op.stride if code == "copy_taps" else 1
         src = (blk.k, n) if code == "copy_b" else (n, blk.k * taps)
+        tiles = [o[1] + q * tap_stride(blk.k, blk.ldb) for q in range(taps)]
         return [(t[0], [o[0]], *src, op.ld, False, "f32"),
-                (t[1], [o[1]], blk.k * taps, n, blk.ldb, True, "f32")]
+                (t[1], tiles, blk.k, n, blk.ldb, True, "f32")]
     if code == "store_bf16":
         return [(t[0], o, m, n, op.ld, True, "bf16")]
     if code in ("relu_bwd", "sigmoid_bwd", "tanh_bwd"):

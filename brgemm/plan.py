@@ -54,14 +54,15 @@ from brgemm.constants import CALL_RECORD, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.eager import Eager
 from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_b, copy_bt, copy_rows,
                              copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid, store_bf16,
-                             store_t, tanh)
+                             store_t, tanh, tap_stride)
 from brgemm.lru import LRU
 from brgemm.races import check_races
 from brgemm.recorder import Recorder, TensorSpec
 
 __all__ = ["Block", "Op", "Eager", "Recorder", "TensorSpec", "Plan", "PlanCache", "bias", "relu",
            "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "act_grad", "store_t",
-           "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt", "copy_taps"]
+           "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt", "copy_taps",
+           "tap_stride"]
 
 _CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records
 

@@ -54,9 +54,9 @@ from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,
                                        rows_on_lines)
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
-from primitives.conv_in_place import (dy_plan, nchw_dx_plan, nchw_plan, reads_dy, reads_x,
-                                      reads_x_nchw,
-                                      stores_nchw, stores_nchw_dx, x_plan)
+from primitives.conv_in_place import (copies_w_nchw, dy_plan, nchw_copying_plan, nchw_dx_plan,
+                                      nchw_plan, reads_dy, reads_x, reads_x_nchw, stores_nchw,
+                                      stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
 from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
@@ -167,6 +167,8 @@ def _forward_route(g, dtype, backend, token, x, w, has_bias):
         return g, "columns", columns_plan(g, dtype, *blocks, vnni=vnni, has_bias=has_bias,
                                           shares=shares), (blocks, vnni, shares)
     if reads_x_nchw(g, dtype, backend, x):  # x in place, y stored by the plan
+        if copies_w_nchw(g, token, w):  # and w, its tiles copied by the plan
+            return g, "nchw_w", nchw_copying_plan(g, has_bias), False
         return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True, has_bias=has_bias), False
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
@@ -258,11 +260,13 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         to_blocks(yc, br, PQ, swap_grid=True, dtype=x.dtype,
                   out=y.reshape(g.N, g.K // br, br, PQ))
         return y
-    t = dict(x=x if path == "nchw_x" else
+    t = dict(x=x if path in ("nchw_x", "nchw_w") else
              block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
-             w=_weights(w, g, dtype, False, token, choice), **tb)
+             w=w if path == "nchw_w" else _weights(w, g, dtype, False, token, choice), **tb)
+    if path == "nchw_w":  # the slots the tasks copy w's tiles into
+        t["wt"] = _scratch.get("wt_slots", (p.extent["wt"],), np.float32)
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
-    if path in ("nchw", "nchw_x"):  # y: each task's tile slot, all written first (stores_nchw)
+    if path != "blocked":  # y: each task's tile slots, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),
               **t)
         return out
@@ -343,8 +347,7 @@ _TRANSPOSED = LRU(64)
 
 
 def _transposed(g):
-    """g with C and K swapped (backward-data as a forward): made once per
-    geometry, as dataclasses.replace costs microseconds a call."""
+    """g with C and K swapped (backward-data as a forward), made once: replace() is slow."""
     return _TRANSPOSED.get_or_make(g, lambda: dataclasses.replace(g, C=g.K, K=g.C, bc=g.bk,
                                                                   bk=g.bc))
 
@@ -354,8 +357,7 @@ def _columns_data(dy, w, g):
     times w in place (or its tiles copied by the plan: columns_copies_w); dx^c
     summed into dx."""
     PQ, D, cols = g.P * g.Q, g.C * g.R * g.S, g.N * g.P * g.Q
-    dyt = from_blocks(dy.reshape(g.N, 1, g.K, PQ), g.K, cols,
-                      transpose=True, swap_grid=True,
+    dyt = from_blocks(dy.reshape(g.N, 1, g.K, PQ), g.K, cols, transpose=True, swap_grid=True,
                       out=_scratch.get("dyt", (cols, g.K), np.float32))
     dxc = _scratch.get("dxc", (cols, D), np.float32)  # all written: beta 0 first
     if g.columns_copies_w:  # w's tiles copied by the plan (the config's columns_copies_w)

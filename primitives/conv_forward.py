@@ -43,7 +43,8 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None, x_nc
                 yield phase, task, [
                     (block(width, beta), "x", xs, "w", ws, "y", to + (lo - q0) * y.ld("Q"),
                      epilogue(n, k, p * g.Q + q0) if last and epilogue else ())
-                    for lo, width, beta, last, xs, ws in nchw_tile_calls(g, dtype, w, n, k, p, q0, m)]
+                    for lo, width, beta, last, xs, ws in nchw_tile_calls(g, dtype, w.at, n, k,
+                                                                          p, q0, m)]
                 continue
             calls = []
             for i in range(0, len(taps), per_call):
@@ -57,14 +58,15 @@ def forward_nest(ex, loops, g, dtype, vnni=False, epilogue=None, tile=None, x_nc
     record_grouped(ex, tiles(), g.w_reuse[0])
 
 
-def nchw_tile_groups(g, p, q0, m):
+def nchw_tile_groups(g, p, q0, m, cs=None):
     """The taps of output row p's pixels q0 .. q0 + m - 1 on x in place
     (NCHW, stride 1 across), grouped by the pixels they reach: {(first
-    pixel, last + 1): [(c, r, s), ...]}, taps in (c, r, s) order. Taps whose
-    input row is padding are left out; a tap that reaches padding columns
-    leaves those pixels out of its group's range."""
+    pixel, last + 1): [(c, r, s), ...]}, taps in (c, r, s) order, of the
+    channel blocks cs (all of them if None). Taps whose input row is padding
+    are left out; a tap that reaches padding columns leaves those pixels out
+    of its group's range."""
     groups = {}
-    for c in range(g.Cb):
+    for c in range(g.Cb) if cs is None else cs:
         for r in range(g.R):
             if 0 <= p * g.sh + r - g.ph < g.H:
                 for s in range(g.S):
@@ -74,29 +76,80 @@ def nchw_tile_groups(g, p, q0, m):
     return groups
 
 
-def nchw_tile_calls(g, dtype, w, n, k, p, q0, m):
+def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=True):
     """forward_nest's calls of one tile on x in place (x_nchw): (first pixel,
-    width, beta, last, x offsets, w offsets) each. The taps that reach all m
-    pixels come first (one call, beta 0, which writes the whole tile) and
-    last (the call whose epilogue stores the tile); the taps of the pixels
-    away from the padding go between. A group's calls read call_kb KiB."""
+    width, beta, last, x offsets, w offsets: w_at(k, c, r, s)) each. The taps
+    that reach all m pixels come first (one call, beta 0, which writes the
+    whole tile) and last (the call whose epilogue stores the tile); the taps
+    of the pixels away from the padding go between. A group's calls read
+    call_kb KiB. cs: only the taps of those channel blocks, a share of the
+    tile's reduction that begins it (the first call as above) or not (all
+    calls beta 1), and ends it (the last call as above) or not."""
     HW = g.H * g.W
-    groups = nchw_tile_groups(g, p, q0, m)
+    groups = nchw_tile_groups(g, p, q0, m, cs)
     full = groups.pop((q0, q0 + m))  # the rule (reads_x_nchw) has every tile keep one
 
     def chunks(lo, hi, taps):
         per = blocks_per_call(g.call_kb[0], (hi - lo + g.bk) * g.bc, dtype)
         return [(lo, hi, taps[i:i + per]) for i in range(0, len(taps), per)]
-    first, *rest = chunks(q0, q0 + m, full)
+    whole = chunks(q0, q0 + m, full)
     partial = [ch for (lo, hi), taps in groups.items() for ch in chunks(lo, hi, taps)]
-    if partial and not rest:  # the first call writes the tile, a whole one stores it
-        first, rest = (q0, q0 + m, first[2][:1]), [(q0, q0 + m, first[2][1:])]
-    order = [first] + partial + rest
-    return [(lo, hi - lo, 0.0 if i == 0 else 1.0, i == len(order) - 1,
+    order = partial + whole
+    if begins:
+        first, *rest = whole
+        if partial and not rest and ends:  # the first call writes the tile, a whole one stores it
+            first, rest = (q0, q0 + m, first[2][:1]), [(q0, q0 + m, first[2][1:])]
+        order = [first] + partial + rest
+    return [(lo, hi - lo, 0.0 if begins and i == 0 else 1.0, ends and i == len(order) - 1,
              [(n * g.C + c * g.bc) * HW + (p * g.sh + r - g.ph) * g.W + lo + s - g.pw
               for c, r, s in taps],
-             [w.at(k, c, r, s) for c, r, s in taps])
+             [w_at(k, c, r, s) for c, r, s in taps])
             for i, (lo, hi, taps) in enumerate(order)]
+
+
+def nchw_copying_nest(ex, loops, g, epilogue):
+    """The forward on x in place (NCHW, as forward_nest's x_nchw) and w as
+    given, [K][C][R][S]: each task copies the weight tiles it reads itself,
+    one channel block at a time (copy_taps: the R S tiles of (k, c) into the
+    task's own slot of wt, R S tiles of bc x bk, tap_stride apart), and its tiles of one k (kept in
+    slots of y, bq x bk each, until the last block stores them) take that
+    block's taps in turn, call by call, before the next block is copied over
+    it. No blocked copy of w is written out and read back; each call's w
+    blocks serve all the tiles from the core's cache. epilogue(n, k, pixel)
+    as forward_nest's. Tasks and their tiles: the config's loop order."""
+    tasks = {}
+    for phase, task, at in loops.walk():
+        tasks.setdefault((phase, task), {}).setdefault(at["k"], []).append((at["n"], at["p"],
+                                                                            at["q"]))
+    group = max(len(tiles) for by_k in tasks.values() for tiles in by_k.values())
+    RS, HW, tile_w, tile_y = g.R * g.S, g.H * g.W, bplan.tap_stride(g.bc, g.bk), g.bq * g.bk
+    blocks = {}
+
+    def block(m, beta):
+        if (m, beta) not in blocks:
+            blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=HW, ldb=g.bk, ldc=g.bk, beta=beta,
+                                          a_t=True)
+        return blocks[m, beta]
+    for slot, ((phase, task), by_k) in enumerate(tasks.items()):
+        ex.at(phase, task)
+        wt = slot * RS * tile_w
+        for k, tiles in by_k.items():
+            for cb in range(g.Cb):
+                calls = [[(block(width, beta), "x", xs, "wt", ws, "y",
+                           (slot * group + j) * tile_y + (lo - q0) * g.bk,
+                           epilogue(n, k, p * g.Q + q0) if last else ())
+                          for lo, width, beta, last, xs, ws in nchw_tile_calls(
+                              g, "f32", lambda k, c, r, s: wt + (r * g.S + s) * tile_w, n, k, p,
+                              q0, min(g.bq, g.Q - q0), [cb], cb == 0, cb == g.Cb - 1)]
+                         for j, (n, p, q0) in enumerate(tiles)]
+                copy = bplan.copy_taps("w", (k * g.bk * g.C + cb * g.bc) * RS, g.C * RS, RS,
+                                       "wt", wt)
+                for i in range(max(map(len, calls))):  # each tile's i-th call in turn
+                    for tile in calls:
+                        if i < len(tile):
+                            *args, ops = tile[i]
+                            ex.gemm(*args, ((copy,) if copy else ()) + tuple(ops))
+                            copy = None
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,

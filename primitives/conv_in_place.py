@@ -8,7 +8,7 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
-from primitives.conv_forward import forward_nest, nchw_tile_groups
+from primitives.conv_forward import forward_nest, nchw_copying_nest, nchw_tile_groups
 from primitives.conv_plans import _loops, _plans, bias_ops
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
@@ -80,6 +80,33 @@ def nchw_plan(g, dtype, vnni, bf16_out=False, x_nchw=False, has_bias=False):
                                        bf16=bf16_out),), x_nchw=x_nchw)
         return rec.finish()
     return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out, x_nchw, has_bias), record)
+
+
+def copies_w_nchw(g, token, w):
+    """Whether the forward that reads x in place (reads_x_nchw) reads w as
+    given too, its plan copying the tiles it reads (nchw_copying_plan) rather
+    than reading w's blocked copy made before it: the config's fwd key
+    nchw_copies_w, no reuse= (a kept blocked copy costs nothing to make), w
+    f32 and C-contiguous."""
+    return g.nchw_copies_w and token is None and w.dtype == np.float32 and w.flags.c_contiguous
+
+
+def nchw_copying_plan(g, has_bias=False):
+    """nchw_plan's forward on x in place (f32), its tasks copying w's tiles as
+    they go (conv_forward.nchw_copying_nest): tensors x, w (as given,
+    [K][C][R][S]), wt (plan.extent["wt"] floats: a slot of R S tiles per
+    task), y (plan.extent["y"]: each task's tile slots), out and, with
+    has_bias, b."""
+    def record():
+        tensors = {"x": "f32", "w": "f32", "wt": "f32", "y": "f32", "out": "f32"}
+        if has_bias:
+            tensors["b"] = "f32"
+        rec = bplan.Recorder(tensors, spec=g.specs[0])
+        PQ = g.P * g.Q
+        nchw_copying_nest(rec, _loops(g, "fwd"), g, lambda n, k, pixel: bias_ops(
+            g, k, has_bias) + (bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+        return rec.finish()
+    return _plans.get((g, "fwd_nchw_copying", has_bias), record)
 
 
 def stores_nchw_dx(g, dtype, backend, out_dtype):

@@ -1,21 +1,24 @@
 """conv.forward reading x in place (conv_in_place.reads_x_nchw, nchw_plan's
 x_nchw): the kernel takes x's NCHW rows as its transposed A, taps that
 reach the padding leave those pixels out, and each tile is stored into the
-NCHW result from its last call. Against PyTorch in float64 with per-element
-bounds, on random layers where the rule takes the path (strides down,
-padding up to (R - 1) / 2, ragged pixel blocks, random call sizes and loop
-orders); the plan against its nest run eagerly; where the rule must say no;
-and transposed A blocks alone (brgemm.plan.Block's a_t) on random shapes."""
+NCHW result from its last call; on w's blocked copy, or (nchw_copies_w,
+nchw_copying_plan) on w as given, each task copying the tiles it reads.
+Against PyTorch in float64 with per-element bounds, on random layers where
+the rule takes the path (strides down, padding up to (R - 1) / 2, ragged
+pixel blocks, random call sizes and loop orders); the plans against their
+nests run eagerly; where the rules must say no; and transposed A blocks
+alone (brgemm.plan.Block's a_t) on random shapes."""
 import numpy as np
 import pytest
 
 import brgemm
 from brgemm import plan as P
 from primitives import conv, conv_plans
+from primitives.conv_forward import nchw_copying_nest
 from test_conv import magnitude, reference
 
 
-def _case(rng):
+def _case(rng, copies=False):
     R, S = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3, 5]))
     ph, pw = int(rng.integers(0, (R - 1) // 2 + 1)), int(rng.integers(0, (S - 1) // 2 + 1))
     sh = int(rng.choice([1, 1, 2]))
@@ -24,33 +27,49 @@ def _case(rng):
     C, K = bc * int(rng.integers(1, 4)), bk * int(rng.integers(1, 3))
     cfg = {"fwd": {"bc": bc, "bk": bk, "bq": int(rng.integers(1, 40)),
                    "call_kb": int(rng.choice([4, 32, 1024])),
-                   "spec": str(rng.choice(["NKpq", "KNpq", "nKPq"])),
-                   "w_reuse": int(rng.choice([1, 3])), "nchw_x": True}}
+                   "spec": str(rng.choice(["NKpq", "KNpq", "nKPq", "Knpq", "Nkpq"])),
+                   "w_reuse": int(rng.choice([1, 3])), "nchw_x": True,
+                   "nchw_copies_w": copies, "columns": False}}
     print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride=({sh}, 1) pad=({ph}, {pw}) {cfg}")
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((K, C, R, S)).astype(np.float32)
     return x, w, (sh, 1), (ph, pw), cfg
 
 
-def test_forward_reads_x_in_place(rng):
+@pytest.mark.parametrize("copies", [False, True])
+def test_forward_reads_x_in_place(rng, copies):
     taken = 0
     for _ in range(10):
-        x, w, st, pd, cfg = _case(rng)
+        x, w, st, pd, cfg = _case(rng, copies)
         N, C, H, W = x.shape
         K, _, R, S = w.shape
         g = conv.geometry(N, C, K, H, W, R, S, st, pd, config=cfg)
         if not conv.reads_x_nchw(g, "f32", "cpu", x):  # 1x1, no padding: the pointwise path
             continue
         taken += 1
-        assert conv._route("fwd", (N, C, K, H, W, R, S), st, pd, cfg, "f32", "cpu", None,
-                           x, w)[1] in ("nchw_x", "pointwise", "columns")
+        path = conv._route("fwd", (N, C, K, H, W, R, S), st, pd, cfg, "f32", "cpu", None, x,
+                           w)[1]
+        assert path == "pointwise" or path == ("nchw_w" if copies else "nchw_x")
         y = conv.forward(x, w, st, pd, config=cfg)
         dy = np.zeros(y.shape, np.float32)
         want, mag = reference(x, w, dy, st, pd)[0], magnitude(x, w, dy, st, pd)[0]
         assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
-        # the plan alone, on a NaN-filled slot buffer, against its nest run eagerly
-        p = conv.nchw_plan(g, "f32", False, x_nchw=True)
+        # the plan alone, on NaN-filled slot buffers, against its nest run eagerly
         out = np.full((N, K, g.P, g.Q), np.nan, np.float32)
+        if copies:
+            p = conv.nchw_copying_plan(g)
+            run = dict(x=x, w=w, wt=np.full(p.extent["wt"], np.nan, np.float32), out=out,
+                       y=np.full(p.extent["y"], np.nan, np.float32))
+            p.run(**run)
+            eager = dict(run, out=np.full_like(out, np.nan), y=np.full_like(run["y"], np.nan),
+                         wt=np.full_like(run["wt"], np.nan))
+            nchw_copying_nest(P.Eager(**eager), conv_plans._loops(g, "fwd"), g,
+                                   lambda n, k, pixel: (P.store_t(
+                                       "out", (n * K + k * g.bk) * g.P * g.Q + pixel, g.P * g.Q),))
+            np.testing.assert_allclose(out, eager["out"], rtol=0, atol=1e-5 * float(mag.max()))
+            assert np.all(np.abs(out - want) <= 1e-5 * mag + 1e-30)
+            continue
+        p = conv.nchw_plan(g, "f32", False, x_nchw=True)
         p.run(x=x, w=conv.block_w(w, g, "f32"), out=out,
               y=np.full(p.extent["y"], np.nan, np.float32))
         ye = np.full((g.N, g.Kb, g.P, g.Q, g.bk), np.nan, np.float32)
@@ -60,6 +79,27 @@ def test_forward_reads_x_in_place(rng):
                                    rtol=0, atol=1e-5 * float(mag.max()))
         assert np.all(np.abs(out - want) <= 1e-5 * mag + 1e-30)
     assert taken >= 3
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"config": False}, "the config's nchw_copies_w off"), ({"reuse": True}, "reuse= given"),
+    ({"w": "strided"}, "w not C-contiguous"), ({"w": "f64"}, "w not f32")])
+def test_copying_rule_says_no(rng, change, why):
+    """Where x is read in place, conv_in_place.copies_w_nchw takes w as given
+    only with the config's key, no reuse= (the kept blocked copy is read
+    then), and w f32 and C-contiguous; the route takes nchw_x otherwise."""
+    cfg = {"fwd": {"bc": 32, "bk": 32, "columns": False,
+                   "nchw_copies_w": change.get("config", True)}}
+    g = conv.geometry(2, 64, 64, 9, 11, 3, 3, (1, 1), (1, 1), config=cfg)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    if change.get("w") == "strided":
+        w = np.asfortranarray(w)
+    elif change.get("w") == "f64":
+        w = w.astype(np.float64)
+    token = object() if change.get("reuse") else None
+    assert not conv.copies_w_nchw(g, token, w), why
+    assert conv.copies_w_nchw(g, None, np.ascontiguousarray(w, np.float32)) == (
+        change.get("config", True))
 
 
 @pytest.mark.parametrize("change, why", [

@@ -125,7 +125,7 @@ def test_copy_b_fills_b_before_the_call(rng, code):
 
 def test_copy_taps_fills_every_tap_before_the_call(rng):
     """The copy_taps op (brgemm.epilogue): before its call, `taps` B blocks
-    (k x n each, row stride ldb, k ldb apart) from n source rows ld apart whose
+    (k x n each, row stride ldb, tap_stride apart) from n source rows ld apart whose
     elements interleave them (block t's (i, j) at j ld + i taps + t: a conv
     weight's taps), the call reading some of them and a later call of the
     task the rest: native plan (both the AVX2 pass and, with k or n past the
@@ -141,7 +141,8 @@ def test_copy_taps_fills_every_tap_before_the_call(rng):
     A = rng.standard_normal(2 * taps * m * k).astype(np.float32)
     blk = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=0.0)
     later = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=1.0)
-    tile = k * ldb
+    tile = P.tap_stride(k, ldb)
+    assert tile >= k * ldb
 
     def nest(ex):
         for task in range(2):
@@ -169,7 +170,8 @@ def test_copy_taps_fills_every_tap_before_the_call(rng):
             plan.time_bare(1, **t)
         else:
             nest(P.Eager(**t))
-        got = t["b"].reshape(2, taps, k, ldb)[..., :n]
+        got = np.stack([t["b"][(task * taps + q) * tile:][:k * ldb].reshape(k, ldb)[:, :n]
+                        for task in range(2) for q in range(taps)]).reshape(2, taps, k, n)
         np.testing.assert_array_equal(got, blocks.astype(np.float32))  # copies are exact
         np.testing.assert_allclose(t["c"].reshape(2, m, n), want, rtol=1e-5,
                                    atol=1e-5 * k * taps)

@@ -54,12 +54,16 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
                                  matrix: t1[off1 + i*ldb + j] = t0[off0 + j*ld + i] (W's rows
                                  made W^T's tiles by the thread that reads them) */
   BRGEMM_OP_COPY_TAPS = 21    /* BEFORE the call, as COPY_BT with `stride` taps interleaved in
-                                 each source row: t1[off1 + (t*k + i)*ldb + j] =
-                                 t0[off0 + j*ld + i*stride + t], t < stride, i < k, j < n (a
-                                 conv weight [K][C][R][S]'s R S tiles of one block pair, made
-                                 by the thread that reads them) */
+                                 each source row: t1[off1 + t*(k*ldb + BRGEMM_TAPS_PAD) + i*ldb
+                                 + j] = t0[off0 + j*ld + i*stride + t], t < stride, i < k,
+                                 j < n (a conv weight [K][C][R][S]'s R S tiles of one block
+                                 pair, made by the thread that reads them) */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
+/* floats between one COPY_TAPS tile's end and the next one's start: a line, so
+ * that the taps' rows, written together, do not all fall into one set of the
+ * L1 cache where a tile is a multiple of 4 KiB (64 x 64 floats) */
+enum { BRGEMM_TAPS_PAD = 16 };
 /* The device backends' flat int64 tables of a plan. A call row: */
 enum {
   BRGEMM_CALL_KERNEL, BRGEMM_CALL_A, BRGEMM_CALL_B, BRGEMM_CALL_C, BRGEMM_CALL_COFF,

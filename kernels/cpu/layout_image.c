@@ -344,7 +344,8 @@ int brgemm_cpu_conv_weights_to_blocks(const void* src, int64_t K, int64_t C, int
                         c1 - c0, k1 - k0);
         } else if (one_pass && si == 4) { /* out[rs][c][k] = w[k][c * RS + rs] */
           brgemm_taps_transposed((const float*)in + k0 * C * RS + c0 * RS, C * RS,
-                          (float*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);
+                                 (float*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, tile,
+                                 bk);
         } else if (one_pass) {
           taps_transposed2((const uint16_t*)in + k0 * C * RS + c0 * RS, C * RS,
                            (uint16_t*)out + c0 * bk + k0, (c1 - c0) * RS, k1 - k0, RS, bc, bk);

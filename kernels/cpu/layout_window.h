@@ -146,40 +146,47 @@ __attribute__((target("avx512f"))) static inline void brgemm_transpose4_avx512(
 }
 
 __attribute__((target("avx2"))) static inline void brgemm_taps_transposed_avx2(
-    const float* in, int64_t lds, float* out, int64_t na8, int64_t nb8, int64_t RS, int64_t bc,
+    const float* in, int64_t lds, float* out, int64_t na8, int64_t nb8, int64_t RS, int64_t tile,
     int64_t bk) {
-  /* eight of w's rows at a time, each read front to back; the tiles written
-   * (RS of them, bk * bc each) stay in L2. The rows lie C R S apart, and the
-   * hardware prefetcher left each pass waiting on memory: the next eight
-   * rows are prefetched a pass ahead (res5a_branch2b's w, one thread, from
-   * memory: 0.95 -> 0.79 ms) */
-  for (int64_t b0 = 0; b0 < nb8; b0 += 8) {
+  /* sixteen of w's rows at a time (eight at the end), each read front to
+   * back, so that each result row's 64 bytes are stored together rather than
+   * in halves one pass apart (by when 147 KiB of tiles have pushed the line
+   * out of L1); the tiles written (RS of them) stay in L2. The rows lie C R S
+   * apart, and the hardware prefetcher left each pass waiting on memory: the
+   * next pass's rows are prefetched a pass ahead (res5a_branch2b's w, one
+   * thread, from memory: 0.95 -> 0.79 ms) */
+  const int64_t nb16 = nb8 - nb8 % 16;
+  for (int64_t b0 = 0; b0 < nb8; b0 += b0 < nb16 ? 16 : 8) {
+    const int two = b0 < nb16; /* sixteen rows: each result row's 64 bytes stored together */
     int64_t rs = 0, c = 0; /* of column a: a = c * RS + rs, counted (no divisions) */
     for (int64_t a0 = 0; a0 < na8; a0 += 8) {
-      __m256 o[8];
-      if (b0 + 8 < nb8 && a0 % 16 == 0) /* the next eight rows' lines, a pass ahead */
-        for (int k = 8; k < 16; ++k)
+      __m256 o[8], u[8];
+      if (a0 % 16 == 0) /* the next pass's rows' lines, a pass ahead */
+        for (int k = 8 << two; k < 16 << two && b0 + k < nb8; ++k)
           _mm_prefetch((const char*)(in + (b0 + k) * lds + a0), _MM_HINT_T0);
       brgemm_transpose8x8_avx2(in + b0 * lds + a0, lds, o);
+      if (two) brgemm_transpose8x8_avx2(in + (b0 + 8) * lds + a0, lds, u);
       for (int k = 0; k < 8; ++k) {
-        _mm256_storeu_ps(out + (rs * bc + c) * bk + b0, o[k]);
+        float* row = out + rs * tile + c * bk + b0;
+        _mm256_storeu_ps(row, o[k]);
+        if (two) _mm256_storeu_ps(row + 8, u[k]);
         if (++rs == RS) rs = 0, ++c;
       }
     }
   }
 }
 
-/* out[(a % RS) * bc + a / RS][b] = in[b * lds + a] for a < na (= nc * RS), b < nb:
- * a window of w's rows (k) transposed, each result row (c, rs) placed in its
- * tap's tile, rows bk apart: one pass of AVX2 8 x 8 blocks (callers check
- * brgemm_layout_avx2), where de-interleaving the taps first and transposing
- * each tap after took two. */
+/* out[(a % RS) * tile + (a / RS) * bk + b] = in[b * lds + a] for a < na (= nc *
+ * RS), b < nb: a window of w's rows (k) transposed, each result row (c, rs)
+ * placed in its tap's tile (tile floats apart), rows bk apart: one pass of
+ * AVX2 8 x 8 blocks (callers check brgemm_layout_avx2), where de-interleaving
+ * the taps first and transposing each tap after took two. */
 static inline void brgemm_taps_transposed(const float* in, int64_t lds, float* out, int64_t na,
-                                          int64_t nb, int64_t RS, int64_t bc, int64_t bk) {
+                                          int64_t nb, int64_t RS, int64_t tile, int64_t bk) {
   const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
-  if (na8 && nb8) brgemm_taps_transposed_avx2(in, lds, out, na8, nb8, RS, bc, bk);
+  if (na8 && nb8) brgemm_taps_transposed_avx2(in, lds, out, na8, nb8, RS, tile, bk);
   for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
-    float* row = out + ((a % RS) * bc + a / RS) * bk;
+    float* row = out + (a % RS) * tile + (a / RS) * bk;
     for (int64_t b = a < na8 ? nb8 : 0; b < nb; ++b) row[b] = in[b * lds + a];
   }
 }
