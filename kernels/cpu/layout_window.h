@@ -176,21 +176,6 @@ __attribute__((target("avx2"))) static inline void brgemm_taps_transposed_avx2(
   }
 }
 
-/* out[(a % RS) * tile + (a / RS) * bk + b] = in[b * lds + a] for a < na (= nc *
- * RS), b < nb: a window of w's rows (k) transposed, each result row (c, rs)
- * placed in its tap's tile (tile floats apart), rows bk apart: one pass of
- * AVX2 8 x 8 blocks (callers check brgemm_layout_avx2), where de-interleaving
- * the taps first and transposing each tap after took two. */
-static inline void brgemm_taps_transposed(const float* in, int64_t lds, float* out, int64_t na,
-                                          int64_t nb, int64_t RS, int64_t tile, int64_t bk) {
-  const int64_t na8 = na - na % 8, nb8 = nb - nb % 8;
-  if (na8 && nb8) brgemm_taps_transposed_avx2(in, lds, out, na8, nb8, RS, tile, bk);
-  for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
-    float* row = out + (a % RS) * tile + (a / RS) * bk;
-    for (int64_t b = a < na8 ? nb8 : 0; b < nb; ++b) row[b] = in[b * lds + a];
-  }
-}
-
 static inline int brgemm_layout_avx2(void) {
   static int have = -1; /* a benign race: every thread computes the same answer */
   if (have < 0) have = __builtin_cpu_supports("avx2") ? 1 : 0;
@@ -211,6 +196,49 @@ static inline int brgemm_layout_avx512(void) {
       if (!strcmp(target, narrow[i])) have = 0;
   }
   return have;
+}
+
+/* brgemm_taps_transposed_avx2 on 16 x 16 blocks with AVX-512 (na16, nb16
+ * multiples of 16): each result row's 64 bytes in one store. Where a copy
+ * runs from the cache (copy_taps in a conv plan) it took a quarter less
+ * time than the 8 x 8 blocks (benchmarks/RESULTS.md, issue 17, thirty-first
+ * session); w's whole blocked copy ran level */
+__attribute__((target("avx512f"))) static inline void brgemm_taps_transposed_avx512(
+    const float* in, int64_t lds, float* out, int64_t na16, int64_t nb16, int64_t RS, int64_t tile,
+    int64_t bk) {
+  for (int64_t b0 = 0; b0 < nb16; b0 += 16) {
+    int64_t rs = 0, c = 0; /* of column a: a = c * RS + rs, counted (no divisions) */
+    for (int64_t a0 = 0; a0 < na16; a0 += 16) {
+      __m512 r[16], o[16];
+      for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(in + (b0 + k) * lds + a0);
+      brgemm_transpose16x16_avx512(r, o);
+      for (int k = 0; k < 16; ++k) {
+        _mm512_storeu_ps(out + rs * tile + c * bk + b0, o[k]);
+        if (++rs == RS) rs = 0, ++c;
+      }
+    }
+  }
+}
+
+/* out[(a % RS) * tile + (a / RS) * bk + b] = in[b * lds + a] for a < na (= nc *
+ * RS), b < nb: a window of w's rows (k) transposed, each result row (c, rs)
+ * placed in its tap's tile (tile floats apart), rows bk apart: one pass of
+ * AVX-512 16 x 16 blocks or AVX2 8 x 8 ones (callers check brgemm_layout_avx2),
+ * where de-interleaving the taps first and transposing each tap after took two. */
+static inline void brgemm_taps_transposed(const float* in, int64_t lds, float* out, int64_t na,
+                                          int64_t nb, int64_t RS, int64_t tile, int64_t bk) {
+  int64_t da, db; /* the window's part the SIMD blocks take */
+  if (na >= 16 && nb >= 16 && brgemm_layout_avx512()) {
+    da = na - na % 16, db = nb - nb % 16;
+    brgemm_taps_transposed_avx512(in, lds, out, da, db, RS, tile, bk);
+  } else {
+    da = na - na % 8, db = nb - nb % 8;
+    if (da && db) brgemm_taps_transposed_avx2(in, lds, out, da, db, RS, tile, bk);
+  }
+  for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
+    float* row = out + (a % RS) * tile + (a / RS) * bk;
+    for (int64_t b = a < da ? db : 0; b < nb; ++b) row[b] = in[b * lds + a];
+  }
 }
 
 /* f32 windows in 16 x 16 blocks where the CPU has AVX-512 (the lent Xeon's
