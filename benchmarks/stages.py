@@ -11,7 +11,7 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.pointwise, conv.reads_x_nchw, fc.reads_w, fc.copies_wt and
+(conv.pointwise, conv.reads_x_nchw and conv.copies_w_nchw, fc.reads_w, fc.copies_wt and
 fc.copies_w: their plans copy W's tiles themselves) the line says which;
 conv.columns' lines show its own steps, as the call takes them. Lines
 marked * time a path's steps alone, taken by the call or not
@@ -100,7 +100,14 @@ def _conv(N):
         else:
             out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
                    ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
-        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":  # x in place
+        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked" and \
+                conv.copies_w_nchw(g, None, w):  # x and w in place, w's tiles copied by the plan
+            pc = conv.nchw_copying_plan(g)
+            c_slots, c_wt = (np.empty(pc.extent[t], np.float32) for t in ("y", "wt"))
+            _line(name, "fwd", "nchw_w", *_steps([
+                ("plan+y", lambda: pc.run(x=x, w=w, wt=c_wt, y=c_slots, out=y))],
+                lambda: conv.forward(x, w, st, pd)))
+        elif conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":  # x in place
             px = conv.nchw_plan(g, "f32", False, x_nchw=True)
             x_slots = np.empty(px.extent["y"], np.float32)
             _line(name, "fwd", "nchw_x", *_steps([
