@@ -26,7 +26,7 @@ conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
 the layout copies, conv_layer.py the layer, conv_pointwise.py the rules and
 plans of the 1x1 layers' in-place paths, conv_columns.py those of the small
 images' (w in place, x's im2col tiles), conv_in_place.py those of the blocked
-path's (NCHW stores, the update reading dy or x in place); this module the
+path's (NCHW stores, x or w in place, the update reading dy or x); this module the
 functional forms and the tuner's search space, where all of them are reached.
 """
 import dataclasses

@@ -1,6 +1,7 @@
 """Convolution's blocked path with operands in place (see primitives/conv.py
 for the layouts): the forward's and backward-data's plans that store y and
-dx straight into the NCHW results from their epilogues, and the weight
+dx straight into the NCHW results from their epilogues (the forward's on x
+in place, and on w as given, its tasks copying w's tiles), and the weight
 update's plans that read dy, or x, in place; with the rules that say which
 layers take each. The functional forms in primitives/conv.py run them."""
 import numpy as np
