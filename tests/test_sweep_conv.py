@@ -21,7 +21,7 @@ from tolerance import assert_close, linear, round_bf16
 THREADS = os.cpu_count() or 1
 TAPS = [(1, 1), (3, 3), (1, 3), (3, 1), (1, 7), (7, 1), (5, 5), (7, 7), (2, 2), (1, 5)]
 CHANNELS = (32, 48, 64, 96, 128, 192, 256, 384, 512)
-SPECS = {"fwd": ("NKpq", "KNpq", "NKPq", "nKPq"), "bwd": ("NChu", "CNhu", "NCHu", "nCHu"),
+SPECS = {"fwd": ("NKpq", "KNpq", "NKPq", "nKPq", "Knpq"), "bwd": ("NChu", "CNhu", "NCHu", "nCHu"),
          "upd": ("KCRSJ", "CKRSJ")}
 
 
@@ -79,7 +79,8 @@ def draw_config(rng):
     return {"fwd": {"spec": pick(*SPECS["fwd"]), "bc": pick(8, 16, 32, 64),
                     "bk": pick(16, 32, 64), "bq": log_uniform(rng, 1, 32),
                     "call_kb": pick(1, 8, 32, 128),
-                    "pointwise_rows": pick(False, True)},  # 1x1: x in place or on line rows
+                    "pointwise_rows": pick(False, True),  # 1x1: x in place or on line rows
+                    "nchw_copies_w": pick(False, True)},  # x in place: w's copy or w as given
             "bwd": {"spec": pick(*SPECS["bwd"]), "call_kb": pick(1, 8, 32, 128)},
             "upd": {"spec": pick(*SPECS["upd"]), "tiles": pick(1, 4, 16, 64),
                     "call_kb": pick(1, 8, 64, 256)}}
