@@ -26,15 +26,16 @@ conv_update.py); conv_plans.py holds the geometry and the plans, conv_layouts.py
 the layout copies, conv_layer.py the layer, conv_pointwise.py the rules and
 plans of the 1x1 layers' in-place paths, conv_columns.py those of the small
 images' (w in place, x's im2col tiles), conv_in_place.py those of the blocked
-path's (NCHW stores, x or w in place, the update reading dy or x); this module the
-functional forms and the tuner's search space, where all of them are reached.
+path's (NCHW stores, x or w in place, the update reading dy or x),
+conv_search.py the tuner's search space; this module the functional forms,
+where all of them are reached.
 """
 import dataclasses
 
 import numpy as np
 
 from brgemm import dtypes
-from brgemm.arrays import Recycler, Scratch, aligned_empty
+from brgemm.arrays import Recycler, Scratch
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
@@ -42,8 +43,8 @@ from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, bias_vector, fits, flag
-from primitives._config import cached, settings
+from primitives._args import backend_name, bias_vector, flag
+from primitives._config import cached
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import pointwise_x_block
@@ -59,7 +60,7 @@ from primitives.conv_in_place import (copies_w_nchw, dy_plan, nchw_copying_plan,
                                       stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
-from primitives.conv_plans import (SCHEMA, _check, geometry, plan,
+from primitives.conv_plans import (SCHEMA, _check, geometry, plan,  # noqa: F401  (SCHEMA)
                                    update_inputs, update_output, vnni_passes)
 from primitives.conv_plans import Geometry, SHAPE  # noqa: F401  (public names)
 from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  # noqa: F401
@@ -68,6 +69,7 @@ from primitives.conv_columns import (COLUMNS_DATA_PIXELS, COLUMNS_DATA_WIDTH,  #
                                      columns_plan, columns_shares, columns_update_width,
                                      columns_vnni, columns_y_rows)
 from primitives.conv_layer import Conv2d  # noqa: F401  (public names)
+from primitives.conv_search import search  # noqa: F401  (public names)
 
 
 # ---------------------------------------------------------------- functional API
@@ -381,70 +383,3 @@ def _columns_update(dy, x, g):
     dw = _results.empty("dw", (g.K, g.C, g.R, g.S), np.float32)
     columns_plan(g, "f32", bd, PQ, "upd").run(dy=dy, xct=xct, dw=dw)
     return dw
-
-
-# ---------------------------------------------------------------- tuning
-
-def search(pass_, shape, threads=None):
-    """Configs the tuner may try for one pass of this layer (brgemm.tuning.Search).
-    shape: N, C, K, H, W, R, S, sh, sw, ph, pw. fwd also tunes the blocking, which
-    all three passes share; bwd and upd tune their loop order (upd: its tiles), fwd
-    and bwd the pixel blocks that share each call's weights (w_reuse, where a task
-    has several), and each pass the bytes its kernel calls read (call_kb)."""
-    import itertools
-
-    from brgemm.tuning import Search, best_time
-    if pass_ not in SCHEMA:
-        raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
-    s = shape
-    for name in ("N", "C", "K", "H", "W", "R", "S", "sh", "sw", "ph", "pw"):
-        if s[name] < (0 if name in ("ph", "pw") else 1):
-            raise ValueError(f"shape: {name} = {s[name]} is out of range")
-    dims = (s["N"], s["C"], s["K"], s["H"], s["W"], s["R"], s["S"])
-    stride, padding = (s["sh"], s["sw"]), (s["ph"], s["pw"])
-    if s["R"] > s["H"] + 2 * s["ph"] or s["S"] > s["W"] + 2 * s["pw"]:
-        raise ValueError(f"shape: the {s['R']}x{s['S']} kernel is larger than the padded "
-                         f"{s['H'] + 2 * s['ph']}x{s['W'] + 2 * s['pw']} input")
-    fits(4 * 4 * s["N"] * max(s["C"], s["K"], 16) * (s["H"] + 2 * s["ph"]) * (s["W"] + 2 * s["pw"])
-         + 4 * s["K"] * s["C"] * s["R"] * s["S"], "shape", "this layer's tensors and their copies")
-    Q = (s["W"] + 2 * s["pw"] - s["S"]) // s["sw"] + 1
-    if pass_ == "fwd":
-        cands = [dict(spec=sp, bc=bc, bk=bk, bq=bq, call_kb=kb, w_reuse=r) for sp, bc, bk, bq, kb, r
-                 in itertools.product(("NKpq", "KNpq", "NKPq", "nKPq"), (32, 64), (32, 64),
-                                      (7, 14, 28, 56), (32, 128), (1, 8))
-                 if bq <= max(Q, 7) and (r == 1 or sp.endswith("pq"))]  # w_reuse: rows in a task
-    elif pass_ == "bwd":
-        cands = [dict(spec=sp, call_kb=kb, w_reuse=r) for sp, kb, r in itertools.product(
-            ("NChu", "CNhu", "NCHu", "nCHu"), (16, 32, 64, 128), (1, 8)) if r == 1 or sp[2] == "h"]
-    else:
-        cands = [dict(spec=sp, tiles=t, call_kb=kb)
-                 for sp, t, kb in itertools.product(("KCRSJ", "CKRSJ"), (4, 8, 16, 32),
-                                                    (32, 64, 128, 256))]
-    rng = np.random.default_rng()
-    x = rng.standard_normal((s["N"], s["C"], s["H"], s["W"])).astype(np.float32)
-    w = rng.standard_normal((s["K"], s["C"], s["R"], s["S"])).astype(np.float32)
-
-    def cost(cfg):
-        # a model of the obvious: wide channel blocks and long pixel rows per call run
-        # best; deeper structure is left to the timings
-        full = {**settings("conv", "fwd", shape, SCHEMA["fwd"]), **cfg} if pass_ == "fwd" else \
-            settings("conv", "fwd", shape, SCHEMA["fwd"])
-        return 1.0 / (min(full["bk"], 64) * min(full["bc"], 64) * min(full["bq"], Q))
-
-    def time(cfg, threads_):
-        # the other passes as configured (BRGEMM_CONFIG included): bwd and upd are
-        # tuned on the blocking that a tuned fwd chose
-        others = {p: settings("conv", p, shape, SCHEMA[p]) for p in SCHEMA if p != pass_}
-        g = geometry(*dims, stride, padding, config={**others, pass_: cfg})
-        dy = rng.standard_normal((g.N, g.K, g.P, g.Q)).astype(np.float32)
-        t = {"fwd": dict(x=block_x(x, g, "f32"), w=block_w(w, g, "f32"),
-                         y=aligned_empty((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)),
-             "bwd": dict(dyp=block_y(dy, g, "f32", bordered=True),
-                         wt=block_w(w, g, "f32", transposed=True),
-                         dx=aligned_empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32)),
-             "upd": dict(dw=update_output(g), **update_inputs(x, dy, g, "f32"))}[pass_]
-        p = plan(g, pass_, "f32")
-        return best_time(lambda: p.run(threads=threads_, **t))
-
-    return Search("conv", pass_, dict(shape), settings("conv", pass_, shape, SCHEMA[pass_]),
-                  cands, cost, time)
