@@ -72,6 +72,24 @@ def _line(name, pass_, path, whole, steps):
           + " + ".join(f"{n} {m:.3f}" for n, m in steps), flush=True)
 
 
+def _x_in_place(name, g, x, w, wb, y, st, pd):
+    """The line of conv.forward where it reads x in place: its plan on w's
+    blocked copy (nchw_x), or on w as given, copying w's tiles itself."""
+    if conv.copies_w_nchw(g, None, w):
+        pc = conv.nchw_copying_plan(g)
+        c_slots, c_wt = (np.empty(pc.extent[t], np.float32) for t in ("y", "wt"))
+        _line(name, "fwd", "nchw_w", *_steps([
+            ("plan+y", lambda: pc.run(x=x, w=w, wt=c_wt, y=c_slots, out=y))],
+            lambda: conv.forward(x, w, st, pd)))
+        return
+    px = conv.nchw_plan(g, "f32", False, x_nchw=True)
+    x_slots = np.empty(px.extent["y"], np.float32)
+    _line(name, "fwd", "nchw_x", *_steps([
+        ("w", lambda: conv.block_w(w, g, "f32", out=wb)),
+        ("plan+y", lambda: px.run(x=x, w=wb, y=x_slots, out=y))],
+        lambda: conv.forward(x, w, st, pd)))
+
+
 def _conv(N):
     rng = np.random.default_rng(0)
     for (C, K, H, W, R, S, st, pd), name in read_shapes("resnet50_conv"):
@@ -100,20 +118,8 @@ def _conv(N):
         else:
             out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
                    ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
-        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked" and \
-                conv.copies_w_nchw(g, None, w):  # x and w in place, w's tiles copied by the plan
-            pc = conv.nchw_copying_plan(g)
-            c_slots, c_wt = (np.empty(pc.extent[t], np.float32) for t in ("y", "wt"))
-            _line(name, "fwd", "nchw_w", *_steps([
-                ("plan+y", lambda: pc.run(x=x, w=w, wt=c_wt, y=c_slots, out=y))],
-                lambda: conv.forward(x, w, st, pd)))
-        elif conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":  # x in place
-            px = conv.nchw_plan(g, "f32", False, x_nchw=True)
-            x_slots = np.empty(px.extent["y"], np.float32)
-            _line(name, "fwd", "nchw_x", *_steps([
-                ("w", lambda: conv.block_w(w, g, "f32", out=wb)),
-                ("plan+y", lambda: px.run(x=x, w=wb, y=x_slots, out=y))],
-                lambda: conv.forward(x, w, st, pd)))
+        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":
+            _x_in_place(name, g, x, w, wb, y, st, pd)
         # the blocked steps alone where they are not the call's
         alone = path == "columns" or (conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked")
         _line(name, "fwd", "blocked*" if alone else path, *_steps([
