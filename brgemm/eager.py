@@ -43,13 +43,10 @@ class Eager:
 
     def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
         for op in ops:  # copy_b, copy_bt, copy_taps: the B blocks filled before the call
-            taps = op.stride if op.code.startswith("copy_taps") else 1
+            taps = op.stride if op.code == "copy_taps" else 1
             if op.code == "copy_b":
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n,
                                   op.ld)[None]
-            elif op.code == "copy_taps_rows":  # [k][n][taps] -> [taps][k][n]
-                src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n * taps,
-                                  op.ld).reshape(blk.k, blk.n, taps).transpose(2, 0, 1)
             elif op.code in ("copy_bt", "copy_taps"):  # [n][k][taps] -> [taps][k][n]
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.n, blk.k * taps,
                                   op.ld).reshape(blk.n, blk.k, taps).transpose(2, 1, 0)

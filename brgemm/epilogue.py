@@ -132,18 +132,6 @@ def copy_taps(src, src_offset, ld, taps, dst, dst_offset):
     return Op("copy_taps", (src, dst), (src_offset, dst_offset), ld, taps)
 
 
-def copy_taps_rows(src, src_offset, ld, taps, dst, dst_offset):
-    """copy_b over `taps` tiles at once, from rows whose elements interleave
-    them: dst[dst_offset + t*tap_stride(k, ldb) + i*ldb + j] = src[src_offset +
-    i*ld + j*taps + t] for t < taps, i < k, j < n (the call's): the R S tiles
-    [bk][bc] of one block pair (cb, kb) of a conv weight [K][C][R][S] as
-    backward-data reads them (B's rows are w's), made by the thread that
-    reads them (CPU only)."""
-    if not (isinstance(taps, int) and taps >= 1):
-        raise ValueError(f"copy_taps_rows: taps must be a positive int, got {taps!r}")
-    return Op("copy_taps_rows", (src, dst), (src_offset, dst_offset), ld, taps)
-
-
 def tap_stride(k, ldb):
     """Elements between the starts of copy_taps' tiles (k rows ldb apart each):
     a cache line past the tile (TAPS_PAD, the header's BRGEMM_TAPS_PAD)."""
@@ -151,7 +139,7 @@ def tap_stride(k, ldb):
 
 
 # the ops that fill a call's B blocks, before its other ops
-COPIES_B = ("copy_b", "copy_bt", "copy_taps", "copy_taps_rows")
+COPIES_B = ("copy_b", "copy_bt", "copy_taps")
 
 
 def accesses(op, blk):
@@ -169,9 +157,8 @@ def accesses(op, blk):
         return [(t[0], [o[0]], m, op.stride, op.ld, False, "f32"),
                 (t[1], [o[1]], m, op.stride, op.stride, True, "f32")]
     if code in COPIES_B:  # copy_bt reads the block's transpose: n rows of k; copy_taps taps of it
-        taps = op.stride if code.startswith("copy_taps") else 1
-        src = {"copy_b": (blk.k, n), "copy_taps_rows": (blk.k, n * taps)}.get(code,
-                                                                            (n, blk.k * taps))
+        taps = op.stride if code == "copy_taps" else 1
+        src = (blk.k, n) if code == "copy_b" else (n, blk.k * taps)
         tiles = [o[1] + q * tap_stride(blk.k, blk.ldb) for q in range(taps)]
         return [(t[0], [o[0]], *src, op.ld, False, "f32"),
                 (t[1], tiles, blk.k, n, blk.ldb, True, "f32")]

@@ -17,7 +17,7 @@ replays natively: phases in order, the tasks of a phase spread over threads
 (or a device's work-groups), the calls of a task in order. Tensors are named
 flat buffers; offsets are in elements. Epilogue ops (bias, activations, bf16
 stores) are data attached to a call and applied to its C block right after it;
-copy_b, copy_bt and copy_taps(_rows) ops, first among a call's ops, fill its B blocks before it.
+copy_b, copy_bt and copy_taps ops, first among a call's ops, fill its B blocks right before it.
 
 A Plan is data, the same for every backend, checked once when it is recorded
 (brgemm.recorder: names, dtypes, offsets; brgemm.races: no two parallel tasks
@@ -53,8 +53,8 @@ from brgemm.block import Block
 from brgemm.constants import CALL_RECORD, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.eager import Eager
 from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_b, copy_bt, copy_rows,
-                             copy_taps, copy_taps_rows, lstm_cell, lstm_cell_bwd, relu,
-                             sigmoid, store_bf16, store_t, tanh, tap_stride)
+                             copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid, store_bf16,
+                             store_t, tanh, tap_stride)
 from brgemm.lru import LRU
 from brgemm.races import check_races
 from brgemm.recorder import Recorder, TensorSpec
@@ -62,7 +62,7 @@ from brgemm.recorder import Recorder, TensorSpec
 __all__ = ["Block", "Op", "Eager", "Recorder", "TensorSpec", "Plan", "PlanCache", "bias", "relu",
            "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "act_grad", "store_t",
            "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt", "copy_taps",
-           "copy_taps_rows", "tap_stride"]
+           "tap_stride"]
 
 _CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records
 

@@ -123,32 +123,27 @@ def test_copy_b_fills_b_before_the_call(rng, code):
         plan.require("cuda", max_op=constants.DEVICE_OPS, b_vnni=True)
 
 
-@pytest.mark.parametrize("code", ["copy_taps", "copy_taps_rows"])
-def test_copy_taps_fills_every_tap_before_the_call(rng, code):
-    """The copy_taps ops (brgemm.epilogue): before its call, `taps` B blocks
-    (k x n each, row stride ldb, tap_stride apart) from source rows ld apart
-    whose elements interleave them (copy_taps: n rows, block t's (i, j) at j
-    ld + i taps + t, a conv weight's taps for the forward; copy_taps_rows: k
-    rows, (i, j) at i ld + j taps + t, for backward-data), the call reading
-    some of them and a later call of the task the rest: native plan (SIMD
-    blocks and, with k or n past them, the edges), Eager and the bare timing
-    loop against NumPy, two tasks each copying and reading its own blocks;
-    refused on a bad tap count, and where the source rows run past the
-    array."""
+def test_copy_taps_fills_every_tap_before_the_call(rng):
+    """The copy_taps op (brgemm.epilogue): before its call, `taps` B blocks
+    (k x n each, row stride ldb, tap_stride apart) from n source rows ld apart whose
+    elements interleave them (block t's (i, j) at j ld + i taps + t: a conv
+    weight's taps), the call reading some of them and a later call of the
+    task the rest: native plan (both the AVX2 pass and, with k or n past the
+    SIMD blocks, its edges), Eager and the bare timing loop against NumPy, two
+    tasks each copying and reading its own blocks; refused on a bad tap count,
+    and where the source rows run past the array."""
     m, taps = int(rng.integers(1, 9)), int(rng.integers(1, 10))
     n, k = (int(rng.integers(1, 41)) for _ in range(2))
-    rows_of, run_of = (n, k) if code == "copy_taps" else (k, n)  # source rows, each's blocks
-    ldb, ld = n + int(rng.integers(0, 5)), run_of * taps + int(rng.integers(0, 20))
+    ldb, ld = n + int(rng.integers(0, 5)), k * taps + int(rng.integers(0, 20))
     off, first = int(rng.integers(0, 7)), int(rng.integers(1, taps + 1))  # blocks the call reads
-    print(f"{code}: m={m} n={n} k={k} taps={taps} ldb={ldb} ld={ld} off={off} first={first}")
-    src = rng.standard_normal(off + 2 * rows_of * ld).astype(np.float32)
+    print(f"copy_taps: m={m} n={n} k={k} taps={taps} ldb={ldb} ld={ld} off={off} first={first}")
+    src = rng.standard_normal(off + 2 * n * ld).astype(np.float32)
     A = rng.standard_normal(2 * taps * m * k).astype(np.float32)
     blk = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=0.0)
     later = P.Block(m, n, k, lda=k, ldb=ldb, ldc=n, beta=1.0)
     ldb = blk.ldb  # (a block of one row keeps n: its row stride is unused)
     tile = P.tap_stride(k, ldb)
     assert tile >= k * ldb
-    copy = getattr(P, code)
 
     def nest(ex):
         for task in range(2):
@@ -156,17 +151,15 @@ def test_copy_taps_fills_every_tap_before_the_call(rng, code):
             b0 = task * taps * tile
             ex.gemm(blk, "a", [(task * taps + t) * m * k for t in range(first)], "b",
                     [b0 + t * tile for t in range(first)], "c", task * m * n,
-                    ops=(copy("s", off + task * rows_of * ld, ld, taps, "b", b0),))
+                    ops=(P.copy_taps("s", off + task * n * ld, ld, taps, "b", b0),))
             if first < taps:
                 ex.gemm(later, "a", [(task * taps + t) * m * k for t in range(first, taps)], "b",
                         [b0 + t * tile for t in range(first, taps)], "c", task * m * n)
     rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32"), spec="N")
     nest(rec)
     plan = rec.finish()
-    rows = src[off:off + 2 * rows_of * ld].reshape(2, rows_of, ld)[..., :run_of * taps].reshape(
-        2, rows_of, run_of, taps)
-    blocks = rows.transpose(0, 3, 2, 1) if code == "copy_taps" else rows.transpose(0, 3, 1, 2)
-    blocks = blocks.astype(np.float64)  # [task][t][i][j]
+    rows = src[off:off + 2 * n * ld].reshape(2, n, ld)[..., :k * taps].reshape(2, n, k, taps)
+    blocks = rows.transpose(0, 3, 2, 1).astype(np.float64)  # [task][t][i][j]
     want = np.einsum("xtmk,xtkn->xmn",
                      A.reshape(2, taps, m, k).astype(np.float64), blocks)
     for run in ("cpu", "eager", "bare"):
@@ -185,10 +178,9 @@ def test_copy_taps_fills_every_tap_before_the_call(rng, code):
                                    atol=1e-5 * k * taps)
     with pytest.raises(ValueError, match="s: the plan touches"):  # source rows past the end
         plan.run(a=A, b=np.empty(2 * taps * tile, np.float32),
-                 s=src[:off + (2 * rows_of - 1) * ld + run_of * taps - 1],
-                 c=np.empty(2 * m * n, np.float32))
+                 s=src[:off + (2 * n - 1) * ld + k * taps - 1], c=np.empty(2 * m * n, np.float32))
     with pytest.raises(ValueError, match="b: the plan touches"):  # the taps' tiles past the end
         plan.run(a=A, b=np.empty(plan.extent["b"] - 1, np.float32), s=src,
                  c=np.empty(2 * m * n, np.float32))
-    with pytest.raises(ValueError, match=f"{code}: taps"):
-        copy("s", 0, ld, 0, "b", 0)
+    with pytest.raises(ValueError, match="copy_taps: taps"):
+        P.copy_taps("s", 0, ld, 0, "b", 0)

@@ -62,11 +62,6 @@ void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t l
       for (int64_t t = 0; t < op->stride; ++t)
         brgemm_window((const char*)(src + t), op->stride, op->ld, 4, (char*)(dst + t * tile), ldb,
                       4, k, n);
-  } else if (op->code == BRGEMM_OP_COPY_TAPS_ROWS) { /* each row's n x taps transposed */
-    const int64_t tile = k * ldb + BRGEMM_TAPS_PAD;
-    for (int64_t i = 0; i < k; ++i)
-      brgemm_window((const char*)(src + i * op->ld), 1, op->stride, 4, (char*)(dst + i * ldb),
-                    tile, 4, op->stride, n);
   } else
     for (int64_t i = 0; i < k; ++i)
       memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));

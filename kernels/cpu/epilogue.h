@@ -17,8 +17,8 @@ int brgemm_cpu_apply_ops(const brgemm_plan_op* ops, int32_t count, float* c, int
  * misses (a training backward's act' reads activations stored long before). */
 void brgemm_cpu_prefetch_ops(const brgemm_plan_op* ops, int32_t count, int64_t m, int64_t n,
                              void* const* tensors);
-/* The COPY_B, COPY_BT or COPY_TAPS(_ROWS) op before its call: one k x n block into B's tile
- * (row stride ldb), or the COPY_TAPS ops' `stride` of them. */
+/* The COPY_B, COPY_BT or COPY_TAPS op before its call: one k x n block into B's tile (row
+ * stride ldb), or COPY_TAPS's `stride` of them, k ldb apart. */
 void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t ldb,
                        void* const* tensors);
 #endif

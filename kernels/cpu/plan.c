@@ -12,10 +12,9 @@
 #include "brgemm_cpu_internal.h"
 #include "epilogue.h"
 
-/* COPY_B, COPY_BT, COPY_TAPS and COPY_TAPS_ROWS: the ops that fill a call's B blocks before it */
+/* COPY_B, COPY_BT and COPY_TAPS: the ops that fill a call's B blocks before it */
 static int is_copy_b(int32_t code) {
-  return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT || code == BRGEMM_OP_COPY_TAPS ||
-         code == BRGEMM_OP_COPY_TAPS_ROWS;
+  return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT || code == BRGEMM_OP_COPY_TAPS;
 }
 
 /* The plan's own indices must be consistent; array bounds are Python's job. */
@@ -43,9 +42,9 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
     if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
     for (int32_t j = 0; j < c->op_count; ++j) {
       const brgemm_plan_op* op = &p->ops[c->op_begin + j];
-      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_TAPS_ROWS) return 0;
-      if ((op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_TAPS ||
-           op->code == BRGEMM_OP_COPY_TAPS_ROWS) && (op->stride < 1 || op->ld < 1))
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_TAPS) return 0;
+      if ((op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_TAPS) &&
+          (op->stride < 1 || op->ld < 1))
         return 0;
       if (is_copy_b(op->code) &&  /* f32 B blocks in rows, the op's leading */
           (op->ld < 1 || brgemm_cpu_ab_itemsize(p->kernels[c->kernel]) != 4 ||
