@@ -110,13 +110,14 @@ def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=T
 def nchw_copying_nest(ex, loops, g, epilogue):
     """The forward on x in place (NCHW, as forward_nest's x_nchw) and w as
     given, [K][C][R][S]: each task copies the weight tiles it reads itself,
-    one channel block at a time (copy_taps: the R S tiles of (k, c) into the
-    task's own slot of wt, R S tiles of bc x bk, tap_stride apart), and its tiles of one k (kept in
-    slots of y, bq x bk each, until the last block stores them) take that
-    block's taps in turn, call by call, before the next block is copied over
-    it. No blocked copy of w is written out and read back; each call's w
-    blocks serve all the tiles from the core's cache. epilogue(n, k, pixel)
-    as forward_nest's. Tasks and their tiles: the config's loop order."""
+    one channel block at a time (copy_taps: the R S tiles of (k, c), bc x bk
+    each, tap_stride apart, into the task's own slot of wt), and its tiles of
+    one k (kept in slots of y, bq x bk each, until the last block stores
+    them) take that block's taps in turn, call by call, before the next block
+    is copied over it. No blocked copy of w is written out and read back;
+    each call's w blocks serve all the tiles from the core's cache.
+    epilogue(n, k, pixel) as forward_nest's. Tasks and their tiles: the
+    config's loop order."""
     tasks = {}
     for phase, task, at in loops.walk():
         tasks.setdefault((phase, task), {}).setdefault(at["k"], []).append((at["n"], at["p"],
