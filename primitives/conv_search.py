@@ -6,7 +6,6 @@ import itertools
 import numpy as np
 
 from brgemm.arrays import aligned_empty
-from brgemm.tuning import Search, best_time
 from primitives._args import fits
 from primitives._config import settings
 from primitives.conv_layouts import block_w, block_x, block_y
@@ -19,6 +18,9 @@ def search(pass_, shape, threads=None):
     all three passes share; bwd and upd tune their loop order (upd: its tiles), fwd
     and bwd the pixel blocks that share each call's weights (w_reuse, where a task
     has several), and each pass the bytes its kernel calls read (call_kb)."""
+    # imported here, not with conv: the tuner's module (and the statistics it
+    # pulls in) would add to every `import primitives.conv`
+    from brgemm.tuning import Search, best_time
     if pass_ not in SCHEMA:
         raise ValueError(f"pass: expected fwd, bwd or upd, got {pass_!r}")
     s = shape
