@@ -132,7 +132,6 @@ def nchw_copying_nest(ex, loops, g, epilogue):
                                           a_t=True)
         return blocks[m, beta]
     for slot, ((phase, task), by_k) in enumerate(tasks.items()):
-        ex.at(phase, task)
         wt = slot * RS * tile_w
         for k, tiles in by_k.items():
             for cb in range(g.Cb):
@@ -143,14 +142,10 @@ def nchw_copying_nest(ex, loops, g, epilogue):
                               g, "f32", lambda k, c, r, s: wt + (r * g.S + s) * tile_w, n, k, p,
                               q0, min(g.bq, g.Q - q0), [cb], cb == 0, cb == g.Cb - 1)]
                          for j, (n, p, q0) in enumerate(tiles)]
-                copy = bplan.copy_taps("w", (k * g.bk * g.C + cb * g.bc) * RS, g.C * RS, RS,
-                                       "wt", wt)
-                for i in range(max(map(len, calls))):  # each tile's i-th call in turn
-                    for tile in calls:
-                        if i < len(tile):
-                            *args, ops = tile[i]
-                            ex.gemm(*args, ((copy,) if copy else ()) + tuple(ops))
-                            copy = None
+                *args, ops = calls[0][0]  # the block's first call copies its taps' tiles
+                calls[0][0] = (*args, (bplan.copy_taps("w", (k * g.bk * g.C + cb * g.bc) * RS,
+                                                       g.C * RS, RS, "wt", wt),) + tuple(ops))
+                record_grouped(ex, ((phase, task, tile) for tile in calls), len(calls))
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,
