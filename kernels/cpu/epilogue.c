@@ -54,15 +54,10 @@ void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t l
   /* plain stores: the kernel reads the block next, from this core's cache */
   if (op->code == BRGEMM_OP_COPY_BT) /* dst[i][j] = src[j][i]: SIMD sub-block transposes */
     brgemm_window((const char*)src, 1, op->ld, 4, (char*)dst, ldb, 4, k, n);
-  else if (op->code == BRGEMM_OP_COPY_TAPS) {
-    const int64_t tile = k * ldb + BRGEMM_TAPS_PAD;
-    if (brgemm_layout_avx2()) /* each row read once, front to back, into all the taps' tiles */
-      brgemm_taps_transposed(src, op->ld, dst, k * op->stride, n, op->stride, tile, ldb);
-    else /* tap by tap, gathered */
-      for (int64_t t = 0; t < op->stride; ++t)
-        brgemm_window((const char*)(src + t), op->stride, op->ld, 4, (char*)(dst + t * tile), ldb,
-                      4, k, n);
-  } else
+  else if (op->code == BRGEMM_OP_COPY_TAPS) /* each row read once, into all the taps' tiles */
+    brgemm_taps_transposed(src, op->ld, dst, k * op->stride, n, op->stride,
+                           k * ldb + BRGEMM_TAPS_PAD, ldb);
+  else
     for (int64_t i = 0; i < k; ++i)
       memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));
 }

@@ -165,7 +165,8 @@ __attribute__((target("avx2"))) static inline void brgemm_taps_transposed_avx2(
         for (int k = 8 << two; k < 16 << two && b0 + k < nb8; ++k)
           _mm_prefetch((const char*)(in + (b0 + k) * lds + a0), _MM_HINT_T0);
       brgemm_transpose8x8_avx2(in + b0 * lds + a0, lds, o);
-      if (two) brgemm_transpose8x8_avx2(in + (b0 + 8) * lds + a0, lds, u);
+      /* (a pass of eight transposes its rows twice, storing them once) */
+      brgemm_transpose8x8_avx2(in + (b0 + 8 * two) * lds + a0, lds, u);
       for (int k = 0; k < 8; ++k) {
         float* row = out + rs * tile + c * bk + b0;
         _mm256_storeu_ps(row, o[k]);
@@ -223,17 +224,20 @@ __attribute__((target("avx512f"))) static inline void brgemm_taps_transposed_avx
 /* out[(a % RS) * tile + (a / RS) * bk + b] = in[b * lds + a] for a < na (= nc *
  * RS), b < nb: a window of w's rows (k) transposed, each result row (c, rs)
  * placed in its tap's tile (tile floats apart), rows bk apart: one pass of
- * AVX-512 16 x 16 blocks or AVX2 8 x 8 ones (callers check brgemm_layout_avx2),
- * where de-interleaving the taps first and transposing each tap after took two. */
+ * AVX-512 16 x 16 blocks or AVX2 8 x 8 ones, where de-interleaving the taps
+ * first and transposing each tap after took two; without AVX2, element by
+ * element. */
 static inline void brgemm_taps_transposed(const float* in, int64_t lds, float* out, int64_t na,
                                           int64_t nb, int64_t RS, int64_t tile, int64_t bk) {
   int64_t da, db; /* the window's part the SIMD blocks take */
   if (na >= 16 && nb >= 16 && brgemm_layout_avx512()) {
     da = na - na % 16, db = nb - nb % 16;
     brgemm_taps_transposed_avx512(in, lds, out, da, db, RS, tile, bk);
-  } else {
+  } else if (brgemm_layout_avx2()) {
     da = na - na % 8, db = nb - nb % 8;
     if (da && db) brgemm_taps_transposed_avx2(in, lds, out, da, db, RS, tile, bk);
+  } else {
+    da = db = 0; /* all of it the edges' way */
   }
   for (int64_t a = 0; a < na; ++a) { /* the edges: scalar */
     float* row = out + (a % RS) * tile + (a / RS) * bk;
