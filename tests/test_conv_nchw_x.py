@@ -64,8 +64,8 @@ def test_forward_reads_x_in_place(rng, copies):
             eager = dict(run, out=np.full_like(out, np.nan), y=np.full_like(run["y"], np.nan),
                          wt=np.full_like(run["wt"], np.nan))
             nchw_copying_nest(P.Eager(**eager), conv_plans._loops(g, "fwd"), g,
-                                   lambda n, k, pixel: (P.store_t(
-                                       "out", (n * K + k * g.bk) * g.P * g.Q + pixel, g.P * g.Q),))
+                              lambda n, k, pixel: (P.store_t(
+                                  "out", (n * K + k * g.bk) * g.P * g.Q + pixel, g.P * g.Q),))
             np.testing.assert_allclose(out, eager["out"], rtol=0, atol=1e-5 * float(mag.max()))
             assert np.all(np.abs(out - want) <= 1e-5 * mag + 1e-30)
             continue
