@@ -14,7 +14,7 @@ OP_CODES = {name: getattr(lib, "BRGEMM_OP_" + name.upper()) for name in (
     "bias", "relu", "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "relu_bwd",
     "sigmoid_bwd", "tanh_bwd", "store_t", "store_t_bf16", "relu_bwd_bf16", "sigmoid_bwd_bf16",
     "tanh_bwd_bf16", "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt",
-    "copy_taps")}
+    "copy_taps", "copy_at")}
 DEVICE_OPS = lib.BRGEMM_OP_LSTM_CELL_BWD  # the device backends apply the op codes up to this one
 OPERANDS = lib.BRGEMM_OP_OPERANDS         # tensor slots (and offsets) of one op
 TAPS_PAD = lib.BRGEMM_TAPS_PAD            # floats between copy_taps' tiles, past k ldb

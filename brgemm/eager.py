@@ -7,7 +7,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm.block import Block
-from brgemm.epilogue import COPIES_B, tap_stride
+from brgemm.epilogue import COPIES, tap_stride
 from brgemm.kernel import Kernel
 from brgemm.vnni import unpack_block
 
@@ -42,8 +42,13 @@ class Eager:
         return kern
 
     def gemm(self, blk: Block, a, a_offs, b, b_offs, c, c_off, ops=()):
-        for op in ops:  # copy_b, copy_bt, copy_taps: the B blocks filled before the call
+        for op in ops:  # copy_b, copy_bt, copy_taps, copy_at: operands filled before the call
             taps = op.stride if op.code == "copy_taps" else 1
+            if op.code == "copy_at":  # [k][rows] -> A's rows [rows][k]
+                _block_view(self.arrays[op.tensors[1]], op.offsets[1], op.stride, blk.k,
+                            blk.lda)[...] = _block_view(self.arrays[op.tensors[0]],
+                                                        op.offsets[0], blk.k, op.stride, op.ld).T
+                continue
             if op.code == "copy_b":
                 src = _block_view(self.arrays[op.tensors[0]], op.offsets[0], blk.k, blk.n,
                                   op.ld)[None]
@@ -71,7 +76,7 @@ class Eager:
             self._kernel(blk, blk.lda, blk.ldb).offs(self.arrays[a], self.arrays[b], a_offs,
                                                       b_offs, C)
         for op in ops:
-            if op.code not in COPIES_B:
+            if op.code not in COPIES:
                 self._apply(op, C)
 
     def _apply(self, op, C):

@@ -138,8 +138,20 @@ def tap_stride(k, ldb):
     return k * ldb + TAPS_PAD
 
 
-# the ops that fill a call's B blocks, before its other ops
-COPIES_B = ("copy_b", "copy_bt", "copy_taps")
+def copy_at(src, src_offset, ld, rows, dst, dst_offset):
+    """Before the call, rows of its A operand from the transpose of a plain
+    matrix: dst[dst_offset + i*lda + j] = src[src_offset + j*ld + i] for i <
+    rows, j < k (the call's k and lda; f32, A in rows, not a_t): a row of an
+    NCHW image's pixels, a block of channels each (ld = H W), made the
+    blocked rows [pixels][channels] the call and its task's later calls read,
+    by the thread that reads them (CPU only)."""
+    if not (isinstance(rows, int) and rows >= 1):
+        raise ValueError(f"copy_at: rows must be a positive int, got {rows!r}")
+    return Op("copy_at", (src, dst), (src_offset, dst_offset), ld, rows)
+
+
+# the ops that fill a call's operands before it, and before its other ops
+COPIES = ("copy_b", "copy_bt", "copy_taps", "copy_at")
 
 
 def accesses(op, blk):
@@ -156,7 +168,10 @@ def accesses(op, blk):
     if code == "copy_rows":
         return [(t[0], [o[0]], m, op.stride, op.ld, False, "f32"),
                 (t[1], [o[1]], m, op.stride, op.stride, True, "f32")]
-    if code in COPIES_B:  # copy_bt reads the block's transpose: n rows of k; copy_taps taps of it
+    if code == "copy_at":  # k rows of `rows` read, `rows` rows of k written
+        return [(t[0], [o[0]], blk.k, op.stride, op.ld, False, "f32"),
+                (t[1], [o[1]], op.stride, blk.k, blk.lda, True, "f32")]
+    if code in COPIES:  # copy_bt reads the block's transpose: n rows of k; copy_taps taps of it
         taps = op.stride if code == "copy_taps" else 1
         src = (blk.k, n) if code == "copy_b" else (n, blk.k * taps)
         tiles = [o[1] + q * tap_stride(blk.k, blk.ldb) for q in range(taps)]

@@ -17,7 +17,8 @@ replays natively: phases in order, the tasks of a phase spread over threads
 (or a device's work-groups), the calls of a task in order. Tensors are named
 flat buffers; offsets are in elements. Epilogue ops (bias, activations, bf16
 stores) are data attached to a call and applied to its C block right after it;
-copy_b, copy_bt and copy_taps ops, first among a call's ops, fill its B blocks right before it.
+copy_b, copy_bt and copy_taps ops, first among a call's ops, fill its B blocks right before it,
+copy_at its A rows.
 
 A Plan is data, the same for every backend, checked once when it is recorded
 (brgemm.recorder: names, dtypes, offsets; brgemm.races: no two parallel tasks
@@ -52,8 +53,8 @@ from brgemm.backend import resolve as resolve_backend
 from brgemm.block import Block
 from brgemm.constants import CALL_RECORD, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.eager import Eager
-from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_b, copy_bt, copy_rows,
-                             copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid, store_bf16,
+from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_at, copy_b, copy_bt,
+                             copy_rows, copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid, store_bf16,
                              store_t, tanh, tap_stride)
 from brgemm.lru import LRU
 from brgemm.races import check_races
@@ -61,7 +62,7 @@ from brgemm.recorder import Recorder, TensorSpec
 
 __all__ = ["Block", "Op", "Eager", "Recorder", "TensorSpec", "Plan", "PlanCache", "bias", "relu",
            "sigmoid", "tanh", "store_bf16", "lstm_cell", "lstm_cell_bwd", "act_grad", "store_t",
-           "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt", "copy_taps",
+           "bias_rows", "col_sum", "copy_rows", "copy_b", "copy_bt", "copy_taps", "copy_at",
            "tap_stride"]
 
 _CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records

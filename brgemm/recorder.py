@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from brgemm import dtypes
 from brgemm.block import Block
 from brgemm.constants import OP_CODES
-from brgemm.epilogue import COPIES_B, accesses
+from brgemm.epilogue import COPIES, accesses
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,12 @@ class Recorder:
         self.written.add(c)
         for i, op in enumerate(ops):
             self._check_op(op, blk)
-            if op.code in COPIES_B and (blk.dtype != "f32" or blk.b_vnni
-                                        or (i and ops[i - 1].code not in COPIES_B)):
-                raise ValueError(f"ops: {op.code} fills f32 B blocks in rows and comes before "
+            if op.code in COPIES and (blk.dtype != "f32" or blk.b_vnni
+                                      or (i and ops[i - 1].code not in COPIES)):
+                raise ValueError(f"ops: {op.code} fills f32 blocks in rows and comes before "
                                  "the call's other ops")
+            if op.code == "copy_at" and blk.a_t:
+                raise ValueError("ops: copy_at fills A's rows; this block's A is transposed (a_t)")
         kid = self.blocks.setdefault(blk, len(self.blocks))
         phase, task = self._where
         self.phases.setdefault(phase, {}).setdefault(task, []).append(

@@ -2,8 +2,9 @@
 copied into a tile after a call, on the CPU backend (aligned blocks through
 non-temporal stores, others through memcpy) and eagerly, against NumPy
 slicing on random data and offsets; C's result is untouched by it. copy_b,
-a B block copied in before its call, copy_bt, from its transpose, and
-copy_taps, several such blocks from rows that interleave them."""
+a B block copied in before its call, copy_bt, from its transpose,
+copy_taps, several such blocks from rows that interleave them, and copy_at,
+rows of an A operand from a transposed source."""
 import numpy as np
 import pytest
 
@@ -184,3 +185,65 @@ def test_copy_taps_fills_every_tap_before_the_call(rng):
                  c=np.empty(2 * m * n, np.float32))
     with pytest.raises(ValueError, match="copy_taps: taps"):
         P.copy_taps("s", 0, ld, 0, "b", 0)
+
+
+def test_copy_at_fills_a_rows_before_the_call(rng):
+    """The copy_at op (brgemm.epilogue): before its call, `rows` rows of A (k
+    elements each, row stride lda) from the transpose of k source rows ld
+    apart (an NCHW image's row of pixels, a block of its channels each); the
+    call reads a window of them and a later call of the task another (the
+    taps of a conv row): native plan (the SIMD blocks and their ragged edges),
+    Eager and the bare timing loop against float64 NumPy, two tasks each
+    copying and reading its own rows; refused on a bad row count, on a
+    transposed A, and where the source rows run past the array."""
+    k, rows = int(rng.integers(1, 41)), int(rng.integers(2, 60))
+    m = int(rng.integers(1, rows))
+    n, lda = int(rng.integers(1, 33)), k + int(rng.integers(0, 5))
+    ld, off = rows + int(rng.integers(0, 30)), int(rng.integers(0, 7))
+    shift = int(rng.integers(0, rows - m + 1))  # the later call's window, rows down
+    print(f"copy_at: m={m} n={n} k={k} rows={rows} lda={lda} ld={ld} off={off} shift={shift}")
+    src = rng.standard_normal(off + 2 * k * ld).astype(np.float32)
+    B = rng.standard_normal(2 * k * n).astype(np.float32)
+    blk = P.Block(m, n, k, lda=lda, ldb=n, ldc=n, beta=0.0)
+    later = P.Block(m, n, k, lda=lda, ldb=n, ldc=n, beta=1.0)
+    lda = blk.lda  # (a block of one column keeps k: its row stride is unused)
+    ring = rows * lda
+
+    def nest(ex):
+        for task in range(2):
+            ex.at(0, task)
+            ex.gemm(blk, "a", [task * ring], "b", [task * k * n], "c", task * m * n,
+                    ops=(P.copy_at("s", off + task * k * ld, ld, rows, "a", task * ring),))
+            ex.gemm(later, "a", [task * ring + shift * lda], "b", [k * n - task * k * n], "c",
+                    task * m * n)
+    rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32"), spec="N")
+    nest(rec)
+    plan = rec.finish()
+    a = src[off:off + 2 * k * ld].reshape(2, k, ld)[..., :rows].transpose(0, 2, 1)  # [task][i][j]
+    b = B.reshape(2, k, n).astype(np.float64)
+    first, second = a[:, :m].astype(np.float64), a[:, shift:shift + m].astype(np.float64)
+    want = first @ b + second @ b[::-1]
+    bound = np.abs(first) @ np.abs(b) + np.abs(second) @ np.abs(b[::-1])
+    for run in ("cpu", "eager", "bare"):
+        t = dict(a=np.full(2 * ring, np.nan, np.float32), b=B, s=src,
+                 c=np.full(2 * m * n, np.nan, np.float32))
+        if run == "cpu":
+            plan.run(**t)
+        elif run == "bare":
+            plan.time_bare(1, **t)
+        else:
+            nest(P.Eager(**t))
+        got = t["a"].reshape(2, rows, lda)[..., :k]
+        np.testing.assert_array_equal(got, a)  # copies are exact
+        err = np.abs(t["c"].reshape(2, m, n) - want)
+        assert (err <= 1e-5 * bound + 1e-30).all(), f"{run}: worst {err.max()}"
+    with pytest.raises(ValueError, match="s: the plan touches"):  # source rows past the end
+        plan.run(a=np.empty(2 * ring, np.float32), b=B, s=src[:off + (2 * k - 1) * ld + rows - 1],
+                 c=np.empty(2 * m * n, np.float32))
+    with pytest.raises(ValueError, match="copy_at: rows"):
+        P.copy_at("s", 0, ld, 0, "a", 0)
+    rec = P.Recorder(dict(a="f32", b="f32", c="f32", s="f32"), spec="N")
+    rec.at(0, 0)
+    with pytest.raises(ValueError, match="copy_at fills A's rows"):
+        rec.gemm(P.Block(m, n, k, lda=max(m, rows), ldb=n, ldc=n, a_t=True), "a", [0], "b", [0],
+                 "c", 0, ops=(P.copy_at("s", 0, ld, rows, "a", 0),))

@@ -511,8 +511,10 @@ int brgemm_cpu_form(const brgemm_cpu_kernel* kr) { return kr->d.form; }
 int brgemm_cpu_b_vnni(const brgemm_cpu_kernel* kr) { return kr->d.b_vnni; }
 int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kr, char which) {
   return which == 'm' ? kr->d.m : which == 'n' ? kr->d.n : which == 'k' ? kr->d.k
-         : which == 'b' ? kr->d.ldb : kr->d.ldc;
+         : which == 'a' ? kr->d.lda : which == 'b' ? kr->d.ldb : kr->d.ldc;
 }
+
+int brgemm_cpu_a_t(const brgemm_cpu_kernel* kr) { return kr->d.a_t; }
 
 /* The public runs leave no tile state behind (the plan executor releases per
  * thread when a run ends, so its calls keep their tile config loaded), unless

@@ -53,11 +53,16 @@ enum {  /* epilogue ops on a call's f32 C block (m x n, row stride ldc) */
   BRGEMM_OP_COPY_BT = 20,     /* BEFORE the call, as COPY_B from the transpose of a plain
                                  matrix: t1[off1 + i*ldb + j] = t0[off0 + j*ld + i] (W's rows
                                  made W^T's tiles by the thread that reads them) */
-  BRGEMM_OP_COPY_TAPS = 21    /* BEFORE the call, as COPY_BT with `stride` taps interleaved in
+  BRGEMM_OP_COPY_TAPS = 21,   /* BEFORE the call, as COPY_BT with `stride` taps interleaved in
                                  each source row: t1[off1 + t*(k*ldb + BRGEMM_TAPS_PAD) + i*ldb
                                  + j] = t0[off0 + j*ld + i*stride + t], t < stride, i < k,
                                  j < n (a conv weight [K][C][R][S]'s R S tiles of one block
                                  pair, made by the thread that reads them) */
+  BRGEMM_OP_COPY_AT = 22      /* BEFORE the call, rows of its A operand from the transpose of
+                                 a plain matrix: t1[off1 + i*lda + j] = t0[off0 + j*ld + i],
+                                 i < stride, j < k (the call's k and lda; f32 A, not a_t; CPU
+                                 only): a row of an NCHW image's pixels, a block of channels
+                                 each, made blocked rows by the thread that reads them */
 };
 enum { BRGEMM_OP_OPERANDS = 7 };  /* tensor slots (and offsets) of one epilogue op */
 /* floats between one COPY_TAPS tile's end and the next one's start: a line, so

@@ -54,6 +54,7 @@ int brgemm_cpu_ab_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_c_itemsize(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_form(const brgemm_cpu_kernel* kernel);
 int brgemm_cpu_b_vnni(const brgemm_cpu_kernel* kernel);
-int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kernel, char which); /* 'm', 'n', 'k', 'b' for ldb,
-                                                                       or 'c' for ldc */
+int64_t brgemm_cpu_dim(const brgemm_cpu_kernel* kernel, char which); /* 'm', 'n', 'k', 'a' for
+                                                                       lda, 'b' ldb, 'c' ldc */
+int brgemm_cpu_a_t(const brgemm_cpu_kernel* kernel); /* A blocks given transposed */
 #endif

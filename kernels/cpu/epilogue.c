@@ -62,6 +62,13 @@ void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t l
       memcpy(dst + i * ldb, src + i * op->ld, (size_t)n * sizeof(float));
 }
 
+void brgemm_cpu_copy_a(const brgemm_plan_op* op, int64_t k, int64_t lda, void* const* tensors) {
+  /* dst[i][j] = src[j][i], i < stride: SIMD sub-block transposes, plain stores (the kernel
+   * reads the rows next, from this core's cache) */
+  brgemm_window((const char*)((const float*)tensors[op->tensor[0]] + op->offset[0]), 1, op->ld,
+                4, (char*)((float*)tensors[op->tensor[1]] + op->offset[1]), lda, 4, op->stride, k);
+}
+
 /* The op with its operands moved down r rows of C (which the caller moves). */
 static brgemm_plan_op rows_down(const brgemm_plan_op* op, int64_t r, int64_t ldc) {
   brgemm_plan_op o = *op;

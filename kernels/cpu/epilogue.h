@@ -21,4 +21,6 @@ void brgemm_cpu_prefetch_ops(const brgemm_plan_op* ops, int32_t count, int64_t m
  * stride ldb), or COPY_TAPS's `stride` of them, k ldb apart. */
 void brgemm_cpu_copy_b(const brgemm_plan_op* op, int64_t k, int64_t n, int64_t ldb,
                        void* const* tensors);
+/* The COPY_AT op before its call: `stride` rows of k elements into A's rows (stride lda). */
+void brgemm_cpu_copy_a(const brgemm_plan_op* op, int64_t k, int64_t lda, void* const* tensors);
 #endif

@@ -12,9 +12,10 @@
 #include "brgemm_cpu_internal.h"
 #include "epilogue.h"
 
-/* COPY_B, COPY_BT and COPY_TAPS: the ops that fill a call's B blocks before it */
+/* COPY_B, COPY_BT, COPY_TAPS and COPY_AT: the ops that fill a call's operands before it */
 static int is_copy_b(int32_t code) {
-  return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT || code == BRGEMM_OP_COPY_TAPS;
+  return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT || code == BRGEMM_OP_COPY_TAPS ||
+         code == BRGEMM_OP_COPY_AT;
 }
 
 /* The plan's own indices must be consistent; array bounds are Python's job. */
@@ -42,10 +43,11 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
     if (c->op_count && brgemm_cpu_c_itemsize(p->kernels[c->kernel]) != 4) return 0;
     for (int32_t j = 0; j < c->op_count; ++j) {
       const brgemm_plan_op* op = &p->ops[c->op_begin + j];
-      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_TAPS) return 0;
-      if ((op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_TAPS) &&
-          (op->stride < 1 || op->ld < 1))
+      if (op->code < BRGEMM_OP_BIAS || op->code > BRGEMM_OP_COPY_AT) return 0;
+      if ((op->code == BRGEMM_OP_COPY_ROWS || op->code == BRGEMM_OP_COPY_TAPS ||
+           op->code == BRGEMM_OP_COPY_AT) && (op->stride < 1 || op->ld < 1))
         return 0;
+      if (op->code == BRGEMM_OP_COPY_AT && brgemm_cpu_a_t(p->kernels[c->kernel])) return 0;
       if (is_copy_b(op->code) &&  /* f32 B blocks in rows, the op's leading */
           (op->ld < 1 || brgemm_cpu_ab_itemsize(p->kernels[c->kernel]) != 4 ||
            brgemm_cpu_b_vnni(p->kernels[c->kernel]) ||
@@ -79,8 +81,11 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   /* the call's B blocks copied in first, by this thread: they stay in its cache.
    * Even without the epilogue (the bare timing loop): the call reads them */
   for (; before < count && is_copy_b(ops[before].code); ++before)
-    brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
-                      brgemm_cpu_dim(kr, 'b'), tensors);
+    if (ops[before].code == BRGEMM_OP_COPY_AT)
+      brgemm_cpu_copy_a(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'a'), tensors);
+    else
+      brgemm_cpu_copy_b(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'n'),
+                        brgemm_cpu_dim(kr, 'b'), tensors);
   ops += before, count -= before;
   if (with_ops && count)
     brgemm_cpu_prefetch_ops(ops, count, brgemm_cpu_dim(kr, 'm'), brgemm_cpu_dim(kr, 'n'), tensors);
