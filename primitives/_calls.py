@@ -43,11 +43,28 @@ def record_grouped(ex, tiles, group):
                         ex.gemm(*calls[i])
             pending.clear()
     for phase, task, calls in tiles:
-        if (phase, task) != where or len(pending) == group:
+        if starts_group(where, (phase, task), len(pending), group):
             flush()
             where = (phase, task)
         pending.append(calls)
     flush()
+
+
+def starts_group(where, at, taken, group):
+    """Whether record_grouped starts a new group at a tile of `at` (its (phase,
+    task)), the open group's being `where` with `taken` tiles."""
+    return at != where or taken == group
+
+
+def tile_groups(where, group):
+    """The groups record_grouped makes of tiles whose (phase, task) are
+    `where`, in order: lists of indices into `where`."""
+    out = []
+    for i, at in enumerate(where):
+        if not out or starts_group(where[out[-1][0]], at, len(out[-1]), group):
+            out.append([])
+        out[-1].append(i)
+    return out
 
 
 def slot_in_group(group):

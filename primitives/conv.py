@@ -55,9 +55,9 @@ from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,
                                        rows_on_lines)
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
-from primitives.conv_in_place import (copies_w_nchw, dy_plan, nchw_copying_plan, nchw_dx_plan,
-                                      nchw_plan, reads_dy, reads_x, reads_x_nchw, stores_nchw,
-                                      stores_nchw_dx, x_plan)
+from primitives.conv_in_place import (copies_w_nchw, copies_x_rows, dy_plan, nchw_copying_plan,
+                                      nchw_dx_plan, nchw_plan, nchw_ring_plan, reads_dy, reads_x,
+                                      reads_x_nchw, stores_nchw, stores_nchw_dx, x_plan)
 from primitives.conv_layouts import block_w, block_x, block_y, unblock_dw, unblock_x, unblock_y
 from primitives.conv_layouts import block_dyf, block_xf, block_xs, layer_weights  # noqa: F401
 from primitives.conv_plans import (SCHEMA, _check, geometry, plan,  # noqa: F401  (SCHEMA)
@@ -172,6 +172,8 @@ def _forward_route(g, dtype, backend, token, x, w, has_bias):
         if copies_w_nchw(g, token, w):  # and w, its tiles copied by the plan
             return g, "nchw_w", nchw_copying_plan(g, has_bias), False
         return g, "nchw_x", nchw_plan(g, dtype, False, x_nchw=True, has_bias=has_bias), False
+    if copies_x_rows(g, dtype, backend, x):  # x in place, its rows copied by the plan
+        return g, "nchw_r", nchw_ring_plan(g, has_bias), False
     vnni = "fwd" in vnni_passes(g, dtype, backend)
     if stores_nchw(g, dtype, backend, x.dtype):
         return g, "nchw", nchw_plan(g, dtype, vnni, x.dtype != np.float32, has_bias=has_bias), \
@@ -262,11 +264,13 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
         to_blocks(yc, br, PQ, swap_grid=True, dtype=x.dtype,
                   out=y.reshape(g.N, g.K // br, br, PQ))
         return y
-    t = dict(x=x if path in ("nchw_x", "nchw_w") else
+    t = dict(x=x if path in ("nchw_x", "nchw_w", "nchw_r") else
              block_x(x, g, dtype, out=_scratch.get("x", (g.N, g.Cb, g.Hp, g.Wp, g.bc), ab)),
              w=w if path == "nchw_w" else _weights(w, g, dtype, False, token, choice), **tb)
     if path == "nchw_w":  # the slots the tasks copy w's tiles into
         t["wt"] = _scratch.get("wt_slots", (p.extent["wt"],), np.float32)
+    if path == "nchw_r":  # the rings the tasks copy x's rows into
+        t["xr"] = _scratch.get("x_rings", (p.extent["xr"],), np.float32)
     out = _results.empty("y", (g.N, g.K, g.P, g.Q), x.dtype)
     if path != "blocked":  # y: each task's tile slots, all written first (stores_nchw)
         p.run(backend=backend, out=out, y=_scratch.get("y_tiles", (p.extent["y"],), np.float32),

@@ -4,7 +4,7 @@ import math
 
 from brgemm import plan as bplan
 from brgemm.layouts import Layout, matrix_tiles, nblocks
-from primitives._calls import blocks_per_call, record_grouped, slot_in_group
+from primitives._calls import blocks_per_call, record_grouped, slot_in_group, tile_groups
 from primitives.fc_nest import Product
 
 
@@ -76,9 +76,11 @@ def nchw_tile_groups(g, p, q0, m, cs=None):
     return groups
 
 
-def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=True):
+def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=True, x_at=None):
     """forward_nest's calls of one tile on x in place (x_nchw): (first pixel,
-    width, beta, last, x offsets, w offsets: w_at(k, c, r, s)) each. The taps
+    width, beta, last, x offsets, w offsets: w_at(k, c, r, s)) each; x_at(c,
+    h, col): where x's row h of channel block c starts its column col (x's own
+    place in the NCHW array if None). The taps
     that reach all m pixels come first (one call, beta 0, which writes the
     whole tile) and last (the call whose epilogue stores the tile); the taps
     of the pixels away from the padding go between. A group's calls read
@@ -86,6 +88,8 @@ def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=T
     tile's reduction that begins it (the first call as above) or not (all
     calls beta 1), and ends it (the last call as above) or not."""
     HW = g.H * g.W
+    if x_at is None:
+        x_at = lambda c, h, col: (n * g.C + c * g.bc) * HW + h * g.W + col  # noqa: E731
     groups = nchw_tile_groups(g, p, q0, m, cs)
     full = groups.pop((q0, q0 + m))  # the rule (reads_x_nchw) has every tile keep one
 
@@ -101,8 +105,7 @@ def nchw_tile_calls(g, dtype, w_at, n, k, p, q0, m, cs=None, begins=True, ends=T
             first, rest = (q0, q0 + m, first[2][:1]), [(q0, q0 + m, first[2][1:])]
         order = [first] + partial + rest
     return [(lo, hi - lo, 0.0 if begins and i == 0 else 1.0, ends and i == len(order) - 1,
-             [(n * g.C + c * g.bc) * HW + (p * g.sh + r - g.ph) * g.W + lo + s - g.pw
-              for c, r, s in taps],
+             [x_at(c, p * g.sh + r - g.ph, lo + s - g.pw) for c, r, s in taps],
              [w_at(k, c, r, s) for c, r, s in taps])
             for i, (lo, hi, taps) in enumerate(order)]
 
@@ -146,6 +149,69 @@ def nchw_copying_nest(ex, loops, g, epilogue):
                 calls[0][0] = (*args, (bplan.copy_taps("w", (k * g.bk * g.C + cb * g.bc) * RS,
                                                        g.C * RS, RS, "wt", wt),) + tuple(ops))
                 record_grouped(ex, ((phase, task, tile) for tile in calls), len(calls))
+
+
+def nchw_ring_nest(ex, loops, g, epilogue, tile):
+    """The forward on x in place (NCHW, stride 1 across, as forward_nest's
+    x_nchw) in blocked rows: each task copies the rows of x its tiles read
+    into a ring of its own in xr (ring_rows(g) rows of Cb blocks, W pixels of
+    bc channels each: copy_at), each row just before the first call of the
+    group of tiles (record_grouped) that reads it first, so the kernel reads
+    x as blocked rows [pixels][bc] from the core's cache and no blocked copy
+    of x is written out and read back. w blocked (conv.block_w); tile(task,
+    j) and epilogue(n, k, pixel) as forward_nest's. A task's tiles may span
+    images: its ring holds rows by n H + h."""
+    tiles, HW, row = [], g.H * g.W, g.W * g.bc
+    w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
+    for phase, task, at in loops.walk():
+        tiles.append((phase, task, at["n"], at["k"], at["p"], at["q"]))
+    groups = tile_groups([t[:2] for t in tiles], g.w_reuse[0])
+    ring = ring_rows(g, [[tiles[i] for i in group] for group in groups])
+    slots, blocks, slot = {}, {}, slot_in_group(g.w_reuse[0])
+
+    def block(m, beta):
+        if (m, beta) not in blocks:
+            blocks[m, beta] = bplan.Block(m, g.bk, g.bc, lda=g.bc, ldb=w.ld("bc"), ldc=g.bk,
+                                          beta=beta)
+        return blocks[m, beta]
+
+    def recorded():
+        held = {}  # (phase, task) -> {ring row: the image row (n H + h) it holds}
+        for group in groups:
+            phase, task = tiles[group[0]][:2]
+            base = slots.setdefault((phase, task), len(slots)) * ring * g.Cb * row
+            rows, calls = held.setdefault((phase, task), {}), []
+            for phase, task, n, k, p, q0 in (tiles[i] for i in group):
+                def x_at(c, h, col, n=n):
+                    return base + ((n * g.H + h) % ring * g.Cb + c) * row + col * g.bc
+                to = tile((phase, task), slot((phase, task)))
+                calls.append([(block(width, beta), "xr", xs, "w", ws, "y", to + (lo - q0) * g.bk,
+                               epilogue(n, k, p * g.Q + q0) if last else ())
+                              for lo, width, beta, last, xs, ws in nchw_tile_calls(
+                                  g, "f32", w.at, n, k, p, q0, min(g.bq, g.Q - q0), x_at=x_at)])
+            copies = []
+            for n, h in sorted({(t[2], t[4] * g.sh + r - g.ph) for t in (tiles[i] for i in group)
+                                for r in range(g.R) if 0 <= t[4] * g.sh + r - g.ph < g.H}):
+                if rows.get((n * g.H + h) % ring) != n * g.H + h:
+                    rows[(n * g.H + h) % ring] = n * g.H + h
+                    copies += [bplan.copy_at("x", (n * g.C + c * g.bc) * HW + h * g.W, HW, g.W,
+                                             "xr", base + ((n * g.H + h) % ring * g.Cb + c) * row)
+                               for c in range(g.Cb)]
+            *args, ops = calls[0][0]  # the group's first call copies its new rows first
+            calls[0][0] = (*args, tuple(copies) + tuple(ops))
+            yield from ((phase, task, c) for c in calls)
+    record_grouped(ex, recorded(), g.w_reuse[0])
+
+
+def ring_rows(g, groups):
+    """How many rows nchw_ring_nest's rings hold: the most image rows (n H + h)
+    any group of tiles (n, p) spans, so that the rows of one group never
+    share a ring row."""
+    def span(group):
+        rows = [t[2] * g.H + t[4] * g.sh + r - g.ph for t in group for r in range(g.R)
+                if 0 <= t[4] * g.sh + r - g.ph < g.H]
+        return max(rows) - min(rows) + 1 if rows else 1
+    return max(map(span, groups))
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,

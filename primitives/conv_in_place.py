@@ -9,7 +9,8 @@ import numpy as np
 from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
-from primitives.conv_forward import forward_nest, nchw_copying_nest, nchw_tile_groups
+from primitives.conv_forward import (forward_nest, nchw_copying_nest, nchw_ring_nest,
+                                     nchw_tile_groups)
 from primitives.conv_plans import _loops, _plans, bias_ops
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
@@ -46,7 +47,21 @@ def reads_x_nchw(g, dtype, backend, x):
     pixels out (one call writes the tile first, a whole one stores it last).
     The kernel broadcasts x's elements from their places, so rows of any
     length and alignment run as fast as blocked rows."""
-    if not (g.nchw_x and dtype == "f32" and backend == "cpu" and x.dtype == np.float32
+    return g.nchw_x and _x_in_place(g, dtype, backend, x)
+
+
+def copies_x_rows(g, dtype, backend, x):
+    """Whether the functional forward reads x in place in blocked rows, each
+    task copying the rows of x it reads itself (nchw_ring_plan), where it does
+    not read x as the kernel's transposed A (reads_x_nchw): the config's fwd
+    key nchw_x_rows, and reads_x_nchw's other conditions (the same tiles and
+    calls, on the copied rows)."""
+    return g.nchw_x_rows and _x_in_place(g, dtype, backend, x)
+
+
+def _x_in_place(g, dtype, backend, x):
+    """reads_x_nchw's rule but for the config's key."""
+    if not (dtype == "f32" and backend == "cpu" and x.dtype == np.float32
             and x.flags.c_contiguous and g.sw == 1 and not g.span[0]
             and g.C % g.bc == 0 and g.K % g.bk == 0):
         return False
@@ -108,6 +123,25 @@ def nchw_copying_plan(g, has_bias=False):
             g, k, has_bias) + (bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
         return rec.finish()
     return _plans.get((g, "fwd_nchw_copying", has_bias), record)
+
+
+def nchw_ring_plan(g, has_bias=False):
+    """nchw_plan's forward on x in place (f32) in blocked rows, each task
+    copying the rows of x its tiles read into a ring of its own
+    (conv_forward.nchw_ring_nest): tensors x (NCHW), w (blocked, conv.block_w),
+    xr (plan.extent["xr"] floats: the tasks' rings), y (plan.extent["y"]: each
+    task's tile slots), out and, with has_bias, b."""
+    def record():
+        tensors = {"x": "f32", "w": "f32", "xr": "f32", "y": "f32", "out": "f32"}
+        if has_bias:
+            tensors["b"] = "f32"
+        rec = bplan.Recorder(tensors, spec=g.specs[0])
+        PQ = g.P * g.Q
+        nchw_ring_nest(rec, _loops(g, "fwd"), g, lambda n, k, pixel: bias_ops(g, k, has_bias) + (
+            bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),),
+            _task_slots(g.bq * g.bk, g.w_reuse[0]))
+        return rec.finish()
+    return _plans.get((g, "fwd_nchw_ring", has_bias), record)
 
 
 def stores_nchw_dx(g, dtype, backend, out_dtype):

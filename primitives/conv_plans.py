@@ -32,7 +32,8 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "span_q": int, "w_reuse": int, "pointwise_kb": int, "pointwise_bp": int,
                  "pointwise_classes": bool,
                  "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
-                 "nchw_copies_w": bool, "pointwise_rows": bool, "columns": bool},
+                 "nchw_copies_w": bool, "nchw_x_rows": bool, "pointwise_rows": bool,
+                 "columns": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
                   "columns_copies_w": bool},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
@@ -95,6 +96,9 @@ class Geometry(HashedOnce):
     # the f32 functional forward on x in place copying w's tiles in its plan
     # (conv_in_place.copies_w_nchw)
     nchw_copies_w: bool = False
+    # the f32 functional forward on x in place, each task copying the rows of x
+    # it reads into blocked rows of its own (conv_in_place.copies_x_rows)
+    nchw_x_rows: bool = False
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -178,7 +182,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
                     cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"],
-                    f["nchw_copies_w"])
+                    f["nchw_copies_w"], f["nchw_x_rows"])
 
 
 # ---------------------------------------------------------------- the loop nests

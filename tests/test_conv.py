@@ -353,11 +353,12 @@ def test_flat_update_leaves_huge_images_to_the_row_nests():
 
 
 def test_default_config_and_eager_match(rng):
-    """The blocked forward (x copied into blocks: nchw_x off) and its nest run
-    eagerly, bit for bit (tests/test_conv_nchw_x.py: the same for x in place)."""
+    """The blocked forward (x copied into blocks: nchw_x and nchw_x_rows off) and
+    its nest run eagerly, bit for bit (tests/test_conv_nchw_x.py: the same for x
+    in place)."""
     x = rng.standard_normal((2, 64, 12, 12)).astype(np.float32)
     w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
-    y = conv.forward(x, w, 1, 1, config={"fwd": {"nchw_x": False}})
+    y = conv.forward(x, w, 1, 1, config={"fwd": {"nchw_x": False, "nchw_x_rows": False}})
     g = conv.geometry(2, 64, 32, 12, 12, 3, 3, (1, 1), (1, 1))
     ye = np.zeros((g.N, g.Kb, g.P, g.Q, g.bk), np.float32)
     conv.forward_nest(brgemm.plan.Eager(x=conv.block_x(x, g, "f32"), w=conv.block_w(w, g, "f32"),

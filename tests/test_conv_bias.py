@@ -13,7 +13,7 @@ import brgemm
 from primitives import conv
 from tolerance import bf16_step, round_bf16
 
-F32_PATHS = ("pointwise", "nchw_x", "nchw_w", "nchw", "blocked", "columns")
+F32_PATHS = ("pointwise", "nchw_x", "nchw_w", "nchw_r", "nchw", "blocked", "columns")
 BF16_PATHS = ("pairs", "nchw", "blocked", "columns")
 
 
@@ -22,7 +22,7 @@ def _layer(rng, path, dtype):
     bc, bk = int(rng.choice([16, 32])), int(rng.choice([16, 32]))
     N = int(rng.integers(1, 4))
     fwd = {"bc": bc, "bk": bk, "nchw_x": path in ("nchw_x", "nchw_w"),
-           "nchw_copies_w": path == "nchw_w",
+           "nchw_copies_w": path == "nchw_w", "nchw_x_rows": path == "nchw_r",
            "pointwise_pairs": path == "pairs", "call_kb": int(rng.choice([4, 32, 1024]))}
     R = S = 1 if path in ("pointwise", "pairs") else int(rng.choice([3, 5]))
     st, pd = 1, (R - 1) // 2
@@ -39,7 +39,7 @@ def _layer(rng, path, dtype):
             st = int(rng.choice([1, 2]))
         if path == "blocked":  # a ragged channel block: no NCHW stores
             K += 2 * int(rng.integers(0, bk // 2)) + 1  # odd: no block of 16 divides it
-        if path in ("nchw_x", "nchw_w"):  # taps that keep every pixel: pad <= (R - 1) / 2
+        if path in ("nchw_x", "nchw_w", "nchw_r"):  # taps keeping all pixels: pad <= (R - 1) / 2
             pd = int(rng.integers(0, pd + 1))
         while 2 * N * ((H + 2 * pd - R) // st + 1) * ((W + 2 * pd - S) // st + 1) <= K:
             W += 8  # more pixels than columns' rule takes

@@ -2,7 +2,9 @@
 x_nchw): the kernel takes x's NCHW rows as its transposed A, taps that
 reach the padding leave those pixels out, and each tile is stored into the
 NCHW result from its last call; on w's blocked copy, or (nchw_copies_w,
-nchw_copying_plan) on w as given, each task copying the tiles it reads.
+nchw_copying_plan) on w as given, each task copying the tiles it reads; and
+(nchw_x_rows, nchw_ring_plan) x's rows copied by each task into a ring of
+blocked rows of its own, read as a plain A.
 Against PyTorch in float64 with per-element bounds, on random layers where
 the rule takes the path (strides down, padding up to (R - 1) / 2, ragged
 pixel blocks, random call sizes and loop orders); the plans against their
@@ -14,11 +16,11 @@ import pytest
 import brgemm
 from brgemm import plan as P
 from primitives import conv, conv_plans
-from primitives.conv_forward import nchw_copying_nest
+from primitives.conv_forward import nchw_copying_nest, nchw_ring_nest
 from test_conv import magnitude, reference
 
 
-def _case(rng, copies=False):
+def _case(rng, copies=False, rows=False):
     R, S = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3, 5]))
     ph, pw = int(rng.integers(0, (R - 1) // 2 + 1)), int(rng.integers(0, (S - 1) // 2 + 1))
     sh = int(rng.choice([1, 1, 2]))
@@ -28,34 +30,39 @@ def _case(rng, copies=False):
     cfg = {"fwd": {"bc": bc, "bk": bk, "bq": int(rng.integers(1, 40)),
                    "call_kb": int(rng.choice([4, 32, 1024])),
                    "spec": str(rng.choice(["NKpq", "KNpq", "nKPq", "Knpq", "Nkpq"])),
-                   "w_reuse": int(rng.choice([1, 3])), "nchw_x": True,
-                   "nchw_copies_w": copies, "columns": False}}
+                   "w_reuse": int(rng.choice([1, 3])), "nchw_x": not rows,
+                   "nchw_copies_w": copies, "nchw_x_rows": rows, "columns": False}}
     print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride=({sh}, 1) pad=({ph}, {pw}) {cfg}")
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((K, C, R, S)).astype(np.float32)
     return x, w, (sh, 1), (ph, pw), cfg
 
 
-@pytest.mark.parametrize("copies", [False, True])
-def test_forward_reads_x_in_place(rng, copies):
+@pytest.mark.parametrize("copies, rows", [(False, False), (True, False), (False, True)])
+def test_forward_reads_x_in_place(rng, copies, rows):
     taken = 0
     for _ in range(10):
-        x, w, st, pd, cfg = _case(rng, copies)
+        x, w, st, pd, cfg = _case(rng, copies, rows)
         N, C, H, W = x.shape
         K, _, R, S = w.shape
         g = conv.geometry(N, C, K, H, W, R, S, st, pd, config=cfg)
-        if not conv.reads_x_nchw(g, "f32", "cpu", x):  # 1x1, no padding: the pointwise path
+        rule = conv.copies_x_rows if rows else conv.reads_x_nchw
+        if not rule(g, "f32", "cpu", x):  # 1x1, no padding: the pointwise path
             continue
         taken += 1
         path = conv._route("fwd", (N, C, K, H, W, R, S), st, pd, cfg, "f32", "cpu", None, x,
                            w)[1]
-        assert path == "pointwise" or path == ("nchw_w" if copies else "nchw_x")
+        assert path == "pointwise" or path == (
+            "nchw_r" if rows else "nchw_w" if copies else "nchw_x")
         y = conv.forward(x, w, st, pd, config=cfg)
         dy = np.zeros(y.shape, np.float32)
         want, mag = reference(x, w, dy, st, pd)[0], magnitude(x, w, dy, st, pd)[0]
         assert np.all(np.abs(y - want) <= 1e-5 * mag + 1e-30)
         # the plan alone, on NaN-filled slot buffers, against its nest run eagerly
         out = np.full((N, K, g.P, g.Q), np.nan, np.float32)
+        if rows:
+            _ring_plan_and_nest(g, x, w, out, want, mag)
+            continue
         if copies:
             p = conv.nchw_copying_plan(g)
             run = dict(x=x, w=w, wt=np.full(p.extent["wt"], np.nan, np.float32), out=out,
@@ -79,6 +86,42 @@ def test_forward_reads_x_in_place(rng, copies):
                                    rtol=0, atol=1e-5 * float(mag.max()))
         assert np.all(np.abs(out - want) <= 1e-5 * mag + 1e-30)
     assert taken >= 3
+
+
+def _ring_plan_and_nest(g, x, w, out, want, mag):
+    """nchw_ring_plan on NaN-filled rings and slots against its nest run eagerly
+    (each task's tiles in slots of its own) and against the reference."""
+    p = conv.nchw_ring_plan(g)
+    run = dict(x=x, w=conv.block_w(w, g, "f32"), xr=np.full(p.extent["xr"], np.nan, np.float32),
+               y=np.full(p.extent["y"], np.nan, np.float32), out=out)
+    p.run(**run)
+    eager = dict(run, out=np.full_like(out, np.nan), y=np.full_like(run["y"], np.nan),
+                 xr=np.full_like(run["xr"], np.nan))
+    slots, PQ = {}, g.P * g.Q
+    nchw_ring_nest(P.Eager(**eager), conv_plans._loops(g, "fwd"), g,
+                   lambda n, k, pixel: (P.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),),
+                   lambda task, j: (slots.setdefault(task, len(slots)) * g.w_reuse[0] + j)
+                   * g.bq * g.bk)
+    np.testing.assert_allclose(out, eager["out"], rtol=0, atol=1e-5 * float(mag.max()))
+    assert np.all(np.abs(out - want) <= 1e-5 * mag + 1e-30)
+
+
+def test_ring_rule(rng):
+    """conv_in_place.copies_x_rows: the config's nchw_x_rows and reads_x_nchw's
+    other conditions; where both keys are on, the route reads x as the
+    transposed A (nchw_x), with nchw_x off it copies the rows (nchw_r)."""
+    x = rng.standard_normal((2, 64, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    for nchw_x, rows, want in ((True, True, "nchw_x"), (False, True, "nchw_r"),
+                               (False, False, "nchw")):
+        cfg = {"fwd": {"bc": 32, "bk": 32, "nchw_x": nchw_x, "nchw_x_rows": rows,
+                       "columns": False}}
+        g = conv.geometry(2, 64, 64, 9, 11, 3, 3, (1, 1), (1, 1), config=cfg)
+        assert conv.copies_x_rows(g, "f32", "cpu", x) == rows
+        assert not conv.copies_x_rows(g, "f32", "cpu", np.asfortranarray(x))
+        assert not conv.copies_x_rows(g, "bf16", "cpu", x)
+        assert conv._route("fwd", (2, 64, 64, 9, 11, 3, 3), (1, 1), (1, 1), cfg, "f32", "cpu",
+                           None, x, w)[1] == want
 
 
 @pytest.mark.parametrize("change, why", [
