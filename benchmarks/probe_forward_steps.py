@@ -61,8 +61,10 @@ def sides_of(name, C, K, H, W, R, S, st, pd, N, orders=False):
              "x, w copies + nchw plan": lambda: nchw(True, True),
              "conv.forward": lambda: conv.forward(x, w, st, pd),
              "conv.forward, w kept": lambda: conv.forward(x, w, st, pd, reuse=key),
-             "conv.forward, nchw_x off": lambda: conv.forward(x, w, st, pd,
-                                                              config={"fwd": {"nchw_x": False}}),
+             "conv.forward, x copied first": lambda: conv.forward(
+                 x, w, st, pd, config={"fwd": {"nchw_x": False, "nchw_x_rows": False}}),
+             "conv.forward, x's rows copied": lambda: conv.forward(
+                 x, w, st, pd, config={"fwd": {"nchw_x": False, "nchw_x_rows": True}}),
              "conv.forward, nchw_x on": lambda: conv.forward(x, w, st, pd,
                                                              config={"fwd": {"nchw_x": True}})}
     if px is not None:

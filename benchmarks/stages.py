@@ -11,8 +11,9 @@ threads for conv (one image per thread), as the benchmarks, unless --images.
 Each line: the call's median ms, then each step's median ms, medians of 15
 rounds after two warm-ups. The steps are the blocked path's (the one the
 layer path needs copies for); where the call takes another path
-(conv.pointwise, conv.reads_x_nchw and conv.copies_w_nchw, fc.reads_w, fc.copies_wt and
-fc.copies_w: their plans copy W's tiles themselves) the line says which;
+(conv.pointwise, conv.reads_x_nchw, conv.copies_w_nchw and conv.copies_x_rows,
+fc.reads_w, fc.copies_wt and fc.copies_w: their plans copy W's tiles
+themselves) the line says which;
 conv.columns' lines show its own steps, as the call takes them. Lines
 marked * time a path's steps alone, taken by the call or not
 (the blocked steps beside conv.columns' lines, conv.columns on other small
@@ -74,7 +75,16 @@ def _line(name, pass_, path, whole, steps):
 
 def _x_in_place(name, g, x, w, wb, y, st, pd):
     """The line of conv.forward where it reads x in place: its plan on w's
-    blocked copy (nchw_x), or on w as given, copying w's tiles itself."""
+    blocked copy (nchw_x), or on w as given, copying w's tiles itself
+    (nchw_w), or on x's rows copied by its tasks (nchw_r)."""
+    if not conv.reads_x_nchw(g, "f32", "cpu", x):
+        pr = conv.nchw_ring_plan(g)
+        r_slots, r_rings = (np.empty(pr.extent[t], np.float32) for t in ("y", "xr"))
+        _line(name, "fwd", "nchw_r", *_steps([
+            ("w", lambda: conv.block_w(w, g, "f32", out=wb)),
+            ("plan+y", lambda: pr.run(x=x, w=wb, xr=r_rings, y=r_slots, out=y))],
+            lambda: conv.forward(x, w, st, pd)))
+        return
     if conv.copies_w_nchw(g, None, w):
         pc = conv.nchw_copying_plan(g)
         c_slots, c_wt = (np.empty(pc.extent[t], np.float32) for t in ("y", "wt"))
@@ -118,10 +128,12 @@ def _conv(N):
         else:
             out = [("plan", lambda: pf.run(x=xb, w=wb, y=yb)),
                    ("y", lambda: conv.unblock_y(yb, g, np.float32, out=y))]
-        if conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked":
+        in_place = path == "blocked" and (conv.reads_x_nchw(g, "f32", "cpu", x)
+                                          or conv.copies_x_rows(g, "f32", "cpu", x))
+        if in_place:
             _x_in_place(name, g, x, w, wb, y, st, pd)
         # the blocked steps alone where they are not the call's
-        alone = path == "columns" or (conv.reads_x_nchw(g, "f32", "cpu", x) and path == "blocked")
+        alone = path == "columns" or in_place
         _line(name, "fwd", "blocked*" if alone else path, *_steps([
             ("x", lambda: conv.block_x(x, g, "f32", out=xb)),
             ("w", lambda: conv.block_w(w, g, "f32", out=wb))] + out,

@@ -80,7 +80,9 @@ def draw_config(rng):
                     "bk": pick(16, 32, 64), "bq": log_uniform(rng, 1, 32),
                     "call_kb": pick(1, 8, 32, 128),
                     "pointwise_rows": pick(False, True),  # 1x1: x in place or on line rows
-                    "nchw_copies_w": pick(False, True)},  # x in place: w's copy or w as given
+                    "nchw_copies_w": pick(False, True),  # x in place: w's copy or w as given
+                    "nchw_x": pick(False, True),  # x as the transposed A, or
+                    "nchw_x_rows": pick(False, True)},  # its rows copied by the plan, or blocked
             "bwd": {"spec": pick(*SPECS["bwd"]), "call_kb": pick(1, 8, 32, 128)},
             "upd": {"spec": pick(*SPECS["upd"]), "tiles": pick(1, 4, 16, 64),
                     "call_kb": pick(1, 8, 64, 256)}}
