@@ -154,19 +154,16 @@ def nchw_copying_nest(ex, loops, g, epilogue):
 def nchw_ring_nest(ex, loops, g, epilogue, tile):
     """The forward on x in place (NCHW, stride 1 across, as forward_nest's
     x_nchw) in blocked rows: each task copies the rows of x its tiles read
-    into a ring of its own in xr (ring_rows(g) rows of Cb blocks, W pixels of
+    into a ring of its own in xr (ring_tiles' rows of Cb blocks, W pixels of
     bc channels each: copy_at), each row just before the first call of the
     group of tiles (record_grouped) that reads it first, so the kernel reads
     x as blocked rows [pixels][bc] from the core's cache and no blocked copy
     of x is written out and read back. w blocked (conv.block_w); tile(task,
     j) and epilogue(n, k, pixel) as forward_nest's. A task's tiles may span
     images: its ring holds rows by n H + h."""
-    tiles, HW, row = [], g.H * g.W, g.W * g.bc
+    HW, row = g.H * g.W, g.W * g.bc
     w = Layout(Kb=g.Kb, Cb=g.Cb, R=g.R, S=g.S, bc=g.bc, bk=g.bk)
-    for phase, task, at in loops.walk():
-        tiles.append((phase, task, at["n"], at["k"], at["p"], at["q"]))
-    groups = tile_groups([t[:2] for t in tiles], g.w_reuse[0])
-    ring = ring_rows(g, [[tiles[i] for i in group] for group in groups])
+    tiles, groups, ring = ring_tiles(loops, g)
     slots, blocks, slot = {}, {}, slot_in_group(g.w_reuse[0])
 
     def block(m, beta):
@@ -203,15 +200,20 @@ def nchw_ring_nest(ex, loops, g, epilogue, tile):
     record_grouped(ex, recorded(), g.w_reuse[0])
 
 
-def ring_rows(g, groups):
-    """How many rows nchw_ring_nest's rings hold: the most image rows (n H + h)
-    any group of tiles (n, p) spans, so that the rows of one group never
-    share a ring row."""
+def ring_tiles(loops, g):
+    """nchw_ring_nest's tiles, (phase, task, n, k, p, q0) in the nest's order,
+    the groups record_grouped makes of them (lists of indices) and how many
+    rows its rings hold: the most image rows (n H + h) one group spans, so
+    that the rows of a group never share a ring row."""
+    tiles = [(phase, task, at["n"], at["k"], at["p"], at["q"])
+             for phase, task, at in loops.walk()]
+    groups = tile_groups([t[:2] for t in tiles], g.w_reuse[0])
+
     def span(group):
-        rows = [t[2] * g.H + t[4] * g.sh + r - g.ph for t in group for r in range(g.R)
-                if 0 <= t[4] * g.sh + r - g.ph < g.H]
+        rows = [tiles[i][2] * g.H + tiles[i][4] * g.sh + r - g.ph for i in group
+                for r in range(g.R) if 0 <= tiles[i][4] * g.sh + r - g.ph < g.H]
         return max(rows) - min(rows) + 1 if rows else 1
-    return max(map(span, groups))
+    return tiles, groups, max(map(span, groups))
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,

@@ -10,7 +10,7 @@ from brgemm import dtypes
 from brgemm import plan as bplan
 from primitives.conv_backward import backward_nest
 from primitives.conv_forward import (forward_nest, nchw_copying_nest, nchw_ring_nest,
-                                     nchw_tile_groups)
+                                     nchw_tile_groups, ring_tiles)
 from primitives.conv_plans import _loops, _plans, bias_ops
 from primitives.conv_update import update_form, update_nest, update_x_nest, x_rows
 
@@ -54,9 +54,12 @@ def copies_x_rows(g, dtype, backend, x):
     """Whether the functional forward reads x in place in blocked rows, each
     task copying the rows of x it reads itself (nchw_ring_plan), where it does
     not read x as the kernel's transposed A (reads_x_nchw): the config's fwd
-    key nchw_x_rows, and reads_x_nchw's other conditions (the same tiles and
-    calls, on the copied rows)."""
-    return g.nchw_x_rows and _x_in_place(g, dtype, backend, x)
+    key nchw_x_rows, reads_x_nchw's other conditions (the same tiles and
+    calls, on the copied rows), and rings of at most one image's rows (loop
+    orders that take the images in turn within a group of tiles would need
+    rings as large as x, one a task)."""
+    return (g.nchw_x_rows and _x_in_place(g, dtype, backend, x)
+            and ring_tiles(_loops(g, "fwd"), g)[2] <= g.H)
 
 
 def _x_in_place(g, dtype, backend, x):

@@ -108,8 +108,10 @@ def _ring_plan_and_nest(g, x, w, out, want, mag):
 
 def test_ring_rule(rng):
     """conv_in_place.copies_x_rows: the config's nchw_x_rows and reads_x_nchw's
-    other conditions; where both keys are on, the route reads x as the
-    transposed A (nchw_x), with nchw_x off it copies the rows (nchw_r)."""
+    other conditions, and not where a group of tiles takes the images in turn
+    (its rings would hold whole images); where both keys are on, the route
+    reads x as the transposed A (nchw_x), with nchw_x off it copies the rows
+    (nchw_r)."""
     x = rng.standard_normal((2, 64, 9, 11)).astype(np.float32)
     w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
     for nchw_x, rows, want in ((True, True, "nchw_x"), (False, True, "nchw_r"),
@@ -122,6 +124,10 @@ def test_ring_rule(rng):
         assert not conv.copies_x_rows(g, "bf16", "cpu", x)
         assert conv._route("fwd", (2, 64, 64, 9, 11, 3, 3), (1, 1), (1, 1), cfg, "f32", "cpu",
                            None, x, w)[1] == want
+    for spec, reuse, takes in (("Kpqn", 2, False), ("Kpqn", 1, True), ("NKpq", 3, True)):
+        cfg = {"fwd": {"bc": 32, "bk": 32, "nchw_x": False, "spec": spec, "w_reuse": reuse}}
+        g = conv.geometry(2, 64, 64, 9, 11, 3, 3, (1, 1), (1, 1), config=cfg)
+        assert conv.copies_x_rows(g, "f32", "cpu", x) == takes, (spec, reuse)
 
 
 @pytest.mark.parametrize("change, why", [
