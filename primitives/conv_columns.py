@@ -192,6 +192,8 @@ def columns_data_copying(g):
     dx^c [N P Q][C R S] = dy^T [N P Q][K] w [K][C R S] as fc's backward-data
     on the same plain matrices (fc_plans.plan_copying: tensors dy, w, wt, dx),
     w's tiles copied by the plan as its calls need them, so that no call
-    reads w's rows C R S floats apart in place."""
-    path = kernel_path("f32")
-    return plan_copying(fc_geometry(g.N * g.P * g.Q, g.C * g.R * g.S, g.K, path=path), "bwd")
+    reads w's rows C R S floats apart in place; its blocks (fc's bn, bc, bk)
+    from the config's columns_copy_block."""
+    b = g.columns_copy_block
+    return plan_copying(fc_geometry(g.N * g.P * g.Q, g.C * g.R * g.S, g.K, blocks=(b, b, b),
+                                    path=kernel_path("f32")), "bwd")

@@ -35,7 +35,7 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "nchw_copies_w": bool, "nchw_x_rows": bool, "pointwise_rows": bool,
                  "columns": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
-                  "columns_copies_w": bool},
+                  "columns_copies_w": bool, "columns_copy_block": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int, "pointwise_images": bool}}
 
@@ -99,6 +99,8 @@ class Geometry(HashedOnce):
     # the f32 functional forward on x in place, each task copying the rows of x
     # it reads into blocked rows of its own (conv_in_place.copies_x_rows)
     nchw_x_rows: bool = False
+    # conv.columns' copying backward-data's block targets (fc's bn, bc, bk)
+    columns_copy_block: int = 64
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -182,7 +184,7 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
                     cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"],
-                    f["nchw_copies_w"], f["nchw_x_rows"])
+                    f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"])
 
 
 # ---------------------------------------------------------------- the loop nests

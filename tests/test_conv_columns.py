@@ -21,9 +21,9 @@ def test_columns_forward_backward(rng):
     """Weights that outweigh the images (N P Q <= K / 2): the forward reads w in
     place against x's im2col tiles, the update writes dW in w's layout from
     them (conv.columns), and backward-data (kernels over 1x1) reads w in place
-    again, or copies its tiles in the plan (columns_copies_w), and sums its
-    im2col gradient into dx. Random sizes, strides and padding, ragged
-    blocks, x and dy as strided views."""
+    again, or copies its tiles in the plan (columns_copies_w, in blocks of a
+    random columns_copy_block), and sums its im2col gradient into dx. Random
+    sizes, strides and padding, ragged blocks, x and dy as strided views."""
     done = 0
     while done < 4:
         N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(16, 300))
@@ -45,7 +45,9 @@ def test_columns_forward_backward(rng):
         y = conv.forward(x, w, stride, padding, config=COLUMNS_ON)
         dy = rng.standard_normal((N, K, 2 * g.P, g.Q)).astype(np.float32)[:, :, ::2]
         for copies in (False, True):  # backward-data on w in place, or on its tiles' copies
-            cfg = {"fwd": {"columns": True}, "bwd": {"columns": True, "columns_copies_w": copies}}
+            block = int(rng.choice([16, 32, 64, 128]))
+            cfg = {"fwd": {"columns": True}, "bwd": {"columns": True, "columns_copies_w": copies,
+                                                     "columns_copy_block": block}}
             dx, dw = conv.backward(dy, x, w, stride, padding, config=cfg)
             for got, want, mag in zip((y, dx, dw), reference(x, w, dy, stride, padding),
                                       magnitude(x, w, dy, stride, padding)):
