@@ -24,6 +24,15 @@ def _task_slots(floats, group):
     return lambda task, j: (slots.setdefault(task, len(slots)) * group + j) * floats
 
 
+def _stores_y(g, has_bias, bf16=False):
+    """The NCHW-storing forward plans' epilogue(n, k, pixel): b added (with
+    has_bias), then the summed tile stored transposed into out [N,K,P,Q] at
+    its first pixel (rounded with bf16)."""
+    PQ = g.P * g.Q
+    return lambda n, k, pixel: bias_ops(g, k, has_bias) + (
+        bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ, bf16=bf16),)
+
+
 def stores_nchw(g, dtype, backend, out_dtype):
     """Whether the functional forward's plan stores y straight into the NCHW
     result (nchw_plan) instead of a pass of its own after it (unblock_y):
@@ -87,16 +96,14 @@ def nchw_plan(g, dtype, vnni, bf16_out=False, x_nchw=False, has_bias=False):
     read back. x_nchw: x is the NCHW array itself (reads_x_nchw); has_bias:
     b [K] (f32) added to each summed tile before its store."""
     def record():
-        PQ, bq = g.P * g.Q, g.bs if g.span[0] else g.bq
+        bq = g.bs if g.span[0] else g.bq
         tensors = {"x": dtype, "w": dtype, "y": "f32", "out": "bf16" if bf16_out else "f32"}
         if has_bias:
             tensors["b"] = "f32"
         rec = bplan.Recorder(tensors, spec=g.specs[0])
         forward_nest(rec, _loops(g, "fwd"), g, dtype, vnni,
                      tile=_task_slots(bq * g.bk, g.w_reuse[0]),
-                     epilogue=lambda n, k, pixel: bias_ops(g, k, has_bias) + (
-                         bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ,
-                                       bf16=bf16_out),), x_nchw=x_nchw)
+                     epilogue=_stores_y(g, has_bias, bf16_out), x_nchw=x_nchw)
         return rec.finish()
     return _plans.get((g, "fwd_nchw", dtype, vnni, bf16_out, x_nchw, has_bias), record)
 
@@ -121,9 +128,7 @@ def nchw_copying_plan(g, has_bias=False):
         if has_bias:
             tensors["b"] = "f32"
         rec = bplan.Recorder(tensors, spec=g.specs[0])
-        PQ = g.P * g.Q
-        nchw_copying_nest(rec, _loops(g, "fwd"), g, lambda n, k, pixel: bias_ops(
-            g, k, has_bias) + (bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),))
+        nchw_copying_nest(rec, _loops(g, "fwd"), g, _stores_y(g, has_bias))
         return rec.finish()
     return _plans.get((g, "fwd_nchw_copying", has_bias), record)
 
@@ -139,10 +144,8 @@ def nchw_ring_plan(g, has_bias=False):
         if has_bias:
             tensors["b"] = "f32"
         rec = bplan.Recorder(tensors, spec=g.specs[0])
-        PQ = g.P * g.Q
-        nchw_ring_nest(rec, _loops(g, "fwd"), g, lambda n, k, pixel: bias_ops(g, k, has_bias) + (
-            bplan.store_t("out", (n * g.K + k * g.bk) * PQ + pixel, PQ),),
-            _task_slots(g.bq * g.bk, g.w_reuse[0]))
+        nchw_ring_nest(rec, _loops(g, "fwd"), g, _stores_y(g, has_bias),
+                       _task_slots(g.bq * g.bk, g.w_reuse[0]))
         return rec.finish()
     return _plans.get((g, "fwd_nchw_ring", has_bias), record)
 
