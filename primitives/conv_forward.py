@@ -177,10 +177,13 @@ def nchw_ring_nest(ex, loops, g, epilogue, tile):
         for group in groups:
             phase, task = tiles[group[0]][:2]
             base = slots.setdefault((phase, task), len(slots)) * ring * g.Cb * row
+
+            def at(n, h, c):  # where image n's row h of channel block c lies in the ring
+                return base + ((n * g.H + h) % ring * g.Cb + c) * row
             rows, calls = held.setdefault((phase, task), {}), []
             for phase, task, n, k, p, q0 in (tiles[i] for i in group):
                 def x_at(c, h, col, n=n):
-                    return base + ((n * g.H + h) % ring * g.Cb + c) * row + col * g.bc
+                    return at(n, h, c) + col * g.bc
                 to = tile((phase, task), slot((phase, task)))
                 calls.append([(block(width, beta), "xr", xs, "w", ws, "y", to + (lo - q0) * g.bk,
                                epilogue(n, k, p * g.Q + q0) if last else ())
@@ -192,8 +195,7 @@ def nchw_ring_nest(ex, loops, g, epilogue, tile):
                 if rows.get((n * g.H + h) % ring) != n * g.H + h:
                     rows[(n * g.H + h) % ring] = n * g.H + h
                     copies += [bplan.copy_at("x", (n * g.C + c * g.bc) * HW + h * g.W, HW, g.W,
-                                             "xr", base + ((n * g.H + h) % ring * g.Cb + c) * row)
-                               for c in range(g.Cb)]
+                                             "xr", at(n, h, c)) for c in range(g.Cb)]
             *args, ops = calls[0][0]  # the group's first call copies its new rows first
             calls[0][0] = (*args, tuple(copies) + tuple(ops))
             yield from ((phase, task, c) for c in calls)
