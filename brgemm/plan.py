@@ -54,8 +54,8 @@ from brgemm.block import Block
 from brgemm.constants import CALL_RECORD, OP_CODES, OP_RECORD, OPERANDS
 from brgemm.eager import Eager
 from brgemm.epilogue import (Op, act_grad, bias, bias_rows, col_sum, copy_at, copy_b, copy_bt,
-                             copy_rows, copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid, store_bf16,
-                             store_t, tanh, tap_stride)
+                             copy_rows, copy_taps, lstm_cell, lstm_cell_bwd, relu, sigmoid,
+                             store_bf16, store_t, tanh, tap_stride)
 from brgemm.lru import LRU
 from brgemm.races import check_races
 from brgemm.recorder import Recorder, TensorSpec

@@ -13,7 +13,7 @@
 #include "epilogue.h"
 
 /* COPY_B, COPY_BT, COPY_TAPS and COPY_AT: the ops that fill a call's operands before it */
-static int is_copy_b(int32_t code) {
+static int is_copy(int32_t code) {
   return code == BRGEMM_OP_COPY_B || code == BRGEMM_OP_COPY_BT || code == BRGEMM_OP_COPY_TAPS ||
          code == BRGEMM_OP_COPY_AT;
 }
@@ -48,14 +48,14 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
            op->code == BRGEMM_OP_COPY_AT) && (op->stride < 1 || op->ld < 1))
         return 0;
       if (op->code == BRGEMM_OP_COPY_AT && brgemm_cpu_a_t(p->kernels[c->kernel])) return 0;
-      if (is_copy_b(op->code) &&  /* f32 B blocks in rows, the op's leading */
+      if (is_copy(op->code) &&  /* f32 blocks in rows, the op's leading */
           (op->ld < 1 || brgemm_cpu_ab_itemsize(p->kernels[c->kernel]) != 4 ||
            brgemm_cpu_b_vnni(p->kernels[c->kernel]) ||
-           (j > 0 && !is_copy_b(p->ops[c->op_begin + j - 1].code))))
+           (j > 0 && !is_copy(p->ops[c->op_begin + j - 1].code))))
         return 0;
       const int operands = op->code == BRGEMM_OP_LSTM_CELL_BWD ? 6
                            : op->code == BRGEMM_OP_LSTM_CELL ? 4
-                           : op->code == BRGEMM_OP_COPY_ROWS || is_copy_b(op->code) ? 2
+                           : op->code == BRGEMM_OP_COPY_ROWS || is_copy(op->code) ? 2
                            : (op->code == BRGEMM_OP_BIAS || op->code >= BRGEMM_OP_STORE_BF16);
       for (int q = 0; q < operands; ++q)
         if (op->tensor[q] < 0 || op->tensor[q] >= p->n_tensors || op->offset[q] < 0) return 0;
@@ -78,9 +78,9 @@ static int run_call(const brgemm_cpu_plan* p, const brgemm_plan_call* c, void* c
   _Static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "offset width");
   const brgemm_plan_op* ops = &p->ops[c->op_begin];
   int32_t count = c->op_count, before = 0;
-  /* the call's B blocks copied in first, by this thread: they stay in its cache.
+  /* the call's copied operands made first, by this thread: they stay in its cache.
    * Even without the epilogue (the bare timing loop): the call reads them */
-  for (; before < count && is_copy_b(ops[before].code); ++before)
+  for (; before < count && is_copy(ops[before].code); ++before)
     if (ops[before].code == BRGEMM_OP_COPY_AT)
       brgemm_cpu_copy_a(&ops[before], brgemm_cpu_dim(kr, 'k'), brgemm_cpu_dim(kr, 'a'), tensors);
     else
