@@ -124,6 +124,21 @@ def test_copy_b_fills_b_before_the_call(rng, code):
         plan.require("cuda", max_op=constants.DEVICE_OPS, b_vnni=True)
 
 
+def _each_run(plan, nest, tensors):
+    """The copy ops' three runs of one plan, each on fresh tensors() (NaN where
+    the plan must write): the native replay, the bare timing loop, and its
+    nest run eagerly. Yields each run's tensors, "run" naming it."""
+    for run in ("cpu", "eager", "bare"):
+        t = tensors()
+        if run == "cpu":
+            plan.run(**t)
+        elif run == "bare":
+            plan.time_bare(1, **t)
+        else:
+            nest(P.Eager(**t))
+        yield dict(t, run=run)
+
+
 def test_copy_taps_fills_every_tap_before_the_call(rng):
     """The copy_taps op (brgemm.epilogue): before its call, `taps` B blocks
     (k x n each, row stride ldb, tap_stride apart) from n source rows ld apart whose
@@ -163,15 +178,9 @@ def test_copy_taps_fills_every_tap_before_the_call(rng):
     blocks = rows.transpose(0, 3, 2, 1).astype(np.float64)  # [task][t][i][j]
     want = np.einsum("xtmk,xtkn->xmn",
                      A.reshape(2, taps, m, k).astype(np.float64), blocks)
-    for run in ("cpu", "eager", "bare"):
-        t = dict(a=A, b=np.full(2 * taps * tile, np.nan, np.float32), s=src,
-                 c=np.full(2 * m * n, np.nan, np.float32))
-        if run == "cpu":
-            plan.run(**t)
-        elif run == "bare":
-            plan.time_bare(1, **t)
-        else:
-            nest(P.Eager(**t))
+    for t in _each_run(plan, nest, lambda: dict(
+            a=A, b=np.full(2 * taps * tile, np.nan, np.float32), s=src,
+            c=np.full(2 * m * n, np.nan, np.float32))):
         got = np.stack([t["b"][(task * taps + q) * tile:][:k * ldb].reshape(k, ldb)[:, :n]
                         for task in range(2) for q in range(taps)]).reshape(2, taps, k, n)
         np.testing.assert_array_equal(got, blocks.astype(np.float32))  # copies are exact
@@ -224,15 +233,10 @@ def test_copy_at_fills_a_rows_before_the_call(rng):
     first, second = a[:, :m].astype(np.float64), a[:, shift:shift + m].astype(np.float64)
     want = first @ b + second @ b[::-1]
     bound = np.abs(first) @ np.abs(b) + np.abs(second) @ np.abs(b[::-1])
-    for run in ("cpu", "eager", "bare"):
-        t = dict(a=np.full(2 * ring, np.nan, np.float32), b=B, s=src,
-                 c=np.full(2 * m * n, np.nan, np.float32))
-        if run == "cpu":
-            plan.run(**t)
-        elif run == "bare":
-            plan.time_bare(1, **t)
-        else:
-            nest(P.Eager(**t))
+    for t in _each_run(plan, nest, lambda: dict(
+            a=np.full(2 * ring, np.nan, np.float32), b=B, s=src,
+            c=np.full(2 * m * n, np.nan, np.float32))):
+        run = t.pop("run")
         got = t["a"].reshape(2, rows, lda)[..., :k]
         np.testing.assert_array_equal(got, a)  # copies are exact
         err = np.abs(t["c"].reshape(2, m, n) - want)
