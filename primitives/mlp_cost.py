@@ -3,9 +3,9 @@ per pass (depth), batch rows per tile and tiles per weight-gradient call,
 from compute, per-call overhead and memory traffic (cost's docstring has the
 terms), for the machine's caches."""
 import math
-import os
 
 from brgemm import dtypes
+from brgemm.machine import cpu_threads
 from brgemm.vnni import takes_vnni_b
 
 
@@ -119,7 +119,7 @@ def default_pipeline(shape, dtype, train):
     """The cost model's choice of depth and tile (group: tiles per weight-gradient
     call, as many as keep their dz^T and h tiles in L2 next to the rest)."""
     depths, tiles = candidates(shape)
-    threads = len(os.sched_getaffinity(0))
+    threads = cpu_threads()  # what the plans run on (OMP_NUM_THREADS), not the cores
     best = min(((cost(shape, dtype, train, d, t, threads=threads), -d, -t)
                 for d in depths for t in tiles))
     depth, tile = -best[1], -best[2]
