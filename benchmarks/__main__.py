@@ -45,8 +45,8 @@ def main(argv=None):
             print()
             lstm.run(quick=args.quick, dtype=dtype, threads=args.threads, vs=args.vs.split(","))
     elif args.what == "layouts":
-        import os
-        layouts.run(sorted({1, 2, args.threads or len(os.sched_getaffinity(0))}))
+        from benchmarks import CORES
+        layouts.run(sorted({1, 2, args.threads or len(CORES)}))
     elif args.what == "kernel":
         kernel.run(quick=args.quick, dtypes=args.dtype or kernel.DTYPES)
     elif args.what == "mlp" and args.device == "cuda":

@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 
+from benchmarks import CORES
+
 SHAPES_DIR = pathlib.Path(__file__).resolve().parent / "shapes"
 
 
@@ -84,13 +86,14 @@ def set_threads(threads, onednn=True):
     import sys
 
     from brgemm import machine as brgemm_machine
-    cpus = sorted(os.sched_getaffinity(0))
-    threads = threads or len(cpus)
-    if threads > len(cpus):
-        raise SystemExit(f"--threads: {threads} asked, this process may run on {len(cpus)} cores")
+    threads = threads or len(CORES)
+    if threads > len(CORES):
+        raise SystemExit(f"--threads: {threads} asked, this process may run on {len(CORES)} cores")
     # oneDNN 3.13 runs on TBB, which sizes its pool from the CPU affinity mask:
-    # keep the process (and the oneDNN probe below) on `threads` cores
-    os.sched_setaffinity(0, cpus[:threads])
+    # keep the process (and the oneDNN probe below) on `threads` cores, unless
+    # the OpenMP runtime bound this thread to its place (bound_threads)
+    if not bound_threads():
+        os.sched_setaffinity(0, list(CORES[:threads]))
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
     brgemm_machine.set_cpu_threads(threads)  # the runtime read the variable when it loaded
     ours = brgemm_machine.cpu_threads()
@@ -109,8 +112,23 @@ def set_threads(threads, onednn=True):
     print(f"threads: ours {ours} (OpenMP), oneDNN {theirs} (its verbose report; "
           f"isa: {isa.group(1) if isa else '?'})")
     if ours != threads or theirs != threads:
-        raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}, oneDNN {theirs}")
+        why = (" (OMP_PROC_BIND bound this thread to one core, and a oneDNN on TBB sizes its "
+               "pool from its mask: unset OMP_PROC_BIND to compare with it)"
+               if bound_threads() else "")
+        raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}, oneDNN {theirs}"
+                         + why)
     return threads
+
+
+def bound_threads():
+    """Whether the OpenMP runtime binds its threads to places (OMP_PROC_BIND
+    other than false, or OMP_PLACES or GOMP_CPU_AFFINITY alone): it then bound
+    this thread to the first place as it loaded, and re-pinning this thread
+    would undo that."""
+    bind = os.environ.get("OMP_PROC_BIND", "").strip().lower()
+    if bind:
+        return bind != "false"
+    return bool(os.environ.get("OMP_PLACES") or os.environ.get("GOMP_CPU_AFFINITY"))
 
 
 def interleaved_samples(fns, reps=7, min_time=0.05, rotate=False):

@@ -22,8 +22,8 @@ def _best(fn, reps=7):
 
 
 def run(threads=(1, 2, 16)):
-    import os
-    threads = [t for t in threads if t <= len(os.sched_getaffinity(0))]
+    from benchmarks import CORES
+    threads = [t for t in threads if t <= len(CORES)]
     rng = np.random.default_rng()
     N, C, K, H = 16, 256, 256, 14
     g = conv.geometry(N, C, K, H, H, 3, 3, (1, 1), (1, 1))

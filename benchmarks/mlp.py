@@ -133,8 +133,8 @@ def knob_table(dtype, quick, reps):
     fns = [_ours(sizes, dtype, x, x, True, {"pipeline": {"depth": d, "tile": t}})[0]
            for d, t in cells]
     times, _ = interleaved(fns, reps=reps, min_time=0.02)
-    import os
-    threads = len(os.sched_getaffinity(0))
+    from brgemm.machine import cpu_threads
+    threads = cpu_threads()  # as default_pipeline counts them: the plans' threads
     model = [mlp.cost(shape, dtype, False, d, t, threads=threads) for d, t in cells]
     pick = mlp.default_pipeline(shape, dtype, False)
     print(f"\ndepth x tile, width 64, {HIDDEN} hidden layers, batch {N}, {dtype}, inference: "
@@ -184,11 +184,15 @@ def run(quick=False, dtypes=("f32",), threads=None, max_batch_log2=None):
     import os
 
     import torch
+
+    from benchmarks import CORES
+    from benchmarks.common import bound_threads
+    from brgemm.machine import cpu_threads, set_cpu_threads
     if threads:
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-        from brgemm.machine import set_cpu_threads
+        if not bound_threads():  # (bound, this thread keeps the place OpenMP gave it)
+            os.sched_setaffinity(0, list(CORES[:threads]))
         set_cpu_threads(threads)
-    threads = len(os.sched_getaffinity(0))
+    threads = cpu_threads()  # ours, and PyTorch's alike
     torch.set_num_threads(threads)
     reps = 3 if quick else 5
     top = max_batch_log2 or (18 if quick else 22)

@@ -31,3 +31,20 @@ def test_rows_whose_outputs_differ_stay_out_of_the_geomean(rng, monkeypatch, cap
     out = capsys.readouterr().out
     assert f"geomean ours/oneDNN fwd: {common.geomean([ratios[0], ratios[2]]):.2f}" in out
     assert "left out of the geomean (outputs differ): s1" in out
+
+
+@pytest.mark.parametrize("env, bound", [
+    ({}, False), ({"OMP_PROC_BIND": "false"}, False), ({"OMP_PROC_BIND": "FALSE"}, False),
+    ({"OMP_PROC_BIND": "close"}, True), ({"OMP_PROC_BIND": "true"}, True),
+    ({"OMP_PROC_BIND": "spread,close"}, True), ({"OMP_PLACES": "cores"}, True),
+    ({"OMP_PROC_BIND": "false", "OMP_PLACES": "cores"}, False),
+    ({"GOMP_CPU_AFFINITY": "0-3"}, True)])
+def test_bound_threads_reads_the_openmp_binding(monkeypatch, env, bound):
+    """set_threads leaves this thread where the OpenMP runtime bound it
+    exactly where OMP_PROC_BIND, or OMP_PLACES / GOMP_CPU_AFFINITY alone,
+    bind."""
+    for name in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert common.bound_threads() is bound
