@@ -112,9 +112,9 @@ def set_threads(threads, onednn=True):
     print(f"threads: ours {ours} (OpenMP), oneDNN {theirs} (its verbose report; "
           f"isa: {isa.group(1) if isa else '?'})")
     if ours != threads or theirs != threads:
-        why = (" (OMP_PROC_BIND bound this thread to one core, and a oneDNN on TBB sizes its "
-               "pool from its mask: unset OMP_PROC_BIND to compare with it)"
-               if bound_threads() else "")
+        why = (" (the OpenMP binding, OMP_PROC_BIND or OMP_PLACES, put this thread on one "
+               "core, and a oneDNN on TBB sizes its pool from that thread's mask: run unbound "
+               "to compare with it)" if bound_threads() else "")
         raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}, oneDNN {theirs}"
                          + why)
     return threads
