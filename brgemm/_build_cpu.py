@@ -69,4 +69,11 @@ ffibuilder.set_source(
 
 if __name__ == "__main__":  # build in place without pip: python brgemm/_build_cpu.py
     os.chdir(ROOT)
-    ffibuilder.compile(tmpdir=str(ROOT), verbose=False)
+    # under the name pip's build gives it (a limited-API module: .abi3.so), so
+    # that the two builds replace each other; a module named for this one
+    # interpreter (.cpython-3XX-*.so, as cffi names it by default) would be
+    # imported first by that interpreter, and a later pip build would not
+    # replace it (earlier in-place builds left such files: removed here)
+    ffibuilder.compile(tmpdir=str(ROOT), verbose=False, target="_brgemm_cpu.abi3.so")
+    for stale in (ROOT / "brgemm").glob("_brgemm_cpu.cpython-*.so"):
+        stale.unlink()
