@@ -90,10 +90,8 @@ def set_threads(threads, onednn=True):
     if threads > len(CORES):
         raise SystemExit(f"--threads: {threads} asked, this process may run on {len(CORES)} cores")
     # oneDNN 3.13 runs on TBB, which sizes its pool from the CPU affinity mask:
-    # keep the process (and the oneDNN probe below) on `threads` cores, unless
-    # the OpenMP runtime bound this thread to its place (bound_threads)
-    if not bound_threads():
-        os.sched_setaffinity(0, list(CORES[:threads]))
+    # keep the process (and the oneDNN probe below) on `threads` cores
+    pin(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # for child processes
     brgemm_machine.set_cpu_threads(threads)  # the runtime read the variable when it loaded
     ours = brgemm_machine.cpu_threads()
@@ -118,6 +116,14 @@ def set_threads(threads, onednn=True):
         raise SystemExit(f"thread counts differ: asked {threads}, ours {ours}, oneDNN {theirs}"
                          + why)
     return threads
+
+
+def pin(threads):
+    """Keep this thread (and the processes it starts) on the first `threads`
+    of CORES, unless the OpenMP runtime bound it to its place (bound_threads):
+    re-pinning it would undo that."""
+    if not bound_threads():
+        os.sched_setaffinity(0, list(CORES[:threads]))
 
 
 def bound_threads():

@@ -181,16 +181,13 @@ def plot(rows, path):
 
 def run(quick=False, dtypes=("f32",), threads=None, max_batch_log2=None):
     import datetime
-    import os
 
     import torch
 
-    from benchmarks import CORES
-    from benchmarks.common import bound_threads
+    from benchmarks.common import pin
     from brgemm.machine import cpu_threads, set_cpu_threads
     if threads:
-        if not bound_threads():  # (bound, this thread keeps the place OpenMP gave it)
-            os.sched_setaffinity(0, list(CORES[:threads]))
+        pin(threads)
         set_cpu_threads(threads)
     threads = cpu_threads()  # ours, and PyTorch's alike
     torch.set_num_threads(threads)
