@@ -46,7 +46,7 @@ def _stamp(path):
 _defaults_files = {}  # primitive -> its defaults file's path, as a string
 
 
-def _sources(primitive, config):
+def sources(primitive, config):
     """Everything a primitive's settings depend on besides the shape: the
     override (config=, else BRGEMM_CONFIG) and the defaults file, by content stamp."""
     check_config(config)
@@ -69,14 +69,19 @@ def settings(primitive, pass_, shape, schema, config=None, path=None):
     are cached by everything they depend on: the arguments, the override's
     source and both files' modification times."""
     key = (primitive, pass_, tuple(sorted(shape.items())), json.dumps(schema, default=str),
-           _sources(primitive, config), path)
+           sources(primitive, config), path)
     return dict(_cache.get_or_make(key, lambda: load_config(
         primitive, pass_, shape, schema=schema, config=config, defaults_dir=DEFAULTS, path=path)))
+
+
+generation = 0  # clear()s so far: primitives.call_memo forgets its calls when it moves
 
 
 def clear():
     """Forget every cached setting and derived state: for tests that plant a
     fault in a derivation (a stale entry would outlive the plant)."""
+    global generation
+    generation += 1
     _cache.clear()
     _derived.clear()
     _stamps.clear()
@@ -89,4 +94,4 @@ def cached(primitive, args, config, make):
     file instead of the settings lookups of every pass and the look-ups of
     each plan, which cost more than the call's own work on small layers.
     args: hashable, and naming what make() returns (its first item, say)."""
-    return _derived.get_or_make((primitive, args, _sources(primitive, config)), make)
+    return _derived.get_or_make((primitive, args, sources(primitive, config)), make)

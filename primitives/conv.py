@@ -31,6 +31,7 @@ conv_search.py the tuner's search space; this module the functional forms,
 where all of them are reached.
 """
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, flag
 from primitives._config import cached
+from primitives.call_memo import CallMemo, signature
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import pointwise_x_block
@@ -77,6 +79,7 @@ from primitives.conv_search import search  # noqa: F401  (public names)
 
 _scratch = Scratch()  # blocked copies of one call's operands
 _results = Recycler()  # the arrays the functional forms return
+_forward_calls, _backward_calls = CallMemo("conv"), CallMemo("conv")  # see call_memo
 
 
 def _weights(w, g, dtype, transposed, token, vnni=False):
@@ -217,18 +220,33 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     b [K] or None -> [N,K,P,Q]. reuse: keep w's blocked copy across calls
     (primitives.reuse). On the CPU backend the plans add b to each tile of y as
     it is finished, in cache (no pass over y of its own)."""
-    dims, stride, padding = _check(x, w, dtype, stride, padding)
-    token = _reuse.check(reuse)
-    backend = backend_name(backend)
-    bias = bias_vector(b, dims[2], dtype)
-    if bias is not None and backend != "cpu":  # other backends: a pass after, on f32 results
-        y = forward(x.astype(np.float32, copy=False), w, stride, padding, dtype, backend,
-                    config, reuse)  # (x's bf16 values are exact: bf16 results round once)
-        y += bias.reshape(1, -1, 1, 1)
-        return y.astype(x.dtype, copy=False)
-    token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend), (w,))
-    g, path, p, choice = _route("fwd", dims, stride, padding, config, dtype, backend, token, x, w,
-                                has_bias=bias is not None)
+    key = None if config is not None or reuse is not None else \
+        signature((x, w, b), (stride, padding, dtype, backend))
+    run = None if key is None else _forward_calls.get(key)
+    if run is None:
+        dims, stride, padding = _check(x, w, dtype, stride, padding)
+        token = _reuse.check(reuse)
+        backend = backend_name(backend)
+        bias = bias_vector(b, dims[2], dtype)
+        if bias is not None and backend != "cpu":  # other backends: a pass after, on f32 results
+            y = forward(x.astype(np.float32, copy=False), w, stride, padding, dtype, backend,
+                        config, reuse)  # (x's bf16 values are exact: bf16 results round once)
+            y += bias.reshape(1, -1, 1, 1)
+            return y.astype(x.dtype, copy=False)
+        token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend),
+                              (w,))
+        run = functools.partial(_forward_run, dtype, backend, token, *_route(
+            "fwd", dims, stride, padding, config, dtype, backend, token, x, w,
+            has_bias=bias is not None))
+        if key is not None:
+            _forward_calls.put(key, run)
+    return run(x, w, b)
+
+
+def _forward_run(dtype, backend, token, g, path, p, choice, x, w, b):
+    """conv.forward's work once its arguments are checked and its route (g,
+    path, p, choice: _route) decided."""
+    bias = bias_vector(b, g.K, dtype)
     ab = dtypes.NUMPY[dtype]
     tb = {} if bias is None else {"b": bias}  # the plan's tensor b
     if bias is not None and p.extent["b"] > g.K:  # a ragged last channel block: its tile's
@@ -287,20 +305,37 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     blocked copy across calls (primitives.reuse). need_dx=False: dx is not
     computed (None comes back in its place), as for a network's first layer,
     whose input wants no gradient; need_dw=False likewise dw (frozen weights)."""
-    need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
-    dims, stride, padding = _check(x, w, dtype, stride, padding)
-    token = _reuse.check(reuse)
-    backend = backend_name(backend)
-    if not isinstance(dy, np.ndarray):
-        raise ValueError(f"dy: expected a numpy.ndarray, got {type(dy).__name__}")
-    # the weights' site: the call's sizes (its geometry, whatever the config)
-    token = _reuse.steady(token, ("conv.backward", dims, stride, padding, dtype, backend), (w,))
-    g, vnni, (data, p, choice), (update, pu, upd) = _route(
-        "bwd", dims, stride, padding, config, dtype, backend, token, x, w, dy)
-    if dy.shape != (g.N, g.K, g.P, g.Q):
-        raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got {dy.shape}")
-    if dy.dtype != x.dtype:
-        raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
+    key = None if config is not None or reuse is not None else \
+        signature((dy, x, w), (stride, padding, dtype, backend, need_dx, need_dw))
+    run = None if key is None else _backward_calls.get(key)
+    if run is None:
+        need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
+        dims, stride, padding = _check(x, w, dtype, stride, padding)
+        token = _reuse.check(reuse)
+        backend = backend_name(backend)
+        if not isinstance(dy, np.ndarray):
+            raise ValueError(f"dy: expected a numpy.ndarray, got {type(dy).__name__}")
+        # the weights' site: the call's sizes (its geometry, whatever the config)
+        token = _reuse.steady(token, ("conv.backward", dims, stride, padding, dtype, backend),
+                              (w,))
+        g, vnni, data, update = _route("bwd", dims, stride, padding, config, dtype, backend,
+                                       token, x, w, dy)
+        if dy.shape != (g.N, g.K, g.P, g.Q):
+            raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got {dy.shape}")
+        if dy.dtype != x.dtype:
+            raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
+        run = functools.partial(_backward_run, dtype, backend, token, need_dx, need_dw, g, vnni,
+                                *data, *update)
+        if key is not None:
+            _backward_calls.put(key, run)
+    return run(dy, x, w)
+
+
+def _backward_run(dtype, backend, token, need_dx, need_dw, g, vnni, data, p, choice, update, pu,
+                  upd, dy, x, w):
+    """conv.backward's work once its arguments are checked and its route (g,
+    vnni, then backward-data's and the update's path, plan and choice: _route)
+    decided."""
     ab, dyp = dtypes.NUMPY[dtype], None
     if (need_dx and data in ("columns", "pointwise")) or (need_dw and update == "columns"):
         dy = np.ascontiguousarray(dy)  # their plans read dy's rows where they lie: copied once

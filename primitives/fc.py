@@ -18,6 +18,8 @@ loop twice, blocking it by `group` blocks: "n|KCn" with group = 8 runs the
 update's reduction 8 blocks per phase, so the blocks a thread reuses stay in
 its L2 (see the LSTM's defaults).
 """
+import functools
+
 import numpy as np
 
 from brgemm import dtypes
@@ -28,6 +30,7 @@ from brgemm.machine import cpu_threads
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, fits, flag, operands
 from primitives._config import cached, settings
+from primitives.call_memo import CallMemo, signature
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
@@ -59,6 +62,7 @@ from primitives.fc_layers import MLP  # noqa: F401  (public names)
 _scratch = Scratch()  # the layout copies of functional calls
 _results = Recycler()  # the arrays the functional forms return
 _buffer = _scratch.get
+_forward_calls, _backward_calls = CallMemo("fc"), CallMemo("fc")  # see call_memo
 
 
 def _plain(a, dtype, name):
@@ -134,23 +138,39 @@ def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable, bf16_out)
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K].
     reuse: keep w's blocked copy across calls (primitives.reuse)."""
-    out_dtype = operands(dtype, x, w, names=("x", "w"))
-    token = _reuse.check(reuse)
-    backend = backend_name(backend)
+    key = None if config is not None or reuse is not None else \
+        signature((x, w, b), (dtype, backend))
+    run = None if key is None else _forward_calls.get(key)
+    if run is None:
+        out_dtype = operands(dtype, x, w, names=("x", "w"))
+        token = _reuse.check(reuse)
+        backend = backend_name(backend)
+        (N, C), K = x.shape, w.shape[0]
+        if w.shape[1] != C:
+            raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got "
+                             f"{w.shape}")
+        bias_vector(b, K, dtype)  # checked here, taken as the plans read it by _forward_run
+        if N == 0 or K == 0 or C == 0:
+            raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+        token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
+        # the geometry, the plan and the path, decided once per such call
+        readable = can_read_w(dtype, backend, x, w, token)
+        bf16_out = out_dtype != np.float32
+        run = functools.partial(_forward_run, dtype, backend, token, out_dtype, *cached(
+            "fc", ("forward", N, C, K, dtype, backend, b is not None, readable, bf16_out,
+                   cpu_threads()), config,
+            lambda: _forward_plan(N, C, K, dtype, backend, config, b is not None, readable,
+                                  bf16_out)))
+        if key is not None:
+            _forward_calls.put(key, run)
+    return run(x, w, b)
+
+
+def _forward_run(dtype, backend, token, out_dtype, g, p, path, vnni, x, w, b):
+    """fc.forward's work once its arguments are checked and its plan (g, p,
+    path, vnni: _forward_plan) decided."""
     (N, C), K = x.shape, w.shape[0]
-    if w.shape[1] != C:
-        raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
     b = bias_vector(b, K, dtype)
-    if N == 0 or K == 0 or C == 0:
-        raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
-    # the geometry, the plan and the path, decided once per such call
-    readable = can_read_w(dtype, backend, x, w, token)
-    bf16_out = out_dtype != np.float32
-    g, p, path, vnni = cached("fc", ("forward", N, C, K, dtype, backend, b is not None,
-                                     readable, bf16_out, cpu_threads()), config,
-                              lambda: _forward_plan(N, C, K, dtype, backend, config,
-                                                    b is not None, readable, bf16_out))
     ab = dtypes.NUMPY[dtype]
     bias = {} if b is None else {"b": b}
     if path == "t":  # x and W already of dtype (can_read_w): y in it, rounded as stored
@@ -170,7 +190,7 @@ def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     # which slows the kernel calls down (see the note above fc's nests)
     # (bf16 results: y in f32 as scratch, and its bf16 copy stored block by block)
     t = dict(x=_plain(x, ab, "x"), w=_weights(w, g, dtype, "w", token, vnni), **bias)
-    if not bf16_out:
+    if out_dtype == np.float32:
         y = t["y"] = _results.empty("y", (N, K), np.float32)
     else:
         y = t["y16"] = _results.empty("y", (N, K), out_dtype)
@@ -186,23 +206,39 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, ne
     computed (None comes back in its place), as for a network's first layer,
     whose input wants no gradient; need_dw=False likewise dw (frozen weights;
     db still comes back)."""
-    need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
-    out_dtype = operands(dtype, dy, x, w, names=("dy", "x", "w"))
-    token = _reuse.check(reuse)
-    backend = backend_name(backend)
-    (N, C), K = x.shape, w.shape[0]
-    if w.shape[1] != C:
-        raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
-    if dy.shape != (N, K):
-        raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
-    if N == 0 or K == 0 or C == 0:
-        raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
-    token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
-    plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
-    f32 = out_dtype == np.float32
-    g, gu, vnni, p_bwd, p_upd, copying = cached(
-        "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
-        lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32))
+    key = None if config is not None or reuse is not None else \
+        signature((dy, x, w), (dtype, backend, need_dx, need_dw))
+    run = None if key is None else _backward_calls.get(key)
+    if run is None:
+        need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
+        out_dtype = operands(dtype, dy, x, w, names=("dy", "x", "w"))
+        token = _reuse.check(reuse)
+        backend = backend_name(backend)
+        (N, C), K = x.shape, w.shape[0]
+        if w.shape[1] != C:
+            raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got "
+                             f"{w.shape}")
+        if dy.shape != (N, K):
+            raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
+        if N == 0 or K == 0 or C == 0:
+            raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+        token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
+        plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
+        f32 = out_dtype == np.float32
+        run = functools.partial(_backward_run, dtype, backend, token, out_dtype, need_dx,
+                                need_dw, *cached(
+            "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
+            lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32)))
+        if key is not None:
+            _backward_calls.put(key, run)
+    return run(dy, x, w)
+
+
+def _backward_run(dtype, backend, token, out_dtype, need_dx, need_dw, g, gu, vnni, p_bwd, p_upd,
+                  copying, dy, x, w):
+    """fc.backward's work once its arguments are checked and its plans (g, gu,
+    vnni, p_bwd, p_upd, copying: _backward_plans) decided."""
+    (N, C), K, f32 = x.shape, w.shape[0], out_dtype == np.float32
     ab = dtypes.NUMPY[dtype]
     # bf16 results: dx and dW in f32 as scratch, their bf16 copies stored block by
     # block (tensors dx16, dw16)
