@@ -54,10 +54,10 @@ def signature(arrays, scalars):
 
 
 class CallMemo:
-    """One functional form's remembered calls: get(key) gives back what put(key,
-    made) stored while the form's settings files are unchanged (re-stamped
-    once RECHECK_NS have passed, or at once after write_config, a change of
-    BRGEMM_CONFIG or _config.clear()), else None."""
+    """One functional form's remembered calls: get() gives back the runner
+    put() kept under a call's signature while the form's settings files are
+    unchanged (re-stamped once RECHECK_NS have passed, or at once after
+    write_config, a change of BRGEMM_CONFIG or _config.clear())."""
 
     def __init__(self, primitive, limit=16):
         self.primitive, self._limit = primitive, limit
@@ -69,7 +69,16 @@ class CallMemo:
             s.update(entries={}, sources=None, checked=0, writes=-1, env=None, generation=-1)
         return s
 
-    def get(self, key):
+    def get(self, arrays, scalars, config=None, reuse=None):
+        """(key, runner) of a call on `arrays` and `scalars` (see signature):
+        its key (None where it is not remembered: config= or reuse= given, or
+        an argument signature declines) and the runner put() kept under it
+        while the form's settings files are unchanged, else None."""
+        if config is not None or reuse is not None:
+            return None, None
+        key = signature(arrays, scalars)
+        if key is None:
+            return None, None
         s = self._state()
         env, now = environ.get("BRGEMM_CONFIG"), time.monotonic_ns()
         if (now - s["checked"] >= _config.RECHECK_NS or s["writes"] != _files.writes
@@ -79,15 +88,13 @@ class CallMemo:
                 s["entries"].clear()
                 s["sources"] = sources
             s.update(checked=now, writes=_files.writes, env=env, generation=_config.generation)
-        return s["entries"].get(key)
+        return key, s["entries"].get(key)
 
-    def put(self, key, made):
-        entries = self._state()["entries"]
-        if len(entries) >= self._limit:
-            del entries[next(iter(entries))]  # the oldest
-        entries[key] = made
-        return made
-
-    def clear(self):
-        """Forget every remembered call (this thread's)."""
-        self._local.__dict__.clear()
+    def put(self, key, run):
+        """run, kept under key (from get; nothing kept where it is None)."""
+        if key is not None:
+            entries = self._state()["entries"]
+            if len(entries) >= self._limit:
+                del entries[next(iter(entries))]  # the oldest
+            entries[key] = run
+        return run

@@ -46,7 +46,7 @@ from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, flag
 from primitives._config import cached
-from primitives.call_memo import CallMemo, signature
+from primitives.call_memo import CallMemo
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import pointwise_x_block
@@ -220,9 +220,7 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
     b [K] or None -> [N,K,P,Q]. reuse: keep w's blocked copy across calls
     (primitives.reuse). On the CPU backend the plans add b to each tile of y as
     it is finished, in cache (no pass over y of its own)."""
-    key = None if config is not None or reuse is not None else \
-        signature((x, w, b), (stride, padding, dtype, backend))
-    run = None if key is None else _forward_calls.get(key)
+    key, run = _forward_calls.get((x, w, b), (stride, padding, dtype, backend), config, reuse)
     if run is None:
         dims, stride, padding = _check(x, w, dtype, stride, padding)
         token = _reuse.check(reuse)
@@ -235,11 +233,10 @@ def forward(x, w, stride=1, padding=0, dtype="f32", backend=None, config=None, r
             return y.astype(x.dtype, copy=False)
         token = _reuse.steady(token, ("conv.forward", dims, stride, padding, dtype, backend),
                               (w,))
-        run = functools.partial(_forward_run, dtype, backend, token, *_route(
-            "fwd", dims, stride, padding, config, dtype, backend, token, x, w,
-            has_bias=bias is not None))
-        if key is not None:
-            _forward_calls.put(key, run)
+        run = _forward_calls.put(key, functools.partial(
+            _forward_run, dtype, backend, token, *_route(
+                "fwd", dims, stride, padding, config, dtype, backend, token, x, w,
+                has_bias=bias is not None)))
     return run(x, w, b)
 
 
@@ -305,9 +302,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     blocked copy across calls (primitives.reuse). need_dx=False: dx is not
     computed (None comes back in its place), as for a network's first layer,
     whose input wants no gradient; need_dw=False likewise dw (frozen weights)."""
-    key = None if config is not None or reuse is not None else \
-        signature((dy, x, w), (stride, padding, dtype, backend, need_dx, need_dw))
-    run = None if key is None else _backward_calls.get(key)
+    key, run = _backward_calls.get((dy, x, w), (stride, padding, dtype, backend, need_dx, need_dw),
+                                   config, reuse)
     if run is None:
         need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
         dims, stride, padding = _check(x, w, dtype, stride, padding)
@@ -324,10 +320,8 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
             raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got {dy.shape}")
         if dy.dtype != x.dtype:
             raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
-        run = functools.partial(_backward_run, dtype, backend, token, need_dx, need_dw, g, vnni,
-                                *data, *update)
-        if key is not None:
-            _backward_calls.put(key, run)
+        run = _backward_calls.put(key, functools.partial(
+            _backward_run, dtype, backend, token, need_dx, need_dw, g, vnni, *data, *update))
     return run(dy, x, w)
 
 

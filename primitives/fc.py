@@ -30,7 +30,7 @@ from brgemm.machine import cpu_threads
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, fits, flag, operands
 from primitives._config import cached, settings
-from primitives.call_memo import CallMemo, signature
+from primitives.call_memo import CallMemo
 from primitives.fc_backward import backward_nest, backward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_forward import forward_nest, forward_plain_nest  # noqa: F401  (public names)
 from primitives.fc_update import update_nest, update_plain_nest  # noqa: F401  (public names)
@@ -135,34 +135,37 @@ def _forward_plan(N, C, K, dtype, backend, config, has_bias, readable, bf16_out)
                    bf16_out=bf16_out), "tiles", vnni
 
 
+def _sizes(x, w):
+    """(N, C, K) of a call on x [N, C] and w [K, C] (2-D arrays, checked by
+    operands): a ValueError where w's columns are not x's or a size is 0."""
+    (N, C), K = x.shape, w.shape[0]
+    if w.shape[1] != C:
+        raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
+    if N == 0 or K == 0 or C == 0:
+        raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+    return N, C, K
+
+
 def forward(x, w, b=None, dtype="f32", backend=None, config=None, reuse=None):
     """y = x @ w.T + b (F.linear). x [N, C], w [K, C], b [K] or None -> y [N, K].
     reuse: keep w's blocked copy across calls (primitives.reuse)."""
-    key = None if config is not None or reuse is not None else \
-        signature((x, w, b), (dtype, backend))
-    run = None if key is None else _forward_calls.get(key)
+    key, run = _forward_calls.get((x, w, b), (dtype, backend), config, reuse)
     if run is None:
         out_dtype = operands(dtype, x, w, names=("x", "w"))
         token = _reuse.check(reuse)
         backend = backend_name(backend)
-        (N, C), K = x.shape, w.shape[0]
-        if w.shape[1] != C:
-            raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got "
-                             f"{w.shape}")
+        N, C, K = _sizes(x, w)
         bias_vector(b, K, dtype)  # checked here, taken as the plans read it by _forward_run
-        if N == 0 or K == 0 or C == 0:
-            raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
         token = _reuse.steady(token, ("fc.forward", N, C, K, dtype, backend), (w,))
         # the geometry, the plan and the path, decided once per such call
         readable = can_read_w(dtype, backend, x, w, token)
         bf16_out = out_dtype != np.float32
-        run = functools.partial(_forward_run, dtype, backend, token, out_dtype, *cached(
-            "fc", ("forward", N, C, K, dtype, backend, b is not None, readable, bf16_out,
-                   cpu_threads()), config,
-            lambda: _forward_plan(N, C, K, dtype, backend, config, b is not None, readable,
-                                  bf16_out)))
-        if key is not None:
-            _forward_calls.put(key, run)
+        run = _forward_calls.put(key, functools.partial(
+            _forward_run, dtype, backend, token, out_dtype, *cached(
+                "fc", ("forward", N, C, K, dtype, backend, b is not None, readable, bf16_out,
+                       cpu_threads()), config,
+                lambda: _forward_plan(N, C, K, dtype, backend, config, b is not None,
+                                      readable, bf16_out))))
     return run(x, w, b)
 
 
@@ -206,31 +209,22 @@ def backward(dy, x, w, dtype="f32", backend=None, config=None, reuse=None, *, ne
     computed (None comes back in its place), as for a network's first layer,
     whose input wants no gradient; need_dw=False likewise dw (frozen weights;
     db still comes back)."""
-    key = None if config is not None or reuse is not None else \
-        signature((dy, x, w), (dtype, backend, need_dx, need_dw))
-    run = None if key is None else _backward_calls.get(key)
+    key, run = _backward_calls.get((dy, x, w), (dtype, backend, need_dx, need_dw), config, reuse)
     if run is None:
         need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
         out_dtype = operands(dtype, dy, x, w, names=("dy", "x", "w"))
         token = _reuse.check(reuse)
         backend = backend_name(backend)
-        (N, C), K = x.shape, w.shape[0]
-        if w.shape[1] != C:
-            raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got "
-                             f"{w.shape}")
+        N, C, K = _sizes(x, w)
         if dy.shape != (N, K):
             raise ValueError(f"dy: expected shape ({N}, {K}), got {dy.shape}")
-        if N == 0 or K == 0 or C == 0:
-            raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
         token = _reuse.steady(token, ("fc.backward", N, C, K, dtype, backend), (w,))
         plain_w = token is None and w.dtype == np.float32 and w.flags.c_contiguous
         f32 = out_dtype == np.float32
-        run = functools.partial(_backward_run, dtype, backend, token, out_dtype, need_dx,
-                                need_dw, *cached(
-            "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
-            lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32)))
-        if key is not None:
-            _backward_calls.put(key, run)
+        run = _backward_calls.put(key, functools.partial(
+            _backward_run, dtype, backend, token, out_dtype, need_dx, need_dw, *cached(
+                "fc", ("backward", N, C, K, dtype, backend, plain_w, f32, cpu_threads()), config,
+                lambda: _backward_plans(N, C, K, dtype, backend, config, plain_w, not f32))))
     return run(dy, x, w)
 
 
