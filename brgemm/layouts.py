@@ -151,17 +151,30 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
     return out.astype(np.float32) if widen else out
 
 
-def transpose_blocks(t, out=None, threads=None):
-    """Tiles of M [Rb][Sb][br][bs] -> tiles of M.T [Sb][Rb][bs][br] (into `out`)."""
-    if t.ndim != 4 or not t.flags.c_contiguous or t.itemsize not in (2, 4):
-        raise ValueError(f"t: expected C-contiguous 4-D tiles of bf16 or f32, got {t.shape} {t.dtype}")
+def transpose_blocks(t, out=None, threads=None, pair=1, sums=None):
+    """Tiles of M [Rb][Sb][br][bs] -> tiles of M.T [Sb][Rb][bs][br] (into `out`);
+    pair > 1 (dividing Sb): [Sb/pair][Rb][pair*bs][br], each result tile
+    `pair` neighbouring ones stacked (tiles of M.T of pair*bs rows). sums: an
+    f32 array [Sb*bs] that gets M's column sums (padding rows included), bit
+    for bit column_sums', summed as the copy reads t (one pass instead of two)."""
+    if (not isinstance(t, np.ndarray) or t.ndim != 4 or not t.flags.c_contiguous
+            or t.dtype not in (_F32, _BF16)):
+        raise ValueError(f"t: expected C-contiguous 4-D tiles of bf16 or f32, got "
+                         f"{getattr(t, 'shape', type(t).__name__)} {getattr(t, 'dtype', '')}")
     Rb, Sb, br, bs = t.shape
-    if out is None:
-        out = aligned_empty((Sb, Rb, bs, br), t.dtype)
-    elif out.shape != (Sb, Rb, bs, br) or out.dtype != t.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"out: expected a C-contiguous {t.dtype} array of shape {(Sb, Rb, bs, br)}")
-    cpu.check(cpu.lib.brgemm_cpu_swap_tiles(cpu.address(t), Rb, Sb, br, bs, t.itemsize,
-                                            cpu.address(out), threads or 0), "transpose_blocks")
+    if type(pair) is not int or pair < 1 or Sb % pair:
+        raise ValueError(f"pair: expected an int >= 1 dividing the {Sb} tile columns, got {pair!r}")
+    out = _check_out(out, (Sb // pair, Rb, pair * bs, br), t.dtype)
+    if _overlap(out, t):
+        raise ValueError("out: overlaps t")
+    if sums is not None:
+        sums = _check_out(sums, (Sb * bs,), dtypes.float32, "sums")
+        if _overlap(sums, t) or _overlap(sums, out):
+            raise ValueError("sums: overlaps t or out")
+    cpu.check(cpu.lib.brgemm_cpu_swap_tiles(
+        cpu.address(t), Rb, Sb, br, bs, t.itemsize, pair, cpu.address(out),
+        _NULL if sums is None else _cast("float *", _address(sums)), threads or 0),
+        "transpose_blocks")
     return out
 
 

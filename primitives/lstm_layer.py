@@ -302,35 +302,33 @@ class LSTM:
                              for geom in (self.gx, g.fc_hidden(g.T, g.hpair * g.bk)))
         return plans[g]
 
-    def _retile(self, tiles, br, bs, name, transpose=False, sums=None):
-        """(plain, tiles): the matrix `tiles` [Rb][Sb][tr][ts] hold (padding
-        included), plain in a scratch buffer and in tiles of br x bs (of its
-        transpose with transpose) in buffer `name`: two parallel copies, the
-        second summing the plain matrix's columns into `sums` (to_blocks)."""
+    def _retile(self, tiles, br, bs, name):
+        """The matrix `tiles` [Rb][Sb][tr][ts] hold (padding included) in tiles of
+        br x bs in buffer `name`, through a plain copy in a scratch buffer: two
+        parallel copies."""
         Rb, Sb, tr, ts = tiles.shape
         plain = from_blocks(tiles, Rb * tr, Sb * ts,
                             out=self._buffer(name + "_plain", (Rb * tr, Sb * ts), tiles.dtype))
-        R, S = (Sb * ts, Rb * tr) if transpose else (Rb * tr, Sb * ts)
-        return plain, to_blocks(plain, br, bs, transpose=transpose, sums=sums, out=self._buffer(
-            name, (nblocks(R, br), nblocks(S, bs), br, bs), tiles.dtype))
+        return to_blocks(plain, br, bs, out=self._buffer(
+            name, (nblocks(Rb * tr, br), nblocks(Sb * ts, bs), br, bs), tiles.dtype))
 
     def _weight_grads_plain(self, dG, g, dG32):
         """dW_ih = dG^T x and dW_hh = dG^T h_prev straight into plain arrays
-        (see _plain_updates); db from the plain dG made on the way (f32), else
-        as _weight_grads leaves it."""
+        (see _plain_updates); db (f32) summed as dG^T's tiles are made from dG's,
+        else as _weight_grads leaves it."""
         upd_x, upd_h = self._plain_updates()
         rows = g.T * g.Nb
-        # db: the plain dG's column sums (padding rows zero), summed as dG^T's
-        # tiles are made from it
+        # db: dG's column sums (padding rows zero), in the pass that makes dG^T's tiles
         db = self._results.empty("grad_b", (4 * self.K,), np.float32) if dG is dG32 else None
-        dGt = self._retile(dG, 2 * g.bk, g.bn, "dGt", transpose=True, sums=db)[1]
+        dGt = transpose_blocks(dG, pair=2, sums=db, out=self._buffer(
+            "dGt", (2 * g.Kb, rows, 2 * g.bk, g.bn), dG.dtype))  # 4 Kb tiles across: even
         f32 = np.dtype(np.float32)
         dw_ih = self._results.empty("grad_w_ih", (4 * self.K, self.C), np.float32)
         upd_x.run(backend=self.backend, dyt=dGt, x=self.xb, dw=dw_ih)
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((rows, g.Kb, g.bn, g.bk))
         if g.hpair > 1:
-            hprev = self._retile(hprev, g.bn, g.hpair * g.bk, "hpair")[1]
+            hprev = self._retile(hprev, g.bn, g.hpair * g.bk, "hpair")
         dw_hh = self._results.empty("grad_w_hh", (4 * self.K, self.K), np.float32)
         upd_h.run(backend=self.backend, dyt=dGt, x=hprev, dw=dw_hh)
         self._grads = {("w_ih", f32): dw_ih, ("w_hh", f32): dw_hh}
@@ -347,13 +345,9 @@ class LSTM:
         hprev = (self.h16 if self.h16 is not None else self.h)[:g.T]
         hprev = hprev.reshape((g.T * g.Nb, g.Kb, g.bn, g.bk))
         hb, pair, rows = g.Kb // g.hpair, g.hpair, g.T * g.Nb
-        ht = transpose_blocks(hprev, out=self._buffer("ht", (g.Kb, rows, g.bk, g.bn),
-                                                       hprev.dtype))
-        if pair > 1:  # [Kb][rows][bk][bn] -> [Kb/2][rows][2 * bk][bn]: tile pairs stacked
-            paired = self._buffer("ht2", (hb, rows, pair * g.bk, g.bn), hprev.dtype)
-            np.copyto(paired.reshape(hb, rows, pair, g.bk, g.bn),
-                      ht.reshape(hb, pair, rows, g.bk, g.bn).transpose(0, 2, 1, 3, 4))
-            ht = paired
+        # [Kb/pair][rows][pair * bk][bn]: h_prev^T's tiles, pairs of them stacked
+        ht = transpose_blocks(hprev, pair=pair, out=self._buffer(
+            "ht", (hb, rows, pair * g.bk, g.bn), hprev.dtype))
         dwh = self._buffer("dwh", (4 * g.Kb, hb, pair * g.bk, g.bk))
         self.plans["dwh"].run(backend=self.backend, xt=ht, dy=dG, dw=dwh)
         self._grad_tiles = dict(w_ih=dwx, w_hh=dwh, b=dG32)

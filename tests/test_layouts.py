@@ -96,6 +96,32 @@ def test_transpose_blocks(rng, dtype, br, bs):
         transpose_blocks(t, out=np.empty(3, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, brgemm.bfloat16])
+def test_transpose_blocks_paired_with_sums(rng, dtype):
+    """pair > 1 stacks neighbouring transposed tiles (tiles of M.T pair*bs
+    rows high); sums gets column_sums(M) bit for bit, padding rows included."""
+    for _ in range(4):
+        br, bs, pair = int(rng.integers(1, 20)), int(rng.integers(1, 20)), int(rng.integers(1, 4))
+        Sb = pair * int(rng.integers(1, 4))
+        x = rng.standard_normal((int(rng.integers(1, 5 * br)), Sb * bs - int(rng.integers(0, bs))))
+        x = x.astype(dtype)
+        t = to_blocks(x, br, bs)
+        sums = np.full(Sb * bs, np.nan, np.float32)
+        got = transpose_blocks(t, pair=pair, sums=sums)
+        np.testing.assert_array_equal(got, to_blocks(x, pair * bs, br, transpose=True))
+        padded = from_blocks(t, t.shape[0] * br, Sb * bs)
+        np.testing.assert_array_equal(sums, column_sums(padded))
+        np.testing.assert_array_equal(transpose_blocks(t, pair=pair), got)
+    with pytest.raises(ValueError, match="^pair"):
+        transpose_blocks(to_blocks(x, 2, 3), pair=0)
+    with pytest.raises(ValueError, match="^pair"):
+        transpose_blocks(np.zeros((2, 3, 4, 4), dtype), pair=2)
+    with pytest.raises(ValueError, match="^sums"):
+        transpose_blocks(t, sums=np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="^t"):
+        transpose_blocks([[1.0]])
+
+
 def test_vnni_tiles_into_out(rng):
     """vnni_tiles pairs rows 2p and 2p+1 of each tile; `out` must be writeable,
     of x's shape and dtype and apart from x (a view of x's buffer is refused)."""

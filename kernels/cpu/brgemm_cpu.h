@@ -279,9 +279,12 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
 int brgemm_cpu_vnni_tiles(const void* src, int64_t tiles, int64_t rows, int64_t cols, void* dst,
                           int threads);
 
-/* Tiles of M as [Rb][Sb][br][bs] -> tiles of M^T as [Sb][Rb][bs][br]. */
+/* Tiles of M as [Rb][Sb][br][bs] -> tiles of M^T as [Sb/pair][Rb][pair*bs][br]
+ * (pair 1: [Sb][Rb][bs][br]; pair > 1 divides Sb and stacks `pair` neighbouring
+ * transposed tiles in one); sums (f32 [Sb*bs], or NULL): M's column sums,
+ * summed down the rows in order as brgemm_cpu_column_sums does. */
 int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
-                          int itemsize, void* dst, int threads);
+                          int itemsize, int64_t pair, void* dst, float* sums, int threads);
 
 /* dst (rows x cols, contiguous) = src (row stride ld), converted. */
 int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, int src_itemsize,

@@ -184,15 +184,45 @@ int brgemm_cpu_from_blocks(const void* src, int64_t R, int64_t S, int64_t br, in
 }
 
 int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, int64_t bs,
-                          int itemsize, void* dst, int threads) {
-  if (!src || !dst || Rb < 1 || Sb < 1 || br < 1 || bs < 1 || (itemsize != 2 && itemsize != 4))
+                          int itemsize, int64_t pair, void* dst, float* sums, int threads) {
+  if (!src || !dst || Rb < 1 || Sb < 1 || br < 1 || bs < 1 || (itemsize != 2 && itemsize != 4) ||
+      pair < 1 || Sb % pair)
     return BRGEMM_EINVAL;
   const int nt = brgemm_cpu_plan_threads(threads);
+  const int64_t tile = br * bs * itemsize;
+  /* tile (rb, sb) of M, transposed, is part sb % pair of tile (sb / pair, rb) of the result */
+#define BRGEMM_SWAPPED(rb, sb) \
+  ((char*)dst + (((sb) / pair * Rb + (rb)) * pair + (sb) % pair) * tile)
+  if (!sums) {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nt)
-  for (int64_t rb = 0; rb < Rb; ++rb)
-    for (int64_t sb = 0; sb < Sb; ++sb) /* tile (sb, rb) of M.T = tile (rb, sb) of M, transposed */
-      brgemm_window((const char*)src + (rb * Sb + sb) * br * bs * itemsize, 1, bs, itemsize,
-                    (char*)dst + (sb * Rb + rb) * br * bs * itemsize, br, itemsize, bs, br);
+    for (int64_t rb = 0; rb < Rb; ++rb)
+      for (int64_t sb = 0; sb < Sb; ++sb)
+        brgemm_window((const char*)src + (rb * Sb + sb) * tile, 1, bs, itemsize,
+                      BRGEMM_SWAPPED(rb, sb), br, itemsize, bs, br);
+    return BRGEMM_OK;
+  }
+  /* with sums: a column of tiles per task, its columns summed down the rows
+   * in order (r = 0, 1, ...: column_sums' order, so the same bits) */
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t sb = 0; sb < Sb; ++sb) {
+    float* restrict out = sums + sb * bs;
+    for (int64_t j = 0; j < bs; ++j) out[j] = 0.0f;
+    for (int64_t rb = 0; rb < Rb; ++rb) {
+      const char* in = (const char*)src + (rb * Sb + sb) * tile;
+      brgemm_window(in, 1, bs, itemsize, BRGEMM_SWAPPED(rb, sb), br, itemsize, bs, br);
+      for (int64_t i = 0; i < br; ++i) {
+        if (itemsize == 4) {
+          const float* restrict row = (const float*)in + i * bs;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < bs; ++j) out[j] += row[j];
+        } else {
+          const uint16_t* restrict row = (const uint16_t*)in + i * bs;
+          for (int64_t j = 0; j < bs; ++j) out[j] += brgemm_bf16_to_f32(row[j]);
+        }
+      }
+    }
+  }
+#undef BRGEMM_SWAPPED
   return BRGEMM_OK;
 }
 
