@@ -295,3 +295,50 @@ def test_lstm_cell_epilogue(rng):
         np.testing.assert_allclose(got["c"], c, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["h"], o * np.tanh(c), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["G"], np.hstack([i, f, g, o]), rtol=1e-5, atol=1e-5)
+
+
+def test_native_plan_is_checked_once_and_sealed(rng):
+    """The CPU replay checks its plan's tables once, when it is made (sealed),
+    not on every run: a run reads private copies of them, so a change to the
+    Plan's own tables after that changes nothing; a struct whose tables or
+    counts changed after sealing, or one never sealed, is refused, and a plan
+    with an inconsistent index is refused when sealed."""
+    from brgemm.backend import cpu
+    M, N, K = (int(v) for v in rng.integers(2, 9, 3))
+    print("M N K", M, N, K)
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((M, K), (K, N)))
+    rec = P.Recorder(dict(A="f32", B="f32", C="f32"))
+    rec.gemm(P.Block(M, N, K, lda=K, ldb=N, ldc=N, beta=0.0), "A", [0], "B", [0], "C", 0)
+    plan = rec.finish()
+    C = np.empty((M, N), np.float32)
+    plan.run(A=A, B=B, C=C)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
+    replay = plan._replays["cpu"]
+    native, lib, ffi = replay.native, cpu.lib, cpu.ffi
+    tensors = ffi.new("void *[]", [cpu.address(a) for a in (A, B, C)])
+    assert native.seal != 0 and lib.brgemm_cpu_plan_run(native, tensors, 1) == lib.BRGEMM_OK
+    calls = plan.calls.copy()
+    plan.calls.flags.writeable = True
+    plan.calls["a"] = 7  # no such tensor slot: the replay's own copy is unchanged
+    C[...] = np.nan
+    plan.run(A=A, B=B, C=C)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
+    plan.calls[...] = calls
+    n_calls = native.n_calls
+    native.n_calls = n_calls + 1  # counts changed after sealing: no longer the sealed plan
+    assert lib.brgemm_cpu_plan_run(native, tensors, 1) == lib.BRGEMM_EINVAL
+    assert lib.brgemm_cpu_plan_time_bare(native, tensors, 1, ffi.new("double *")) == \
+        lib.BRGEMM_EINVAL
+    native.n_calls = n_calls
+    assert lib.brgemm_cpu_plan_run(native, tensors, 1) == lib.BRGEMM_OK
+    bad = ffi.new("brgemm_plan_call[]", 1)
+    bad[0] = native.calls[0]
+    bad[0].a = 7  # an index past the plan's 3 tensor slots
+    unsealed = ffi.new("brgemm_cpu_plan *", {f: getattr(native, f) for f in dir(native)})
+    unsealed.seal = 0
+    assert lib.brgemm_cpu_plan_run(unsealed, tensors, 1) == lib.BRGEMM_EINVAL
+    unsealed.calls = bad
+    assert lib.brgemm_cpu_plan_seal(unsealed) == lib.BRGEMM_EINVAL and unsealed.seal == 0
+    unsealed.calls = native.calls
+    assert lib.brgemm_cpu_plan_seal(unsealed) == lib.BRGEMM_OK
+    assert lib.brgemm_cpu_plan_run(unsealed, tensors, 1) == lib.BRGEMM_OK

@@ -199,8 +199,9 @@ class PlanReplay:
         keep = [ffi.new("brgemm_cpu_kernel *[]", [k._k for k in self.kernels] or [ffi.NULL]),
                 a_bytes, b_bytes]
 
-        def buf(ctype, arr):
-            keep.append(ffi.from_buffer(f"{ctype}[]", arr) if arr.size else ffi.new(f"{ctype}[]", 1))
+        def buf(ctype, arr):  # a private copy: the sealed plan trusts its tables unchanged
+            keep.append(ffi.from_buffer(f"{ctype}[]", arr.copy()) if arr.size else
+                        ffi.new(f"{ctype}[]", 1))
             return keep[-1]
 
         self.native = ffi.new("brgemm_cpu_plan *", dict(
@@ -211,6 +212,8 @@ class PlanReplay:
             task_begin=buf("int64_t", plan.task_begin), n_tasks=len(plan.task_begin) - 1,
             phase_begin=buf("int64_t", plan.phase_begin), n_phases=len(plan.phase_begin) - 1))
         self._keep = keep  # the struct points into these
+        # the tables' indices checked once, here, not on every run (kernels/cpu/plan.c)
+        check(lib.brgemm_cpu_plan_seal(self.native), "Plan (its call tables)")
         self._checked_run = self._bind_checked(plan)
 
     def _bind_checked(self, plan):

@@ -181,7 +181,8 @@ int brgemm_cpu_run_offs(const brgemm_cpu_kernel* kernel, const void* a, const vo
  * by barriers). Tensors are slots bound to base pointers per run. Offsets of
  * A and B blocks are in BYTES (libxsmm's unit); everything else in elements.
  * brgemm/plan.py builds plans and checks every offset against the bound
- * arrays; brgemm_cpu_plan_run re-checks the plan's internal indices. */
+ * arrays; brgemm_cpu_plan_seal checks the plan's internal indices once, and
+ * brgemm_cpu_plan_run runs only a plan sealed with its tables as they are. */
 
 /* LSTM_CELL: t0 holds the four gate pre-activations i, f, g, o as m x n
  * blocks at off0 + q * stride (q = 0..3) with the call's ldc as row stride;
@@ -228,11 +229,20 @@ typedef struct {
   int64_t n_tasks;
   const int64_t* phase_begin; /* n_phases + 1 entries: tasks of phase p */
   int64_t n_phases;
+  uint64_t seal;              /* set by brgemm_cpu_plan_seal; 0 before */
 } brgemm_cpu_plan;
+
+/* Check the plan's own indices (every call, op, task and phase: once, not on
+ * each run, which at 64k calls cost a fifth of a millisecond) and seal it:
+ * BRGEMM_OK, or BRGEMM_EINVAL (the seal left 0). The seal covers the struct's
+ * table pointers and counts, not the tables' contents: the caller keeps them
+ * unchanged from here on (brgemm/backend/cpu.py: private copies). */
+int brgemm_cpu_plan_seal(brgemm_cpu_plan* plan);
 
 /* Replay: every phase in order; within a phase its tasks spread over
  * `threads` OpenMP threads (<= 0: OpenMP's default), each task's calls in
- * order. Bitwise reproducible: a C block belongs to one task per phase. */
+ * order. Bitwise reproducible: a C block belongs to one task per phase.
+ * BRGEMM_EINVAL for a plan not sealed as it is now or a NULL tensor. */
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* plan, void* const* tensors, int threads);
 /* Threads a run with `threads` would use: threads, or OpenMP's default when
  * threads <= 0, at most brgemm_cpu_max_threads(). */

@@ -19,14 +19,12 @@ static int is_copy(int32_t code) {
 }
 
 /* The plan's own indices must be consistent; array bounds are Python's job. */
-static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
-  if (!p || !tensors || !p->kernels || !p->calls || !p->task_begin || !p->phase_begin) return 0;
+static int plan_valid(const brgemm_cpu_plan* p) {
+  if (!p || !p->kernels || !p->calls || !p->task_begin || !p->phase_begin) return 0;
   if (p->n_kernels < 0 || p->n_tensors < 0 || p->n_calls < 0 || p->n_tasks < 0 || p->n_phases < 0)
     return 0;
   for (int32_t i = 0; i < p->n_kernels; ++i)
     if (!p->kernels[i] || brgemm_cpu_form(p->kernels[i]) != BRGEMM_OFFS) return 0;
-  for (int32_t i = 0; i < p->n_tensors; ++i)
-    if (!tensors[i]) return 0;
   if (p->phase_begin[0] != 0 || p->phase_begin[p->n_phases] != p->n_tasks) return 0;
   for (int64_t i = 0; i < p->n_phases; ++i)
     if (p->phase_begin[i] > p->phase_begin[i + 1]) return 0;
@@ -67,6 +65,44 @@ static int plan_valid(const brgemm_cpu_plan* p, void* const* tensors) {
         return 0;
     }
   }
+  return 1;
+}
+
+/* A plan's seal: its table pointers and counts mixed with a key drawn once
+ * per process (the address of a static, which ASLR moves; never 0), so that
+ * a struct whose pointers or counts changed after sealing no longer matches. */
+static uint64_t seal_of(const brgemm_cpu_plan* p) {
+  static const char key;
+  const uint64_t words[] = {(uint64_t)(uintptr_t)&key,        (uint64_t)(uintptr_t)p,
+                            (uint64_t)(uintptr_t)p->kernels,  (uint64_t)p->n_kernels,
+                            (uint64_t)p->n_tensors,           (uint64_t)(uintptr_t)p->calls,
+                            (uint64_t)p->n_calls,             (uint64_t)(uintptr_t)p->a_offs,
+                            (uint64_t)(uintptr_t)p->b_offs,   (uint64_t)p->n_offs,
+                            (uint64_t)(uintptr_t)p->ops,      (uint64_t)p->n_ops,
+                            (uint64_t)(uintptr_t)p->task_begin, (uint64_t)p->n_tasks,
+                            (uint64_t)(uintptr_t)p->phase_begin, (uint64_t)p->n_phases};
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); ++i) {
+    h ^= words[i];
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return h ? h : 1;
+}
+
+int brgemm_cpu_plan_seal(brgemm_cpu_plan* p) {
+  if (!p) return BRGEMM_EINVAL;
+  p->seal = 0;
+  if (!plan_valid(p)) return BRGEMM_EINVAL;
+  p->seal = seal_of(p);
+  return BRGEMM_OK;
+}
+
+/* A run's plan and tensors: sealed as the plan is now, every slot bound. */
+static int run_ok(const brgemm_cpu_plan* p, void* const* tensors) {
+  if (!p || !tensors || !p->seal || p->seal != seal_of(p)) return 0;
+  for (int32_t i = 0; i < p->n_tensors; ++i)
+    if (!tensors[i]) return 0;
   return 1;
 }
 
@@ -125,7 +161,7 @@ void brgemm_cpu_set_threads(int threads) {
 }
 
 int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int threads) {
-  if (!plan_valid(p, tensors)) return BRGEMM_EINVAL;
+  if (!run_ok(p, tensors)) return BRGEMM_EINVAL;
   int err = BRGEMM_OK;
 #pragma omp parallel num_threads(brgemm_cpu_plan_threads(threads))
   {
@@ -147,7 +183,7 @@ int brgemm_cpu_plan_run(const brgemm_cpu_plan* p, void* const* tensors, int thre
 
 int brgemm_cpu_plan_time_bare(const brgemm_cpu_plan* p, void* const* tensors, int64_t reps,
                               double* seconds) {
-  if (!seconds || reps < 1 || !plan_valid(p, tensors)) return BRGEMM_EINVAL;
+  if (!seconds || reps < 1 || !run_ok(p, tensors)) return BRGEMM_EINVAL;
   double t0 = omp_get_wtime();
   for (int64_t r = 0; r < reps; ++r)
     for (int64_t i = 0; i < p->n_calls; ++i) {
