@@ -14,15 +14,15 @@ _cache = LRU(256)
 _derived = LRU(512)
 
 
-# A functional call stamps its config files, a stat each: a system call, a
-# few microseconds on a VM, as much as the rest of a small call's checks. So
-# a file's stamp is taken again only once RECHECK_NS have passed since it
-# was last taken, or at once after write_config wrote any file: a change made
-# otherwise (another process, an editor) is seen within RECHECK_NS, about the
-# granularity of the modification times that the stamp compares (the kernel's
-# clock tick, 1-10 ms), within which a rewrite of the same size went unseen
-# before too.
-RECHECK_NS = 5_000_000
+# A functional call stamps its config files, a stat each: a system call. Run
+# between other work (a training step's other layers), it runs from cold
+# caches and cost 26 us alone, 70 us with the rest of the stamping, on the
+# EPYC; taken every 5 ms it was a tenth of a 1 ms call in the main job's
+# setting (benchmarks/RESULTS.md, issue 17, thirty-fifth session). So a
+# file's stamp is taken again only once RECHECK_NS have passed since it was
+# last taken, or at once after write_config wrote any file: a change made
+# otherwise (another process, an editor) is seen within a second.
+RECHECK_NS = 1_000_000_000
 _stamps = LRU(64)  # path -> (monotonic ns when taken, brgemm.config.writes then, stamp)
 
 

@@ -112,6 +112,7 @@ def test_a_changed_config_is_seen(rng, tmp_path, monkeypatch):
         fc.forward(xf, wf)
     monkeypatch.setenv("BRGEMM_CONFIG", str(good))
     fc.forward(xf, wf)
+    monkeypatch.setattr(_config, "RECHECK_NS", 50_000_000)  # the mechanism, sooner
     good.write_text("[fwd]\nbq = 2\n")  # another size: a new stamp
     time.sleep(2 * _config.RECHECK_NS / 1e9)
     with pytest.raises(ConfigError, match="bq"):

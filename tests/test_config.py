@@ -361,6 +361,7 @@ def test_primitives_see_a_changed_config_file(tmp_path, monkeypatch):
         write_config(user, "fc.fwd", shape, {"bn": bn})  # seen at once
         assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == bn
     assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == 24
+    monkeypatch.setattr(_config, "RECHECK_NS", 50_000_000)  # the mechanism, sooner
     user.write_text('[fc.fwd."N=64,C=96,K=80"]\nbn = 32\n')  # another size: a new stamp
     time.sleep(2 * _config.RECHECK_NS / 1e9)
     assert _config.settings("fc", "fwd", shape, FC["fwd"])["bn"] == 32
