@@ -1,16 +1,21 @@
-"""Probe (issue 17): conv.forward under config variants in the main job's
-setting. Each timed call comes right after oneDNN's run of the same layer, as
-the main job's functional call does (its caches left as oneDNN leaves them),
-in rotated rounds; every variant is passed as config= (so all of them pay the
-same argument checks: a config= call is not remembered, primitives.call_memo),
-beside the layer path's forward plan on blocked tensors. Identical settings
-under two labels show the noise.
+"""Probe (issue 17): conv.forward (or, --pass bwd, conv.backward) under
+config variants in the main job's setting. Each timed call comes right after
+oneDNN's run of the same layer and pass, as the main job's functional call
+does (its caches left as oneDNN leaves them), in rotated rounds; every
+variant is passed as config= (so all of them pay the same argument checks: a
+config= call is not remembered, primitives.call_memo), beside the layer
+path's plans on blocked tensors (bwd: backward-data and the update, as the
+main job's layer_backward). Identical settings under two labels show the
+noise. A variant's settings go into the config's [fwd] table (where conv's
+functional routes and its pointwise plans read theirs), or, named
+"bwd:label", into [bwd].
 
     python -m benchmarks.probe_config_variants --threads T --layers res2a_branch2b,...
-        [--variants '{"label": {fwd settings}, ...}'] [--reps 21]
+        [--pass fwd|bwd] [--variants '{"label": {settings}, ...}'] [--reps 21]
 
-Prints, per layer, the layer plan's median ms and each variant's speed over
-it (layer time / call time; 1.0 = the layer path's speed)."""
+Prints, per layer and variant, the layer path's and the call's median ms,
+each timed as the main job times them, and the ratio (1.0 = the layer path's
+speed)."""
 import argparse
 import json
 import statistics
@@ -19,6 +24,7 @@ import time
 import numpy as np
 
 from benchmarks.common import read_shapes, set_threads
+from benchmarks.conv import layer_backward
 from brgemm.info import kernel_path
 from primitives import conv
 
@@ -26,26 +32,61 @@ VARIANTS = {"default": {}, "blocked": {"nchw_x": False, "nchw_x_rows": False},
             "ring": {"nchw_x": False, "nchw_x_rows": True}, "x_nchw": {"nchw_x": True}}
 
 
-def _rounds(fns, before, reps):
-    """Median ms of each of fns, each call right after before(), rounds rotated."""
-    times = {k: [] for k in fns}
+def _rounds(layer, variants, before, reps):
+    """{label: (the layer's median ms, the variant's median ms)}: per round,
+    each variant in turn as the main job times a functional call: before()
+    (oneDNN's run), the layer path timed, before() again, the variant timed.
+    So every variant finds the caches as the layer and oneDNN leave them (a
+    variant run right after another finds their shared operands in cache and
+    reads faster: the order must not decide)."""
+    times = {k: ([], []) for k in variants}
     for r in range(reps + 2):
-        for name, fn in fns.items():
-            before()
-            t0 = time.perf_counter()
-            fn()
-            if r >= 2:  # two warm-up rounds
-                times[name].append(time.perf_counter() - t0)
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        for name, fn in variants.items():
+            for side, f in enumerate((layer, fn)):
+                before()
+                t0 = time.perf_counter()
+                f()
+                if r >= 2:  # two warm-up rounds
+                    times[name][side].append(time.perf_counter() - t0)
+    return {k: tuple(1e3 * statistics.median(s) for s in v) for k, v in times.items()}
+
+
+def _results(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _sides(pass_, x, w, g, dims, rng):
+    """(the layer path's plans of pass_, oneDNN's job of that pass,
+    call(config): the functional call of that pass with config=)."""
+    from benchmarks.onednn import Job
+    C, K, H, W, R, S, st, pd = dims
+    N = x.shape[0]
+    if pass_ == "fwd":
+        xb, wb = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32")
+        yb = np.empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
+        layer = conv.plan(g, "fwd", "f32")
+        job = Job.conv("fwd", N, C, K, H, W, R, S, (st, st), (pd, pd), x=x, w=w, dtype="f32")
+        return (lambda: layer.run(x=xb, w=wb, y=yb), job,
+                lambda cfg: conv.forward(x, w, st, pd, config=cfg))
+    dy = rng.standard_normal((N, K, g.P, g.Q)).astype(np.float32)
+    wb, wt = conv.layer_weights(w, g, "f32", ())
+    t = dict(wt=wt, dyp=conv.block_y(dy, g, "f32", bordered=True),
+             dx=np.empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32), dw=conv.update_output(g),
+             dw_sum=np.empty(conv.update_output(g)[0].size, np.float32),
+             upd=conv.update_inputs(x, dy, g, "f32"))
+    plans = {p: conv.plan(g, p, "f32") for p in ("bwd", "upd")}
+    job = Job.conv("bwd", N, C, K, H, W, R, S, (st, st), (pd, pd), w=w, dy=dy, dtype="f32")
+    return (layer_backward(g, t, plans), job,
+            lambda cfg: conv.backward(dy, x, w, st, pd, config=cfg)[:2])
 
 
 def main(argv=None):
-    from benchmarks.onednn import Job
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--layers", default="res2a_branch2b,res3a_branch2b")
     parser.add_argument("--variants", type=json.loads, default=VARIANTS)
     parser.add_argument("--reps", type=int, default=21)
+    parser.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     N, rng = args.threads, np.random.default_rng()
@@ -55,21 +96,19 @@ def main(argv=None):
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, R, S)).astype(np.float32)
         g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path("f32"))
-        xb, wb = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32")
-        yb = np.empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
-        layer = conv.plan(g, "fwd", "f32")
-        job = Job.conv("fwd", N, C, K, H, W, R, S, (st, st), (pd, pd), x=x, w=w, dtype="f32")
-        want = conv.forward(x, w, st, pd).astype(np.float64)
-        fns = {"layer": lambda: layer.run(x=xb, w=wb, y=yb)}
+        layer, job, call = _sides(args.pass_, x, w, g, (C, K, H, W, R, S, st, pd), rng)
+        want = [np.asarray(a, np.float64) for a in _results(call(None))]
+        fns = {}
         for label, settings in args.variants.items():
-            cfg = {"fwd": settings}
-            got = conv.forward(x, w, st, pd, config=cfg)
-            if not np.allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max()):
-                raise SystemExit(f"{name} {label}: the result differs from the defaults'")
-            fns[label] = (lambda cfg: lambda: conv.forward(x, w, st, pd, config=cfg))(cfg)
-        ms = _rounds(fns, job.run, args.reps)
-        print(f"{name:<16} {args.threads} threads: layer {ms['layer']:.3f} ms; over it: "
-              + "  ".join(f"{k} {ms['layer'] / v:.3f}" for k, v in ms.items() if k != "layer"),
+            cfg = {"bwd" if label.startswith("bwd:") else "fwd": settings}
+            got = _results(call(cfg))
+            for a, b in zip(got, want):
+                if not np.allclose(a, b, rtol=1e-4, atol=1e-3 * np.abs(b).max()):
+                    raise SystemExit(f"{name} {label}: the result differs from the defaults'")
+            fns[label] = (lambda cfg: lambda: call(cfg))(cfg)
+        ms = _rounds(layer, fns, job.run, args.reps)
+        print(f"{name:<16} {args.pass_} {args.threads} threads, ms (layer / call, ratio): "
+              + "  ".join(f"{k} {a:.3f} / {b:.3f} ({a / b:.3f})" for k, (a, b) in ms.items()),
               flush=True)
 
 
