@@ -205,21 +205,12 @@ int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, i
    * in order (r = 0, 1, ...: column_sums' order, so the same bits) */
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int64_t sb = 0; sb < Sb; ++sb) {
-    float* restrict out = sums + sb * bs;
+    float* out = sums + sb * bs;
     for (int64_t j = 0; j < bs; ++j) out[j] = 0.0f;
     for (int64_t rb = 0; rb < Rb; ++rb) {
       const char* in = (const char*)src + (rb * Sb + sb) * tile;
       brgemm_window(in, 1, bs, itemsize, BRGEMM_SWAPPED(rb, sb), br, itemsize, bs, br);
-      for (int64_t i = 0; i < br; ++i) {
-        if (itemsize == 4) {
-          const float* restrict row = (const float*)in + i * bs;
-#pragma GCC ivdep
-          for (int64_t j = 0; j < bs; ++j) out[j] += row[j];
-        } else {
-          const uint16_t* restrict row = (const uint16_t*)in + i * bs;
-          for (int64_t j = 0; j < bs; ++j) out[j] += brgemm_bf16_to_f32(row[j]);
-        }
-      }
+      add_rows(in, bs, itemsize, br, bs, out);
     }
   }
 #undef BRGEMM_SWAPPED
