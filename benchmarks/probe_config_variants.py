@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from benchmarks.common import read_shapes, set_threads
+from benchmarks.conv import _layer as conv_layer  # the main job's layer and blocked tensors
 from benchmarks.conv import layer_backward
-from brgemm.info import kernel_path
 from primitives import conv
 
 VARIANTS = {"default": {}, "blocked": {"nchw_x": False, "nchw_x_rows": False},
@@ -55,27 +55,19 @@ def _results(out):
     return out if isinstance(out, tuple) else (out,)
 
 
-def _sides(pass_, x, w, g, dims, rng):
-    """(the layer path's plans of pass_, oneDNN's job of that pass,
-    call(config): the functional call of that pass with config=)."""
+def _sides(pass_, rng, N, dims):
+    """(the layer path's plans of pass_ on the main job's layer, oneDNN's job of
+    that pass, call(config): the functional call of that pass with config=)."""
     from benchmarks.onednn import Job
     C, K, H, W, R, S, st, pd = dims
-    N = x.shape[0]
+    x, w, dy, g, vnni, t = conv_layer(rng, N, *dims, "f32", np.float32)
+    job = Job.conv(pass_, N, C, K, H, W, R, S, (st, st), (pd, pd), x=x if pass_ == "fwd" else None,
+                   w=w, dy=dy if pass_ == "bwd" else None, dtype="f32")
     if pass_ == "fwd":
-        xb, wb = conv.block_x(x, g, "f32"), conv.block_w(w, g, "f32")
-        yb = np.empty((N, g.Kb, g.P, g.Q, g.bk), np.float32)
-        layer = conv.plan(g, "fwd", "f32")
-        job = Job.conv("fwd", N, C, K, H, W, R, S, (st, st), (pd, pd), x=x, w=w, dtype="f32")
-        return (lambda: layer.run(x=xb, w=wb, y=yb), job,
+        layer = conv.plan(g, "fwd", "f32", "fwd" in vnni)
+        return (lambda: layer.run(x=t["x"], w=t["w"], y=t["y"]), job,
                 lambda cfg: conv.forward(x, w, st, pd, config=cfg))
-    dy = rng.standard_normal((N, K, g.P, g.Q)).astype(np.float32)
-    wb, wt = conv.layer_weights(w, g, "f32", ())
-    t = dict(wt=wt, dyp=conv.block_y(dy, g, "f32", bordered=True),
-             dx=np.empty((g.N, g.Cb, g.Hp, g.Wp, g.bc), np.float32), dw=conv.update_output(g),
-             dw_sum=np.empty(conv.update_output(g)[0].size, np.float32),
-             upd=conv.update_inputs(x, dy, g, "f32"))
-    plans = {p: conv.plan(g, p, "f32") for p in ("bwd", "upd")}
-    job = Job.conv("bwd", N, C, K, H, W, R, S, (st, st), (pd, pd), w=w, dy=dy, dtype="f32")
+    plans = {p: conv.plan(g, p, "f32", p in vnni) for p in ("bwd", "upd")}
     return (layer_backward(g, t, plans), job,
             lambda cfg: conv.backward(dy, x, w, st, pd, config=cfg)[:2])
 
@@ -93,10 +85,7 @@ def main(argv=None):
     for (C, K, H, W, R, S, st, pd), name in read_shapes("resnet50_conv"):
         if name not in args.layers.split(","):
             continue
-        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
-        w = rng.standard_normal((K, C, R, S)).astype(np.float32)
-        g = conv.geometry(N, C, K, H, W, R, S, (st, st), (pd, pd), path=kernel_path("f32"))
-        layer, job, call = _sides(args.pass_, x, w, g, (C, K, H, W, R, S, st, pd), rng)
+        layer, job, call = _sides(args.pass_, rng, N, (C, K, H, W, R, S, st, pd))
         want = [np.asarray(a, np.float64) for a in _results(call(None))]
         fns = {}
         for label, settings in args.variants.items():
