@@ -189,7 +189,7 @@ def _backward_route(g, dtype, backend, token, x, w, dy):
     of the weight update (see backward)."""
     vnni = vnni_passes(g, dtype, backend)
     gt = _transposed(g)  # backward-data of a pointwise layer: the pointwise forward of w^T
-    bp = pointwise(gt, dtype, backend)
+    bp = pointwise(gt, dtype, backend, "bwd")
     blocks = columns(g, dtype, backend, "bwd") if dtype == "f32" else None  # f32 only
     f32 = x.dtype == np.float32 and w.dtype == np.float32
     if blocks and token is None and f32 and w.flags.c_contiguous and g.R * g.S > 1:

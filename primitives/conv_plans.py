@@ -33,8 +33,9 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "pointwise_classes": bool,
                  "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
                  "nchw_copies_w": bool, "nchw_x_rows": bool, "pointwise_rows": bool,
-                 "columns": bool},
+                 "columns": bool, "pointwise": bool},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
+                  "pointwise": bool,
                   "columns_copies_w": bool, "columns_copy_block": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
                   "flat_below_q": int, "pointwise_images": bool}}
@@ -101,6 +102,9 @@ class Geometry(HashedOnce):
     nchw_x_rows: bool = False
     # conv.columns' copying backward-data's block targets (fc's bn, bc, bk)
     columns_copy_block: int = 64
+    # fwd, bwd: the functional forms may take the pointwise plans (conv_pointwise)
+    # where their rule allows: the forward (fwd) and backward-data (bwd)
+    pointwise: tuple = (True, True)
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -184,7 +188,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
                     cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"],
-                    f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"])
+                    f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"],
+                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")))
 
 
 # ---------------------------------------------------------------- the loop nests

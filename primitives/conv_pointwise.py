@@ -17,16 +17,19 @@ from primitives.conv_plans import _plans
 from primitives.conv_update import pointwise_update_nest
 
 
-def pointwise(g, dtype, backend):
-    """The pixel block of the functional forward's pointwise plan, or None where
-    it does not apply. A 1x1 layer with stride 1 and no padding is a GEMM per
+def pointwise(g, dtype, backend, pass_="fwd"):
+    """The pixel block of the functional forward's pointwise plan (pass_ "fwd";
+    "bwd": backward-data's, g then the transposed geometry), or None where it
+    does not apply or the config's `pointwise` of that pass is off. A 1x1 layer with stride 1 and no padding is a GEMM per
     image on NCHW arrays as they are (pointwise_nest): it reads w and x in
     place and writes y in place, where the blocked plan needs all three
     copied. f32 on the CPU backend, C a multiple of bc, and images whose
     pixels fill the kernel's 16-float vectors but for at most 1/16 of their
     lanes (14 x 14 and larger; not 7 x 7, where 49 pixels leave 15 of 64
     lanes empty and the layer's full tiles win: benchmarks/RESULTS.md)."""
-    if dtype != "f32" or backend != "cpu":
+    if pass_ not in ("fwd", "bwd"):
+        raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {pass_!r}")
+    if dtype != "f32" or backend != "cpu" or not g.pointwise[pass_ == "bwd"]:
         return None
     return _pixel_block(g)
 
@@ -71,7 +74,8 @@ def pointwise_pairs(g, dtype, backend, x, w, token):
     w read in place as the broadcast operand, x's one copy its channel rows in
     VNNI pairs (brgemm.vnni.vnni_tiles, C even), y stored in bf16 by the
     plan (pointwise_plan's pairs); where the config's pointwise_pairs says so."""
-    if (dtype != "bf16" or backend != "cpu" or not g.pointwise_pairs or token is not None
+    if (dtype != "bf16" or backend != "cpu" or not g.pointwise_pairs or not g.pointwise[0]
+            or token is not None
             or g.C % 2
             or x.dtype != dtypes.bfloat16 or w.dtype != dtypes.bfloat16
             or not w.flags.c_contiguous or not takes_vnni_b(g.bc, dtype, backend)):

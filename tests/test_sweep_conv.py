@@ -82,10 +82,12 @@ def draw_config(rng):
                     "pointwise_rows": pick(False, True),  # 1x1: x in place or on line rows
                     "nchw_copies_w": pick(False, True),  # x in place: w's copy or w as given
                     "nchw_x": pick(False, True),  # x as the transposed A, or
-                    "nchw_x_rows": pick(False, True)},  # its rows copied by the plan, or blocked
+                    "nchw_x_rows": pick(False, True),  # its rows copied by the plan, or blocked
+                    "pointwise": pick(False, True)},  # 1x1: the pointwise plans or the others
             "bwd": {"spec": pick(*SPECS["bwd"]), "call_kb": pick(1, 8, 32, 128),
                     "columns_copies_w": pick(False, True),  # conv.columns' backward-data:
-                    "columns_copy_block": pick(16, 64, 128)},  # w in place or its tiles copied
+                    "columns_copy_block": pick(16, 64, 128),  # w in place or its tiles copied
+                    "pointwise": pick(False, True)},  # 1x1 backward-data: likewise
             "upd": {"spec": pick(*SPECS["upd"]), "tiles": pick(1, 4, 16, 64),
                     "call_kb": pick(1, 8, 64, 256)}}
 
