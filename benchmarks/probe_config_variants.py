@@ -8,14 +8,18 @@ path's plans on blocked tensors (bwd: backward-data and the update, as the
 main job's layer_backward). Identical settings under two labels show the
 noise. A variant's settings go into the config's [fwd] table (where conv's
 functional routes and its pointwise plans read theirs), or, named
-"bwd:label", into [bwd].
+"bwd:label", into [bwd]; settings keyed by pass ({"fwd": {..}, "bwd": {..}})
+are the whole config.
 
     python -m benchmarks.probe_config_variants --threads T --layers res2a_branch2b,...
-        [--pass fwd|bwd] [--variants '{"label": {settings}, ...}'] [--reps 21]
+        [--pass fwd|bwd] [--variants '{"label": {settings}, ...}'] [--reps 21] [--looped]
 
 Prints, per layer and variant, the layer path's and the call's median ms,
 each timed as the main job times them, and the ratio (1.0 = the layer path's
-speed)."""
+speed). --looped: the main job's own timing (each fn looped for 50 ms a
+round, all in rotated rounds), where the default times single calls, each
+right after oneDNN's: the coldest case, which the main job meets once a
+loop."""
 import argparse
 import json
 import statistics
@@ -23,7 +27,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import read_shapes, set_threads
+from benchmarks.common import interleaved_samples, paired_ratio, read_shapes, set_threads
 from benchmarks.conv import _layer as conv_layer  # the main job's layer and blocked tensors
 from benchmarks.conv import layer_backward
 from primitives import conv
@@ -49,6 +53,20 @@ def _rounds(layer, variants, before, reps):
                 if r >= 2:  # two warm-up rounds
                     times[name][side].append(time.perf_counter() - t0)
     return {k: tuple(1e3 * statistics.median(s) for s in v) for k, v in times.items()}
+
+
+def _looped(layer, variants, before, reps):
+    """_rounds' table as the main job times its rows: the layer path, oneDNN's
+    run and every variant in rotated rounds, each looped for 50 ms a round
+    (benchmarks.common.interleaved_samples), so that only a loop's first call
+    finds the caches as the fn before it left them; the layer's ms is its
+    median, each ratio the median over rounds of layer / variant."""
+    names = list(variants)
+    samples = interleaved_samples([layer, before] + [variants[k] for k in names], reps,
+                                  rotate=True)
+    lay = samples[0]
+    return {k: (1e3 * statistics.median(lay), 1e3 * statistics.median(s),
+                paired_ratio(lay, s)) for k, s in zip(names, samples[2:])}
 
 
 def _results(out):
@@ -79,6 +97,8 @@ def main(argv=None):
     parser.add_argument("--variants", type=json.loads, default=VARIANTS)
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd")
+    parser.add_argument("--looped", action="store_true",
+                        help="time as the main job does: each fn looped, in rotated rounds")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     N, rng = args.threads, np.random.default_rng()
@@ -89,15 +109,21 @@ def main(argv=None):
         want = [np.asarray(a, np.float64) for a in _results(call(None))]
         fns = {}
         for label, settings in args.variants.items():
-            cfg = {"bwd" if label.startswith("bwd:") else "fwd": settings}
+            cfg = settings if set(settings) & {"fwd", "bwd", "upd"} else {
+                "bwd" if label.startswith("bwd:") else "fwd": settings}
             got = _results(call(cfg))
             for a, b in zip(got, want):
                 if not np.allclose(a, b, rtol=1e-4, atol=1e-3 * np.abs(b).max()):
                     raise SystemExit(f"{name} {label}: the result differs from the defaults'")
             fns[label] = (lambda cfg: lambda: call(cfg))(cfg)
-        ms = _rounds(layer, fns, job.run, args.reps)
-        print(f"{name:<16} {args.pass_} {args.threads} threads, ms (layer / call, ratio): "
-              + "  ".join(f"{k} {a:.3f} / {b:.3f} ({a / b:.3f})" for k, (a, b) in ms.items()),
+        if args.looped:
+            ms = _looped(layer, fns, job.run, args.reps)
+        else:
+            ms = {k: (a, b, a / b) for k, (a, b) in _rounds(layer, fns, job.run,
+                                                             args.reps).items()}
+        print(f"{name:<16} {args.pass_} {args.threads} threads"
+              f"{', looped' if args.looped else ''}, ms (layer / call, ratio): "
+              + "  ".join(f"{k} {a:.3f} / {b:.3f} ({r:.3f})" for k, (a, b, r) in ms.items()),
               flush=True)
 
 
