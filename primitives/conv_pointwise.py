@@ -20,7 +20,8 @@ from primitives.conv_update import pointwise_update_nest
 def pointwise(g, dtype, backend, pass_="fwd"):
     """The pixel block of the functional forward's pointwise plan (pass_ "fwd";
     "bwd": backward-data's, g then the transposed geometry), or None where it
-    does not apply or the config's `pointwise` of that pass is off. A 1x1 layer with stride 1 and no padding is a GEMM per
+    does not apply or the config's `pointwise` of that pass is off. A 1x1
+    layer with stride 1 and no padding is a GEMM per
     image on NCHW arrays as they are (pointwise_nest): it reads w and x in
     place and writes y in place, where the blocked plan needs all three
     copied. f32 on the CPU backend, C a multiple of bc, and images whose
@@ -73,7 +74,8 @@ def pointwise_pairs(g, dtype, backend, x, w, token):
     already (nothing to round), w C-contiguous and not kept blocked (reuse=):
     w read in place as the broadcast operand, x's one copy its channel rows in
     VNNI pairs (brgemm.vnni.vnni_tiles, C even), y stored in bf16 by the
-    plan (pointwise_plan's pairs); where the config's pointwise_pairs says so."""
+    plan (pointwise_plan's pairs); where the config's pointwise_pairs says so
+    and its fwd `pointwise` is on."""
     if (dtype != "bf16" or backend != "cpu" or not g.pointwise_pairs or not g.pointwise[0]
             or token is not None
             or g.C % 2

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import brgemm
 from primitives import conv
 from tests.test_conv import magnitude, reference
 
@@ -29,6 +30,10 @@ def test_pointwise_key_turns_the_routes_off(rng):
         assert g.pointwise == (fwd_on, bwd_on)
         assert bool(conv.pointwise(g, "f32", "cpu")) == fwd_on
         assert bool(conv.pointwise(gt, "f32", "cpu", "bwd")) == bwd_on
+        if not fwd_on:  # bf16's forward on x's VNNI pairs is a pointwise plan too
+            x16, w16 = (rng.standard_normal(s).astype(brgemm.bfloat16)
+                        for s in ((N, C, H, W), (K, C, 1, 1)))
+            assert conv.pointwise_pairs(g, "bf16", "cpu", x16, w16, None) is None
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = rng.standard_normal((K, C, 1, 1)).astype(np.float32)
         dy = rng.standard_normal((N, K, H, W)).astype(np.float32)
@@ -38,7 +43,8 @@ def test_pointwise_key_turns_the_routes_off(rng):
         assert (fwd[1] == "pointwise") == fwd_on and (bwd[2][0] == "pointwise") == bwd_on
         y = conv.forward(x, w, config=cfg)
         dx, dw = conv.backward(dy, x, w, config=cfg)
-        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)):
+        for got, want, mag in zip((y, dx, dw), reference(x, w, dy, 1, 0),
+                                  magnitude(x, w, dy, 1, 0)):
             assert got.dtype == np.float32 and got.shape == want.shape
             assert np.all(np.abs(got - want) <= 1e-5 * mag + 1e-30)
     with pytest.raises(ValueError, match="pass_"):
