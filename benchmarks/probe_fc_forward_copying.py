@@ -10,7 +10,8 @@ Per shape, in the same rotated rounds at --threads (report_sides; time over
 "copy + plan" paired by round, > 1 slower): to_blocks of W^T then the plain
 plan; plan_copying with its chunk, twice and half it; the layer's blocked
 plan on tiles made before (no copies: what the functional plans lose to
-it); PyTorch's F.linear; the whole fc.forward with each path forced."""
+it); PyTorch's F.linear; the whole fc.forward with each path forced (reads_w:
+W in place as the broadcast operand, fc_forward.forward_t)."""
 import argparse
 import dataclasses
 import os
@@ -62,22 +63,27 @@ def sides(N, C, K, rng, brief=False):
         out["torch F.linear"] = lambda: torch.nn.functional.linear(xt, wt_)
     except ImportError:
         pass
-    for copying in (False, True):
-        out[f"whole fc.forward, {'copying' if copying else 'one copy'}"] = whole(x, w, copying)
+    for path in ("one copy", "copying", "reads_w"):
+        out[f"whole fc.forward, {path}"] = whole(x, w, path)
     return g, out
 
 
-def whole(x, w, copying):
-    """fc.forward with its path forced (copying or not): the path is decided on
-    a call signature's first call, so each is made once under a config of its
-    own (the defaults' values) with fc.copies_wt replaced for that call."""
-    saved = fc.copies_wt
-    fc.copies_wt = lambda g, threads: copying
-    cfg = {} if copying else {"fwd": {}}
+def whole(x, w, path):
+    """fc.forward with its path forced ("copying", "one copy" or "reads_w":
+    W read in place, fc_forward.forward_t): the path is decided on a call
+    signature's first call, so each is made once under a config of its own
+    (the defaults' values) with fc.copies_wt and fc.small_batch replaced for
+    that call."""
+    saved = fc.copies_wt, fc.small_batch
+    fc.copies_wt = lambda g, threads: path == "copying"
+    fc.small_batch = lambda g: path == "reads_w"
+    cfg = {"copying": {}, "one copy": {"fwd": {}}, "reads_w": {"upd": {}}}[path]
     try:
-        fc.forward(x, w, config=cfg)
+        got = fc.forward(x, w, config=cfg)
     finally:
-        fc.copies_wt = saved
+        fc.copies_wt, fc.small_batch = saved
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-4, path
     return lambda: fc.forward(x, w, config=cfg)
 
 
