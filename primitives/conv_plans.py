@@ -38,7 +38,7 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                   "pointwise": bool,
                   "columns_copies_w": bool, "columns_copy_block": int},
           "upd": {"spec": str, "tiles": int, "call_kb": int, "flat": bool, "share_kb": int,
-                  "flat_below_q": int, "pointwise_images": bool}}
+                  "flat_below_q": int, "pointwise_images": bool, "pointwise_shares": int}}
 
 _plans = bplan.PlanCache(maxsize=64)
 
@@ -105,6 +105,9 @@ class Geometry(HashedOnce):
     # fwd, bwd: the functional forms may take the pointwise plans (conv_pointwise)
     # where their rule allows: the forward (fwd) and backward-data (bwd)
     pointwise: tuple = (True, True)
+    # the functional pointwise weight update in this many shares of images,
+    # shares outermost (0: pointwise_images or the rule; conv_pointwise.pointwise_update)
+    pointwise_shares: int = 0
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -189,7 +192,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
                     cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"],
                     f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"],
-                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")))
+                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")),
+                    cfg["upd"].get("pointwise_shares", 0))
 
 
 # ---------------------------------------------------------------- the loop nests

@@ -90,7 +90,8 @@ def test_pointwise_update(rng):
     large images the other way round (conv.pointwise_copies_dy: x in place,
     dy copied, dW^T transposed), or with x a strided view, not; forward and
     backward-data on whichever path they take; dW again with the config's
-    pointwise_images (one share per image). Against float64."""
+    pointwise_images (one share per image), and with its pointwise_shares
+    (a random count, up to one past the units). Against float64."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
         C, K = int(rng.integers(1, 90)), int(rng.integers(1, 90))
@@ -121,8 +122,18 @@ def test_pointwise_update(rng):
         gi = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=images)
         assert conv.pointwise_update(gi, "f32", "cpu", dy) == (bp, N)
         dwi = conv.backward(dy, x, w, config=images, need_dx=False)[1]
+        # and with pointwise_shares (over pointwise_images): at most that many
+        # shares, none empty, images outermost
+        units, asked = N * -(-H * W // bp), int(rng.integers(1, N * -(-H * W // bp) + 2))
+        shared = {**cfg, "upd": {"pointwise_images": True, "pointwise_shares": asked}}
+        gs = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=shared)
+        bps, parts = conv.pointwise_update(gs, "f32", "cpu", dy)
+        print(f"pointwise_shares {asked}: {parts} shares of {units} units")
+        assert bps == bp and 1 <= parts <= min(units, asked)
+        assert (parts - 1) * -(-units // parts) < units  # the last share has units
+        dws = conv.backward(dy, x, w, config=shared, need_dx=False)[1]
         want, mag = reference(x, w, dy, 1, 0), magnitude(x, w, dy, 1, 0)
-        for got, i in zip((y, dx, dw, dwi), (0, 1, 2, 2)):
+        for got, i in zip((y, dx, dw, dwi, dws), (0, 1, 2, 2, 2)):
             assert got.dtype == np.float32 and got.shape == want[i].shape
             assert np.all(np.abs(got - want[i]) <= 1e-5 * mag[i] + 1e-30)
     g = conv.geometry(2, 64, 64, 9, 9, 1, 1, (1, 1), (0, 0))
