@@ -91,9 +91,10 @@ class Geometry(HashedOnce):
     # conv.columns' backward-data as fc's copying plan (w's tiles copied as its
     # calls need them) rather than on w in place
     columns_copies_w: bool = False
-    # the functional pointwise weight update in one share per image, images
-    # outermost (conv_pointwise.pointwise_update)
-    pointwise_images: bool = False
+    # the functional pointwise weight update in this many shares of images,
+    # shares outermost (0: the rule; the config's pointwise_shares, or N where
+    # its pointwise_images says one share per image: conv_pointwise.pointwise_update)
+    pointwise_shares: int = 0
     # the f32 functional forward on x in place copying w's tiles in its plan
     # (conv_in_place.copies_w_nchw)
     nchw_copies_w: bool = False
@@ -105,9 +106,6 @@ class Geometry(HashedOnce):
     # fwd, bwd: the functional forms may take the pointwise plans (conv_pointwise)
     # where their rule allows: the forward (fwd) and backward-data (bwd)
     pointwise: tuple = (True, True)
-    # the functional pointwise weight update in this many shares of images,
-    # shares outermost (0: pointwise_images or the rule; conv_pointwise.pointwise_update)
-    pointwise_shares: int = 0
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -190,10 +188,11 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     f["pointwise_bp"], f["pointwise_classes"], f["classes_bp"],
                     f["pointwise_pairs"], f["nchw_x"], f["pointwise_rows"],
                     tuple(cfg[p]["columns"] for p in ("fwd", "bwd")),
-                    cfg["bwd"]["columns_copies_w"], cfg["upd"]["pointwise_images"],
+                    cfg["bwd"]["columns_copies_w"],
+                    cfg["upd"].get("pointwise_shares") or (N if cfg["upd"]["pointwise_images"]
+                                                           else 0),
                     f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"],
-                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")),
-                    cfg["upd"].get("pointwise_shares", 0))
+                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")))
 
 
 # ---------------------------------------------------------------- the loop nests

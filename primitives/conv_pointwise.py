@@ -92,8 +92,8 @@ def pointwise_update(g, dtype, backend, dy):
     of dy[n] (K x HW) @ x[n]^T, x's one copy the transposed tiles; dW comes
     out in w's own layout. Shares of the reduction where there are fewer than
     4 tiles a thread, as the layer's update (conv_plans.geometry), or with the
-    config's pointwise_images one share per image, or its pointwise_shares
-    that many (runs of whole images where they divide the images)."""
+    config's pointwise_shares that many (runs of whole images where they
+    divide the images; its pointwise_images: one share per image)."""
     if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or dtype != "f32"
             or backend != "cpu" or dy.dtype != np.float32 or not dy.flags.c_contiguous):
         return None
@@ -101,8 +101,6 @@ def pointwise_update(g, dtype, backend, dy):
     units = g.N * nblocks(g.H * g.W, bp)
     if g.pointwise_shares:  # config: that many shares, images outermost (pointwise_update_plan)
         shares = min(units, g.pointwise_shares)
-    elif g.pointwise_images:  # config: one share per image
-        shares = g.N
     else:
         shares = max(1, min(units, -(-4 * cpu_threads() // (g.Kb * g.Cb))))
     return bp, -(-units // -(-units // shares))  # no share left without units
@@ -144,11 +142,11 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=Fa
 def pointwise_update_plan(g, bp, shares):
     """The weight update conv.pointwise_update describes
     (conv_update.pointwise_update_nest): a task per tile and share; with the
-    config's pointwise_images (one share per image) or pointwise_shares,
+    config's pointwise_shares (or pointwise_images: one share per image),
     shares outermost, so that the static schedule gives thread n image n's
     tasks (or a run of images with n's among them), as to_blocks gives it image
     n's tiles of x^T to copy (its tiles in the order of x's rows)."""
-    spec = "JKC" if g.pointwise_images or g.pointwise_shares else "KCJ"
+    spec = "JKC" if g.pointwise_shares else "KCJ"
 
     def record():
         loops = parse_spec(spec, [Loop("k", 0, g.Kb, 1), Loop("c", 0, g.Cb, 1),

@@ -124,7 +124,8 @@ def test_pointwise_update(rng):
         dwi = conv.backward(dy, x, w, config=images, need_dx=False)[1]
         # and with pointwise_shares (over pointwise_images): at most that many
         # shares, none empty, images outermost
-        units, asked = N * -(-H * W // bp), int(rng.integers(1, N * -(-H * W // bp) + 2))
+        units = N * -(-H * W // bp)
+        asked = int(rng.integers(1, units + 2))
         shared = {**cfg, "upd": {"pointwise_images": True, "pointwise_shares": asked}}
         gs = conv.geometry(N, C, K, H, W, 1, 1, (1, 1), (0, 0), config=shared)
         bps, parts = conv.pointwise_update(gs, "f32", "cpu", dy)
