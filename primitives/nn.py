@@ -21,9 +21,11 @@ torch (the primitive has none); the LSTM's two biases are summed into one, and
 both get its gradient.
 
 Blocked weights are rebuilt only when a parameter's version counter or storage
-changed (every in-place torch op, optimizer steps and load_state_dict included,
-bumps the counter; writes through `.data` or a NumPy view do not: after those
-call `reload_weights()` on an LSTM, `primitives.reuse.clear()` for the others):
+changed (every in-place torch op and load_state_dict bump the counter; a
+`.data` swapped in, as Module.to() does, is a new storage) or a torch.optim
+optimizer has stepped since (fused steps bump no counter): primitives.reuse.
+Writes in place through `.data` or a NumPy view are not seen: after those
+call `reload_weights()` on an LSTM, `primitives.reuse.clear()` for the others.
 Linear and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
 the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state its backward reads; if another forward ran
 on the module before that backward (two calls in one graph), the backward

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from primitives import lstm
+from primitives import lstm, reuse
 from primitives.nn_tensors import _array, _cast, _dtype, _tensor
 
 
@@ -26,7 +26,9 @@ def _lstm_unsupported(m):
 
 class _LayerCache:
     """One lstm.LSTM layer per module, its blocked weights tagged with the
-    parameters' (storage, version) they were built from."""
+    parameters' state they were built from (reuse.tensor_state: storage, version
+    and the optimizer steps counted; the storages held, so none comes back at
+    their address)."""
 
     def __init__(self):
         self.layer, self.key, self.held, self.owner = None, None, None, None
@@ -38,7 +40,7 @@ class _LayerCache:
         params_ = [p for p in params if p is not None]
         # inference tensors have no version counter: a key equal to nothing
         key = (object(),) if any(p.is_inference() for p in params_) else \
-            tuple((p.data_ptr(), p._version) for p in params_)
+            reuse.tensor_state(params_)
         if key != self.key:
             _set_weights(layer, *params)
             self.held = [p.detach() for p in params if p is not None]  # pins the storages

@@ -9,13 +9,20 @@ The functional forms (fc, conv, lstm) take `reuse=`:
     reuse.tensors(w, b, ...)  torch tensors (the arrays passed are views of them):
                             unchanged while each tensor is the same live object
                             at the same address with the same `_version`, which
-                            PyTorch bumps on every in-place write through it
+                            PyTorch bumps on every in-place write through it,
+                            and no torch.optim optimizer has stepped since
 
 A copy is also rebuilt whenever the array passed sits at another address or
-has another shape, strides or dtype. Writes that bypass a tensor's version
-counter (through `.data`, or through a NumPy view) are not seen: with those,
-pass a Key and bump it yourself. One slot per (name or tensors, primitive,
-role, geometry, dtype); a new version replaces the slot's copy.
+has another shape, strides or dtype. A kept copy holds on to the storages it
+was made from, so that no later storage (a `.data` swapped in, as
+Module.to() does) can take their address. Fused optimizer steps
+(Adam(fused=True), ...) write the parameters without bumping their version
+counters, so any optimizer's step makes every tensors() copy stale (counted
+by a hook on torch.optim's steps). Other writes that bypass a tensor's
+version counter (through `.data` in place, or through a NumPy view) are not
+seen: with those, pass a Key and bump it yourself. One slot per (name or
+tensors, primitive, role, geometry, dtype); a new version replaces the
+slot's copy.
 """
 import weakref
 
@@ -44,6 +51,29 @@ class Key:
         return f"reuse.Key({self.name!r}, version={self.version!r})"
 
 
+_steps = [0]  # torch.optim steps seen since the hook went in (watch_optimizers)
+_hook = []    # the hook's handle, once registered
+
+
+def _count_step(optimizer, args, kwargs):
+    _steps[0] += 1
+
+
+def watch_optimizers():
+    """Count every torch.optim optimizer's steps from now on (once per process):
+    fused steps write the parameters without bumping their version counters."""
+    if not _hook:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        _hook.append(register_optimizer_step_post_hook(_count_step))
+
+
+def tensor_state(ts):
+    """What a copy of torch tensors ts is valid for: the optimizer steps
+    counted so far and each tensor's (version counter, address)."""
+    watch_optimizers()
+    return (_steps[0],) + tuple((t._version, t.data_ptr()) for t in ts)
+
+
 class _Tensors:
     """Identity, address and version counter of torch tensors (see tensors())."""
 
@@ -53,7 +83,10 @@ class _Tensors:
                 raise TypeError(f"reuse: expected torch tensors, got {type(t).__name__}")
         self._refs = tuple(weakref.ref(t) for t in ts)
         self._ids = tuple(id(t) for t in ts)
-        self._versions = tuple((t._version, t.data_ptr()) for t in ts)
+        self._versions = tensor_state(ts)
+        # the storages, held while a copy made from them is kept: no other
+        # storage can then come back at their address
+        self._storages = tuple(t.untyped_storage() for t in ts)
 
     def _slot(self):
         return ("tensors", self._ids)

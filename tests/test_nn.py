@@ -222,6 +222,32 @@ def test_weights_changed_in_place_reach_the_next_call(gen, kind):
     check("after .data = another tensor")
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv", "lstm"])
+def test_module_to_bfloat16_and_back_reaches_the_next_call(rng, gen, kind):
+    """Module._apply swaps each parameter's .data without a version bump, and
+    the allocator hands the round trip's f32 storage the address the first
+    one had (weights of some KiB): the rounded weights must still be seen."""
+    C, K = (int(v) for v in rng.integers(40, 80, 2))
+    ours = {"linear": lambda: pnn.Linear(C, K), "conv": lambda: pnn.Conv2d(C, K, 3, padding=1),
+            "lstm": lambda: pnn.LSTM(C, K)}[kind]()
+    x = rand(gen, *{"linear": (4, C), "conv": (2, C, 5, 5), "lstm": (3, 2, C)}[kind])
+    first = lambda y: y[0] if kind == "lstm" else y  # noqa: E731
+    theirs = {"linear": nn.Linear(C, K), "conv": nn.Conv2d(C, K, 3, padding=1),
+              "lstm": nn.LSTM(C, K)}[kind]
+    with torch.no_grad():
+        for trip in range(6):  # the address comes back in some trips, not all
+            for p in ours.parameters():
+                p.add_(rand(gen, *p.shape, scale=1e-2))  # off the bf16 grid again
+            ours(x), ours(x)  # the blocked weights kept
+            ours.to(torch.bfloat16)
+            ours(x.bfloat16())
+            ours.float()
+            theirs.load_state_dict(ours.state_dict())  # the weights as they are now
+            want = first(theirs(x))
+            assert_close(f"trip {trip}: after .to(bfloat16) and .float()", first(ours(x)),
+                         f64(want), 1e-5 * (want.abs().max() + 1) * 10)
+
+
 def test_modules_made_under_inference_mode(gen):
     """Inference tensors have no version counter: their blocked weights are
     rebuilt on every call, and in-place writes still reach the next one."""

@@ -46,17 +46,27 @@ class Net(nn.Module):
         return self.fc(y[:, -1])
 
 
-@pytest.mark.parametrize("opt", ["sgd", "adam"])
+# fused steps write the parameters without bumping their version counters:
+# what primitives.reuse counts optimizer steps for
+OPTIMIZERS = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+              "adam": lambda p: torch.optim.Adam(p, lr=0.01),
+              "sgd fused": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+              "adam fused": lambda p: torch.optim.Adam(p, lr=0.01, fused=True),
+              "adamw fused": lambda p: torch.optim.AdamW(p, lr=0.01, fused=True)}
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
 def test_optimizer_steps_change_ours_like_torch(gen, opt):
     ours, theirs = Net(True), Net(False)
     theirs.load_state_dict(ours.state_dict())
-    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-            "adam": lambda p: torch.optim.Adam(p, lr=0.01)}[opt]
+    make = OPTIMIZERS[opt]
     opts = make(ours.parameters()), make(theirs.parameters())
     for step in range(4):
         x, target = rand(gen, 3, 2, 6, 5), rand(gen, 3, 3)
         losses = []
         for model, o in zip((ours, theirs), opts):
+            with torch.no_grad():  # inference between steps: the blocked weights kept
+                model(x)
             o.zero_grad()
             loss = ((model(x) - target) ** 2).mean()
             loss.backward()

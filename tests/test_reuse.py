@@ -48,6 +48,25 @@ def test_torch_versions(rng):
     assert reuse.nbytes() <= before
 
 
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.Adam(p, lr=0.1, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.5, fused=True),
+    lambda p: torch.optim.Adam(p, lr=0.1)], ids=["adam fused", "sgd fused", "adam"])
+def test_torch_optimizer_steps_make_copies_stale(rng, make):
+    """A fused step writes the weights without bumping their version
+    counters: any torch.optim step counts as a change."""
+    N, C, K = (int(v) for v in rng.integers(8, 70, 3))
+    w = torch.nn.Parameter(torch.from_numpy(rng.standard_normal((K, C)).astype(np.float32)))
+    x = rng.standard_normal((N, C)).astype(np.float32)
+    opt = make([w])
+    for step in range(3):
+        for _ in range(2):  # the second call finds the copy the first kept
+            close(fc.forward(x, w.detach().numpy(), reuse=reuse.tensors(w)),
+                  x @ w.detach().numpy().T, C)
+        w.grad = torch.from_numpy(rng.standard_normal((K, C)).astype(np.float32))
+        opt.step()
+
 def test_conv_key(rng):
     x = rng.standard_normal((2, 5, 9, 8)).astype(np.float32)
     w = rng.standard_normal((7, 5, 3, 3)).astype(np.float32)
