@@ -57,6 +57,18 @@ def bias_vector(b, K, dtype, name="b"):
     return np.ascontiguousarray(b, dtype=np.float32)
 
 
+
+def weight_array(a, name, shape):
+    """A weight a layer's user set (its attribute, set_weights): a float32 or
+    bfloat16 array of `shape`; a TypeError or ValueError naming it otherwise."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype not in _TAKES["bf16"]:
+        raise TypeError(f"{name}: expected dtype float32 or bfloat16, got {a.dtype}")
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    return a
+
 def positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v!r}")

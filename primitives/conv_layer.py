@@ -7,7 +7,7 @@ from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import column_sums
-from primitives._args import backend_name, bias_vector, flag, positive
+from primitives._args import backend_name, bias_vector, flag, positive, weight_array
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
 from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
@@ -55,8 +55,15 @@ class Conv2d:
 
     def load_weights(self):
         """Re-block the weights after they changed (step() does)."""
+        self._check_weights()
         if self.g is not None:
             self.w, self.wt = layer_weights(self.weight, self.g, self.dtype, self.vnni)
+
+    def _check_weights(self):
+        """weight and bias as set by hand: their shapes and dtypes, named."""
+        weight_array(self.weight, "weight", (self.K, self.C, self.R, self.S))
+        if self.bias is not None:
+            weight_array(self.bias, "bias", (self.K,))
 
     def forward_blocked(self, x):
         g = self.g
@@ -90,7 +97,7 @@ class Conv2d:
 
     def forward(self, x):
         """x [N, C, H, W] -> y [N, K, P, Q] in x's dtype."""
-        # f32 weights fit either dtype
+        self._check_weights()  # f32 weights fit either dtype
         _check(x, self.weight, self.dtype, self.stride, self.padding, layer_owns_w=True)
         g = self.prepare(x.shape[0], x.shape[2], x.shape[3])
         self.x_nchw = x  # the update re-blocks it (narrow layers need another layout)

@@ -8,7 +8,8 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
-from primitives._args import backend_name, block_sizes, flag, operands, positive
+from primitives._args import (backend_name, block_sizes, flag, operands, positive,
+                             weight_array)
 from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
 
 
@@ -62,6 +63,9 @@ class Linear:
 
     def load_weights(self):
         """Re-block weight and bias after they changed (done by step())."""
+        weight_array(self.weight, "weight", (self.K, self.C))
+        if self.bias is not None:
+            weight_array(self.bias, "bias", (self.K,))
         g, ab = self.g, dtypes.NUMPY[self.dtype]
         if g is None:
             return

@@ -12,7 +12,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, flag, operands, positive
+from primitives._args import backend_name, flag, operands, positive, weight_array
 from primitives import fc
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
@@ -73,6 +73,10 @@ class LSTM:
         Without one the copies go into this layer's own buffers, rewritten on
         each load: fresh pages would cost a fault each, several times the copy."""
         g = self.g
+        if self.w_ih is not None:
+            K4 = 4 * self.K
+            for name, shape in (("w_ih", (K4, self.C)), ("w_hh", (K4, self.K)), ("b", (K4,))):
+                weight_array(getattr(self, name), name, shape)
         if g is None or self.w_ih is None:
             return
         self._own = token is None  # the copies sit in self._weight_buffer's buffers

@@ -125,6 +125,9 @@ class LSTM(nn.LSTM):
             raise TypeError("input: PackedSequence is not supported by primitives.nn.LSTM")
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected 2 or 3 dimensions, got shape {tuple(input.shape)}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected last dimension {self.input_size} (input_size), "
+                             f"got shape {tuple(input.shape)}")
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first
                                                    else input)

@@ -372,3 +372,39 @@ def test_tuner_shapes_that_cannot_exist(primitive, shape, match):
     with pytest.raises(TuneError, match=f"^shape: .*{match}") as e:
         tune(primitive, "fwd", shape, 5.0, progress=None)
     assert e.value.arg == "shape"
+
+
+def _wrong(rng, shape):
+    """shape with one dimension changed (never to 0)."""
+    i = int(rng.integers(len(shape)))
+    return tuple(s + int(rng.integers(1, 4)) * (1 if rng.random() < 0.5 or s < 4 else -1)
+                 if j == i else s for j, s in enumerate(shape))
+
+
+@pytest.mark.parametrize("kind", ["fc", "conv", "lstm"])
+def test_layer_weights_of_the_wrong_shape_or_dtype_are_named(rng, kind):
+    """A layer's weights set by hand (attributes, set_weights) are checked
+    before they are blocked: a wrong shape or dtype names the weight, never
+    a silent result from part of it nor an error blaming the input."""
+    C, K, N = (int(v) for v in rng.integers(4, 24, 3))
+    make, x, names = {
+        "fc": (lambda: fc.Linear(C, K), rng.standard_normal((N, C)), ("weight", "bias")),
+        "conv": (lambda: conv.Conv2d(C, K, 3, padding=1, bias=True),
+                 rng.standard_normal((2, C, 5, 5)), ("weight", "bias")),
+        "lstm": (lambda: lstm.LSTM(C, K), rng.standard_normal((3, N, C)), ("w_ih", "w_hh", "b")),
+    }[kind]
+    x = x.astype(f32)
+    for name in names:
+        for bad in ("shape", "dtype"):
+            layer = make()
+            w = getattr(layer, name)
+            w = (rng.standard_normal(_wrong(rng, w.shape)).astype(f32) if bad == "shape"
+                 else w.astype(np.float64))
+            setattr(layer, name, w)
+            with pytest.raises(ValueError if bad == "shape" else TypeError, match=f"^{name}:"):
+                layer.forward(x)
+    layer = make()
+    layer.forward(x)
+    if kind == "lstm":  # set_weights, after the layer has run once
+        with pytest.raises(ValueError, match="^w_hh:"):
+            layer.set_weights(layer.w_ih, layer.w_hh[:, :-1], layer.b)

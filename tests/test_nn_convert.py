@@ -191,6 +191,11 @@ def test_call_errors_name_the_argument():
         pnn.Conv2d(3, 2, 1)(torch.zeros(1, 4, 5, 5))
     with pytest.raises(ValueError, match="^h_0"):
         pnn.LSTM(3, 2)(torch.zeros(4, 1, 3), (torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)))
+    for width in (2, 4):  # and the module still takes the right width afterwards
+        m = pnn.LSTM(3, 2, batch_first=width == 4)
+        with pytest.raises(ValueError, match="^input"):
+            m(torch.zeros(4, 1, width))
+        assert m(torch.zeros(4, 1, 3))[0].shape == (4, 1, 2)
     packed = nn.utils.rnn.pack_padded_sequence(torch.zeros(4, 1, 3), [4])
     with pytest.raises(TypeError, match="^input"):
         pnn.LSTM(3, 2)(packed)
