@@ -11,10 +11,11 @@ ITEMSIZE = {name: dt.itemsize for name, dt in NUMPY.items()}  # bytes per elemen
 
 
 def check_name(dtype) -> str:
-    """The dtype argument of every public function: "f32" or "bf16"."""
+    """The dtype argument of every public function: "f32" or "bf16" (a str
+    subclass such as numpy.str_ comes back as the plain str)."""
     if not isinstance(dtype, str) or dtype not in NUMPY:
         raise ValueError(f"dtype: expected 'f32' or 'bf16', got {dtype!r}")
-    return dtype
+    return str(dtype)
 
 
 def name_of(array_dtype) -> str | None:

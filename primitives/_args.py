@@ -30,7 +30,7 @@ def operands(dtype, *arrays, names, ndim=2, nonempty=False):
     first array's dtype (what the primitive's results come back in)."""
     allowed = _TAKES.get(dtype) if type(dtype) is str else None
     if allowed is None:
-        dtypes.check_name(dtype)  # raises, naming it
+        allowed = _TAKES[dtypes.check_name(dtype)]  # raises, naming it, if not a dtype name
     for x, name in zip(arrays, names):
         if type(x) is np.ndarray and x.dtype is dtypes.float32 and (
                 ndim is None or x.ndim == ndim and not (nonempty and 0 in x.shape)):

@@ -35,7 +35,12 @@ class Key:
     """The caller's promise: the weights are unchanged while (name, version) is."""
 
     def __init__(self, name, version=0):
-        hash((name, version))  # both must be hashable
+        for arg, value in (("name", name), ("version", version)):
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(f"reuse: Key's {arg} must be hashable, got "
+                                f"{type(value).__name__} {value!r}") from None
         self.name, self.version = name, version
 
     def _slot(self):

@@ -408,3 +408,17 @@ def test_layer_weights_of_the_wrong_shape_or_dtype_are_named(rng, kind):
     if kind == "lstm":  # set_weights, after the layer has run once
         with pytest.raises(ValueError, match="^w_hh:"):
             layer.set_weights(layer.w_ih, layer.w_hh[:, :-1], layer.b)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_dtype_given_as_a_str_subclass(rng, dtype):
+    """numpy.str_ (what a dtype read from a NumPy array of names is) works as
+    its plain str does, with arrays of either dtype."""
+    N, C, K = (int(v) for v in rng.integers(1, 40, 3))
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((N, C), (K, C)))
+    want = fc.forward(x, w, dtype=dtype)
+    np.testing.assert_array_equal(fc.forward(x, w, dtype=np.str_(dtype)), want)
+    if dtype == "bf16":
+        xb, wb = x.astype(bf16), w.astype(bf16)
+        np.testing.assert_array_equal(fc.forward(xb, wb, dtype=np.str_(dtype)).astype(np.float32),
+                                      fc.forward(xb, wb, dtype=dtype).astype(np.float32))

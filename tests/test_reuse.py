@@ -191,3 +191,6 @@ def test_bad_arguments(rng):
         lstm.forward(**a, saved={})
     with pytest.raises(TypeError, match="^reuse"):
         lstm.forward(**a, reuse=object())
+    for name, version in (([1], 0), ("w", {"v": 1})):  # Key's arguments must be hashable
+        with pytest.raises(TypeError, match="^reuse: Key's (name|version)"):
+            reuse.Key(name, version)
