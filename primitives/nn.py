@@ -27,9 +27,11 @@ optimizer has stepped since (fused steps bump no counter): primitives.reuse.
 Writes in place through `.data` or a NumPy view are not seen: after those
 call `reload_weights()` on an LSTM, `primitives.reuse.clear()` for the others.
 Linear and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
-the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state its backward reads; if another forward ran
-on the module before that backward (two calls in one graph), the backward
-recomputes its own forward first instead of reading the other's state.
+the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state
+its backward reads; if another forward ran on the module before that
+backward (two calls in one graph), the backward recomputes its own forward
+first instead of reading the other's state. Empty sizes (no rows, no
+features, no images) run torch's own functions, as torch.nn's modules do.
 Backward passes are not differentiable again (create_graph=True raises).
 """
 import warnings
@@ -61,9 +63,9 @@ class _LinearFunction(torch.autograd.Function):
                              f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
         ctx.dtype = dtype
-        rows = x.reshape(-1, C)
-        if rows.shape[0] == 0:
-            return x.new_empty(x.shape[:-1] + (K,))
+        rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
+        if 0 in rows.shape or K == 0:  # nothing for the primitive: torch's own, as nn.Linear
+            return torch.nn.functional.linear(x, weight, bias)
         y = fc.forward(_array(rows), _array(weight), None if bias is None else _array(bias),
                        dtype=dtype, reuse=_kept(weight))
         return _tensor(y).reshape(x.shape[:-1] + (K,))
@@ -73,11 +75,12 @@ class _LinearFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
         K, C = weight.shape
-        rows = x.reshape(-1, C)
-        if rows.shape[0] == 0:
-            return (torch.zeros_like(x), torch.zeros_like(weight),
-                    None if bias is None else torch.zeros_like(bias))
+        rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
         need_x, need_w, need_b = ctx.needs_input_grad
+        if 0 in rows.shape or K == 0:  # empty sizes: torch's own products (zeros, or db)
+            dy = dy.to(x.dtype).reshape(rows.shape[0], K)
+            return ((dy @ weight).reshape(x.shape) if need_x else None,
+                    dy.t() @ rows if need_w else None, dy.sum(0) if need_b else None)
         # what autograd wants no gradient of is not computed: a first layer's
         # input, frozen weights
         dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
@@ -264,6 +267,8 @@ class _Conv2dFunction(torch.autograd.Function):
                              f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
         ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
+        if 0 in x.shape or 0 in weight.shape:  # nothing for the primitive: torch's own
+            return torch.nn.functional.conv2d(x, weight, bias, stride, padding)
         # the bias is added to each tile of y in the plan, not in a pass of its own
         return _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
                                     reuse=_kept(weight),
@@ -275,6 +280,12 @@ class _Conv2dFunction(torch.autograd.Function):
         x, weight, bias = ctx.saved_tensors
         dy = dy.to(x.dtype)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        if 0 in x.shape or 0 in weight.shape:  # empty sizes: torch's own gradients
+            grad = torch.nn.grad
+            return (grad.conv2d_input(x.shape, weight, dy, ctx.stride, ctx.padding)
+                    if need_x else None,
+                    grad.conv2d_weight(x, weight.shape, dy, ctx.stride, ctx.padding)
+                    if need_w else None, dy.sum((0, 2, 3)) if need_b else None, None, None)
         # what autograd wants no gradient of is not computed: a first layer's
         # input, frozen weights
         dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,

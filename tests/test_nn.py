@@ -3,6 +3,7 @@ gradient on random shapes (f32 and bf16), weights changed in place, inference
 mode, copies. State dicts, optimizers, convert() and bad input:
 test_nn_convert.py."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -283,3 +284,32 @@ def test_modules_deepcopy_and_pickle_after_use(gen):
         twin = copy.deepcopy(m)
         torch.save(m, io.BytesIO())
         assert torch.equal(out(twin), out(m)), type(m).__name__
+
+
+@pytest.mark.parametrize("case", ["no rows", "no inputs", "no outputs", "no images"])
+def test_empty_sizes_as_torch(gen, case):
+    """Sizes with nothing for the primitives give what torch.nn's modules give:
+    y (the bias, where there are no inputs) and every gradient."""
+    if case == "no images":
+        ours, theirs = pnn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1)
+        x = rand(gen, 0, 3, 5, 5)
+    else:
+        C, K = {"no rows": (5, 3), "no inputs": (0, 3), "no outputs": (5, 0)}[case]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: "Initializing zero-element tensors"
+            ours, theirs = pnn.Linear(C, K), nn.Linear(C, K)
+        x = rand(gen, 0 if case == "no rows" else 4, C)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.copy_(rand(gen, *p.shape))
+    theirs.load_state_dict(ours.state_dict())
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    ys = [m(t) for m, t in zip((ours, theirs), xs)]
+    assert ys[0].shape == ys[1].shape
+    assert_close("y", ys[0], f64(ys[1]), 1e-6)
+    dy = rand(gen, *ys[1].shape)
+    for y in ys:
+        y.backward(dy)
+    assert_close("dx", xs[0].grad, f64(xs[1].grad), 1e-6)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert_close(f"d{name}", p.grad, f64(q.grad), 1e-5 * (q.grad.abs().sum() + 1))
