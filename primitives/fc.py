@@ -143,6 +143,9 @@ def _sizes(x, w):
         raise ValueError(f"w: expected shape (K, {C}) to match x's {C} columns, got {w.shape}")
     if N == 0 or K == 0 or C == 0:
         raise ValueError(f"x, w: empty sizes N={N}, C={C}, K={K} are not supported")
+    # a broadcast x (strides 0) may be far larger than the memory it sits in
+    fits(4 * (N * C + N * K + K * C), "x", lambda: f"fc N={N}, C={C}, K={K}'s operands and "
+         "result in f32")
     return N, C, K
 
 

@@ -13,6 +13,7 @@ from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks, transpo
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
 from primitives._args import backend_name, flag, operands, positive, weight_array
+from primitives._args import fits as fits_memory
 from primitives import fc
 from primitives.lstm_plans import (backward_plan, cell_plan, geometry, projection_t_plan,
                                     recurrent_plan)
@@ -397,6 +398,8 @@ def _check_x(x, C, dtype):
     operands(dtype, x, names=("x",), ndim=None)
     if x.ndim != 3 or x.shape[2] != C or 0 in x.shape:
         raise ValueError(f"x: expected shape (T, N, {C}) with T, N >= 1, got {x.shape}")
+    # a broadcast x (strides 0) may be far larger than the memory it sits in
+    fits_memory(4 * x.size, "x", lambda: f"x's copy, {x.shape} in f32")
     return x.shape[:2]
 
 

@@ -349,6 +349,22 @@ def test_huge_padding_is_refused_before_allocating():
         conv.Conv2d(1, 1, 1, padding=(0, 2**40)).forward(np.ones((1, 1, 4, 4), f32))
 
 
+def test_broadcast_inputs_larger_than_memory_are_refused_before_copying():
+    """x broadcast (strides 0) to terabytes sits in a few bytes; the copies a
+    call makes of it cannot: a named error, not a process the kernel kills."""
+    n, K = 1 << 20, 4
+    x = np.broadcast_to(np.ones((1, n), f32), (n, n))
+    with pytest.raises(ValueError, match=r"^x: fc N=.* GiB, more than"):
+        fc.forward(x, np.ones((3, n), f32))
+    with pytest.raises(ValueError, match=r"^x: "):
+        fc.backward(np.ones((n, 3), f32), x, np.ones((3, n), f32))
+    xs = np.broadcast_to(np.ones((1, 1, n), f32), (n, 64, n))
+    h = np.zeros((64, K), f32)
+    with pytest.raises(ValueError, match=r"^x: x's copy"):
+        lstm.forward(xs, h, h, np.ones((4 * K, n), f32), np.ones((4 * K, K), f32),
+                     np.ones(4 * K, f32))
+
+
 @pytest.mark.parametrize("blocks, exc", [((0, 1, 1), ValueError), ((-1, 16, 16), ValueError),
                                          (("a", 1, 1), TypeError), ((1, 2), TypeError),
                                          ("abc", TypeError), (5, TypeError),
