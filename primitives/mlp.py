@@ -211,8 +211,14 @@ class Fused:
                     self._buffer(name, size, dt)
         plan(g, "fwd", train, out16).run(**t)
         self.last = g
+        y = t.get("y")
+        if train and self.acts[-1] is not None and not out16:
+            # backward reads y for the last activation's derivative: a copy of its
+            # own, since the caller may change the y it gets (y -= target) first
+            t["y"] = self._kept.empty("y_act", y.shape, np.float32)
+            np.copyto(t["y"], y)
         self.g, self.saved = (g, t) if train else (None, None)
-        return t["y"] if not out16 else t["y16"] if x.dtype == dtypes.bfloat16 else \
+        return y if not out16 else t["y16"] if x.dtype == dtypes.bfloat16 else \
             t["y16"].astype(x.dtype)
 
     def state(self):
