@@ -69,6 +69,15 @@ def weight_array(a, name, shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
     return a
 
+
+def learning_rate(lr):
+    """step()'s lr as the f32 the update multiplies by: a finite real number."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)):
+        raise TypeError(f"lr: expected a number, got {type(lr).__name__} {lr!r}")
+    if not np.isfinite(lr) or abs(float(lr)) > float(np.finfo(np.float32).max):
+        raise ValueError(f"lr: expected a finite number, got {lr!r}")
+    return np.float32(lr)
+
 def positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name}: expected a positive int, got {v!r}")

@@ -7,7 +7,8 @@ from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import column_sums
-from primitives._args import backend_name, bias_vector, flag, positive, weight_array
+from primitives._args import (backend_name, bias_vector, flag, learning_rate, operands,
+                             positive, weight_array)
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
 from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
@@ -38,6 +39,7 @@ class Conv2d:
         self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if flag(bias, "bias") \
             else None
         self.g = None
+        self.grad_weight = self.grad_bias = None  # a backward's gradients
 
     def prepare(self, N, H, W):
         """Geometry, plans and blocked weights for inputs of N x C x H x W."""
@@ -105,6 +107,7 @@ class Conv2d:
 
     def backward(self, dy):
         """dy [N, K, P, Q] -> dx [N, C, H, W]; grad_weight holds dW [K, C, R, S]."""
+        operands(self.dtype, dy, names=("dy",), ndim=None)
         g = self.g
         if g is None or not isinstance(dy, np.ndarray) or dy.shape != (g.N, g.K, g.P, g.Q):
             raise ValueError(f"dy: expected the forward's output shape "
@@ -117,7 +120,10 @@ class Conv2d:
 
     def step(self, lr):
         """Plain SGD on the f32 weights (and bias), then re-block them."""
-        self.weight -= np.float32(lr) * self.grad_weight
+        lr = learning_rate(lr)
+        if self.grad_weight is None:
+            raise ValueError("grad_weight: no gradient yet: call backward() first")
+        self.weight -= lr * self.grad_weight
         if self.bias is not None:
-            self.bias -= np.float32(lr) * self.grad_bias
+            self.bias -= lr * self.grad_bias
         self.load_weights()

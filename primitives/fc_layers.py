@@ -8,8 +8,8 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
-from primitives._args import (backend_name, block_sizes, flag, operands, positive,
-                             weight_array)
+from primitives._args import (backend_name, block_sizes, flag, learning_rate, operands,
+                             positive, weight_array)
 from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
 
 
@@ -35,6 +35,7 @@ class Linear:
         self.weight = rng.uniform(-bound, bound, (K, C)).astype(np.float32)
         self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if bias else None
         self.g = None
+        self._grads = False  # whether dw (and db) hold a backward's gradients
 
     # -- set-up per minibatch size --
     def prepare(self, N):
@@ -57,6 +58,7 @@ class Linear:
         self.dx = aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
         self.dx16 = aligned_empty(self.dx.shape, ab) if bf16 else None
         self.dw = aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32)
+        self._grads = False
         self.xt = aligned_empty((g.Cb, g.Nb, g.bc, g.bn), ab)
         self.load_weights()
         return g
@@ -107,6 +109,7 @@ class Linear:
         self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dy, dw=self.dw)
         if self.bias is not None:
             self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
+        self._grads = True
 
     def backward_blocked(self, dy):
         """dy blocked like y -> dx blocked like x; fills the weight gradients."""
@@ -122,6 +125,7 @@ class Linear:
     def forward(self, x):
         """x [N, C] -> y [N, K] in x's dtype."""
         operands(self.dtype, x, names=("x",))
+        weight_array(self.weight, "weight", (self.K, self.C))  # set by hand: still checked
         if x.shape[1] != self.C or x.shape[0] == 0:
             raise ValueError(f"x: expected shape (N, {self.C}) with N >= 1, got {x.shape}")
         g = self.prepare(x.shape[0])
@@ -141,9 +145,15 @@ class Linear:
 
     @property
     def grad_weight(self):
+        self._check_grads()
         if getattr(self, "_fused_dw", None) is not None:  # left by a fused MLP's backward
             return self._fused_dw
         return from_blocks(self.dw, self.C, self.K, transpose=True, swap_grid=True)
+
+    def _check_grads(self):
+        """A ValueError before gradients are read that no backward wrote."""
+        if getattr(self, "_fused_dw", None) is None and not self._grads:
+            raise ValueError("grad_weight: no gradient yet: call backward() first")
 
     @property
     def grad_bias(self):
@@ -151,9 +161,10 @@ class Linear:
 
     def step(self, lr):
         """Plain SGD on the f32 weights, then re-block them."""
-        self.weight -= np.float32(lr) * self.grad_weight
+        lr = learning_rate(lr)
+        self.weight -= lr * self.grad_weight
         if self.bias is not None:
-            self.bias -= np.float32(lr) * self.db
+            self.bias -= lr * self.grad_bias
         self.load_weights()
 
 
@@ -188,8 +199,11 @@ class MLP:
             self.fused = mlp.fused(self.layers, dtype, self.layers[0].backend, config)
 
     def forward(self, x, train=True):
-        """x [N, C] -> y [N, K]; train=False lets the fused MLP skip keeping the
-        activations backward reads (the unfused one always keeps them)."""
+        """x [N, C] -> y [N, K]. train=False: an inference forward, after which
+        backward needs a training forward first (the fused MLP keeps no
+        activations for it; the unfused one writes over the training ones)."""
+        flag(train, "train")
+        self._trained = train
         if self.fused is not None:
             return self.fused.forward(x, train)
         first, last = self.layers[0], self.layers[-1]
@@ -209,6 +223,9 @@ class MLP:
             return self.fused.backward(dy)
         last = self.layers[-1]
         operands(self.dtype, dy, names=("dy",))
+        if not getattr(self, "_trained", False):
+            raise ValueError("dy: no training forward to go back through: the last forward "
+                             "ran with train=False, or none ran")
         if last.g is None or dy.shape != (last.g.N, last.K):
             raise ValueError(f"dy: expected the forward's output shape, got {dy.shape}")
         d = to_blocks(dy.astype(dtypes.NUMPY[self.dtype], copy=False), last.g.bn, last.g.bk)
@@ -218,5 +235,8 @@ class MLP:
         return from_blocks(d, first.g.N, first.C, dtype=dy.dtype)
 
     def step(self, lr):
+        lr = learning_rate(lr)
+        for layer in self.layers:  # before any layer moves
+            layer._check_grads()
         for layer in self.layers:
             layer.step(lr)

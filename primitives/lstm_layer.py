@@ -131,6 +131,9 @@ class LSTM:
         """x [T, N, C] -> y [T, N, K], (hT, cT), in x's dtype. backward_next: a backward
         follows, whose tiles of a W read in place the projection makes as it reads W."""
         T, N = _check_x(x, self.C, self.dtype)
+        if self.w_ih is None:
+            raise ValueError("w_ih: the layer has no weights (made with init=False): "
+                             "call set_weights() first")
         g = self.prepare(T, N)
         ab = dtypes.NUMPY[self.dtype]
         self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)

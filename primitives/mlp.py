@@ -40,7 +40,7 @@ from brgemm import plan as bplan
 from brgemm.arrays import Buffers, Recycler
 from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
-from primitives._args import operands
+from primitives._args import operands, weight_array
 from primitives._config import settings
 from primitives.fc_plans import ACT_GRAD
 from primitives.mlp_cost import candidates, cost, default_pipeline
@@ -167,6 +167,7 @@ class Fused:
         w = self._buffer("wt" if backward else "w", pl.totals["w"], ab)
         vnni = pl.vnni_bwd if backward else pl.vnni_fwd
         for l, layer in enumerate(self.layers):
+            weight_array(layer.weight, f"layers[{l}].weight", (layer.K, layer.C))
             m = (layer.weight if backward else layer.weight.T).astype(ab)
             region = w[pl.w_off[l]:pl.w_off[l] + m.size]
             if l in vnni:
@@ -231,7 +232,7 @@ class Fused:
         g, saved = state or (self.g, self.saved)
         if g is None or dy.shape != (g.N, self.sizes[-1]):
             raise ValueError(f"dy: expected the training forward's output shape "
-                             f"{(g.N, self.sizes[-1]) if g else '(call forward first)'}, "
+                             f"{(g.N, self.sizes[-1]) if g else '(call forward(x, train=True) first)'}, "
                              f"got {dy.shape}")
         ab = dtypes.NUMPY[self.dtype]
         out16 = dy.dtype == dtypes.bfloat16 or self.dtype == "bf16"  # dx in bf16, as y

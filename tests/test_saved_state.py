@@ -58,3 +58,50 @@ def test_changing_y_before_backward_changes_no_gradient(rng, case):
         runs.append([dx.copy()] + _grads(layer))
     for name, a, b in zip(["dx"] + [f"grad {i}" for i in range(len(runs[0]) - 1)], *runs):
         np.testing.assert_array_equal(b, a, err_msg=f"{case}: {name}")
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_backward_after_an_inference_forward_is_refused(rng, fused):
+    """An inference forward (train=False) after a training one leaves nothing
+    a backward may use: a named error, never gradients of the wrong forward."""
+    net = _mlp(rng, fused, "sigmoid")
+    x = _input(rng, net)
+    y = net.forward(x)
+    net.forward(x[::-1].copy(), train=False)
+    with pytest.raises(ValueError, match="^dy: "):
+        net.backward(np.ones_like(y))
+    net.forward(x)
+    net.backward(np.ones_like(y))  # a training forward again: fine
+
+
+@pytest.mark.parametrize("case", ["fc.Linear", "conv.Conv2d", "mlp unfused", "mlp fused"])
+def test_step_checks_its_lr_and_needs_a_backward(rng, case):
+    layer = {"fc.Linear": CASES["fc.Linear, relu"], "conv.Conv2d": CASES["conv.Conv2d"],
+             "mlp unfused": CASES["mlp unfused, sigmoid last"],
+             "mlp fused": CASES["mlp fused, sigmoid last"]}[case](rng)
+    x = _input(rng, layer)
+    weights = lambda: [a.copy() for a in ([layer.weight] if not hasattr(layer, "layers")  # noqa: E731
+                                          else [lay.weight for lay in layer.layers])]
+    before = weights()
+    for made in ("nothing", "a forward"):  # no backward yet: no gradient to step with
+        with pytest.raises(ValueError, match="^grad_weight: no gradient"):
+            layer.step(0.1)
+        y = layer.forward(x)
+    layer.backward(np.ones_like(y))
+    for lr, exc in ((None, TypeError), ("0.1", TypeError), (True, TypeError),
+                    (float("inf"), ValueError), (float("nan"), ValueError), (1e39, ValueError)):
+        with pytest.raises(exc, match="^lr: "):
+            layer.step(lr)
+    for a, b in zip(weights(), before):  # nothing moved
+        np.testing.assert_array_equal(a, b)
+    layer.step(np.float32(0.5))
+    assert any((a != b).any() for a, b in zip(weights(), before))
+
+
+def test_layer_calls_name_what_is_missing_or_wrong(rng):
+    with pytest.raises(ValueError, match="^w_ih: the layer has no weights"):
+        lstm.LSTM(3, 4, init=False).forward(rng.standard_normal((2, 2, 3)).astype(np.float32))
+    layer = conv.Conv2d(2, 3, 3, padding=1)
+    y = layer.forward(rng.standard_normal((1, 2, 4, 4)).astype(np.float32))
+    with pytest.raises(TypeError, match="^dy: "):
+        layer.backward(y.astype(np.float64))
