@@ -25,11 +25,13 @@ def main(argv=None):
                         help="shape set: a file of benchmarks/shapes/ (or resnet50, gnmt, fc)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter timings")
     parser.add_argument("--dtype", choices=["f32", "bf16"], action="append",
-                        help="data type (repeatable; default both)")
+                        help="data type (repeatable; default f32, and both for kernel and "
+                             "all's kernel part)")
     parser.add_argument("--threads", type=int, help="threads for both sides (default: all cores)")
-    parser.add_argument("--vs", default="onednn", help="baselines, comma-separated: onednn,torch")
+    parser.add_argument("--vs", default="onednn", help="baselines, comma-separated: onednn,torch "
+                        "(conv, fc, lstm and all)")
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
-                        help="pass (repeatable; default all)")
+                        help="pass (repeatable; default all; conv and fc)")
     parser.add_argument("--epochs", type=int, help="train: epochs of each model")
     parser.add_argument("--max-batch-log2", type=int, help="mlp: largest batch, as a power of 2")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",

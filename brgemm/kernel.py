@@ -119,6 +119,8 @@ def _offsets(x, name, count=None):
         raise ValueError(f"{name}: expected a 1-D sequence, got shape {off.shape}")
     if count is not None and len(off) != count:
         raise ValueError(f"{name}: has {len(off)} offsets, a_offsets has {count}")
+    if off.dtype.kind == "u" and off.size and off.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: offset {off.max()} is past any buffer")  # int64 would wrap it
     return np.ascontiguousarray(off, dtype=np.int64)
 
 

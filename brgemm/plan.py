@@ -68,6 +68,14 @@ __all__ = ["Block", "Op", "Eager", "Recorder", "TensorSpec", "Plan", "PlanCache"
 _CALL, _OP = CALL_RECORD, OP_RECORD  # brgemm_plan_call, brgemm_plan_op as NumPy records
 
 
+def _offsets(values, name):
+    """A plan's element offsets as int64: integers only (a float is no offset)."""
+    table = np.array(values)
+    if table.size and table.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected integer element offsets, got {table.dtype} values")
+    return table.astype(np.int64)
+
+
 class Plan:
     """A recorded loop nest (see the module docstring for its tables).
     run(**arrays) binds buffers and replays it on a backend."""
@@ -91,8 +99,7 @@ class Plan:
                 task_begin.append(len(calls))
             phase_begin.append(len(task_begin) - 1)
         self.calls = np.array(calls, _CALL)
-        self.a_offs = np.array(a_offs, np.int64)
-        self.b_offs = np.array(b_offs, np.int64)
+        self.a_offs, self.b_offs = _offsets(a_offs, "a_offs"), _offsets(b_offs, "b_offs")
         self.ops = np.array(ops, _OP)
         self.task_begin = np.array(task_begin, np.int64)
         self.phase_begin = np.array(phase_begin, np.int64)

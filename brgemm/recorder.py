@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from brgemm import dtypes
 from brgemm.block import Block
 from brgemm.constants import OP_CODES
@@ -49,6 +51,8 @@ class Recorder:
         a_offs, b_offs = list(a_offs), list(b_offs)
         if len(a_offs) != len(b_offs):
             raise ValueError(f"b_offs: {len(b_offs)} offsets, a_offs has {len(a_offs)}")
+        if isinstance(c_off, bool) or not isinstance(c_off, (int, np.integer)):
+            raise TypeError(f"c_off: expected an integer element offset, got {c_off!r}")
         for name, want, role in ((a, blk.dtype, "a"), (b, blk.dtype, "b"), (c, blk.c_dtype, "c")):
             if self.tensors.get(name, want) != want:
                 raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
@@ -59,6 +63,8 @@ class Recorder:
         else:
             self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
         self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
+        if c in (a, b):  # the kernel writes C while it reads A and B: no block may overlap it
+            _no_overlap(blk, a, a_offs, b, b_offs, c, c_off)
         self.written.add(c)
         for i, op in enumerate(ops):
             self._check_op(op, blk)
@@ -90,3 +96,17 @@ class Recorder:
         from brgemm.plan import Plan  # plan re-exports this module's names
         return Plan(self)
 
+
+
+def _no_overlap(blk, a, a_offs, b, b_offs, c, c_off):
+    """A ValueError where the call's C block spans elements of one of its own A
+    or B blocks in the same tensor (first to last element, as Kernel checks)."""
+    c_end = c_off + (blk.m - 1) * blk.ldc + blk.n
+    a_rows, a_cols = (blk.k, blk.m) if blk.a_t else (blk.m, blk.k)
+    b_rows, b_cols, b_ld = ((blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb) if blk.b_vnni else \
+        (blk.k, blk.n, blk.ldb)
+    for name, offs, span, role in ((a, a_offs, (a_rows - 1) * blk.lda + a_cols, "A"),
+                                   (b, b_offs, (b_rows - 1) * b_ld + b_cols, "B")):
+        if name == c and any(o < c_end and c_off < o + span for o in offs):
+            raise ValueError(f"c: the C block at {c_off} of {c!r} overlaps one of the call's "
+                             f"{role} blocks; the kernel writes C while it reads {role}")

@@ -147,7 +147,12 @@ def tune(primitive: str, pass_: str, shape: Mapping[str, int], budget: float,
     if out is not None:
         check_out(out, mod, primitive, pass_, shape, dict(search.default))
 
-    result = run_search(search, budget, threads, progress, start)
+    try:
+        result = run_search(search, budget, threads, progress, start)
+    except ValueError as e:  # a count past the machine's cap, refused by the first replay
+        if not str(e).startswith("threads: "):
+            raise
+        raise TuneError("threads", str(e)[len("threads: "):]) from None
     result.primitive, result.pass_, result.shape = primitive, pass_, shape
     best = result.best
     if out is not None:

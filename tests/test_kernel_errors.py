@@ -180,6 +180,8 @@ def test_offset_form():
         kern.offs(A, B, [0.0, 1.0], [0, 0], C)
     with pytest.raises(TypeError, match=r"^b_offsets: expected integer"):
         kern.offs(A, B, [0, 1], [True, False], C)
+    with pytest.raises(ValueError, match=r"^a_offsets: offset 9223372036854775813 is past"):
+        kern.offs(A, B, np.array([0, 2**63 + 5], np.uint64), [0, 0], C)  # not wrapped negative
     with pytest.raises(ValueError, match=r"^a_offsets: expected a 1-D"):
         kern.offs(A, B, [[0, 1]], [0, 0], C)
     with pytest.raises(ValueError, match=r"^b_offsets: has 1 offsets, a_offsets has 2"):

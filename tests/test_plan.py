@@ -342,3 +342,26 @@ def test_native_plan_is_checked_once_and_sealed(rng):
     unsealed.calls = native.calls
     assert lib.brgemm_cpu_plan_seal(unsealed) == lib.BRGEMM_OK
     assert lib.brgemm_cpu_plan_run(unsealed, tensors, 1) == lib.BRGEMM_OK
+
+
+def test_recorder_refuses_what_eager_refuses(rng):
+    """A call whose C block overlaps its own A or B block in the same tensor,
+    and offsets that are not integers: refused when recorded, as Eager and
+    Kernel refuse them when run, not replayed into wrong results."""
+    m, n, k = (int(v) for v in rng.integers(2, 9, 3))
+    blk = P.Block(m, n, k, lda=k, ldb=n, ldc=n, beta=0.0)
+    a_size = m * k
+    for role, call in (("A", lambda ex: ex.gemm(blk, "t", [0], "b", [0], "t", a_size - 1)),
+                       ("B", lambda ex: ex.gemm(blk, "a", [0], "t", [n], "t", 0))):
+        rec = P.Recorder({"t": "f32", "a": "f32", "b": "f32"})
+        rec.at(0, 0)
+        with pytest.raises(ValueError, match=f"^c: .* overlaps one of the call's {role} blocks"):
+            call(rec)
+    rec = P.Recorder({"t": "f32", "a": "f32", "b": "f32"})
+    rec.at(0, 0)
+    rec.gemm(blk, "t", [0], "b", [0], "t", a_size)  # C right after A in the same tensor: fine
+    with pytest.raises(TypeError, match="^c_off: "):
+        rec.gemm(blk, "a", [0], "b", [0], "t", 2.0)
+    rec.gemm(blk, "a", [0.5], "b", [0], "t", a_size)
+    with pytest.raises(TypeError, match="^a_offs: expected integer"):
+        rec.finish()

@@ -102,6 +102,7 @@ def cli(*args):
     (["gemm", "--shape", "M=48,N=80,K=96", "--budget", "0"], "--budget"),
     (["gemm", "--shape", "M=48,N=80,K=96", "--budget", "-1"], "--budget"),
     (["gemm", "--shape", "M=48,N=80,K=96", "--threads", "0"], "--threads"),
+    (["gemm", "--shape", "M=48,N=80,K=96", "--threads", "100000"], "--threads"),  # past the cap
     (["gemm", "--shape", "M=48,N=80,K=96", "--pass", "bwd"], "--pass"),
 ])
 def test_cli_bad_input_exits_2_naming_the_argument(args, named):
