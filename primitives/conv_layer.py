@@ -102,7 +102,9 @@ class Conv2d:
         self._check_weights()  # f32 weights fit either dtype
         _check(x, self.weight, self.dtype, self.stride, self.padding, layer_owns_w=True)
         g = self.prepare(x.shape[0], x.shape[2], x.shape[3])
-        self.x_nchw = x  # the update re-blocks it (narrow layers need another layout)
+        # the update re-blocks it (narrow layers need another layout): a copy, as the
+        # caller may change x (a batch buffer refilled) before backward
+        self.x_nchw = x.copy()
         return unblock_y(self.forward_blocked(block_x(x, g, self.dtype)), g, x.dtype)
 
     def backward(self, dy):

@@ -194,8 +194,12 @@ class Fused:
         # the caller's dtype: the unfused MLP's last layer rounds its y to bf16 too
         out16 = x.dtype == dtypes.bfloat16 or self.dtype == "bf16"
         pl = Places(g, train, out16)
-        t = {"x": x if x.dtype == ab and x.flags.c_contiguous else convert(x, ab),
-             "w": self._weights(pl, False)}
+        xs = x if x.dtype == ab and x.flags.c_contiguous else convert(x, ab)
+        if train and xs is x:  # backward reads it: a copy of its own (a caller may
+            # refill x, a batch buffer, before backward), as of y below
+            xs = self._kept.empty("x", x.shape, ab)
+            np.copyto(xs, x)
+        t = {"x": xs, "w": self._weights(pl, False)}
         if pl.y32:
             t["y"] = _results.empty("y", (N, self.sizes[-1]), np.float32)
         if out16:

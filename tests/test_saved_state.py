@@ -1,6 +1,7 @@
 """What a backward reads of its forward is the library's own: a caller who
-changes the array a training forward returned (y -= target, done in place)
-before calling backward gets the gradients it would have got otherwise."""
+changes the array a training forward returned (y -= target, done in place),
+or the input it passed, before calling backward gets the gradients it would
+have got otherwise."""
 import numpy as np
 import pytest
 
@@ -42,18 +43,19 @@ def _grads(layer):
     return [layer.grad_weight.copy()]
 
 
+@pytest.mark.parametrize("change", ["y", "x"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_changing_y_before_backward_changes_no_gradient(rng, case):
+def test_changing_y_or_x_before_backward_changes_no_gradient(rng, case, change):
     layer = CASES[case](rng)
-    x = _input(rng, layer)
+    x0 = _input(rng, layer)
     runs = []
-    for change in (False, True):
+    for changed in (False, True):
+        x = x0.copy()
         y = layer.forward(x)
         y = y[0] if isinstance(layer, lstm.LSTM) else y
         dy = np.random.default_rng(7).standard_normal(y.shape).astype(np.float32)
-        if change:
-            y -= 3.0  # what a loss computed in place does
-            y *= -2.0
+        if changed:  # what a loss computed in place does, or a batch buffer refilled
+            (y if change == "y" else x)[...] *= -2.0
         dx = layer.backward(dy) if not isinstance(layer, lstm.LSTM) else layer.backward(dy)[0]
         runs.append([dx.copy()] + _grads(layer))
     for name, a, b in zip(["dx"] + [f"grad {i}" for i in range(len(runs[0]) - 1)], *runs):
