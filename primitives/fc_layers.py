@@ -194,6 +194,7 @@ class MLP:
                        for i, (c, k) in enumerate(zip(sizes[:-1], sizes[1:]))]
         self.dtype = dtype
         self.fused = None
+        self._trained = False  # whether the last forward kept what backward reads
         if fused:
             from primitives import mlp
             self.fused = mlp.fused(self.layers, dtype, self.layers[0].backend, config)
@@ -203,9 +204,11 @@ class MLP:
         backward needs a training forward first (the fused MLP keeps no
         activations for it; the unfused one writes over the training ones)."""
         flag(train, "train")
-        self._trained = train
+        self._trained = False  # until this forward has run
         if self.fused is not None:
-            return self.fused.forward(x, train)
+            y = self.fused.forward(x, train)
+            self._trained = train
+            return y
         first, last = self.layers[0], self.layers[-1]
         operands(self.dtype, x, names=("x",))
         if x.shape[1] != first.C or x.shape[0] == 0:
@@ -216,6 +219,7 @@ class MLP:
         h = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), first.g.bn, first.g.bc)
         for layer in self.layers:
             h = layer.forward_blocked(h)
+        self._trained = train
         return from_blocks(h, N, last.K, dtype=x.dtype)
 
     def backward(self, dy):
@@ -223,7 +227,7 @@ class MLP:
             return self.fused.backward(dy)
         last = self.layers[-1]
         operands(self.dtype, dy, names=("dy",))
-        if not getattr(self, "_trained", False):
+        if not self._trained:
             raise ValueError("dy: no training forward to go back through: the last forward "
                              "ran with train=False, or none ran")
         if last.g is None or dy.shape != (last.g.N, last.K):
