@@ -45,9 +45,11 @@ def _row_stride(x, name):
     if item not in (2, 4):
         raise TypeError(f"{name}: expected 2- or 4-byte elements (bf16, f32), got {x.dtype}")
     (rows, cols), (s0, s1) = x.shape, x.strides
-    if cols > 1 and s1 != item or s0 < 0 or s0 % item:
+    # rows that overlap (a broadcast, a sliding window: s0 < a row's bytes) are
+    # no matrix the copies can walk row by row: the caller copies them first
+    if cols > 1 and s1 != item or s0 < 0 or s0 % item or rows > 1 and s0 < cols * item:
         return None
-    return max(s0 // item, cols) if rows > 1 else cols
+    return s0 // item if rows > 1 else cols
 
 
 def _out_dtype(src, dtype, name="x"):

@@ -186,3 +186,25 @@ def test_to_blocks_vnni_bad_input(rng):
                dict(br=4, bs=4, sums=np.empty(8, np.float32))):
         with pytest.raises(ValueError, match="^vnni"):
             to_blocks(kw.pop("x", x), kw.pop("br"), kw.pop("bs"), vnni=True, **kw)
+
+
+def test_rows_that_overlap_are_copied_first(rng):
+    """A row stride shorter than a row (broadcast rows, a sliding window) is no
+    matrix to walk row by row: the copies, the sums and fc.forward read the
+    values the array shows, not the memory past it."""
+    from brgemm.layouts import convert
+    from primitives import fc
+    rows, cols = (int(v) for v in rng.integers(2, 40, 2))
+    base = rng.standard_normal(rows + cols).astype(np.float32)
+    views = {"broadcast": np.broadcast_to(base[:cols], (rows, cols)),
+             "sliding window": np.lib.stride_tricks.sliding_window_view(base, cols)[:rows]}
+    for name, x in views.items():
+        want = np.array(x)  # what NumPy reads
+        np.testing.assert_array_equal(convert(x, np.float32), want, err_msg=name)
+        np.testing.assert_array_equal(column_sums(x), column_sums(want), err_msg=name)
+        br, bs = (int(v) for v in rng.integers(1, 9, 2))
+        np.testing.assert_array_equal(from_blocks(to_blocks(x, br, bs), rows, cols), want,
+                                      err_msg=name)
+        w = rng.standard_normal((int(rng.integers(1, 20)), cols)).astype(np.float32)
+        np.testing.assert_allclose(fc.forward(x, w), want @ w.T, rtol=0,
+                                   atol=1e-5 * (np.abs(want) @ np.abs(w.T)).max(), err_msg=name)
