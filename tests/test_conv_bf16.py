@@ -20,8 +20,8 @@ def test_pointwise_pairs_forward(rng):
     pointwise_pairs is off."""
     for it in range(6):
         N, H, W = int(rng.integers(1, 4)), int(rng.integers(14, 41)), int(rng.integers(14, 41))
-        if 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not pointwise
-            H += 1
+        while 16 * -(-H * W // 16) - H * W > H * W // 16:  # too many empty lanes: not
+            H += 1                                         # pointwise (15 x 15 takes two)
         C, K = 32 * int(rng.integers(1, 5)), int(rng.integers(1, 80))
         kb, bp = int(rng.choice([1, 2, 32])), int(rng.choice([32, 64, 112]))
         cfg = {"fwd": {"bc": 32, "bk": 16, "pointwise_kb": kb, "pointwise_bp": bp,
