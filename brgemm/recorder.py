@@ -57,14 +57,19 @@ class Recorder:
             if self.tensors.get(name, want) != want:
                 raise ValueError(f"{role}: tensor {name!r} is {self.tensors[name]}, the block "
                                  f"wants {want}")
-        self._touch(a, a_offs, *((blk.k, blk.m) if blk.a_t else (blk.m, blk.k)), blk.lda, "a")
-        if blk.b_vnni:  # (k + 1) / 2 rows of n pairs, 2 ldb apart
-            self._touch(b, b_offs, (blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb, "b")
-        else:
-            self._touch(b, b_offs, blk.k, blk.n, blk.ldb, "b")
+        a_shape, b_shape = _operand_shapes(blk)
+        self._touch(a, a_offs, *a_shape, "a")
+        self._touch(b, b_offs, *b_shape, "b")
         self._touch(c, [c_off], blk.m, blk.n, blk.ldc, "c")
         if c in (a, b):  # the kernel writes C while it reads A and B: no block may overlap it
-            _no_overlap(blk, a, a_offs, b, b_offs, c, c_off)
+            c_end = c_off + (blk.m - 1) * blk.ldc + blk.n
+            for name, offs, (rows, cols, ld), role in ((a, a_offs, a_shape, "A"),
+                                                       (b, b_offs, b_shape, "B")):
+                span = (rows - 1) * ld + cols
+                if name == c and any(o < c_end and c_off < o + span for o in offs):
+                    raise ValueError(f"c: the C block at {c_off} of {c!r} overlaps one of the "
+                                     f"call's {role} blocks; the kernel writes C while it "
+                                     f"reads {role}")
         self.written.add(c)
         for i, op in enumerate(ops):
             self._check_op(op, blk)
@@ -97,16 +102,10 @@ class Recorder:
         return Plan(self)
 
 
-
-def _no_overlap(blk, a, a_offs, b, b_offs, c, c_off):
-    """A ValueError where the call's C block spans elements of one of its own A
-    or B blocks in the same tensor (first to last element, as Kernel checks)."""
-    c_end = c_off + (blk.m - 1) * blk.ldc + blk.n
-    a_rows, a_cols = (blk.k, blk.m) if blk.a_t else (blk.m, blk.k)
-    b_rows, b_cols, b_ld = ((blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb) if blk.b_vnni else \
-        (blk.k, blk.n, blk.ldb)
-    for name, offs, span, role in ((a, a_offs, (a_rows - 1) * blk.lda + a_cols, "A"),
-                                   (b, b_offs, (b_rows - 1) * b_ld + b_cols, "B")):
-        if name == c and any(o < c_end and c_off < o + span for o in offs):
-            raise ValueError(f"c: the C block at {c_off} of {c!r} overlaps one of the call's "
-                             f"{role} blocks; the kernel writes C while it reads {role}")
+def _operand_shapes(blk):
+    """(rows, cols, ld) of a call's A blocks and of its B blocks as they lie in
+    their tensors: A's k rows of m where given transposed (a_t); B in VNNI
+    pairs, (k + 1) / 2 rows of n pairs, 2 ldb apart."""
+    a = (blk.k, blk.m, blk.lda) if blk.a_t else (blk.m, blk.k, blk.lda)
+    b = ((blk.k + 1) // 2, 2 * blk.n, 2 * blk.ldb) if blk.b_vnni else (blk.k, blk.n, blk.ldb)
+    return a, b

@@ -57,7 +57,6 @@ def bias_vector(b, K, dtype, name="b"):
     return np.ascontiguousarray(b, dtype=np.float32)
 
 
-
 def weight_array(a, name, shape):
     """A weight a layer's user set (its attribute, set_weights): a float32 or
     bfloat16 array of `shape`; a TypeError or ValueError naming it otherwise."""
@@ -77,6 +76,7 @@ def learning_rate(lr):
     if not np.isfinite(lr) or abs(float(lr)) > float(np.finfo(np.float32).max):
         raise ValueError(f"lr: expected a finite number, got {lr!r}")
     return np.float32(lr)
+
 
 def positive(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

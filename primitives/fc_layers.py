@@ -65,9 +65,7 @@ class Linear:
 
     def load_weights(self):
         """Re-block weight and bias after they changed (done by step())."""
-        weight_array(self.weight, "weight", (self.K, self.C))
-        if self.bias is not None:
-            weight_array(self.bias, "bias", (self.K,))
+        self._check_weights()
         g, ab = self.g, dtypes.NUMPY[self.dtype]
         if g is None:
             return
@@ -81,6 +79,12 @@ class Linear:
         self.b = np.zeros(g.Kb * g.bk, np.float32)
         if self.bias is not None:
             self.b[:self.K] = self.bias
+
+    def _check_weights(self):
+        """weight and bias as set by hand: their shapes and dtypes, named."""
+        weight_array(self.weight, "weight", (self.K, self.C))
+        if self.bias is not None:
+            weight_array(self.bias, "bias", (self.K,))
 
     # -- blocked passes --
     def forward_blocked(self, x):
@@ -125,7 +129,7 @@ class Linear:
     def forward(self, x):
         """x [N, C] -> y [N, K] in x's dtype."""
         operands(self.dtype, x, names=("x",))
-        weight_array(self.weight, "weight", (self.K, self.C))  # set by hand: still checked
+        self._check_weights()  # set by hand: still checked
         if x.shape[1] != self.C or x.shape[0] == 0:
             raise ValueError(f"x: expected shape (N, {self.C}) with N >= 1, got {x.shape}")
         g = self.prepare(x.shape[0])

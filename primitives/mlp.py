@@ -235,8 +235,8 @@ class Fused:
         operands(self.dtype, dy, names=("dy",))
         g, saved = state or (self.g, self.saved)
         if g is None or dy.shape != (g.N, self.sizes[-1]):
-            raise ValueError(f"dy: expected the training forward's output shape "
-                             f"{(g.N, self.sizes[-1]) if g else '(call forward(x, train=True) first)'}, "
+            want = (g.N, self.sizes[-1]) if g else "(call forward(x, train=True) first)"
+            raise ValueError(f"dy: expected the training forward's output shape {want}, "
                              f"got {dy.shape}")
         ab = dtypes.NUMPY[self.dtype]
         out16 = dy.dtype == dtypes.bfloat16 or self.dtype == "bf16"  # dx in bf16, as y

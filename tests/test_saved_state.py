@@ -82,8 +82,8 @@ def test_step_checks_its_lr_and_needs_a_backward(rng, case):
              "mlp unfused": CASES["mlp unfused, sigmoid last"],
              "mlp fused": CASES["mlp fused, sigmoid last"]}[case](rng)
     x = _input(rng, layer)
-    weights = lambda: [a.copy() for a in ([layer.weight] if not hasattr(layer, "layers")  # noqa: E731
-                                          else [lay.weight for lay in layer.layers])]
+    layers = layer.layers if hasattr(layer, "layers") else [layer]
+    weights = lambda: [lay.weight.copy() for lay in layers]  # noqa: E731
     before = weights()
     for made in ("nothing", "a forward"):  # no backward yet: no gradient to step with
         with pytest.raises(ValueError, match="^grad_weight: no gradient"):
