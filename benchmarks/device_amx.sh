@@ -7,7 +7,9 @@
 # PART_TIMEOUT caps each layer run (seconds), KERNEL_VARIANTS and L1_BUDGETS add kernel runs,
 # TIMEOUT_<part> and TIMEOUT16_<part> cap one part at 2 and 16 threads,
 # KERNEL=0 skips the kernel benchmark, TEST_FILES replaces the test list
-# (TESTS_LIMIT: their cap in seconds, default 200),
+# (TESTS_LIMIT: their cap in seconds, default 200; TEST_OPTS: pytest's options,
+# default -x; e.g. "-n 8" with OMP_NUM_THREADS=2 runs the whole suite in 8
+# workers of 2 threads through pytest-xdist, which the lent machine has),
 # VARIANT_TESTS reruns the AMX cases under tunables (below), PROFILE=1 adds
 # benchmarks.amx_profile (PROFILE_ARGS: its arguments)
 # (where a call's time goes, kernel variants) on one core. PASSES (e.g. "upd")
@@ -32,7 +34,7 @@ test_files=${TEST_FILES:-tests/amx_cases.py tests/test_kernel.py tests/test_kern
   tests/test_layouts.py tests/test_layouts_image.py tests/test_fc.py tests/test_conv.py tests/test_conv_bias.py \
   tests/test_conv_span.py tests/test_conv_aligned.py tests/test_conv_nchw_x.py tests/test_config.py \
   tests/test_lstm.py tests/test_nn.py tests/test_nn_convert.py}
-[ "${TESTS:-1}" = 1 ] && timeout ${TESTS_LIMIT:-200} $py -m pytest -q -x -p no:cacheprovider $test_files > $out/tests.txt 2>&1
+[ "${TESTS:-1}" = 1 ] && timeout ${TESTS_LIMIT:-200} $py -m pytest -q ${TEST_OPTS:--x} -p no:cacheprovider $test_files > $out/tests.txt 2>&1
 tests_rc=$?
 tests_summary=$(tail -1 $out/tests.txt 2>/dev/null)
 echo "tests exit $tests_rc"; tail -15 $out/tests.txt
