@@ -34,7 +34,7 @@ def run(quick=False, dtype="f32", threads=None, shape_set="resnet50_conv",
                    lambda: _functional(quick, dtype, threads, shape_set))
 
 
-def _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt):
+def layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt):
     """Random x, w, dy of one layer, its geometry, the passes whose weights are
     VNNI-packed (as Conv2d keeps them) and the blocked tensors the layer path
     runs on."""
@@ -81,7 +81,7 @@ def _vs_onednn(quick, dtype, threads, shape_set, passes):
     table.head()
     rows = []
     for (C, K, H, W, R, S, st, pd), name in shapes:
-        x, w, dy, g, vnni, t = _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
+        x, w, dy, g, vnni, t = layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
         upd = t["upd"]
         flops = 2.0 * N * K * g.P * g.Q * C * R * S
         for p in passes:
@@ -143,20 +143,20 @@ def _functional(quick, dtype, threads, shape_set):
     rng = np.random.default_rng()
     rows = []
     for (C, K, H, W, R, S, st, pd), name in quick_shapes(shape_set, quick, QUICK):
-        x, w, dy, g, vnni, layer = _layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
-        layer["dw_plain"] = np.empty((K, C, R, S), np.float32)
+        x, w, dy, g, vnni, t = layer(rng, N, C, K, H, W, R, S, st, pd, dtype, npdt)
+        t["dw_plain"] = np.empty((K, C, R, S), np.float32)
         tx, tw, tdy = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, w, dy))
         gx, gw = tx.clone().requires_grad_(), tw.clone().requires_grad_()
         plans = {p: conv.plan(g, p, dtype, p in vnni) for p in ("fwd", "bwd", "upd")}
 
         def layer_fwd():
-            plans["fwd"].run(x=layer["x"], w=layer["w"], y=layer["y"])
+            plans["fwd"].run(x=t["x"], w=t["w"], y=t["y"])
 
         def layer_fwd_bwd():
             layer_fwd()
-            plans["bwd"].run(dyp=layer["dyp"], wt=layer["wt"], dx=layer["dx"])
-            plans["upd"].run(dw=layer["dw"], **layer["upd"])
-            conv.unblock_dw(layer["dw"], g, np.float32, out=layer["dw_plain"])
+            plans["bwd"].run(dyp=t["dyp"], wt=t["wt"], dx=t["dx"])
+            plans["upd"].run(dw=t["dw"], **t["upd"])
+            conv.unblock_dw(t["dw"], g, np.float32, out=t["dw_plain"])
 
         def torch_fwd_bwd():
             gx.grad = gw.grad = None

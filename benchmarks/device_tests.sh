@@ -6,7 +6,8 @@
 # CPU extension and oneDNN's harness are built once first (parallel builds of
 # the harness would race). Largest files first, so the long ones start early.
 # TEST_FILES replaces the list. FILE_LIMIT caps each file (seconds, default 400). Logs: $OUT/tests/<file>.txt;
-# a line per file on stdout. Expects .devcarry (device_carry.sh); run from the
+# a line per file on stdout; all logs come back as $OUT/tests.tgz (a call
+# returns only a few files). Expects .devcarry (device_carry.sh); run from the
 # repository root.
 set -uo pipefail
 . "$(dirname "$0")/device_setup.sh"
@@ -21,3 +22,4 @@ echo ${TEST_FILES:-$(ls -S tests/test_*.py tests/amx_cases.py)} | tr ' ' '\n' | 
     > $out/tests/$n.txt 2>&1
   echo "$n (exit $?): $(tail -1 $out/tests/$n.txt)"'
 grep -h "^FAILED\|^ERROR" $out/tests/*.txt | head -40
+tar czf $out/tests.tgz -C $out tests && rm -r $out/tests

@@ -71,7 +71,7 @@ def main():
     rng = np.random.default_rng()
     print(f"round order, f32 forward, {threads} threads, {machine()}, {a.rounds} rounds")
     for (C, K, H, W, R, S, st, pd), name in quick_shapes("resnet50_conv", True, bconv.QUICK):
-        x, w, dy, g, vnni, t = bconv._layer(rng, threads, C, K, H, W, R, S, st, pd, "f32",
+        x, w, dy, g, vnni, t = bconv.layer(rng, threads, C, K, H, W, R, S, st, pd, "f32",
                                            np.float32)
         plan = conv.plan(g, "fwd", "f32", "fwd" in vnni)
         job = Job.conv("fwd", threads, C, K, H, W, R, S, (st, st), (pd, pd), x=x, w=w,

@@ -97,7 +97,9 @@ def test_ddp_two_processes_equal_one_process(rng, tmp_path):
     out = tmp_path / "rank0.pt"
     # gloo on the loopback interface: a machine's hostname need not resolve to
     # an address its peers can reach
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), GLOO_SOCKET_IFNAME="lo")
+    # ROOT ahead of the caller's own PYTHONPATH, not in its place (where cffi may be)
+    path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, GLOO_SOCKET_IFNAME="lo")
     for attempt in range(2):  # the free port may be taken before rank 0 binds it
         codes, logs = run_job(free_port(), seed, out, env)
         if all(c == 0 for c in codes) or not any("in use" in log for log in logs):
