@@ -18,7 +18,11 @@ import math
 import numpy as np
 
 from brgemm import dtypes
-from brgemm.arrays import aligned_empty
+from brgemm._layout_args import LIMIT, array, matrix, pair, size, tiles
+from brgemm._layout_args import check_out as _check_out
+from brgemm._layout_args import out_dtype as _out_dtype
+from brgemm._layout_args import row_stride as _row_stride
+from brgemm._layout_args import threads as _threads
 from brgemm.backend import cpu
 
 
@@ -26,6 +30,10 @@ def pick_block(dim, target, multiple=1):
     """A block size for a dimension of `dim`: all of it when it fits in `target`,
     else the largest divisor in [target/2, target] that is a multiple of
     `multiple` (the kernel's vector width for its n), else `target` and padding."""
+    if not (type(dim) is int and type(target) is int and type(multiple) is int
+            and dim > 0 and target > 0 and multiple > 0):
+        dim, target = size(dim, "dim", high=None), size(target, "target", high=None)
+        multiple = size(multiple, "multiple", high=None)
     if dim <= target:
         return dim
     for b in range(target, max(target // 2, 1) - 1, -1):
@@ -35,46 +43,10 @@ def pick_block(dim, target, multiple=1):
 
 
 def nblocks(dim, b):
+    """The blocks of b that cover dim (>= 0) elements."""
+    if not (type(dim) is int and type(b) is int and dim >= 0 and b > 0):
+        dim, b = size(dim, "dim", 0, None), size(b, "b", high=None)
     return -(-dim // b)
-
-
-def _row_stride(x, name):
-    if x.ndim != 2:
-        raise ValueError(f"{name}: expected 2 dimensions, got shape {x.shape}")
-    item = x.itemsize
-    if item not in (2, 4):
-        raise TypeError(f"{name}: expected 2- or 4-byte elements (bf16, f32), got {x.dtype}")
-    (rows, cols), (s0, s1) = x.shape, x.strides
-    # rows that overlap (a broadcast, a sliding window: s0 < a row's bytes) are
-    # no matrix the copies can walk row by row: the caller copies them first
-    if cols > 1 and s1 != item or s0 < 0 or s0 % item or rows > 1 and s0 < cols * item:
-        return None
-    return s0 // item if rows > 1 else cols
-
-
-def _out_dtype(src, dtype, name="x"):
-    """The element type a copy of `src` writes: its own, or bf16 rounded from f32."""
-    have = src.dtype
-    if (dtype is None or dtype is have) and (have is _F32 or have is _BF16):
-        return have  # the common case at once: every copy of a call asks
-    out = have if dtype is None else np.dtype(dtype)
-    if have.itemsize not in (2, 4) or have not in (dtypes.float32, dtypes.bfloat16):
-        raise TypeError(f"{name}: expected float32 or bfloat16 elements, got {have}")
-    if out != have and not (have == dtypes.float32 and out == dtypes.bfloat16):
-        raise TypeError(f"dtype: a {have} {name} converts to itself or, from float32, "
-                        f"to bfloat16; got {out}")
-    return out
-
-
-def _check_out(out, shape, dtype, name="out"):
-    """out (shape: a tuple) as given, checked; a new aligned array where None."""
-    if out is None:
-        return aligned_empty(shape, dtype)
-    if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype
-            or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"{name}: expected a writeable C-contiguous {dtype} array of shape "
-                         f"{tuple(shape)}")
-    return out
 
 
 # C entry points and helpers looked up once: a functional call makes several copies
@@ -97,13 +69,13 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
     column count that gets column_sums(x), bit for bit, summed as the copy
     reads x (one pass over x instead of two). vnni: bf16 tiles in VNNI pairs
     (brgemm.vnni.vnni_tiles' layout; br even), made in the same pass."""
-    if x.ndim == 2 and x.flags.c_contiguous and (x.dtype is _F32 or x.dtype is _BF16):
-        ld = x.shape[1]  # the common case at once: what _row_stride gives it
+    if type(x) is np.ndarray and x.ndim == 2 and x.flags.c_contiguous and x.size \
+            and (x.dtype is _F32 or x.dtype is _BF16):
+        ld = x.shape[1]  # the common case at once: what matrix() gives it
     else:
-        ld = _row_stride(x, "x")
-        if ld is None:
-            x = np.ascontiguousarray(x)
-            ld = x.shape[1]
+        x, ld = matrix(x, "x")
+    if not (type(br) is int and type(bs) is int and 0 < br <= LIMIT and 0 < bs <= LIMIT):
+        br, bs = size(br, "br"), size(bs, "bs")
     dt = _out_dtype(x, dtype)
     if vnni and (dt != _BF16 or br % 2 or sums is not None):
         raise ValueError(f"vnni: takes bf16 tiles of even br and no sums, got {dt}, br={br}")
@@ -118,11 +90,12 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
             raise ValueError("sums: overlaps x or out")
     if vnni:
         rc = _to_blocks_vnni(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
-                             _address(out), threads or 0)
+                             _address(out), _threads(threads))
     else:
         rc = _to_blocks(_address(x), R, S, ld, transpose, swap_grid, x.itemsize, br, bs,
                         _address(out), out.itemsize,
-                        _NULL if sums is None else _cast("float *", _address(sums)), threads or 0)
+                        _NULL if sums is None else _cast("float *", _address(sums)),
+                        _threads(threads))
     if rc != _OK:
         _ok(rc, "to_blocks")
     return out
@@ -130,27 +103,27 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
 
 def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=None, out=None):
     """The matrix M [R, S] that tiles t hold (M.T with transpose), of `dtype`
-    (default t's), as a new array or into `out` (C-contiguous, not overlapping t)."""
-    if t.ndim != 4 or not t.flags.c_contiguous:
-        raise ValueError(f"t: expected C-contiguous tiles [.., .., br, bs], got shape {t.shape}")
+    (default t's; float32 from bf16 tiles is exact), as a new array or into
+    `out` (C-contiguous, of that shape and dtype, not overlapping t)."""
+    if not (type(t) is np.ndarray and t.ndim == 4 and t.flags.c_contiguous and t.size):
+        tiles(t, "t", 4, "[Rb][Sb][br][bs]")
+    if not (type(R) is int and type(S) is int and 0 < R <= LIMIT and 0 < S <= LIMIT):
+        R, S = size(R, "R"), size(S, "S")
     Rt, St, br, bs = t.shape
     if (Rt, St) != ((-(-S // bs), -(-R // br)) if swap_grid else (-(-R // br), -(-S // bs))):
         raise ValueError(f"t: tiles {t.shape} do not cover a {R}x{S} matrix")
     shape = (S, R) if transpose else (R, S)
-    widen = dtype is not None and t.dtype == dtypes.bfloat16 and np.dtype(dtype) == dtypes.float32
-    dt = t.dtype if widen else _out_dtype(t, dtype, "t")
-    if out is None:
-        out = aligned_empty(shape, dt)  # every element written below
-    elif (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dt
-          or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out: expected a writeable C-contiguous {dt} array of shape {shape}")
-    elif _overlap(out, t):
+    dt = _out_dtype(t, dtype, "t", widen=True)
+    out = _check_out(out, shape, dt)  # a new one: every element written below
+    if _overlap(out, t):
         raise ValueError("out: overlaps t")
+    if t.itemsize < out.itemsize:  # bf16 to f32, which the C copy does not do: exact
+        t = t.astype(_F32)
     rc = _from_blocks(_address(t), R, S, br, bs, swap_grid, transpose, t.itemsize, _address(out),
-                      shape[1], out.itemsize, threads or 0)
+                      shape[1], out.itemsize, _threads(threads))
     if rc != _OK:
         _ok(rc, "from_blocks")
-    return out.astype(np.float32) if widen else out
+    return out
 
 
 def transpose_blocks(t, out=None, threads=None, pair=1, sums=None):
@@ -159,12 +132,11 @@ def transpose_blocks(t, out=None, threads=None, pair=1, sums=None):
     `pair` neighbouring ones stacked (tiles of M.T of pair*bs rows). sums: an
     f32 array [Sb*bs] that gets M's column sums (padding rows included), bit
     for bit column_sums', summed as the copy reads t (one pass instead of two)."""
-    if (not isinstance(t, np.ndarray) or t.ndim != 4 or not t.flags.c_contiguous
-            or t.dtype not in (_F32, _BF16)):
-        raise ValueError(f"t: expected C-contiguous 4-D tiles of bf16 or f32, got "
-                         f"{getattr(t, 'shape', type(t).__name__)} {getattr(t, 'dtype', '')}")
+    tiles(t, "t", 4, "[Rb][Sb][br][bs]")
+    _out_dtype(t, None, "t")
     Rb, Sb, br, bs = t.shape
-    if type(pair) is not int or pair < 1 or Sb % pair:
+    pair = size(pair, "pair")
+    if Sb % pair:
         raise ValueError(f"pair: expected an int >= 1 dividing the {Sb} tile columns, got {pair!r}")
     out = _check_out(out, (Sb // pair, Rb, pair * bs, br), t.dtype)
     if _overlap(out, t):
@@ -175,7 +147,7 @@ def transpose_blocks(t, out=None, threads=None, pair=1, sums=None):
             raise ValueError("sums: overlaps t or out")
     cpu.check(cpu.lib.brgemm_cpu_swap_tiles(
         cpu.address(t), Rb, Sb, br, bs, t.itemsize, pair, cpu.address(out),
-        _NULL if sums is None else _cast("float *", _address(sums)), threads or 0),
+        _NULL if sums is None else _cast("float *", _address(sums)), _threads(threads)),
         "transpose_blocks")
     return out
 
@@ -183,6 +155,8 @@ def transpose_blocks(t, out=None, threads=None, pair=1, sums=None):
 def convert(x, dtype, out=None, threads=None):
     """x as a C-contiguous array of `dtype` (x's own: a parallel copy; bf16
     from f32: rounded), new or into `out`. x itself when it already is one."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x: expected a numpy.ndarray, got {type(x).__name__}")
     dt = _out_dtype(x, dtype)
     if out is None and dt == x.dtype and x.flags.c_contiguous:
         return x
@@ -198,7 +172,7 @@ def convert(x, dtype, out=None, threads=None):
         ld = flat.shape[1]
     cpu.check(cpu.lib.brgemm_cpu_convert(cpu.address(flat), flat.shape[0], flat.shape[1], ld,
                                          x.itemsize, cpu.address(out), out.itemsize,
-                                         threads or 0), "convert")
+                                         _threads(threads)), "convert")
     return out
 
 
@@ -207,13 +181,12 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
     """x [N, C, H, W] (any non-negative strides: read in place) -> [N][Cb][Hp][Wp][bc]
     with x at (top, left) in a zero border and zero padded channels. pixels_last:
     [N][Cb][Hp][phases][bc][Wp/phases], padded column j * phases + p at [p][..][j]."""
-    if not isinstance(x, np.ndarray) or x.ndim != 4 or 0 in x.shape:
-        raise ValueError(f"x: expected a non-empty [N, C, H, W] array, got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
+    array(x, "x", 4, "[N, C, H, W]")
     dt = _out_dtype(x, dtype)
     N, C, H, W = x.shape
-    if bc < 1 or phases < 1 or top < 0 or left < 0 or Hp < top + H or Wp < left + W \
-            or Wp % phases or (phases > 1 and not pixels_last):
+    bc, Hp, Wp, phases = size(bc, "bc"), size(Hp, "Hp"), size(Wp, "Wp"), size(phases, "phases")
+    top, left = size(top, "top", 0), size(left, "left", 0)
+    if Hp < top + H or Wp < left + W or Wp % phases or (phases > 1 and not pixels_last):
         raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
                          f"(bc {bc}, phases {phases})")
     x, strides = _image_strides(x)
@@ -223,7 +196,7 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
     if _overlap(out, x):
         raise ValueError("out: overlaps x")
     rc = _image_to_blocks(_address(x), N, C, H, W, strides, x.itemsize, bc, Hp, Wp, top, left,
-                          phases, pixels_last, _address(out), out.itemsize, threads or 0)
+                          phases, pixels_last, _address(out), out.itemsize, _threads(threads))
     if rc != _OK:
         _ok(rc, "image_to_blocks")
     return out
@@ -249,14 +222,12 @@ def image_to_planes(x, bc, stride, Hs, Ws, L, top=0, left=0, dtype=None, out=Non
     [N][Cb][sh][sw][bc][L]: per channel and phase (a, b) of stride (sh, sw), the
     padded image's pixels (i * sh + a, j * sw + b) at i * Ws + j, x at (top,
     left) in a zero border, zeros from Hs * Ws to L and in padded channels."""
-    if not isinstance(x, np.ndarray) or x.ndim != 4 or 0 in x.shape:
-        raise ValueError(f"x: expected a non-empty [N, C, H, W] array, got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
+    array(x, "x", 4, "[N, C, H, W]")
     dt = _out_dtype(x, dtype)
     N, C, H, W = x.shape
-    sh, sw = stride
-    if min(bc, sh, sw) < 1 or min(top, left) < 0 or Hs * sh < top + H or Ws * sw < left + W \
-            or L < Hs * Ws:
+    (sh, sw), bc, Hs, Ws = pair(stride, "stride"), size(bc, "bc"), size(Hs, "Hs"), size(Ws, "Ws")
+    L, top, left = size(L, "L"), size(top, "top", 0), size(left, "left", 0)
+    if Hs * sh < top + H or Ws * sw < left + W or L < Hs * Ws:
         raise ValueError(f"Hs, Ws: a {H}x{W} image at ({top}, {left}) does not fit {Hs}x{Ws} "
                          f"phase planes of stride {stride} and length {L} (bc {bc})")
     x, strides = _image_strides(x)
@@ -265,25 +236,24 @@ def image_to_planes(x, bc, stride, Hs, Ws, L, top=0, left=0, dtype=None, out=Non
         raise ValueError("out: overlaps x")
     cpu.check(cpu.lib.brgemm_cpu_image_to_planes(
         cpu.address(x), N, C, H, W, strides, x.itemsize, bc, top, left, sh, sw, Hs, Ws, L,
-        cpu.address(out), out.itemsize, threads or 0), "image_to_planes")
+        cpu.address(out), out.itemsize, _threads(threads)), "image_to_planes")
     return out
 
 
 def blocks_to_image(t, C, H, W, top=0, left=0, dtype=None, out=None, threads=None):
     """t [N][Cb][Hp][Wp][bc] -> the [N, C, H, W] image at (top, left), of `dtype`."""
-    if not isinstance(t, np.ndarray) or t.ndim != 5 or not t.flags.c_contiguous:
-        raise ValueError(f"t: expected C-contiguous [N][Cb][Hp][Wp][bc] blocks, got "
-                         f"{getattr(t, 'shape', type(t).__name__)}")
+    tiles(t, "t", 5, "[N][Cb][Hp][Wp][bc]")
     N, Cb, Hp, Wp, bc = t.shape
-    if C < 1 or H < 1 or W < 1 or nblocks(C, bc) != Cb or top < 0 or left < 0 or Hp < top + H \
-            or Wp < left + W:
+    C, H, W = size(C, "C"), size(H, "H"), size(W, "W")
+    top, left = size(top, "top", 0), size(left, "left", 0)
+    if nblocks(C, bc) != Cb or Hp < top + H or Wp < left + W:
         raise ValueError(f"t: blocks {t.shape} do not hold a {C}x{H}x{W} image at ({top}, {left})")
     dt = _out_dtype(t, dtype, "t")
     out = _check_out(out, (N, C, H, W), dt)
     if _overlap(out, t):
         raise ValueError("out: overlaps t")
     rc = _blocks_to_image(_address(t), N, C, H, W, bc, Hp, Wp, top, left, t.itemsize,
-                          _address(out), out.itemsize, threads or 0)
+                          _address(out), out.itemsize, _threads(threads))
     if rc != _OK:
         _ok(rc, "blocks_to_image")
     return out
@@ -294,10 +264,11 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
     [Kb][Cb][taps][bc][bk]; transposed: the matrix itself, [Cb][Kb][taps][bk][bc].
     vnni: bf16 tiles in VNNI pairs (brgemm.vnni.vnni_tiles' layout; bc, or bk
     transposed, even), made in the same pass."""
-    if not isinstance(w, np.ndarray) or w.ndim < 2 or 0 in w.shape:
-        raise ValueError(f"w: expected a non-empty [K, C, ...] array, got "
-                         f"{getattr(w, 'shape', type(w).__name__)}")
+    array(w, "w", None, "[K, C, ...]")
+    if w.ndim < 2:
+        raise ValueError(f"w: expected a non-empty [K, C, ...] array, got shape {w.shape}")
     dt = _out_dtype(w, dtype, "w")
+    bk, bc = size(bk, "bk"), size(bc, "bc")
     if vnni and (dt != _BF16 or (bk if transposed else bc) % 2):
         raise ValueError(f"vnni: takes bf16 tiles of an even number of rows, got {dt}, "
                          f"{'bk' if transposed else 'bc'}={bk if transposed else bc}")
@@ -308,7 +279,7 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
     if _overlap(out, w):
         raise ValueError("out: overlaps w")
     rc = _taps_to_blocks(_address(w), K, C, RS, w.itemsize, bk, bc, transposed, vnni,
-                         _address(out), out.itemsize, threads or 0)
+                         _address(out), out.itemsize, _threads(threads))
     if rc != _OK:
         _ok(rc, "taps_to_blocks")
     return out
@@ -317,24 +288,29 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
 def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=None):
     """The sum over shares of f32 tiles t [J][Kb][Cb][RS][bk][bc] (c_rows:
     [..][bc][bk]) as w [K, C, *taps] of `dtype` (f32 or bf16, rounded)."""
-    taps = tuple(taps)
+    if not isinstance(taps, (tuple, list)):
+        raise TypeError(f"taps: expected a sequence of ints, got {taps!r}")
+    taps = tuple(size(n, "taps") for n in taps)
     RS = math.prod(taps)
-    if (not isinstance(t, np.ndarray) or t.ndim != 6 or t.dtype != dtypes.float32
-            or not t.flags.c_contiguous):
-        raise ValueError(f"t: expected C-contiguous f32 tiles [J][Kb][Cb][RS][..][..], got "
-                         f"{getattr(t, 'shape', type(t).__name__)}")
+    tiles(t, "t", 6, "[J][Kb][Cb][RS][..][..]")
+    if t.dtype != dtypes.float32:
+        raise TypeError(f"t: expected float32 tiles, got {t.dtype}")
     J, Kb, Cb, RS_, t0, t1 = t.shape
     bk, bc = (t1, t0) if c_rows else (t0, t1)
-    if min(K, C, RS, J) < 1 or (Kb, Cb, RS_) != (nblocks(K, bk), nblocks(C, bc), RS):
+    K, C = size(K, "K"), size(C, "C")
+    if (Kb, Cb, RS_) != (nblocks(K, bk), nblocks(C, bc), RS):
         raise ValueError(f"t: tiles {t.shape} do not hold [{K}, {C}, {RS} taps] weights")
-    dt = np.dtype(np.float32 if dtype is None else dtype)
+    try:
+        dt = np.dtype(np.float32 if dtype is None else dtype)
+    except TypeError:
+        raise TypeError(f"dtype: expected float32 or bfloat16, got {dtype!r}") from None
     if dt not in (dtypes.float32, dtypes.bfloat16):
         raise TypeError(f"dtype: expected float32 or bfloat16, got {dt}")
     out = _check_out(out, (K, C) + taps, dt)
     if _overlap(out, t):
         raise ValueError("out: overlaps t")
     rc = _taps_from_blocks(_cast("float *", _address(t)), J, K, C, RS, bk, bc, c_rows,
-                           _address(out), out.itemsize, threads or 0)
+                           _address(out), out.itemsize, _threads(threads))
     if rc != _OK:
         _ok(rc, "taps_from_blocks")
     return out
@@ -343,17 +319,13 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
 def column_sums(x, out=None, threads=None):
     """x [rows, cols] (f32 or bf16, rows of contiguous elements) summed over its
     rows in f32, in parallel over column strips: [cols] float32."""
-    ld = _row_stride(x, "x")
-    _out_dtype(x, None)
-    if ld is None:
-        x = np.ascontiguousarray(x)
-        ld = x.shape[1]
+    x, ld = matrix(x, "x", nonempty=False)
     out = _check_out(out, (x.shape[1],), dtypes.float32)
     if x.shape[1] == 0:
         return out
     cpu.check(cpu.lib.brgemm_cpu_column_sums(cpu.address(x), x.shape[0], x.shape[1], ld,
                                              x.itemsize, cpu.ffi.cast("float *", cpu.address(out)),
-                                             threads or 0), "column_sums")
+                                             _threads(threads)), "column_sums")
     return out
 
 
@@ -380,17 +352,18 @@ class Layout:
         if not dims:
             raise ValueError("dims: expected at least one dimension")
         for name, n in dims.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"{name}: expected a positive int extent, got {n!r}")
-        self.names, self.shape = tuple(dims), tuple(dims.values())
+        self.names, self.shape = tuple(dims), tuple(map(int, dims.values()))
         if strides is None:
             strides = [1] * len(dims)
             for i in range(len(dims) - 2, -1, -1):
                 strides[i] = strides[i + 1] * self.shape[i + 1]
-        elif len(strides) != len(dims) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides):
+        elif len(strides) != len(dims) or not all(isinstance(s, (int, np.integer))
+                                                  and not isinstance(s, bool) and s >= 0
+                                                  for s in strides):
             raise ValueError(f"strides: expected {len(dims)} non-negative ints, got {strides!r}")
-        self.strides = tuple(strides)
+        self.strides = tuple(map(int, strides))
         self.at = _offset_function(self.strides)
 
     def ld(self, name):
@@ -405,7 +378,8 @@ class Layout:
         if sorted(names) != sorted(self.names):
             raise ValueError(f"names: expected an order of {', '.join(self.names)}, got {names}")
         order = [self.names.index(n) for n in names]
-        return Layout([self.strides[i] for i in order], **{n: self.shape[i] for n, i in zip(names, order)})
+        return Layout([self.strides[i] for i in order],
+                      **{n: self.shape[i] for n, i in zip(names, order)})
 
     def __repr__(self):
         return "Layout " + "".join(f"[{n}={e}]" for n, e in zip(self.names, self.shape)) + \
@@ -418,6 +392,8 @@ def matrix_tiles(rows, cols, br, bc, names, plain=False):
     (to_blocks' layout), or plain (row-major, tile (i, j) at row i * br and
     column j * bc, rows `cols` apart)."""
     r, c = names
+    rows, cols = size(rows, "rows", high=None), size(cols, "cols", high=None)
+    br, bc = size(br, "br", high=None), size(bc, "bc", high=None)
     dims = {r: nblocks(rows, br), c: nblocks(cols, bc), "b" + r: br, "b" + c: bc}
     return Layout((br * cols, bc, cols, 1), **dims) if plain else Layout(**dims)
 
