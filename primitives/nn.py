@@ -9,16 +9,18 @@ MLP(fused=True) also CUDA tensors).
                            on CUDA tensors the fused CUDA kernels, in bf16 with
                            f32 accumulation whatever the tensors' float dtype)
     convert(model)         the model's nn.Linear, nn.Conv2d and single-layer
-                           nn.LSTM modules switched to ours in place, their
-                           Parameter objects untouched (optimizers keep working)
+                           nn.LSTM modules (parametrized ones too) switched to
+                           ours in place, their Parameter objects untouched
 
 Each module's forward is a torch.autograd.Function whose forward and backward
 call fc, conv and lstm on NumPy views of the tensors' memory: float32 through
 Tensor.numpy(), bfloat16 through an int16 view read as ml_dtypes.bfloat16, so a
 contiguous tensor is never copied on the way in, and results come back as
-tensors over the arrays the primitives returned. Conv2d's bias is added in
-torch (the primitive has none); the LSTM's two biases are summed into one, and
-both get its gradient.
+tensors over the arrays the primitives returned (the Functions return rows,
+reshaped outside them: a view made inside could not be written in place).
+Conv2d's bias is added by conv's plan, its gradient summed in torch; the
+LSTM's two biases are summed into one, and both get its gradient. Under
+torch.compile each forward is a graph break (nn_tensors._not_traced).
 
 Blocked weights are rebuilt only when a parameter's version counter or storage
 changed (every in-place torch op and load_state_dict bump the counter; a
@@ -30,20 +32,25 @@ Linear and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
 the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state
 its backward reads; if another forward ran on the module before that
 backward (two calls in one graph), the backward recomputes its own forward
-first instead of reading the other's state. Empty sizes (no rows, no
-features, no images) run torch's own functions, as torch.nn's modules do.
+first instead of reading the other's state. The LSTM's layer and the fused
+MLP's nets serve one call at a time (a lock: threads calling one module
+wait for each other). Empty sizes (no rows, no features, no images, no
+sequences) run torch's own functions, as torch.nn's modules do.
 Backward passes are not differentiable again (create_graph=True raises).
 """
+import threading
 import warnings
 import weakref
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torch.nn.utils import parametrize
 
 from primitives import conv, fc
 from primitives._args import flag
-from primitives.nn_tensors import _DTYPES, _array, _cast, _dtype, _kept, _tensor
+from primitives.nn_tensors import (_DTYPES, _array, _cast, _dtype, _kept, _not_traced,
+                                   _tensor)
 from primitives.nn_lstm import LSTM, _lstm_unsupported
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
@@ -56,6 +63,8 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
+        """y as rows [x's rows, K]: a view made here (x's shape) could not be
+        written in place after (nn.ReLU(inplace=True)); Linear reshapes it."""
         dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
         K, C = weight.shape
         if x.shape[-1:] != (C,):
@@ -65,10 +74,10 @@ class _LinearFunction(torch.autograd.Function):
         ctx.dtype = dtype
         rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
         if 0 in rows.shape or K == 0:  # nothing for the primitive: torch's own, as nn.Linear
-            return torch.nn.functional.linear(x, weight, bias)
-        y = fc.forward(_array(rows), _array(weight), None if bias is None else _array(bias),
-                       dtype=dtype, reuse=_kept(weight))
-        return _tensor(y).reshape(x.shape[:-1] + (K,))
+            return torch.nn.functional.linear(rows, weight, bias)
+        return _tensor(fc.forward(_array(rows), _array(weight),
+                                  None if bias is None else _array(bias), dtype=dtype,
+                                  reuse=_kept(weight)))
 
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so
@@ -78,12 +87,12 @@ class _LinearFunction(torch.autograd.Function):
         rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
         need_x, need_w, need_b = ctx.needs_input_grad
         if 0 in rows.shape or K == 0:  # empty sizes: torch's own products (zeros, or db)
-            dy = dy.to(x.dtype).reshape(rows.shape[0], K)
+            dy = dy.to(x.dtype)
             return ((dy @ weight).reshape(x.shape) if need_x else None,
                     dy.t() @ rows if need_w else None, dy.sum(0) if need_b else None)
         # what autograd wants no gradient of is not computed: a first layer's
         # input, frozen weights
-        dx, dw, db = fc.backward(_array(dy.to(x.dtype).reshape(-1, K)), _array(rows),
+        dx, dw, db = fc.backward(_array(dy.to(x.dtype)), _array(rows),
                                  _array(weight), dtype=ctx.dtype, reuse=_kept(weight),
                                  need_dx=need_x, need_dw=need_w)
         return (_tensor(dx).reshape(x.shape) if need_x else None,
@@ -94,11 +103,14 @@ class _LinearFunction(torch.autograd.Function):
 class Linear(nn.Linear):
     """torch.nn.Linear (same arguments and parameters) computed by fc."""
 
+    @_not_traced
     def forward(self, input):
-        return _LinearFunction.apply(input, self.weight, self.bias)
+        y = _LinearFunction.apply(input, self.weight, self.bias)
+        return y.reshape(input.shape[:-1] + y.shape[-1:])
 
 
-_fused_nets = weakref.WeakKeyDictionary()  # MLP module -> {dtype: fc.MLP(fused=True)}
+# MLP module -> {dtype or "cuda": fc.MLP(fused=True), "lock": what its calls take}
+_fused_nets = weakref.WeakKeyDictionary()
 
 
 def _layer_grads(net):
@@ -113,23 +125,27 @@ class _FusedMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, x, *params):
-        dtype = _dtype("input", x, *((f"params[{i}]", p) for i, p in enumerate(params)))
-        net = module._fused(dtype)
+        """y as rows (MLP.forward reshapes it, as Linear). params: each layer's
+        weight then bias, in layer order, a tensor shared by two layers twice."""
+        dtype = _dtype("input", x, *zip(module._stack_names(), params))
         per = 2 if module.layers[0].bias is not None else 1
-        for layer, i in zip(net.layers, range(0, len(params), per)):
-            layer.weight = _array(params[i].float())
-            layer.bias = _array(params[i + 1].float()) if per == 2 else None
-        y = net.forward(_array(x.reshape(-1, x.shape[-1])))
-        ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
-        return _tensor(y).reshape(x.shape[:-1] + (y.shape[-1],))
+        with module._nets()["lock"]:  # (y, dx: the calling thread's arrays, fc's pools)
+            net = module._fused(dtype)
+            for layer, i in zip(net.layers, range(0, len(params), per)):
+                layer.weight = _array(params[i].float())
+                layer.bias = _array(params[i + 1].float()) if per == 2 else None
+            y = net.forward(_array(x.reshape(-1, x.shape[-1])))
+            ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+        ctx.lock = module._nets()["lock"]
+        return _tensor(y)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         net = ctx.net
-        dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype).reshape(-1, dy.shape[-1])),
-                                ctx.state)
-        grads = _layer_grads(net)
+        with ctx.lock:
+            dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype)), ctx.state)
+            grads = _layer_grads(net)
         return (None, _tensor(dx).reshape(ctx.shape),
                 *(_cast(g, p) for g, p in zip(grads, ctx.params)))
 
@@ -141,21 +157,22 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, x, *params):
-        net = module._fused_cuda()
         per = 2 if module.layers[0].bias is not None else 1
-        net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
-        y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
-        ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
-        ctx.x_dtype = x.dtype
-        return y.reshape(x.shape[:-1] + (y.shape[-1],))
+        with module._nets()["lock"]:
+            net = module._fused_cuda()
+            net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
+            y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
+            ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+        ctx.x_dtype, ctx.lock = x.dtype, module._nets()["lock"]
+        return y  # rows, as on the CPU
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         net = ctx.net
-        dx = net.fused.backward(dy.to(ctx.x_dtype).reshape(-1, dy.shape[-1]).contiguous(),
-                                ctx.state)
-        grads = _layer_grads(net)
+        with ctx.lock:
+            dx = net.fused.backward(dy.to(ctx.x_dtype).contiguous(), ctx.state)
+            grads = _layer_grads(net)
         return (None, dx.reshape(ctx.shape),
                 *(g.to(p.dtype).reshape(p.shape) for g, p in zip(grads, ctx.params)))
 
@@ -185,9 +202,16 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(Linear(c, k, bias=bias, device=device, dtype=dtype)
                                     for c, k in zip(sizes[:-1], sizes[1:]))
 
+    def _nets(self):
+        """This module's fused nets and the lock their calls take: a net's buffers
+        and saved state are one call's at a time (threads calling the module)."""
+        nets = _fused_nets.get(self)  # off the module: fc.MLP does not pickle
+        return nets if nets is not None else \
+            _fused_nets.setdefault(self, {"lock": threading.Lock()})
+
     def _fused(self, dtype):
         """The fc.MLP(fused=True) that runs this module in `dtype` (weights set per call)."""
-        nets = _fused_nets.setdefault(self, {})  # off the module: fc.MLP does not pickle
+        nets = self._nets()
         if dtype not in nets:
             nets[dtype] = fc.MLP(self.sizes, self.activation, self.last_activation,
                                        bias=self.layers[0].bias is not None, dtype=dtype,
@@ -196,7 +220,7 @@ class MLP(nn.Module):
 
     def _fused_cuda(self):
         """The fc.MLP(fused=True, backend="cuda") that runs this module on CUDA tensors."""
-        nets = _fused_nets.setdefault(self, {})
+        nets = self._nets()
         if "cuda" not in nets:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -209,17 +233,43 @@ class MLP(nn.Module):
             nets["cuda"] = net
         return nets["cuda"]
 
+    def _stack(self):
+        """Each layer's weight, then its bias, in layer order: a tensor two layers
+        share comes twice (parameters() would list it once)."""
+        return [p for layer in self.layers for p in (layer.weight, layer.bias) if p is not None]
+
+    def _stack_names(self):
+        return [f"layers.{i}.{name}" for i, layer in enumerate(self.layers)
+                for name in ("weight", "bias") if getattr(layer, name) is not None]
+
+    @_not_traced
     def forward(self, x):
-        if self.fused and x.is_cuda:
-            for name, t in [("input", x)] + list(self.named_parameters()):
+        if not self.fused:
+            return self._layers(x, lambda layer, h: layer(h))
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"input: expected a torch.Tensor, got {type(x).__name__}")
+        if x.shape[-1:] != (self.sizes[0],):
+            raise ValueError(f"input: expected last dimension {self.sizes[0]} (sizes[0]), "
+                             f"got shape {tuple(x.shape)}")
+        if x.numel() == 0:  # no rows: torch's own, as the unfused stack's Linears
+            return self._layers(x, lambda layer, h: nn.functional.linear(h, layer.weight,
+                                                                         layer.bias))
+        if x.is_cuda:
+            for name, t in zip(["input"] + self._stack_names(), [x] + self._stack()):
                 if not t.is_cuda or t.dtype not in _CUDA_DTYPES:
                     raise ValueError(f"{name}: the fused MLP on CUDA takes float32 or bfloat16 "
                                      f"CUDA tensors, got {t.dtype} on {t.device}")
-            return _CudaFusedMLPFunction.apply(self, x, *self.parameters())
-        if self.fused:
-            return _FusedMLPFunction.apply(self, x, *self.parameters())
+            y = _CudaFusedMLPFunction.apply(self, x, *self._stack())
+        else:
+            y = _FusedMLPFunction.apply(self, x, *self._stack())
+        # reshaped here, not in the Function: a view made there cannot be
+        # written in place after
+        return y.reshape(x.shape[:-1] + y.shape[-1:])
+
+    def _layers(self, x, linear):
+        """The stack layer by layer, each layer's product by linear(layer, x)."""
         for i, layer in enumerate(self.layers):
-            x = layer(x)
+            x = linear(layer, x)
             act = self.ACTIVATIONS[self.activation if i < len(self.layers) - 1
                                    else self.last_activation]
             if act is not None:
@@ -307,8 +357,9 @@ class Conv2d(nn.Conv2d):
         if reason:
             raise ValueError(reason)
 
+    @_not_traced
     def forward(self, input):
-        unbatched = input.dim() == 3
+        unbatched = isinstance(input, torch.Tensor) and input.dim() == 3
         x = input.unsqueeze(0) if unbatched else input
         y = _Conv2dFunction.apply(x, self.weight, self.bias, tuple(self.stride),
                                   _conv_padding(self))
@@ -321,8 +372,9 @@ _OURS = {nn.Linear: Linear, nn.Conv2d: Conv2d, nn.LSTM: LSTM}
 
 
 def _unsupported(m):
-    """Why module m (an exact nn.Linear, nn.Conv2d or nn.LSTM) stays as it was."""
-    for name, p in m.named_parameters(recurse=False):
+    """Why module m (an nn.Linear, nn.Conv2d or nn.LSTM) stays as it was."""
+    # recurse: a parametrized module's weights are its parametrizations' `original`s
+    for name, p in m.named_parameters():
         if p.device.type != "cpu":
             return f"{name}: on {p.device}, the primitives run on CPU tensors"
         if p.dtype not in _DTYPES:
@@ -334,32 +386,49 @@ def _unsupported(m):
     return None
 
 
+def _parametrized(m, base):
+    """Whether m's class is the one torch.nn.utils.parametrize made over `base`
+    (weight_norm, spectral_norm, ...): its forward is base's, its weights
+    properties of the class."""
+    cls = type(m)
+    return (cls.__bases__ == (base,) and cls.__name__ == f"Parametrized{base.__name__}"
+            and parametrize.is_parametrized(m))
+
+
+def _ours_for(m, base):
+    """Our class for m, an exact `base` or a parametrized one: then the same
+    class over ours (remove_parametrizations goes back to its base: ours)."""
+    if type(m) is base:
+        return _OURS[base]
+    body = {k: v for k, v in vars(type(m)).items() if k not in ("__dict__", "__weakref__")}
+    return type(type(m).__name__, (_OURS[base],), body)
+
+
 def convert(model):
     """model with its nn.Linear, nn.Conv2d and nn.LSTM modules computed by our
     primitives, in place: each module becomes an instance of our subclass and
-    keeps its Parameters, buffers and hooks. Modules we cannot run (grouped or
-    dilated convolutions, other padding modes, stacked, bidirectional or
-    projected LSTMs, other dtypes or devices, subclasses of those types whose
-    forward may differ) stay as they were; they are listed, as (path, reason)
-    pairs, in model.unconverted and in a warning."""
+    keeps its Parameters, buffers, hooks and parametrizations. Modules we
+    cannot run (grouped or dilated convolutions, other padding modes, stacked,
+    bidirectional or projected LSTMs, other dtypes or devices, subclasses of
+    those types whose forward may differ) stay as they were; they are listed,
+    as (path, reason) pairs, in model.unconverted and in a warning. Modules
+    already ours (and subclasses of ours) are left alone."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     unconverted = []
     for path, m in model.named_modules():
-        if type(m) in _OURS.values():
+        base = next((b for b in _OURS if isinstance(m, b)), None)
+        if base is None or isinstance(m, tuple(_OURS.values())):
             continue
-        ours = _OURS.get(type(m))
-        if ours is None:
-            base = next((b for b in _OURS if isinstance(m, b)), None)
-            if base is not None:
-                unconverted.append((path, f"{type(m).__name__} subclasses torch.nn."
-                                          f"{base.__name__}; its forward may differ"))
+        if type(m) is not base and not _parametrized(m, base):
+            unconverted.append((path, f"{type(m).__name__} subclasses torch.nn."
+                                      f"{base.__name__}; its forward may differ"))
             continue
         reason = _unsupported(m)
         if reason:
             unconverted.append((path, reason))
         else:
-            m.__class__ = ours
+            m.__class__ = _ours_for(m, base)
     model.unconverted = unconverted
     if unconverted:
         warnings.warn("primitives.nn.convert left these modules as they were: " + "; ".join(

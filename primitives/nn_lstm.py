@@ -2,6 +2,7 @@
 and backward run lstm.LSTM, one kept per module with its blocked weights,
 rebuilt when a parameter's storage or version counter changes. What it does
 not take (stacks, bidirectional, projections) is named by _lstm_unsupported."""
+import threading
 import weakref
 
 import numpy as np
@@ -10,7 +11,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from primitives import lstm, reuse
-from primitives.nn_tensors import _array, _cast, _dtype, _tensor
+from primitives.nn_tensors import _array, _cast, _dtype, _not_traced, _tensor
 
 
 def _lstm_unsupported(m):
@@ -28,10 +29,12 @@ class _LayerCache:
     """One lstm.LSTM layer per module, its blocked weights tagged with the
     parameters' state they were built from (reuse.tensor_state: storage, version
     and the optimizer steps counted; the storages held, so none comes back at
-    their address)."""
+    their address). The layer's buffers and saved state are one call's at a
+    time: `lock` serialises the module's calls from several threads."""
 
     def __init__(self):
         self.layer, self.key, self.held, self.owner = None, None, None, None
+        self.lock = threading.Lock()
 
     def layer_for(self, dtype, C, K, params, T, N):
         if self.layer is None or self.layer.dtype != dtype:
@@ -73,16 +76,20 @@ class _LSTMFunction(torch.autograd.Function):
         (T, N, C), K = x.shape, w_hh.shape[1]
         ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
         ctx.dtype, ctx.cache = dtype, cache
-        if T == 0 or N == 0:
-            raise ValueError(f"input: empty sequence or batch, shape {tuple(x.shape)}")
-        layer = cache.layer_for(dtype, C, K, (w_ih, w_hh, b_ih, b_hh), T, N)
-        y, (hT, cT) = layer.forward(_array(x), _array(h0), _array(c0))
-        ctx.owner = cache.owner = object()  # this forward's state is in the layer until then
+        with cache.lock:  # (y, hT and cT are the calling thread's arrays: lstm.LSTM's pools)
+            layer = cache.layer_for(dtype, C, K, (w_ih, w_hh, b_ih, b_hh), T, N)
+            y, (hT, cT) = layer.forward(_array(x), _array(h0), _array(c0))
+            ctx.owner = cache.owner = object()  # this forward's state is in the layer until then
         return _tensor(y), _tensor(hT), _tensor(cT)
 
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy, dhT, dcT):
+        with ctx.cache.lock:
+            return _LSTMFunction._backward(ctx, dy, dhT, dcT)
+
+    @staticmethod
+    def _backward(ctx, dy, dhT, dcT):
         x, h0, c0, w_ih, w_hh, b_ih, b_hh = ctx.saved_tensors
         cache = ctx.cache
         if cache.owner is ctx.owner:
@@ -120,9 +127,11 @@ class LSTM(nn.LSTM):
         torch's version counter: `.data`, NumPy views)."""
         _caches.pop(self, None)
 
+    @_not_traced
     def forward(self, input, hx=None):
         if isinstance(input, nn.utils.rnn.PackedSequence):
             raise TypeError("input: PackedSequence is not supported by primitives.nn.LSTM")
+        _dtype("input", input)
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected 2 or 3 dimensions, got shape {tuple(input.shape)}")
         if input.shape[-1] != self.input_size:
@@ -132,6 +141,10 @@ class LSTM(nn.LSTM):
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first
                                                    else input)
         T, N, K = x.shape[0], x.shape[1], self.hidden_size
+        if T == 0:
+            raise ValueError(f"input: an empty sequence, shape {tuple(input.shape)}")
+        if N == 0:  # no sequences: torch's own, as for empty sizes in Linear and Conv2d
+            return super().forward(input, hx)
         if hx is None:
             h0 = c0 = x.new_zeros(N, K)
         else:

@@ -1,6 +1,7 @@
 """Torch tensors as the primitives' NumPy arrays and back, without copies where
 the memory allows (float32 through Tensor.numpy(), bfloat16 through an int16
-view read as ml_dtypes.bfloat16): what every module of primitives.nn calls."""
+view read as ml_dtypes.bfloat16): what every module of primitives.nn calls.
+Their forwards are kept out of torch.compile's tracing (_not_traced)."""
 import numpy as np
 import torch
 
@@ -55,3 +56,11 @@ def _kept(weight):
 def _cast(a, like):
     """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
     return _tensor(a).to(like.dtype)
+
+
+def _not_traced(forward):
+    """forward, run as it is under torch.compile (a graph break around each
+    call): dynamo cannot trace the primitives (NumPy, cffi) and failed inside
+    its own guards on them. Costs torch._dynamo's import (about 1.5 s, which
+    a torch.optim step pays anyway) and some microseconds a call."""
+    return torch.compiler.disable(forward)
