@@ -77,6 +77,11 @@ def forward(A, B, dtype="f32", config=None, threads=None, eager=False):
     """C = A @ B in f32 (A, B of `dtype`), through the recorded plan (or eagerly)."""
     _check(A, B, dtype)
     (M, K), N = A.shape, B.shape[1]
+    # a broadcast A or B (strides 0) may be far larger than the memory it sits in
+    fits(4 * (M * K + K * N + M * N), "A, B", lambda: f"gemm M={M}, N={N}, K={K}'s operands "
+         "and result")
+    if K == 0:  # no reduction: the nest makes no call, and C would stay unwritten
+        return np.zeros((M, N), np.float32)
     A, B = np.ascontiguousarray(A), np.ascontiguousarray(B)
     C = aligned_empty((M, N), np.float32)  # the nest writes every block (beta 0 on its first k)
     if eager:
