@@ -41,10 +41,10 @@ from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
 from brgemm.lru import LRU
 from brgemm.im2col import columns_to_image, image_to_columns
-from brgemm.layouts import column_sums, from_blocks, nblocks, to_blocks
+from brgemm.layouts import column_sums, convert, from_blocks, nblocks, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives import reuse as _reuse
-from primitives._args import backend_name, bias_vector, flag
+from primitives._args import backend_name, bias_vector, fits, flag, operands
 from primitives._config import cached
 from primitives.call_memo import CallMemo
 from primitives.conv_backward import backward_nest, columns_data_product  # noqa: F401
@@ -301,7 +301,11 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
     """Gradients of F.conv2d: dx [N,C,H,W], dw [K,C,R,S]. reuse: keep w's
     blocked copy across calls (primitives.reuse). need_dx=False: dx is not
     computed (None comes back in its place), as for a network's first layer,
-    whose input wants no gradient; need_dw=False likewise dw (frozen weights)."""
+    whose input wants no gradient; need_dw=False likewise dw (frozen weights).
+    dy may be of the other dtype that dtype= takes: dx and dw come back in
+    dy's dtype, as fc.backward's do."""
+    if isinstance(dy, np.ndarray) and isinstance(x, np.ndarray) and dy.dtype != x.dtype:
+        x = _like_dy(dy, x, dtype)
     key, run = _backward_calls.get((dy, x, w), (stride, padding, dtype, backend, need_dx, need_dw),
                                    config, reuse)
     if run is None:
@@ -318,11 +322,22 @@ def backward(dy, x, w, stride=1, padding=0, dtype="f32", backend=None, config=No
                                        token, x, w, dy)
         if dy.shape != (g.N, g.K, g.P, g.Q):
             raise ValueError(f"dy: expected shape {(g.N, g.K, g.P, g.Q)}, got {dy.shape}")
-        if dy.dtype != x.dtype:
-            raise TypeError(f"dy: expected dtype {x.dtype} like x, got {dy.dtype}")
         run = _backward_calls.put(key, functools.partial(
             _backward_run, dtype, backend, token, need_dx, need_dw, g, vnni, *data, *update))
     return run(dy, x, w)
+
+
+def _like_dy(dy, x, dtype):
+    """x in dy's dtype, where dtype= takes both (f32 and bf16 with "bf16"): a
+    bf16 call rounds x to bf16 anyway, and bf16 widens to f32 exactly, so the
+    gradients are those of x as given, in dy's dtype (fc.backward's)."""
+    operands(dtype, x, dy, names=("x", "dy"), ndim=4, nonempty=True)
+    fits(x.size * dy.itemsize, "x", lambda: f"x's copy in {dy.dtype}, {x.shape}")
+    out = _scratch.get("x_like_dy", x.shape, dy.dtype)
+    if dy.dtype == np.float32:  # widened: exact
+        np.copyto(out, x)
+        return out
+    return convert(x, dy.dtype, out=out)  # rounded, in parallel
 
 
 def _backward_run(dtype, backend, token, need_dx, need_dw, g, vnni, data, p, choice, update, pu,

@@ -121,7 +121,8 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
     """Gradients: dx, dh0, dc0, dw_ih, dw_hh, db. Runs the forward again unless
     `saved` holds the forward of these same arrays (lstm.Saved). need_dx=False:
     dx is not computed (None in its place), for input that wants no gradient;
-    need_dw=False likewise dw_ih, dw_hh and db (frozen weights)."""
+    need_dw=False likewise dw_ih, dw_hh and db (frozen weights). All come
+    back in dy's dtype."""
     need_dx, need_dw = flag(need_dx, "need_dx"), flag(need_dw, "need_dw")
     token, saved = _reuse.check(reuse), _check_saved(saved)
     stamp = None if saved is None else _stamp((x, h0, c0, w_ih, w_hh, b),
@@ -136,6 +137,6 @@ def backward(dy, dhT, dcT, x, h0, c0, w_ih, w_hh, b, dtype="f32", backend=None, 
             saved.stamp = stamp
     dx, dh0, dc0 = layer.backward(dy, dhT, dcT, plain_grads=True, need_dx=need_dx,
                                   need_dw=need_dw)
-    out = x.dtype
+    out = dh0.dtype  # dy's: every gradient in it, as fc.backward's and conv.backward's
     return (dx, dh0, dc0, layer._grad("w_ih", out), layer._grad("w_hh", out),
             layer._grad("b", out))
