@@ -69,6 +69,13 @@ def weight_array(a, name, shape):
     return a
 
 
+def writable(a, name):
+    """A weight step() updates in place: a ValueError naming it where it is read-only."""
+    if not a.flags.writeable:
+        raise ValueError(f"{name}: a read-only array; step() updates it in place")
+    return a
+
+
 def learning_rate(lr):
     """step()'s lr as the f32 the update multiplies by: a finite real number."""
     if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)):

@@ -8,7 +8,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import column_sums
 from primitives._args import (backend_name, bias_vector, flag, learning_rate, operands,
-                             positive, weight_array)
+                             positive, weight_array, writable)
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
 from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
@@ -59,7 +59,13 @@ class Conv2d:
         """Re-block the weights after they changed (step() does)."""
         self._check_weights()
         if self.g is not None:
-            self.w, self.wt = layer_weights(self.weight, self.g, self.dtype, self.vnni)
+            self.w, self.wt = layer_weights(self._weight(), self.g, self.dtype, self.vnni)
+
+    def _weight(self):
+        """weight as the blocked copies read it: a bfloat16 weight (set by hand)
+        of an f32 layer widened to f32 (exact)."""
+        w = self.weight
+        return w.astype(np.float32) if self.dtype == "f32" and w.dtype != np.float32 else w
 
     def _check_weights(self):
         """weight and bias as set by hand: their shapes and dtypes, named."""
@@ -100,7 +106,7 @@ class Conv2d:
     def forward(self, x):
         """x [N, C, H, W] -> y [N, K, P, Q] in x's dtype."""
         self._check_weights()  # f32 weights fit either dtype
-        _check(x, self.weight, self.dtype, self.stride, self.padding, layer_owns_w=True)
+        _check(x, self._weight(), self.dtype, self.stride, self.padding, layer_owns_w=True)
         g = self.prepare(x.shape[0], x.shape[2], x.shape[3])
         # the update re-blocks it (narrow layers need another layout): a copy, as the
         # caller may change x (a batch buffer refilled) before backward
@@ -125,6 +131,10 @@ class Conv2d:
         lr = learning_rate(lr)
         if self.grad_weight is None:
             raise ValueError("grad_weight: no gradient yet: call backward() first")
+        self._check_weights()
+        writable(self.weight, "weight")
+        if self.bias is not None:
+            writable(self.bias, "bias")
         self.weight -= lr * self.grad_weight
         if self.bias is not None:
             self.bias -= lr * self.grad_bias

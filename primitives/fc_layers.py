@@ -9,7 +9,7 @@ from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
 from primitives._args import (backend_name, block_sizes, flag, learning_rate, operands,
-                             positive, weight_array)
+                             positive, weight_array, writable)
 from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
 
 
@@ -159,6 +159,15 @@ class Linear:
         if getattr(self, "_fused_dw", None) is None and not self._grads:
             raise ValueError("grad_weight: no gradient yet: call backward() first")
 
+    def _check_step(self):
+        """A ValueError before step() moves anything: no gradients, or weights
+        it cannot write (read-only, set by hand)."""
+        self._check_grads()
+        self._check_weights()
+        writable(self.weight, "weight")
+        if self.bias is not None:
+            writable(self.bias, "bias")
+
     @property
     def grad_bias(self):
         return self.db if self.bias is not None else None
@@ -166,6 +175,7 @@ class Linear:
     def step(self, lr):
         """Plain SGD on the f32 weights, then re-block them."""
         lr = learning_rate(lr)
+        self._check_step()
         self.weight -= lr * self.grad_weight
         if self.bias is not None:
             self.bias -= lr * self.grad_bias
@@ -245,6 +255,6 @@ class MLP:
     def step(self, lr):
         lr = learning_rate(lr)
         for layer in self.layers:  # before any layer moves
-            layer._check_grads()
+            layer._check_step()
         for layer in self.layers:
             layer.step(lr)

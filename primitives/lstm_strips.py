@@ -30,6 +30,7 @@ from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from primitives import fc
 from primitives.fc_plans import plan_copying
+from primitives.lstm_weights import widened
 
 _plans = bplan.PlanCache(maxsize=32)
 
@@ -143,6 +144,7 @@ def weight_tiles(g, w, bs, name, buffer=None, dtype="f32", vnni=False):
     else gate by gate; rounded to `dtype` and in VNNI pairs with vnni, on the
     way. buffer(name, shape, dtype): where (default: new)."""
     K, ab = g.K, dtypes.NUMPY[dtype]
+    w = widened(w, ab)
     shape = (nblocks(w.shape[1], bs), 4 * g.Kb, g.bk, bs)
     out = buffer(name, shape, ab) if buffer else aligned_empty(shape, ab)
     if K % g.bk == 0:

@@ -17,6 +17,12 @@ def vnni_operands(g, dtype, backend):
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
 
 
+def widened(w, ab):
+    """w as a copy of element type ab reads it: a bfloat16 weight of an f32
+    layer widened to f32 (exact; set by hand, weight_array takes it)."""
+    return w.astype(np.float32) if ab == np.float32 and w.dtype != np.float32 else w
+
+
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):
     """The layer's blocked weights for the forward: wx (W_ih^T tiles,
     [4Kb][Cb][bc][bk]), wh (W_hh^T tiles, [4Kb][Kb][bk][bk]) and bp (b with each
@@ -30,6 +36,7 @@ def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=f
     skip: "wx", "wh" not made (None): their weight read in place
     (lstm_strips.reads_in_place: W read as it is, no copy)."""
     ab, Kb, K = dtypes.NUMPY[dtype], g.Kb, g.K
+    w_ih, w_hh = widened(w_ih, ab), widened(w_hh, ab)
     buffer = buffer or (lambda name, shape, dt: aligned_empty(shape, dt))
     wx = None if "wx" in skip else buffer("wx", (4 * Kb, g.Cb, g.bc, g.bk), ab)
     wh = None if "wh" in skip else buffer("wh", (4 * Kb, Kb, g.bk, g.bk), ab)
