@@ -207,7 +207,7 @@ class MLP(nn.Module):
         and saved state are one call's at a time (threads calling the module)."""
         nets = _fused_nets.get(self)  # off the module: fc.MLP does not pickle
         return nets if nets is not None else \
-            _fused_nets.setdefault(self, {"lock": threading.Lock()})
+            _fused_nets.setdefault(self, {"lock": threading.RLock()})
 
     def _fused(self, dtype):
         """The fc.MLP(fused=True) that runs this module in `dtype` (weights set per call)."""

@@ -34,7 +34,7 @@ class _LayerCache:
 
     def __init__(self):
         self.layer, self.key, self.held, self.owner = None, None, None, None
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # (re-entered by a thread: no hang)
 
     def layer_for(self, dtype, C, K, params, T, N):
         if self.layer is None or self.layer.dtype != dtype:
@@ -85,12 +85,15 @@ class _LSTMFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy, dhT, dcT):
+        # unpacked before the lock: under torch.utils.checkpoint unpacking runs
+        # this module's forward again (which takes the lock)
+        saved = ctx.saved_tensors
         with ctx.cache.lock:
-            return _LSTMFunction._backward(ctx, dy, dhT, dcT)
+            return _LSTMFunction._backward(ctx, saved, dy, dhT, dcT)
 
     @staticmethod
-    def _backward(ctx, dy, dhT, dcT):
-        x, h0, c0, w_ih, w_hh, b_ih, b_hh = ctx.saved_tensors
+    def _backward(ctx, saved, dy, dhT, dcT):
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh = saved
         cache = ctx.cache
         if cache.owner is ctx.owner:
             layer = cache.layer

@@ -280,6 +280,43 @@ def test_one_module_from_several_threads(gen, kind):
     assert not failures, failures
 
 
+def run_with_deadline(fn, seconds=120):
+    """fn() in a daemon thread: a hang fails the test instead of stopping the run."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s (a lock taken twice?)"
+    assert out, "fn raised (see the thread's traceback above)"
+    return out[0]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointed_modules_as_torch(gen, reentrant):
+    """torch.utils.checkpoint recomputes a forward while the backward unpacks
+    what it saved: the LSTM's backward must not hold its lock then (it hung),
+    and the recomputed forward must not stand in for the original's state."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+    ref = nn.Sequential(Net(), nn.Linear(4, 6))
+    ours = pnn.convert(copy.deepcopy(ref))
+    ours[1] = pnn.MLP([4, 6], fused=True)
+    ours[1].layers[0].load_state_dict(ref[1].state_dict())
+    xs = [rand(gen, 3, 2, 6, 6).requires_grad_()]  # (reentrant: else no parameter's grad)
+    xs.append(xs[0].detach().clone().requires_grad_())
+
+    def step(m, x):
+        y = checkpoint(m, x, use_reentrant=reentrant)
+        (y.square().sum() + m(x[:2]).sum()).backward()  # another forward between the two
+        return y
+
+    y = run_with_deadline(lambda: step(ours, xs[0]))
+    want = step(ref, xs[1])
+    assert_close("y", y, f64(want), 1e-4 * (want.abs().max() + 1))
+    assert_close("dx", xs[0].grad, f64(xs[1].grad), 1e-4 * (xs[1].grad.abs().max() + 1))
+    check_grads(ours, ref, 1e-4)
+
+
 # ---------------------------------------------------------------- gradients, copies
 
 @pytest.mark.parametrize("kind", ["linear", "conv", "lstm", "fused mlp"])
