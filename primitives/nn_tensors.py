@@ -26,12 +26,16 @@ def _dtype(name, t, *others):
         if o is not None and (o.dtype != t.dtype or o.device != t.device):
             raise TypeError(f"{other_name}: expected {t.dtype} on {t.device} like {name}, "
                             f"got {o.dtype} on {o.device}")
+    for n, o in ((name, t),) + tuple(others):
+        if o is not None and o.layout != torch.strided:  # (sparse, mkldnn)
+            raise TypeError(f"{n}: expected a dense tensor, got layout {o.layout} (the "
+                            f"primitives read strided memory: call .to_dense() first)")
     return _DTYPES[t.dtype]
 
 
 def _array(t):
     """The NumPy view of a tensor's memory (a contiguous copy first if it is strided)."""
-    t = t.detach()
+    t = t.detach().resolve_neg()  # (a negated view: Tensor.numpy() refuses it)
     if not t.is_contiguous():
         t = t.contiguous()
     if t.dtype == torch.bfloat16:

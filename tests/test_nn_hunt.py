@@ -154,6 +154,27 @@ def test_lstm_empty_batch_as_torch(gen, batch_first):
         ours(rand(gen, 0, 5))
 
 
+# ---------------------------------------------------------------- odd tensors
+
+def test_negated_views_and_sparse_input(gen):
+    """A negated view (torch._neg_view; Tensor.numpy() refuses it) is read as
+    its values; sparse and mkldnn tensors raise a TypeError naming the input
+    (it was torch's 'reshape is not implemented for sparse tensors')."""
+    ours, theirs = pnn.Linear(6, 3), nn.Linear(6, 3)
+    theirs.load_state_dict(ours.state_dict())
+    x = rand(gen, 4, 6)
+    want = theirs(-x)
+    assert_close("neg view", ours(torch._neg_view(x)), f64(want), 1e-5 * (want.abs().max() + 1))
+    conv = pnn.Conv2d(2, 3, 3)
+    img = rand(gen, 1, 2, 5, 5)
+    assert torch.equal(conv(torch._neg_view(img)), conv(-img))
+    for bad in (x.to_sparse(), x.to_mkldnn()):
+        with pytest.raises(TypeError, match="^input: expected a dense tensor"):
+            ours(bad)
+    with pytest.raises(TypeError, match="^input: expected a dense tensor"):
+        pnn.LSTM(6, 3)(rand(gen, 2, 6).to_sparse())
+
+
 # ---------------------------------------------------------------- torch.compile
 
 class Net(nn.Module):
