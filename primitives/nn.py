@@ -349,7 +349,8 @@ class _Conv2dFunction(torch.autograd.Function):
 
 class Conv2d(nn.Conv2d):
     """torch.nn.Conv2d (same arguments and parameters) computed by conv; groups,
-    dilation other than 1 and padding modes other than 'zeros' raise ValueError."""
+    dilation other than 1 and padding modes other than 'zeros' raise ValueError
+    (at construction, or at the call where they were set after)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -359,6 +360,9 @@ class Conv2d(nn.Conv2d):
 
     @_not_traced
     def forward(self, input):
+        reason = _conv_unsupported(self)  # (attributes set after construction: a
+        if reason:                        # dilation set in place ran as 1)
+            raise ValueError(reason)
         unbatched = isinstance(input, torch.Tensor) and input.dim() == 3
         x = input.unsqueeze(0) if unbatched else input
         y = _Conv2dFunction.apply(x, self.weight, self.bias, tuple(self.stride),
