@@ -49,8 +49,8 @@ from torch.nn.utils import parametrize
 
 from primitives import conv, fc
 from primitives._args import flag
-from primitives.nn_tensors import (_DTYPES, _array, _cast, _dtype, _kept, _not_traced,
-                                   _tensor)
+from primitives.nn_tensors import (_DTYPES, _KeptCopies, _array, _cast, _dtype, _kept,
+                                   _not_traced, _tensor)
 from primitives.nn_lstm import LSTM, _lstm_unsupported
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
@@ -100,7 +100,7 @@ class _LinearFunction(torch.autograd.Function):
                 _cast(db, bias) if need_b else None)
 
 
-class Linear(nn.Linear):
+class Linear(_KeptCopies, nn.Linear):
     """torch.nn.Linear (same arguments and parameters) computed by fc."""
 
     @_not_traced
@@ -347,7 +347,7 @@ class _Conv2dFunction(torch.autograd.Function):
         return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
 
 
-class Conv2d(nn.Conv2d):
+class Conv2d(_KeptCopies, nn.Conv2d):
     """torch.nn.Conv2d (same arguments and parameters) computed by conv; groups,
     dilation other than 1 and padding modes other than 'zeros' raise ValueError
     (at construction, or at the call where they were set after)."""

@@ -125,6 +125,17 @@ class LSTM(nn.LSTM):
         if reason:
             raise ValueError(reason)
 
+    def _load_from_state_dict(self, *args, **kwargs):
+        """As nn.LSTM's, and also where load_state_dict swaps the parameters in
+        place (torch.__future__.set_swap_module_params_on_conversion(True)):
+        torch.utils.swap_tensors refuses the weak references nn.LSTM keeps
+        (_flat_weight_refs, remade after, as nn.LSTM's _apply does)."""
+        self._flat_weight_refs = []
+        try:
+            return super()._load_from_state_dict(*args, **kwargs)
+        finally:
+            self._init_flat_weights()
+
     def reload_weights(self):
         """Rebuild the blocked weights on the next call (after writes that bypass
         torch's version counter: `.data`, NumPy views)."""

@@ -68,3 +68,19 @@ def _not_traced(forward):
     its own guards on them. Costs torch._dynamo's import (about 1.5 s, which
     a torch.optim step pays anyway) and some microseconds a call."""
     return torch.compiler.disable(forward)
+
+
+class _KeptCopies:
+    """Linear's and Conv2d's _apply (Module.to(), .float(), ...) and
+    load_state_dict let every kept blocked copy go first (reuse.clear()):
+    with torch.__future__.set_swap_module_params_on_conversion(True) (or
+    tensor subclass parameters) they swap each parameter in place, which
+    torch.utils.swap_tensors refuses while a copy refers to it (weakly)."""
+
+    def _apply(self, fn, recurse=True):
+        reuse.clear()
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        reuse.clear()
+        return super()._load_from_state_dict(*args, **kwargs)

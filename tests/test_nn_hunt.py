@@ -154,6 +154,40 @@ def test_lstm_empty_batch_as_torch(gen, batch_first):
         ours(rand(gen, 0, 5))
 
 
+# ---------------------------------------------------------------- Module.to() swapping tensors
+
+def test_to_and_load_state_dict_with_swapped_parameters(gen):
+    """With torch.__future__.set_swap_module_params_on_conversion(True),
+    Module.to() and load_state_dict swap each parameter in place
+    (torch.utils.swap_tensors), which refuses a tensor anything refers to
+    weakly: a used Linear or Conv2d (its kept blocked copy's reuse.tensors
+    token) raised 'Couldn't swap'. (torch's own nn.LSTM cannot load a
+    state_dict so: its _flat_weight_refs; ours can.)"""
+    torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+    ref = Net()
+    ours = pnn.convert(copy.deepcopy(ref))
+    x = rand(gen, 2, 2, 6, 6)
+    other = Net()
+    before = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        with torch.no_grad():
+            ours(x)
+            params = list(ours.parameters())
+            ours.to(torch.bfloat16)
+            ours(x.bfloat16())
+            ours.float()
+            ours(x)
+            ours.load_state_dict(other.state_dict())
+            assert all(p is q for p, q in zip(params, ours.parameters()))  # swapped in place
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(before)
+    with torch.no_grad():
+        want = other(x)
+        assert_close("after the round trip and load", ours(x), f64(want),
+                     1e-4 * (want.abs().max() + 1))
+
+
 # ---------------------------------------------------------------- odd tensors
 
 def test_negated_views_and_sparse_input(gen):
