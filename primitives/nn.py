@@ -137,12 +137,15 @@ class _FusedMLPFunction(torch.autograd.Function):
             y = net.forward(_array(x.reshape(-1, x.shape[-1])))
             ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
         ctx.lock = module._nets()["lock"]
+        # saved (unread: the state holds what backward reads) for autograd's
+        # checks: a parameter changed in place before backward, a second backward
+        ctx.save_for_backward(x, *params)
         return _tensor(y)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        net = ctx.net
+        net, _ = ctx.net, ctx.saved_tensors  # (raises as torch.nn's would: see forward)
         with ctx.lock:
             dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype)), ctx.state)
             grads = _layer_grads(net)
@@ -164,12 +167,13 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
             y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
             ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
         ctx.x_dtype, ctx.lock = x.dtype, module._nets()["lock"]
+        ctx.save_for_backward(x, *params)  # (for autograd's checks, as on the CPU)
         return y  # rows, as on the CPU
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        net = ctx.net
+        net, _ = ctx.net, ctx.saved_tensors
         with ctx.lock:
             dx = net.fused.backward(dy.to(ctx.x_dtype).contiguous(), ctx.state)
             grads = _layer_grads(net)

@@ -1,9 +1,8 @@
 """primitives.nn as a demanding PyTorch user drives it, beside torch.nn on the
-same weights: outputs written in place (nn.ReLU(inplace=True)), a fused MLP
-whose layers share a weight, empty batches, torch.compile, parametrized
-modules (weight_norm, spectral_norm) through convert(), one module called
-from several threads, gradients accumulated over backward calls, and copies
-of a converted model (deepcopy, torch.save) trained apart from it."""
+same weights: outputs written in place, fused MLPs with shared weights, empty
+batches, parameters swapped in place, odd tensors, Conv2d attributes set late,
+torch.compile, parametrizations through convert(), threads, checkpointing,
+gradients accumulated over backward calls, copies of a converted model."""
 import copy
 import io
 import threading
@@ -14,8 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrizations, parametrize
 
-from nn_support import assert_close, bilinear_check, f64, gen, rand  # noqa: F401
-# (gen: a fixture, found by name)
+from nn_support import assert_close, bilinear_check, f64, gen, rand  # noqa: F401 (gen: fixture)
 from primitives import nn as pnn
 
 torch.set_num_threads(1)
@@ -31,15 +29,9 @@ def torch_mlp(m):
     m's layers share is shared here too), in float64."""
     layers, made = [], {}
     for i, layer in enumerate(m.layers):
-        ref = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
-        ref = ref.double()
-        with torch.no_grad():
-            ref.weight.copy_(layer.weight)
-            if layer.bias is not None:
-                ref.bias.copy_(layer.bias)
-        if id(layer.weight) in made:
-            ref.weight = made[id(layer.weight)]
-        made[id(layer.weight)] = ref.weight
+        ref = nn.Linear(*layer.weight.shape[::-1], bias=layer.bias is not None).double()
+        ref.load_state_dict({k: f64(v) for k, v in layer.state_dict().items()})
+        ref.weight = made.setdefault(id(layer.weight), ref.weight)
         layers.append(ref)
         act = m.activation if i < len(m.layers) - 1 else m.last_activation
         if act not in (None, "none"):
@@ -116,6 +108,24 @@ def test_fused_mlp_layers_sharing_a_weight(rng, gen, bias):
             y.square().sum().backward()
         assert_close(f"y {step}", ys[0], ys[1], 1e-5 * (ys[1].abs() + 1))
         check_grads(m, ref, 1e-5)
+
+
+def test_fused_mlp_refuses_what_torch_refuses(gen):
+    """Weights changed in place between forward and backward: the fused MLP's
+    backward read the new ones (wrong gradients, silently) where torch.nn
+    raises; a second backward without retain_graph ran again where torch
+    raises. Both raise torch's errors now."""
+    m = pnn.MLP([4, 6, 3], fused=True)
+    x = rand(gen, 5, 4)
+    y = m(x)
+    with torch.no_grad():
+        m.layers[1].weight.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    y = m(x)
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.sum().backward()
 
 
 def test_fused_mlp_empty_batch_and_bad_input_as_unfused(gen):
@@ -244,15 +254,21 @@ class Net(nn.Module):
         return self.rnn(h.unsqueeze(0))[0].squeeze(0)
 
 
-def test_torch_compile_of_a_converted_model(gen):
-    """Dynamo traced into the primitives and failed inside its own guards (an
-    InternalTorchDynamoError on brgemm's cffi library); each of our forwards is
-    now a graph break that runs as it does uncompiled."""
+def net_with_head(gen):
+    """Net and a Linear head in torch; the same converted, the head a fused MLP."""
     torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
     ref = nn.Sequential(Net(), nn.Linear(4, 6))
     ours = pnn.convert(copy.deepcopy(ref))
     ours[1] = pnn.MLP([4, 6], fused=True)
     ours[1].layers[0].load_state_dict(ref[1].state_dict())
+    return ref, ours
+
+
+def test_torch_compile_of_a_converted_model(gen):
+    """Dynamo traced into the primitives and failed inside its own guards (an
+    InternalTorchDynamoError on brgemm's cffi library); each of our forwards is
+    now a graph break that runs as it does uncompiled."""
+    ref, ours = net_with_head(gen)
     compiled = torch.compile(ours, backend="eager")
     for step in range(2):
         x = rand(gen, 3, 2, 6, 6)
@@ -267,25 +283,13 @@ def test_torch_compile_of_a_converted_model(gen):
 
 # ---------------------------------------------------------------- parametrizations
 
-class Parts(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(2, 3, 3)
-        self.lin = nn.Linear(3 * 3 * 3, 4)
-        self.rnn = nn.LSTM(4, 5)
-
-    def forward(self, x):
-        h = self.lin(torch.relu(self.conv(x)).flatten(1))
-        return self.rnn(h.unsqueeze(1))[0]
-
-
 def test_convert_takes_parametrized_modules(gen):
     """torch.nn.utils.parametrize makes a subclass per module; convert() left
     those as 'subclasses ... whose forward may differ'. Now they are ours, with
     their parametrizations, and train as torch's; removing the last one leaves
     our class. A parametrized module of ours is left alone, unlisted."""
     torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
-    ref = Parts()
+    ref = Net()
     parametrizations.weight_norm(ref.conv)
     parametrizations.spectral_norm(ref.lin)  # a power iteration on each access (training)
     parametrizations.weight_norm(ref.rnn, "weight_hh_l0")
@@ -300,7 +304,7 @@ def test_convert_takes_parametrized_modules(gen):
         assert isinstance(getattr(ours, name), cls) and parametrize.is_parametrized(
             getattr(ours, name)), name
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, ref)]
-    x = rand(gen, 2, 2, 5, 5)
+    x = rand(gen, 2, 2, 6, 6)
     for step in range(2):
         ys = [m(x) for m in (ours, ref)]
         assert_close(f"y {step}", ys[0], f64(ys[1]), 1e-4 * (ys[1].abs().max() + 1))
@@ -372,11 +376,7 @@ def test_checkpointed_modules_as_torch(gen, reentrant):
     what it saved: the LSTM's backward must not hold its lock then (it hung),
     and the recomputed forward must not stand in for the original's state."""
     from torch.utils.checkpoint import checkpoint
-    torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
-    ref = nn.Sequential(Net(), nn.Linear(4, 6))
-    ours = pnn.convert(copy.deepcopy(ref))
-    ours[1] = pnn.MLP([4, 6], fused=True)
-    ours[1].layers[0].load_state_dict(ref[1].state_dict())
+    ref, ours = net_with_head(gen)
     xs = [rand(gen, 3, 2, 6, 6).requires_grad_()]  # (reentrant: else no parameter's grad)
     xs.append(xs[0].detach().clone().requires_grad_())
 
