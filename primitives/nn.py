@@ -174,6 +174,9 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         net, _ = ctx.net, ctx.saved_tensors
+        # autograd's CUDA thread runs this, where no torch kernel may yet have
+        # made the primary context current (brgemm's driver calls need it):
+        torch.cuda.current_stream(dy.device).query()  # a runtime call binds it
         with ctx.lock:
             dx = net.fused.backward(dy.to(ctx.x_dtype).contiguous(), ctx.state)
             grads = _layer_grads(net)

@@ -87,7 +87,7 @@ def test_mlp_output_written_in_place(rng, gen, fused):
     check_grads(m, ref, 1e-5)
 
 
-# ---------------------------------------------------------------- fused MLP: shared weights
+# ---------------------------------------------------------------- fused MLP, LSTM, odd input
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_mlp_layers_sharing_a_weight(rng, gen, bias):
@@ -128,6 +128,20 @@ def test_fused_mlp_refuses_what_torch_refuses(gen):
         y.sum().backward()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_fused_mlp_on_cuda_backward_behind_views(gen):
+    """The CUDA fused MLP's backward as the first work of autograd's CUDA
+    thread (only views after it: no torch kernel had made the primary context
+    current there) failed with CUDA_ERROR_INVALID_CONTEXT."""
+    import brgemm
+    if "cuda" not in brgemm.backends():
+        pytest.skip("brgemm's cuda backend is not built")
+    m = pnn.MLP([64, 64, 32], fused=True).cuda()
+    x = rand(gen, 50, 64).cuda().requires_grad_()
+    m(x).view(-1).view(50, 32).backward(torch.ones(50, 32, device="cuda"))
+    assert x.grad.abs().sum() > 0
+
+
 def test_fused_mlp_empty_batch_and_bad_input_as_unfused(gen):
     """No rows: torch's own products, as the unfused MLP (the fused one raised
     'x: an empty batch is not supported'); a wrong width names `input`."""
@@ -147,8 +161,6 @@ def test_fused_mlp_empty_batch_and_bad_input_as_unfused(gen):
         pnn.MLP([5, 3], fused=True)([[1.0] * 5])
 
 
-# ---------------------------------------------------------------- LSTM: no sequences
-
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_lstm_empty_batch_as_torch(gen, batch_first):
     """No sequences (N = 0): torch's own, as nn.LSTM (it raised before); an
@@ -164,8 +176,6 @@ def test_lstm_empty_batch_as_torch(gen, batch_first):
         ours(rand(gen, 0, 5))
 
 
-# ---------------------------------------------------------------- Module.to() swapping tensors
-
 def test_to_and_load_state_dict_with_swapped_parameters(gen):
     """With torch.__future__.set_swap_module_params_on_conversion(True),
     Module.to() and load_state_dict swap each parameter in place
@@ -174,10 +184,8 @@ def test_to_and_load_state_dict_with_swapped_parameters(gen):
     token) raised 'Couldn't swap'. (torch's own nn.LSTM cannot load a
     state_dict so: its _flat_weight_refs; ours can.)"""
     torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
-    ref = Net()
-    ours = pnn.convert(copy.deepcopy(ref))
+    ours, other = pnn.convert(Net()), Net()
     x = rand(gen, 2, 2, 6, 6)
-    other = Net()
     before = torch.__future__.get_swap_module_params_on_conversion()
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
@@ -197,8 +205,6 @@ def test_to_and_load_state_dict_with_swapped_parameters(gen):
         assert_close("after the round trip and load", ours(x), f64(want),
                      1e-4 * (want.abs().max() + 1))
 
-
-# ---------------------------------------------------------------- odd tensors
 
 def test_negated_views_and_sparse_input(gen):
     """A negated view (torch._neg_view; Tensor.numpy() refuses it) is read as
@@ -239,7 +245,7 @@ def test_conv2d_attributes_set_after_construction(gen, attr, value):
     assert_close("stride, padding", m(x), f64(want), 1e-5 * (want.abs().max() + 1) * 10)
 
 
-# ---------------------------------------------------------------- torch.compile
+# ---------------------------------------------------------------- compile, parametrize, threads
 
 class Net(nn.Module):
     def __init__(self):
@@ -281,8 +287,6 @@ def test_torch_compile_of_a_converted_model(gen):
         check_grads(ours, ref, 1e-4)
 
 
-# ---------------------------------------------------------------- parametrizations
-
 def test_convert_takes_parametrized_modules(gen):
     """torch.nn.utils.parametrize makes a subclass per module; convert() left
     those as 'subclasses ... whose forward may differ'. Now they are ours, with
@@ -322,8 +326,6 @@ def test_convert_takes_parametrized_modules(gen):
         warnings.simplefilter("error")
         assert pnn.convert(nn.Sequential(mine)).unconverted == []
 
-
-# ---------------------------------------------------------------- threads
 
 @pytest.mark.parametrize("kind", ["lstm", "fused mlp"])
 def test_one_module_from_several_threads(gen, kind):
