@@ -5,8 +5,17 @@ im2col matrix summed back into an image. The copies run in C
 (kernels/cpu/layout_image.c), parallel over tiles and images."""
 import numpy as np
 
+from brgemm import _layout_args as args
 from brgemm.backend import cpu
 from brgemm.layouts import _check_out, _image_strides, _out_dtype, nblocks
+
+
+def _geometry(kernel, stride, padding):
+    """((R, S), (sh, sw), (ph, pw)) as ints, each pair checked by name."""
+    if not isinstance(padding, (tuple, list)) or len(padding) != 2:
+        raise TypeError(f"padding: expected a pair of ints, got {padding!r}")
+    return (args.pair(kernel, "kernel"), args.pair(stride, "stride"),
+            tuple(args.size(p, "padding", low=0) for p in padding))
 
 
 def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, threads=None,
@@ -22,7 +31,8 @@ def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, t
                          f"{getattr(x, 'shape', type(x).__name__)}")
     dt = _out_dtype(x, dtype)
     N, C, H, W = x.shape
-    (R, S), (sh, sw), (ph, pw) = kernel, stride, padding
+    (R, S), (sh, sw), (ph, pw) = _geometry(kernel, stride, padding)
+    bd, bp, threads = args.size(bd, "bd"), args.size(bp, "bp"), args.threads(threads)
     P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
     if min(R, S, sh, sw, bd, bp) < 1 or min(ph, pw) < 0 or min(P, Q) < 1:
         raise ValueError(f"kernel: a {R}x{S} kernel with stride {stride} and padding "
@@ -34,7 +44,7 @@ def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, t
         raise ValueError("out: overlaps x")
     cpu.check(cpu.lib.brgemm_cpu_image_to_columns(
         cpu.address(x), N, C, H, W, strides, x.itemsize, R, S, sh, sw, ph, pw, P, Q, bd, bp,
-        cpu.address(out), out.itemsize, int(bool(transposed)), threads or 0), "image_to_columns")
+        cpu.address(out), out.itemsize, int(bool(transposed)), threads), "image_to_columns")
     return out
 
 
@@ -43,8 +53,11 @@ def columns_to_image(xc, shape, kernel, stride, padding, out=None, threads=None)
     Q][>= C R S] f32 (rows contiguous) -> [N, C, H, W] f32 (`shape`), each of
     xc's elements summed into the pixel it reads in image_to_columns (those in
     the padding dropped)."""
-    N, C, H, W = shape
-    (R, S), (sh, sw), (ph, pw) = kernel, stride, padding
+    if not isinstance(shape, (tuple, list)) or len(shape) != 4:
+        raise TypeError(f"shape: expected (N, C, H, W), got {shape!r}")
+    N, C, H, W = (args.size(d, "shape") for d in shape)
+    (R, S), (sh, sw), (ph, pw) = _geometry(kernel, stride, padding)
+    threads = args.threads(threads)
     P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
     if min(N, C, H, W, R, S, sh, sw, P, Q) < 1 or min(ph, pw) < 0:
         raise ValueError(f"kernel: a {R}x{S} kernel with stride {stride} and padding "
@@ -58,6 +71,6 @@ def columns_to_image(xc, shape, kernel, stride, padding, out=None, threads=None)
         raise ValueError("out: overlaps xc")
     cpu.check(cpu.lib.brgemm_cpu_columns_to_image(
         cpu.ffi.cast("const float *", cpu.address(xc)), xc.strides[0] // 4, N, C, H, W, R, S,
-        sh, sw, ph, pw, P, Q, cpu.ffi.cast("float *", cpu.address(out)), threads or 0),
+        sh, sw, ph, pw, P, Q, cpu.ffi.cast("float *", cpu.address(out)), threads),
         "columns_to_image")
     return out

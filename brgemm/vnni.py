@@ -6,7 +6,7 @@ B tiles that way, so a layer that keeps its weights (or a pass's streamed
 operand, once per call) in this layout packs nothing in the kernel."""
 import numpy as np
 
-from brgemm import dtypes
+from brgemm import _layout_args as args, dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.backend import cpu
 
@@ -36,7 +36,7 @@ def vnni_tiles(x, out=None, threads=None):
                          "apart from x")
     rows, cols = x.shape[-2:]
     cpu.check(cpu.lib.brgemm_cpu_vnni_tiles(cpu.address(x), x.size // (rows * cols), rows, cols,
-                                            cpu.address(out), threads or 0), "vnni_tiles")
+                                            cpu.address(out), args.threads(threads)), "vnni_tiles")
     return out
 
 
