@@ -119,7 +119,8 @@ def test_transpose_blocks_paired_with_sums(rng, dtype):
     with pytest.raises(ValueError, match="^pair"):
         transpose_blocks(np.zeros((2, 3, 4, 4), dtype), pair=2)
     with pytest.raises(ValueError, match="^sums"):
-        transpose_blocks(t, sums=np.empty(3, np.float32))
+        # one more than t's Sb * bs columns (a fixed 3 matched them in 3 draws of 171)
+        transpose_blocks(t, sums=np.empty(t.shape[1] * t.shape[3] + 1, np.float32))
     with pytest.raises(TypeError, match="^t: expected a numpy.ndarray"):
         transpose_blocks([[1.0]])
 
