@@ -1,11 +1,12 @@
 """brgemm.im2col's and brgemm.vnni's copies refuse bad geometry and thread
 counts with errors naming the argument, as brgemm.layouts' copies do, and
-take NumPy integers as ints (results against NumPy references)."""
+take NumPy integers as ints; every copy's yes/no arguments take bools (NumPy's
+too) and 0 / 1, and name anything else (results against NumPy references)."""
 import numpy as np
 import pytest
 
 import brgemm
-from brgemm import im2col, vnni
+from brgemm import im2col, layouts, vnni
 
 X_SHAPE = (1, 3, 6, 5)
 
@@ -77,3 +78,39 @@ def test_vnni_tiles_pairs_rows(rng):
     got = vnni.vnni_tiles(x, threads=np.int64(2))
     want = x.reshape(3, 2, 2, 6).transpose(0, 1, 3, 2).reshape(3, 4, 6)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def _flag_calls(rng):
+    """Each copy with a yes/no argument: (its name, a call taking that argument)."""
+    m = rng.standard_normal((6, 8)).astype(np.float32)
+    t = layouts.to_blocks(m, 2, 4)
+    x = _image(rng)
+    w = rng.standard_normal((4, 6, 3, 3)).astype(np.float32)
+    dw = rng.standard_normal((1, 1, 2, 9, 4, 4)).astype(np.float32)
+    return {
+        "transpose": lambda v: layouts.to_blocks(m, 2, 4, transpose=v),
+        "swap_grid": lambda v: layouts.from_blocks(t, 6, 8, swap_grid=v) if not v else
+        layouts.from_blocks(layouts.to_blocks(m, 2, 4, swap_grid=True), 6, 8, swap_grid=v),
+        "vnni": lambda v: layouts.to_blocks(m.astype(brgemm.bfloat16), 2, 4, vnni=v),
+        "pixels_last": lambda v: layouts.image_to_blocks(x, 4, 8, 7, 1, 1, pixels_last=v),
+        "transposed": lambda v: layouts.taps_to_blocks(w, 2, 3, transposed=v),
+        "c_rows": lambda v: layouts.taps_from_blocks(dw, 4, 8, (3, 3), c_rows=v),
+        "im2col transposed": lambda v: im2col.image_to_columns(x, (3, 3), (1, 1), (1, 1), 8,
+                                                               8, transposed=v),
+    }
+
+
+@pytest.mark.parametrize("name", ["transpose", "swap_grid", "vnni", "pixels_last", "transposed",
+                                  "c_rows", "im2col transposed"])
+def test_yes_no_arguments_take_bools_and_name_the_rest(rng, name):
+    call = _flag_calls(rng)[name]
+    for yes in (True, np.True_, 1, np.int8(1)):
+        np.testing.assert_array_equal(np.asarray(call(yes), np.float32),
+                                      np.asarray(call(True), np.float32))
+    for no in (False, np.False_, 0):
+        np.testing.assert_array_equal(np.asarray(call(no), np.float32),
+                                      np.asarray(call(False), np.float32))
+    arg = name.split()[-1]
+    for bad in ("yes", 2, 0.5, None, [True]):
+        with pytest.raises(TypeError, match=rf"^{arg}: expected True or False"):
+            call(bad)
