@@ -36,6 +36,16 @@ def threads(value):
     return size(value, "threads")
 
 
+def flag(value, name):
+    """A yes/no argument as a bool: True, False, NumPy's bools, or the ints 0
+    and 1 (what the native copies take); a TypeError naming it otherwise."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, (np.bool_, int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+
+
 def pair(value, name):
     """A pair of positive ints (sh, sw) as a tuple of ints."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:

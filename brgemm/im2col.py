@@ -33,6 +33,7 @@ def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, t
     N, C, H, W = x.shape
     (R, S), (sh, sw), (ph, pw) = _geometry(kernel, stride, padding)
     bd, bp, threads = args.size(bd, "bd"), args.size(bp, "bp"), args.threads(threads)
+    transposed = args.flag(transposed, "transposed")
     P, Q = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
     if min(R, S, sh, sw, bd, bp) < 1 or min(ph, pw) < 0 or min(P, Q) < 1:
         raise ValueError(f"kernel: a {R}x{S} kernel with stride {stride} and padding "
@@ -44,7 +45,7 @@ def image_to_columns(x, kernel, stride, padding, bd, bp, dtype=None, out=None, t
         raise ValueError("out: overlaps x")
     cpu.check(cpu.lib.brgemm_cpu_image_to_columns(
         cpu.address(x), N, C, H, W, strides, x.itemsize, R, S, sh, sw, ph, pw, P, Q, bd, bp,
-        cpu.address(out), out.itemsize, int(bool(transposed)), threads), "image_to_columns")
+        cpu.address(out), out.itemsize, int(transposed), threads), "image_to_columns")
     return out
 
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from brgemm import dtypes
-from brgemm._layout_args import LIMIT, array, matrix, pair, size, tiles
+from brgemm._layout_args import LIMIT, array, flag, matrix, pair, size, tiles
 from brgemm._layout_args import check_out as _check_out
 from brgemm._layout_args import out_dtype as _out_dtype
 from brgemm._layout_args import row_stride as _row_stride
@@ -76,6 +76,9 @@ def to_blocks(x, br, bs, transpose=False, swap_grid=False, out=None, threads=Non
         x, ld = matrix(x, "x")
     if not (type(br) is int and type(bs) is int and 0 < br <= LIMIT and 0 < bs <= LIMIT):
         br, bs = size(br, "br"), size(bs, "bs")
+    if not (transpose is False and swap_grid is False and vnni is False):
+        transpose, swap_grid = flag(transpose, "transpose"), flag(swap_grid, "swap_grid")
+        vnni = flag(vnni, "vnni")
     dt = _out_dtype(x, dtype)
     if vnni and (dt != _BF16 or br % 2 or sums is not None):
         raise ValueError(f"vnni: takes bf16 tiles of even br and no sums, got {dt}, br={br}")
@@ -109,6 +112,8 @@ def from_blocks(t, R, S, transpose=False, swap_grid=False, dtype=None, threads=N
         tiles(t, "t", 4, "[Rb][Sb][br][bs]")
     if not (type(R) is int and type(S) is int and 0 < R <= LIMIT and 0 < S <= LIMIT):
         R, S = size(R, "R"), size(S, "S")
+    if not (transpose is False and swap_grid is False):
+        transpose, swap_grid = flag(transpose, "transpose"), flag(swap_grid, "swap_grid")
     Rt, St, br, bs = t.shape
     if (Rt, St) != ((-(-S // bs), -(-R // br)) if swap_grid else (-(-R // br), -(-S // bs))):
         raise ValueError(f"t: tiles {t.shape} do not cover a {R}x{S} matrix")
@@ -186,6 +191,7 @@ def image_to_blocks(x, bc, Hp, Wp, top=0, left=0, pixels_last=False, phases=1, d
     N, C, H, W = x.shape
     bc, Hp, Wp, phases = size(bc, "bc"), size(Hp, "Hp"), size(Wp, "Wp"), size(phases, "phases")
     top, left = size(top, "top", 0), size(left, "left", 0)
+    pixels_last = flag(pixels_last, "pixels_last")
     if Hp < top + H or Wp < left + W or Wp % phases or (phases > 1 and not pixels_last):
         raise ValueError(f"Hp, Wp: a {H}x{W} image at ({top}, {left}) does not fit {Hp}x{Wp} "
                          f"(bc {bc}, phases {phases})")
@@ -269,6 +275,7 @@ def taps_to_blocks(w, bk, bc, transposed=False, dtype=None, out=None, threads=No
         raise ValueError(f"w: expected a non-empty [K, C, ...] array, got shape {w.shape}")
     dt = _out_dtype(w, dtype, "w")
     bk, bc = size(bk, "bk"), size(bc, "bc")
+    transposed, vnni = flag(transposed, "transposed"), flag(vnni, "vnni")
     if vnni and (dt != _BF16 or (bk if transposed else bc) % 2):
         raise ValueError(f"vnni: takes bf16 tiles of an even number of rows, got {dt}, "
                          f"{'bk' if transposed else 'bc'}={bk if transposed else bc}")
@@ -296,6 +303,7 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
     if t.dtype != dtypes.float32:
         raise TypeError(f"t: expected float32 tiles, got {t.dtype}")
     J, Kb, Cb, RS_, t0, t1 = t.shape
+    c_rows = flag(c_rows, "c_rows")
     bk, bc = (t1, t0) if c_rows else (t0, t1)
     K, C = size(K, "K"), size(C, "C")
     if (Kb, Cb, RS_) != (nblocks(K, bk), nblocks(C, bc), RS):
