@@ -46,11 +46,11 @@ def flag(value, name):
     raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
 
 
-def pair(value, name):
-    """A pair of positive ints (sh, sw) as a tuple of ints."""
+def pair(value, name, low=1):
+    """A pair of ints >= low (positive: a stride (sh, sw)) as a tuple of ints."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name}: expected a pair of ints, got {value!r}")
-    return size(value[0], name), size(value[1], name)
+    return size(value[0], name, low), size(value[1], name, low)
 
 
 def array(x, name, ndim, what):

@@ -308,12 +308,7 @@ def taps_from_blocks(t, K, C, taps, c_rows=False, dtype=None, out=None, threads=
     K, C = size(K, "K"), size(C, "C")
     if (Kb, Cb, RS_) != (nblocks(K, bk), nblocks(C, bc), RS):
         raise ValueError(f"t: tiles {t.shape} do not hold [{K}, {C}, {RS} taps] weights")
-    try:
-        dt = np.dtype(np.float32 if dtype is None else dtype)
-    except TypeError:
-        raise TypeError(f"dtype: expected float32 or bfloat16, got {dtype!r}") from None
-    if dt not in (dtypes.float32, dtypes.bfloat16):
-        raise TypeError(f"dtype: expected float32 or bfloat16, got {dt}")
+    dt = _out_dtype(t, dtype, "t")  # (t is f32: f32 or bf16)
     out = _check_out(out, (K, C) + taps, dt)
     if _overlap(out, t):
         raise ValueError("out: overlaps t")

@@ -69,6 +69,12 @@ def weight_array(a, name, shape):
     return a
 
 
+def widened(w, ab):
+    """w as a copy of element type ab reads it: a bfloat16 weight of an f32
+    layer widened to f32 (exact; set by hand, weight_array takes it)."""
+    return w.astype(np.float32) if ab == np.float32 and w.dtype != np.float32 else w
+
+
 def writable(a, name):
     """A weight step() updates in place: a ValueError naming it where it is read-only."""
     if not a.flags.writeable:

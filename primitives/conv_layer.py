@@ -8,7 +8,7 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import column_sums
 from primitives._args import (backend_name, bias_vector, flag, learning_rate, operands,
-                             positive, weight_array, writable)
+                             positive, weight_array, widened, writable)
 from primitives.conv_layouts import (block_x, block_y, layer_weights, unblock_dw, unblock_x,
                                      unblock_y)
 from primitives.conv_plans import (_check, _pair, geometry, plan, update_inputs, update_output,
@@ -62,10 +62,8 @@ class Conv2d:
             self.w, self.wt = layer_weights(self._weight(), self.g, self.dtype, self.vnni)
 
     def _weight(self):
-        """weight as the blocked copies read it: a bfloat16 weight (set by hand)
-        of an f32 layer widened to f32 (exact)."""
-        w = self.weight
-        return w.astype(np.float32) if self.dtype == "f32" and w.dtype != np.float32 else w
+        """weight as the blocked copies read it (widened: bf16 set by hand on an f32 layer)."""
+        return widened(self.weight, dtypes.NUMPY[self.dtype])
 
     def _check_weights(self):
         """weight and bias as set by hand: their shapes and dtypes, named."""

@@ -29,8 +29,8 @@ from brgemm.layouts import nblocks, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from primitives import fc
+from primitives._args import widened
 from primitives.fc_plans import plan_copying
-from primitives.lstm_weights import widened
 
 _plans = bplan.PlanCache(maxsize=32)
 

@@ -7,6 +7,7 @@ from brgemm import dtypes
 from brgemm.arrays import aligned_empty
 from brgemm.layouts import to_blocks, transpose_blocks
 from brgemm.vnni import takes_vnni_b
+from primitives._args import widened
 
 
 def vnni_operands(g, dtype, backend):
@@ -15,12 +16,6 @@ def vnni_operands(g, dtype, backend):
     bk), "upd" dG for the weight updates (depth bn, repacked once per call)."""
     depth = {"x": g.bc, "h": g.bk, "upd": g.bn}
     return frozenset(o for o, k in depth.items() if takes_vnni_b(k, dtype, backend))
-
-
-def widened(w, ab):
-    """w as a copy of element type ab reads it: a bfloat16 weight of an f32
-    layer widened to f32 (exact; set by hand, weight_array takes it)."""
-    return w.astype(np.float32) if ab == np.float32 and w.dtype != np.float32 else w
 
 
 def block_weights(w_ih, w_hh, b, g, dtype, vnni=frozenset(), buffer=None, skip=frozenset()):

@@ -129,14 +129,14 @@ class _FusedMLPFunction(torch.autograd.Function):
         weight then bias, in layer order, a tensor shared by two layers twice."""
         dtype = _dtype("input", x, *zip(module._stack_names(), params))
         per = 2 if module.layers[0].bias is not None else 1
-        with module._nets()["lock"]:  # (y, dx: the calling thread's arrays, fc's pools)
+        ctx.lock = module._nets()["lock"]
+        with ctx.lock:  # (y, dx: the calling thread's arrays, fc's pools)
             net = module._fused(dtype)
             for layer, i in zip(net.layers, range(0, len(params), per)):
                 layer.weight = _array(params[i].float())
                 layer.bias = _array(params[i + 1].float()) if per == 2 else None
             y = net.forward(_array(x.reshape(-1, x.shape[-1])))
             ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
-        ctx.lock = module._nets()["lock"]
         # saved (unread: the state holds what backward reads) for autograd's
         # checks: a parameter changed in place before backward, a second backward
         ctx.save_for_backward(x, *params)
@@ -161,12 +161,12 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, x, *params):
         per = 2 if module.layers[0].bias is not None else 1
-        with module._nets()["lock"]:
+        ctx.x_dtype, ctx.lock = x.dtype, module._nets()["lock"]
+        with ctx.lock:
             net = module._fused_cuda()
             net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
             y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
             ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
-        ctx.x_dtype, ctx.lock = x.dtype, module._nets()["lock"]
         ctx.save_for_backward(x, *params)  # (for autograd's checks, as on the CPU)
         return y  # rows, as on the CPU
 
