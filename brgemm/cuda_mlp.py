@@ -19,7 +19,7 @@ reach into brgemm.backend (data flows primitives -> brgemm -> kernels).
     copy_in(address, x), copy_out(x, address), synchronize()
                                    host <-> device on the backend's stream
 """
-from brgemm.backend._cuda_driver import _copy_in, _copy_out, device, stream
+from brgemm.backend._cuda_driver import _copy_in, _copy_out, stream, synchronize  # noqa: F401
 from brgemm.backend._cuda_mlp import (Shape, Unsupported, act_code, backward,  # noqa: F401
                                       backward_blocks, backward_stored, dzt_rows, forward,
                                       new_args, reduce, sm_count, stored_warps, use_fatbin)
@@ -34,9 +34,3 @@ def copy_in(address, x):
 def copy_out(x, address):
     """Device memory at `address` -> NumPy array x, on the backend's stream."""
     _copy_out(x, address, stream())
-
-
-def synchronize():
-    """Wait for everything queued on the backend's stream."""
-    dev = device()
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")

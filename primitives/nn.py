@@ -173,10 +173,7 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        net, _ = ctx.net, ctx.saved_tensors
-        # autograd's CUDA thread runs this, where no torch kernel may yet have
-        # made the primary context current (brgemm's driver calls need it):
-        torch.cuda.current_stream(dy.device).query()  # a runtime call binds it
+        net, _ = ctx.net, ctx.saved_tensors  # (autograd's CUDA thread: brgemm binds the context)
         with ctx.lock:
             dx = net.fused.backward(dy.to(ctx.x_dtype).contiguous(), ctx.state)
             grads = _layer_grads(net)

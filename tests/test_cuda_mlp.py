@@ -8,6 +8,7 @@ as batch-reduce plans, and recompute); NumPy arrays and PyTorch CUDA tensors;
 CUDA-graph capture; the shapes the kernels refuse fall back with a warning.
 Skipped without a GPU."""
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -342,3 +343,49 @@ def test_nn_mlp_fused_on_cuda_refuses_what_it_cannot_run():
     model = ours.MLP([8, 16, 4], fused=True).cuda().double()
     with pytest.raises(ValueError, match="^input: the fused MLP on CUDA takes float32"):
         model(torch.zeros(3, 8, device="cuda", dtype=torch.float64))
+
+
+def on_new_thread(fn):
+    """fn() on a thread of its own, which has never made a CUDA context
+    current (as autograd's and users' threads); its result, or its error raised."""
+    box = []
+
+    def body():
+        try:
+            box.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 (raised again on the caller's thread)
+            box.append((False, e))
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_driver_calls_on_threads_without_a_context(mode):
+    """CUDA contexts are per thread: building, running, copying and freeing
+    each on a thread that never touched CUDA must work (brgemm makes its
+    context current for every driver call)."""
+    from brgemm.backend.cuda import DeviceArray
+    seed = new_seed()
+    rng = np.random.default_rng(seed)
+    sizes, N, act, last = random_case(rng)
+    net = on_new_thread(lambda: fc.MLP(sizes, activation=act, last_activation=last,
+                                       dtype="bf16", backend="cuda", fused=True, rng=rng))
+    net.fused.backward_mode = mode
+    x = rng.standard_normal((N, sizes[0])).astype(np.float32)
+    dy = rng.standard_normal((N, sizes[-1])).astype(np.float32)
+    y = on_new_thread(lambda: net.forward(x))
+    dx = on_new_thread(lambda: net.backward(dy))
+    check_all(net, x, dy, y, dx, seed, f"{sizes} N={N} {act}/{last} {mode}, threads")
+    kept = [on_new_thread(lambda: DeviceArray.from_numpy(x))]
+    assert np.array_equal(on_new_thread(kept[0].numpy), x)
+    torch.cuda.synchronize()
+    before = torch.cuda.mem_get_info()[0]
+    kept.append(on_new_thread(lambda: DeviceArray((64 << 20,), np.float32)))  # 256 MiB
+    assert torch.cuda.mem_get_info()[0] < before - (200 << 20)
+    on_new_thread(kept.clear)  # the last references go there: freed there
+    assert torch.cuda.mem_get_info()[0] > before - (64 << 20), "freed on another thread"

@@ -6,7 +6,7 @@ import numpy as np
 
 from brgemm import dtypes
 from brgemm.backend._cuda_driver import DL_BFLOAT, DL_CUDA, DL_FLOAT, _Allocation, _copy_out, \
-    _upload, device, stream
+    _upload, device, stream, synchronize
 
 
 class DeviceArray:
@@ -35,8 +35,7 @@ class DeviceArray:
         out = np.empty(self.shape, self.dtype)
         s = stream()
         _copy_out(out, self.address, s)
-        dev = device()
-        dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
+        synchronize(s)
         return out
 
     def __repr__(self):

@@ -287,10 +287,20 @@ def stream():
     return 0
 
 
-def synchronize():
+def bound():
+    """The device, its primary context made current on the calling thread: CUDA
+    contexts are per thread, and autograd's and users' threads may have none
+    yet, so every driver call that needs one takes the device from here."""
     dev = device()
     dev.bind()
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", stream())), "cuStreamSynchronize")
+    return dev
+
+
+def synchronize(s=None):
+    """Wait for everything queued on stream s (None: the backend's stream)."""
+    dev = bound()
+    s = stream() if s is None else s
+    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
 
 
 # ---------------------------------------------------------------- memory
@@ -300,30 +310,34 @@ class _Allocation:
     """nbytes of device memory, freed when the last reference goes."""
 
     def __init__(self, nbytes):
-        dev = device()
-        dev.bind()
+        dev = bound()
         self.nbytes = int(nbytes)
         ptr = dev.ffi.new("CUdeviceptr *")
         rc = dev.cu.cuMemAlloc_v2(ptr, max(self.nbytes, 1))
         if rc != 0:
             raise MemoryError(f"CUDA device: could not allocate {self.nbytes} bytes (error {rc})")
         self.address = int(ptr[0])
-        self._free = dev.cu.cuMemFree_v2
+        self._free, self._bind = dev.cu.cuMemFree_v2, dev.bind
 
     def __del__(self):
+        # the last reference may go on any thread: free in the context it was made in
         if getattr(self, "_free", None) is not None:
+            try:
+                self._bind()
+            except Exception:  # interpreter shutdown: the driver is going too
+                return
             self._free(self.address)
 
 
 def _copy_in(address, x, s):
-    dev = device()
+    dev = bound()
     if x.nbytes:
         dev.check(dev.cu.cuMemcpyHtoDAsync_v2(address, dev.ffi.from_buffer(x), x.nbytes,
                                               dev.ffi.cast("CUstream", s)), "cuMemcpyHtoD")
 
 
 def _copy_out(x, address, s):
-    dev = device()
+    dev = bound()
     if x.nbytes:
         dev.check(dev.cu.cuMemcpyDtoHAsync_v2(dev.ffi.from_buffer(x), address, x.nbytes,
                                               dev.ffi.cast("CUstream", s)), "cuMemcpyDtoH")
@@ -333,8 +347,7 @@ def _upload(x):
     """A device copy of the NumPy array x (contiguous), on the current stream, finished."""
     x = np.ascontiguousarray(x)
     buf = _Allocation(x.nbytes)
-    dev = device()
     s = stream()
     _copy_in(buf.address, x, s)
-    dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
+    synchronize(s)
     return buf

@@ -12,7 +12,7 @@ import os
 import pathlib
 
 from brgemm.backend._cuda_driver import ATTR_SM_COUNT, ATTR_SMEM_OPTIN, FUNC_MAX_DYNAMIC_SMEM, \
-    device, stream
+    bound, device, stream
 from brgemm.backend._device_replay import once
 
 DEFAULT_FATBIN = pathlib.Path(os.environ.get("BRGEMM_MLP_FATBIN")
@@ -38,7 +38,7 @@ class _Module:
     device's multiprocessors, and occupancy per (function, shared memory)."""
 
     def __init__(self):
-        dev = device()
+        dev = bound()
         if not FATBIN.exists():
             raise FileNotFoundError(f"{FATBIN} is missing: build it with python brgemm/_build_cuda.py")
         self.image = FATBIN.read_bytes()
@@ -63,7 +63,7 @@ class _Module:
 
     def prepare(self, fn, threads, smem):
         """Allow fn `smem` dynamic shared bytes; its resident blocks per multiprocessor."""
-        dev = device()
+        dev = bound()
         key = (int(dev.ffi.cast("uintptr_t", fn)), threads, smem)
         if key not in self._occupancy:
             if smem > self._smem_set.get(key[0], 48 << 10):
@@ -140,8 +140,7 @@ class Shape:
 # ---------------------------------------------------------------- launches
 
 def _launch(fn, grid, threads, smem, params, what):
-    dev = device()
-    dev.bind()
+    dev = bound()
     dev.check(dev.cu.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, smem,
                                     dev.ffi.cast("CUstream", stream()), params, dev.ffi.NULL),
               f"{what}: cuLaunchKernel")

@@ -32,7 +32,7 @@ from brgemm.backend._cuda_arrays import DeviceArray, _adopt, from_dlpack, to_dev
 from brgemm.backend._cuda_small import Launch, small_path
 from brgemm.backend._cuda_tma import TMA_ENTRY, Maps, phase_operands, tile_rows
 from brgemm.backend._cuda_driver import DTYPE_CODE, _Allocation, _copy_in, _copy_out, _upload, \
-    device, stream, synchronize  # noqa: F401
+    bound, device, stream, synchronize  # noqa: F401
 from brgemm.dtypes import ITEMSIZE
 
 launches = 0             # kernel launches made so far (tests count them)
@@ -375,8 +375,7 @@ class NativeKernel:
             host.append(flat)
         tables.run([b.address for b in bufs], s)
         _copy_out(host[2], bufs[2].address, s)
-        dev = device()
-        dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)), "cuStreamSynchronize")
+        synchronize(s)
 
     def strd(self, A, B, C, count, b_packed=False, check_overlap=False):
         if check_overlap:
@@ -426,7 +425,7 @@ class PlanReplay(DeviceReplay):
     allocate = staticmethod(lambda nbytes: _Allocation(nbytes))
 
     def begin(self):
-        device().bind()
+        bound()
         self._copied = False
         return stream()
 
@@ -445,6 +444,4 @@ class PlanReplay(DeviceReplay):
         """Wait where NumPy arguments were copied (runs on device tensors do
         not wait, like PyTorch's own ops)."""
         if staged:
-            dev = device()
-            dev.check(dev.cu.cuStreamSynchronize(dev.ffi.cast("CUstream", s)),
-                      "cuStreamSynchronize")
+            synchronize(s)
