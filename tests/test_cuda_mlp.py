@@ -9,6 +9,7 @@ CUDA-graph capture; the shapes the kernels refuse fall back with a warning.
 Skipped without a GPU."""
 import os
 import threading
+import types
 import warnings
 
 import numpy as np
@@ -26,7 +27,7 @@ if not torch.cuda.is_available():
 
 from brgemm.backend import _cuda_mlp  # noqa: E402
 from primitives import mlp_cuda  # noqa: E402
-from test_mlp_fused import check, reference  # noqa: E402
+from test_mlp_fused import check, reference, step16  # noqa: E402
 
 ACTS = ["relu", "sigmoid", "tanh", "none"]
 MODES = mlp_cuda.MODES
@@ -295,8 +296,12 @@ def test_bad_arguments_are_named():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nn_mlp_fused_on_cuda_tensors(dtype):
     """primitives.nn.MLP(fused=True) on CUDA tensors: forward and every gradient
-    against PyTorch autograd in f32 on the same bf16-rounded values (yardstick:
-    PyTorch's own bf16 autograd), an optimizer step, then a second step."""
+    through autograd against the float64 reference with the kernels' bf16
+    roundings (per-element bounds; in a bf16 model each gradient is rounded
+    once more, to the parameter's dtype), an optimizer step, then a second
+    step on the moved weights. (A norm against PyTorch's own bf16 autograd
+    is no yardstick: on layers whose weight gradients cancel, the two
+    rounding orders differ by several times either's error.)"""
     from primitives import nn as ours
     seed = new_seed()
     rng = np.random.default_rng(seed)
@@ -305,6 +310,8 @@ def test_nn_mlp_fused_on_cuda_tensors(dtype):
     last = None if last == "none" else last
     model = ours.MLP(sizes, activation=act, last_activation=last, fused=True).cuda().to(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    what = f"{sizes} N={N} {act}/{last} {dtype}"
+    print(what)
     for step in range(2):
         x = torch.tensor(rng.standard_normal((N, sizes[0])), device="cuda").to(dtype)
         dy = torch.tensor(rng.standard_normal((N, sizes[-1])), device="cuda").to(dtype)
@@ -313,25 +320,19 @@ def test_nn_mlp_fused_on_cuda_tensors(dtype):
         y = model(xg)
         assert y.dtype == dtype and y.shape == (N, sizes[-1])
         y.backward(dy)
-        got = [y, xg.grad] + [p.grad for p in model.parameters()]
-        refs = []
-        for ref_dtype in (torch.float32, torch.bfloat16):
-            X = x.bfloat16().to(ref_dtype).requires_grad_(True)
-            params = [p.detach().bfloat16().to(ref_dtype).requires_grad_(True)
-                      if p.dim() == 2 else p.detach().float().to(ref_dtype).requires_grad_(True)
-                      for p in model.parameters()]
-            h = X
-            for i in range(len(sizes) - 1):
-                h = torch.nn.functional.linear(h, params[2 * i], params[2 * i + 1])
-                a = act if i < len(sizes) - 2 else last
-                if a not in (None, "none"):
-                    h = getattr(torch, a)(h)
-            h.backward(dy.to(ref_dtype))
-            refs.append([h, X.grad] + [p.grad for p in params])
-        names = ["y", "dx"] + [n for n, _ in model.named_parameters()]
-        for name, o, t, b in zip(names, got, *refs):
-            print(f"{name}: ours {rel(o, t):.2e}, torch bf16 {rel(b, t):.2e} from torch f32")
-            assert rel(o, t) <= 3 * rel(b, t) + 2e-2, (seed, step, name)
+        params = list(model.parameters())
+        assert all(p.grad.dtype == dtype and p.grad.shape == p.shape for p in params)
+        layers = [types.SimpleNamespace(weight=host(w.detach()), bias=host(b.detach()),
+                                        K=w.shape[0], activation=act if i < len(sizes) - 2 else last)
+                  for i, (w, b) in enumerate(zip(params[::2], params[1::2]))]
+        (ry, rdx, grads) = reference(types.SimpleNamespace(layers=layers), host(x), host(dy), True,
+                                     grad_from_bf16=True)
+        check(f"y step {step} {what}", host(y.detach()), ry, seed)
+        check(f"dx step {step} {what}", host(xg.grad), rdx, seed)
+        for (name, p), (v, e) in zip(model.named_parameters(), (g for pair in grads for g in pair)):
+            if dtype == torch.bfloat16:
+                e = e + step16(np.abs(v) + e)
+            check(f"{name} step {step} {what}", host(p.grad), (v, e), seed)
         opt.step()
 
 
