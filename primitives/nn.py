@@ -20,7 +20,10 @@ tensors over the arrays the primitives returned (the Functions return rows,
 reshaped outside them: a view made inside could not be written in place).
 Conv2d's bias is added by conv's plan, its gradient summed in torch; the
 LSTM's two biases are summed into one, and both get its gradient. Under
-torch.compile each forward is a graph break (nn_tensors._not_traced).
+torch.compile each forward is a graph break (nn_tensors._not_traced); under
+torch.autocast to bf16 the modules compute in bf16 on the cast arguments, to
+other dtypes torch's own functions run (nn_tensors._autocast). Conv2d is in
+primitives.nn_conv, the LSTM in primitives.nn_lstm.
 
 Blocked weights are rebuilt only when a parameter's version counter or storage
 changed (every in-place torch op and load_state_dict bump the counter; a
@@ -47,11 +50,12 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.utils import parametrize
 
-from primitives import conv, fc
+from primitives import fc
 from primitives._args import flag
-from primitives.nn_tensors import (_DTYPES, _KeptCopies, _array, _cast, _dtype, _kept,
-                                   _not_traced, _tensor)
+from primitives.nn_conv import Conv2d, _conv_unsupported
 from primitives.nn_lstm import LSTM, _lstm_unsupported
+from primitives.nn_tensors import (_DTYPES, _KeptCopies, _array, _autocast, _autocast_args,
+                                   _cast, _dtype, _kept, _not_traced, _tensor)
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
 
@@ -105,7 +109,13 @@ class Linear(_KeptCopies, nn.Linear):
 
     @_not_traced
     def forward(self, input):
-        y = _LinearFunction.apply(input, self.weight, self.bias)
+        args = (input, self.weight, self.bias)
+        amp = _autocast(input)
+        if amp is not None:  # under torch.autocast: bf16 on the CPU ours, else torch's own
+            if amp != torch.bfloat16 or input.device.type != "cpu":
+                return super().forward(input)
+            args = _autocast_args(amp, *args)
+        y = _LinearFunction.apply(*args)
         return y.reshape(input.shape[:-1] + y.shape[-1:])
 
 
@@ -255,17 +265,22 @@ class MLP(nn.Module):
         if x.shape[-1:] != (self.sizes[0],):
             raise ValueError(f"input: expected last dimension {self.sizes[0]} (sizes[0]), "
                              f"got shape {tuple(x.shape)}")
-        if x.numel() == 0:  # no rows: torch's own, as the unfused stack's Linears
+        amp, params = _autocast(x), self._stack()
+        if x.numel() == 0 or amp not in (None, torch.bfloat16):
+            # no rows, or autocast to a dtype we do not run: torch's own products
             return self._layers(x, lambda layer, h: nn.functional.linear(h, layer.weight,
                                                                          layer.bias))
+        h = x
+        if amp is not None:  # torch.autocast to bf16: the stack in bf16, as torch's
+            h, *params = _autocast_args(amp, x, *params)
         if x.is_cuda:
-            for name, t in zip(["input"] + self._stack_names(), [x] + self._stack()):
+            for name, t in zip(["input"] + self._stack_names(), [h] + params):
                 if not t.is_cuda or t.dtype not in _CUDA_DTYPES:
                     raise ValueError(f"{name}: the fused MLP on CUDA takes float32 or bfloat16 "
                                      f"CUDA tensors, got {t.dtype} on {t.device}")
-            y = _CudaFusedMLPFunction.apply(self, x, *self._stack())
+            y = _CudaFusedMLPFunction.apply(self, h, *params)
         else:
-            y = _FusedMLPFunction.apply(self, x, *self._stack())
+            y = _FusedMLPFunction.apply(self, h, *params)
         # reshaped here, not in the Function: a view made there cannot be
         # written in place after
         return y.reshape(x.shape[:-1] + y.shape[-1:])
@@ -282,96 +297,6 @@ class MLP(nn.Module):
 
     def extra_repr(self):
         return f"sizes={self.sizes}, activation={self.activation!r}"
-
-
-# ---------------------------------------------------------------- Conv2d
-
-def _conv_padding(m):
-    """m's padding as a pair, or a reason it is not one we can run."""
-    if m.padding == "valid":
-        return (0, 0)
-    if m.padding == "same":  # torch pads (k - 1) in total: even kernels pad unevenly
-        if any(k % 2 == 0 for k in m.kernel_size):
-            return (f"padding: 'same' with the even kernel size {m.kernel_size} pads one side "
-                    f"more than the other, which the primitive cannot")
-        return tuple(k // 2 for k in m.kernel_size)
-    return tuple(m.padding)
-
-
-def _conv_unsupported(m):
-    """Why conv cannot run nn.Conv2d module m (None if it can)."""
-    if m.groups != 1:
-        return f"groups: only groups=1 is supported, got {m.groups}"
-    if tuple(m.dilation) != (1, 1):
-        return f"dilation: only dilation=1 is supported, got {tuple(m.dilation)}"
-    if m.padding_mode != "zeros":
-        return f"padding_mode: only 'zeros' is supported, got {m.padding_mode!r}"
-    padding = _conv_padding(m)
-    return padding if isinstance(padding, str) else None
-
-
-class _Conv2dFunction(torch.autograd.Function):
-    """F.conv2d(x, w, b, stride, padding): conv.forward / conv.backward."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, stride, padding):
-        dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
-        if x.dim() != 4 or x.shape[1] != weight.shape[1]:
-            raise ValueError(f"input: expected shape (N, {weight.shape[1]}, H, W), got "
-                             f"{tuple(x.shape)}")
-        ctx.save_for_backward(x, weight, bias)
-        ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
-        if 0 in x.shape or 0 in weight.shape:  # nothing for the primitive: torch's own
-            return torch.nn.functional.conv2d(x, weight, bias, stride, padding)
-        # the bias is added to each tile of y in the plan, not in a pass of its own
-        return _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
-                                    reuse=_kept(weight),
-                                    b=None if bias is None else _array(bias)))
-
-    @staticmethod
-    @once_differentiable  # our backward is not itself differentiable: say so
-    def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        dy = dy.to(x.dtype)
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        if 0 in x.shape or 0 in weight.shape:  # empty sizes: torch's own gradients
-            grad = torch.nn.grad
-            return (grad.conv2d_input(x.shape, weight, dy, ctx.stride, ctx.padding)
-                    if need_x else None,
-                    grad.conv2d_weight(x, weight.shape, dy, ctx.stride, ctx.padding)
-                    if need_w else None, dy.sum((0, 2, 3)) if need_b else None, None, None)
-        # what autograd wants no gradient of is not computed: a first layer's
-        # input, frozen weights
-        dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
-                               dtype=ctx.dtype, reuse=_kept(weight), need_dx=need_x,
-                               need_dw=need_w) if need_x or need_w else (None, None)
-        # each image's rows summed first: one reduction over (0, 2, 3) ran 1.3-3
-        # times slower on bf16 (benchmarks/RESULTS.md, nineteenth session)
-        db = dy.flatten(2).sum(2, dtype=torch.float32).sum(0).to(bias.dtype) if need_b else None
-        return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
-
-
-class Conv2d(_KeptCopies, nn.Conv2d):
-    """torch.nn.Conv2d (same arguments and parameters) computed by conv; groups,
-    dilation other than 1 and padding modes other than 'zeros' raise ValueError
-    (at construction, or at the call where they were set after)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        reason = _conv_unsupported(self)
-        if reason:
-            raise ValueError(reason)
-
-    @_not_traced
-    def forward(self, input):
-        reason = _conv_unsupported(self)  # (attributes set after construction: a
-        if reason:                        # dilation set in place ran as 1)
-            raise ValueError(reason)
-        unbatched = isinstance(input, torch.Tensor) and input.dim() == 3
-        x = input.unsqueeze(0) if unbatched else input
-        y = _Conv2dFunction.apply(x, self.weight, self.bias, tuple(self.stride),
-                                  _conv_padding(self))
-        return y.squeeze(0) if unbatched else y
 
 
 # ---------------------------------------------------------------- convert

@@ -11,7 +11,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from primitives import lstm, reuse
-from primitives.nn_tensors import _array, _cast, _dtype, _not_traced, _tensor
+from primitives.nn_tensors import (_array, _autocast, _autocast_args, _cast, _dtype, _not_traced,
+                                   _tensor)
 
 
 def _lstm_unsupported(m):
@@ -157,7 +158,10 @@ class LSTM(nn.LSTM):
         T, N, K = x.shape[0], x.shape[1], self.hidden_size
         if T == 0:
             raise ValueError(f"input: an empty sequence, shape {tuple(input.shape)}")
-        if N == 0:  # no sequences: torch's own, as for empty sizes in Linear and Conv2d
+        amp = _autocast(input)
+        if N == 0 or amp not in (None, torch.bfloat16):
+            # no sequences (as for empty sizes in Linear and Conv2d), or
+            # torch.autocast to a dtype we do not run: torch's own
             return super().forward(input, hx)
         if hx is None:
             h0 = c0 = x.new_zeros(N, K)
@@ -168,9 +172,11 @@ class LSTM(nn.LSTM):
                     raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
             h0, c0 = (s.reshape(N, K) for s in hx)
         cache = _caches.setdefault(self, _LayerCache())
-        y, hT, cT = _LSTMFunction.apply(cache, x.contiguous(), h0, c0, self.weight_ih_l0,
-                                        self.weight_hh_l0, getattr(self, "bias_ih_l0", None),
-                                        getattr(self, "bias_hh_l0", None))
+        args = (x.contiguous(), h0, c0, self.weight_ih_l0, self.weight_hh_l0,
+                getattr(self, "bias_ih_l0", None), getattr(self, "bias_hh_l0", None))
+        if amp is not None:  # torch.autocast to bf16: the layer in bf16, as torch's
+            args = _autocast_args(amp, *args)
+        y, hT, cT = _LSTMFunction.apply(cache, *args)
         if unbatched:
             return y.squeeze(1), (hT, cT)
         return (y.transpose(0, 1) if self.batch_first else y), (hT.unsqueeze(0), cT.unsqueeze(0))

@@ -1,7 +1,9 @@
 """Torch tensors as the primitives' NumPy arrays and back, without copies where
 the memory allows (float32 through Tensor.numpy(), bfloat16 through an int16
 view read as ml_dtypes.bfloat16): what every module of primitives.nn calls.
-Their forwards are kept out of torch.compile's tracing (_not_traced)."""
+Their forwards are kept out of torch.compile's tracing (_not_traced), and
+follow torch.autocast (_autocast, _autocast_args) and channels-last memory
+(_channels_last) as torch's modules do."""
 import numpy as np
 import torch
 
@@ -60,6 +62,30 @@ def _kept(weight):
 def _cast(a, like):
     """Array a as a tensor of like's dtype (a copy only if the dtypes differ)."""
     return _tensor(a).to(like.dtype)
+
+
+def _channels_last(t):
+    """Whether t is a 4-d tensor in channels-last memory (and not also contiguous)."""
+    return (isinstance(t, torch.Tensor) and t.dim() == 4 and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last))
+
+
+def _autocast(t):
+    """What torch.autocast asks of a linear, convolution or LSTM on tensor t:
+    None where it is off for t's device (or t is no floating tensor), else the
+    dtype it computes them in. torch casts their floating arguments to it."""
+    if not (isinstance(t, torch.Tensor) and t.is_floating_point()
+            and torch.is_autocast_enabled(t.device.type)):
+        return None
+    return torch.get_autocast_dtype(t.device.type)
+
+
+def _autocast_args(dtype, *tensors):
+    """tensors (None kept) as autocast hands them to an op computed in dtype:
+    each floating one cast to it (autograd carries gradients back through the
+    casts, to float32 parameters in float32)."""
+    return [t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != dtype else t
+            for t in tensors]
 
 
 def _not_traced(forward):

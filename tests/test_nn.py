@@ -94,10 +94,17 @@ def test_conv2d_matches_torch(rng, gen, dtype, bias, trial):
     print(f"N={N} C={C} K={K} H={H} W={W} R={R} S={S} stride={stride} padding={padding}")
     m = pnn.Conv2d(C, K, (R, S), stride=stride, padding=padding, bias=bias, dtype=dtype)
     x = rand(gen, N, C, H, W, dtype=dtype)
-    if trial == 2:  # channels-last memory: not contiguous in torch's sense
-        x = x.to(memory_format=torch.channels_last)
+    if trial == 2:  # channels-last memory (x's, w's or both): not contiguous in torch's sense
+        which = int(rng.integers(3))
+        if which != 1:
+            x = x.to(memory_format=torch.channels_last)
+        if which != 0:
+            m.to(memory_format=torch.channels_last)
     x.requires_grad_()
     y = m(x)
+    if trial == 2 and not (x.is_contiguous() and m.weight.is_contiguous()):
+        # torch's conv2d answers channels-last memory in kind
+        assert y.is_contiguous(memory_format=torch.channels_last)
     dy = rand(gen, *y.shape, dtype=dtype)
     y.backward(dy)
     rel = 1e-5 if dtype == torch.float32 else 1e-2
