@@ -134,9 +134,10 @@ class _FusedMLPFunction(torch.autograd.Function):
     backward reads (ctx holds it, so two forwards before one backward are fine)."""
 
     @staticmethod
-    def forward(ctx, module, x, *params):
+    def forward(ctx, module, train, x, *params):
         """y as rows (MLP.forward reshapes it, as Linear). params: each layer's
-        weight then bias, in layer order, a tensor shared by two layers twice."""
+        weight then bias, in layer order, a tensor shared by two layers twice;
+        train: keep what backward reads (else an inference forward)."""
         dtype = _dtype("input", x, *zip(module._stack_names(), params))
         per = 2 if module.layers[0].bias is not None else 1
         ctx.lock = module._nets()["lock"]
@@ -145,8 +146,9 @@ class _FusedMLPFunction(torch.autograd.Function):
             for layer, i in zip(net.layers, range(0, len(params), per)):
                 layer.weight = _array(params[i].float())
                 layer.bias = _array(params[i + 1].float()) if per == 2 else None
-            y = net.forward(_array(x.reshape(-1, x.shape[-1])))
-            ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+            y = net.forward(_array(x.reshape(-1, x.shape[-1])), train=train)
+            ctx.net, ctx.shape, ctx.params = net, x.shape, params
+            ctx.state = net.fused.state() if train else None
         # saved (unread: the state holds what backward reads) for autograd's
         # checks: a parameter changed in place before backward, a second backward
         ctx.save_for_backward(x, *params)
@@ -159,7 +161,7 @@ class _FusedMLPFunction(torch.autograd.Function):
         with ctx.lock:
             dx = net.fused.backward(_array(dy.to(ctx.params[0].dtype)), ctx.state)
             grads = _layer_grads(net)
-        return (None, _tensor(dx).reshape(ctx.shape),
+        return (None, None, _tensor(dx).reshape(ctx.shape),
                 *(_cast(g, p) for g, p in zip(grads, ctx.params)))
 
 
@@ -169,14 +171,15 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
     state (kept activations and weights) is ctx's, as on the CPU."""
 
     @staticmethod
-    def forward(ctx, module, x, *params):
+    def forward(ctx, module, train, x, *params):
         per = 2 if module.layers[0].bias is not None else 1
         ctx.x_dtype, ctx.lock = x.dtype, module._nets()["lock"]
         with ctx.lock:
             net = module._fused_cuda()
             net.fused.load_weights(params[::per], params[1::per] if per == 2 else None)
-            y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous())
-            ctx.net, ctx.state, ctx.shape, ctx.params = net, net.fused.state(), x.shape, params
+            y = net.forward(x.detach().reshape(-1, x.shape[-1]).contiguous(), train=train)
+            ctx.net, ctx.shape, ctx.params = net, x.shape, params
+            ctx.state = net.fused.state() if train else None
         ctx.save_for_backward(x, *params)  # (for autograd's checks, as on the CPU)
         return y  # rows, as on the CPU
 
@@ -187,7 +190,7 @@ class _CudaFusedMLPFunction(torch.autograd.Function):
         with ctx.lock:
             dx = net.fused.backward(dy.to(ctx.x_dtype).contiguous(), ctx.state)
             grads = _layer_grads(net)
-        return (None, dx.reshape(ctx.shape),
+        return (None, None, dx.reshape(ctx.shape),
                 *(g.to(p.dtype).reshape(p.shape) for g, p in zip(grads, ctx.params)))
 
 
@@ -273,14 +276,17 @@ class MLP(nn.Module):
         h = x
         if amp is not None:  # torch.autocast to bf16: the stack in bf16, as torch's
             h, *params = _autocast_args(amp, x, *params)
+        # where no gradient is wanted (no_grad, inference_mode, frozen), an
+        # inference forward: nothing kept for a backward that cannot come
+        train = torch.is_grad_enabled() and any(t.requires_grad for t in [h] + params)
         if x.is_cuda:
             for name, t in zip(["input"] + self._stack_names(), [h] + params):
                 if not t.is_cuda or t.dtype not in _CUDA_DTYPES:
                     raise ValueError(f"{name}: the fused MLP on CUDA takes float32 or bfloat16 "
                                      f"CUDA tensors, got {t.dtype} on {t.device}")
-            y = _CudaFusedMLPFunction.apply(self, h, *params)
+            y = _CudaFusedMLPFunction.apply(self, train, h, *params)
         else:
-            y = _FusedMLPFunction.apply(self, h, *params)
+            y = _FusedMLPFunction.apply(self, train, h, *params)
         # reshaped here, not in the Function: a view made there cannot be
         # written in place after
         return y.reshape(x.shape[:-1] + y.shape[-1:])

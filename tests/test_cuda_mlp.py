@@ -333,6 +333,10 @@ def test_nn_mlp_fused_on_cuda_tensors(dtype):
             if dtype == torch.bfloat16:
                 e = e + step16(np.abs(v) + e)
             check(f"{name} step {step} {what}", host(p.grad), (v, e), seed)
+        with torch.no_grad():  # an inference forward (nothing kept): the same y
+            y_inf = model(x)
+        assert not y_inf.requires_grad
+        check(f"y no_grad step {step} {what}", host(y_inf), ry, seed)
         opt.step()
 
 

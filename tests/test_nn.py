@@ -11,6 +11,7 @@ from torch import nn
 
 from nn_support import assert_close, bilinear_check, ctor_args, f64, gen, rand  # noqa: F401
 # (gen: a fixture, found by name)
+from primitives import fc
 from primitives import nn as pnn
 
 torch.set_num_threads(1)
@@ -320,3 +321,48 @@ def test_empty_sizes_as_torch(gen, case):
     assert_close("dx", xs[0].grad, f64(xs[1].grad), 1e-6)
     for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
         assert_close(f"d{name}", p.grad, f64(q.grad), 1e-5 * (q.grad.abs().sum() + 1))
+
+
+def test_fused_mlp_infers_where_no_gradient_is_wanted(rng, gen, monkeypatch):
+    """Under no_grad, inference_mode or with nothing requiring a gradient the
+    fused MLP runs fc.MLP's inference forward (nothing kept for a backward that
+    cannot come); one such call between a training forward and its backward
+    leaves that backward right."""
+    sizes = [int(v) for v in rng.integers(1, 40, 3)]
+    print(f"sizes={sizes}")
+    m = pnn.MLP(sizes, activation="tanh", fused=True)
+    trains = []
+    forward = fc.MLP.forward
+    monkeypatch.setattr(fc.MLP, "forward",
+                        lambda net, x, train=True: trains.append(train) or forward(net, x, train))
+
+    def ref(x):
+        X, params = f64(x, True), [f64(p, True) for p in m.parameters()]
+        y = nn.functional.linear(torch.tanh(nn.functional.linear(X, *params[:2])), *params[2:])
+        return y, X, params
+
+    x1, x2 = rand(gen, 7, sizes[0]).requires_grad_(), rand(gen, 5, sizes[0])
+    y1 = m(x1)
+    with torch.no_grad():
+        y2 = m(x2)
+    with torch.inference_mode():
+        y3 = m(x2)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    y4 = m(x2)
+    for p in m.parameters():
+        p.requires_grad_(True)
+    assert trains == [True, False, False, False]
+    want2 = ref(x2)[0]
+    for name, y in (("no_grad", y2), ("inference_mode", y3), ("frozen", y4)):
+        assert not y.requires_grad
+        assert_close(name, y, want2, 1e-5 * (want2.abs() + 1))
+    dy = rand(gen, *y1.shape)
+    y1.backward(dy)
+    r, X, params = ref(x1)
+    r.backward(f64(dy))
+    assert_close("y", y1, r, 1e-5 * (r.abs() + 1))
+    for name, got, want in zip(["dx"] + [n for n, _ in m.named_parameters()],
+                               [x1.grad] + [p.grad for p in m.parameters()],
+                               [X.grad] + [p.grad for p in params]):
+        assert_close(name, got, want, 1e-5 * (want.abs().max() + 1))
