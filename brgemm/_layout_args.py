@@ -1,6 +1,7 @@
 """Argument checks of brgemm.layouts' copies (brgemm.im2col's too, through
 layouts): each refuses what the native copies must not see with a TypeError
 or ValueError whose message starts with the argument's name."""
+import math
 import operator
 
 import numpy as np
@@ -123,9 +124,19 @@ def out_dtype(src, dtype, name="x", widen=False):
 
 
 def check_out(out, shape, dtype, name="out"):
-    """out (shape: a tuple) as given, checked; a new aligned array where None."""
+    """out (shape: a tuple) as given, checked; a new aligned array where None
+    (a MemoryError naming `name` and the size where that cannot be had)."""
     if out is None:
-        return aligned_empty(shape, dtype)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize  # exact: Python ints
+        try:
+            if nbytes < 1 << 62:  # (past that NumPy's sizes overflow: its ValueError)
+                return aligned_empty(shape, dtype)
+        except MemoryError:
+            pass
+        raise MemoryError(f"{name}: a new {np.dtype(dtype)} result of shape {tuple(shape)} "
+                          f"({nbytes / 2**30:.3g} GiB) cannot be allocated here; the "
+                          f"arguments' sizes (and blocks, which pad to whole blocks) "
+                          f"decide its shape")
     if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype
             or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"{name}: expected a writeable C-contiguous {dtype} array of shape "

@@ -413,3 +413,19 @@ def test_numpy_ints_work(rng):
     lay = L.matrix_tiles(i64(10), 8, i64(4), 8, ("r", "c"))
     assert lay.shape == (3, 1, 4, 8) and all(type(n) is int for n in lay.shape + lay.strides)
     assert L.Layout([i64(1)], N=i64(2)).shape == (2,)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, img, w, b: to_blocks(x, b, b + 1),
+    lambda x, img, w, b: L.image_to_blocks(img, b, 2**20, 2**20),
+    lambda x, img, w, b: L.taps_to_blocks(w, b, b - 1),
+])
+def test_results_too_large_for_memory_name_out(rng, call):
+    """Valid block sizes whose padded result cannot be allocated: a MemoryError
+    naming out and the result's size (it was NumPy's message alone)."""
+    b = int(rng.integers(2**29, 2**30))
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    img = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 1, 1)).astype(np.float32)
+    with pytest.raises(MemoryError, match=r"^out: a new float32 result of shape .* GiB\) cannot"):
+        call(x, img, w, b)
