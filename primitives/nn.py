@@ -20,7 +20,10 @@ tensors over the arrays the primitives returned (the Functions return rows,
 reshaped outside them: a view made inside could not be written in place).
 Conv2d's bias is added by conv's plan, its gradient summed in torch; the
 LSTM's two biases are summed into one, and both get its gradient. Under
-torch.compile each forward is a graph break (nn_tensors._not_traced); under
+torch.compile and torch.export, Linear and Conv2d call custom operators
+(torch.library: brgemm::linear, brgemm::conv2d, primitives.nn_ops) that a
+graph holds whole; the LSTM's and fused MLP's forwards, which keep state in
+the module, are graph breaks (nn_tensors._not_traced). Under
 torch.autocast to bf16 the modules compute in bf16 on the cast arguments, to
 other dtypes torch's own functions run (nn_tensors._autocast). Conv2d is in
 primitives.nn_conv, the LSTM in primitives.nn_lstm.
@@ -50,12 +53,12 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.utils import parametrize
 
-from primitives import fc
+from primitives import fc, nn_ops
 from primitives._args import flag
 from primitives.nn_conv import Conv2d, _conv_unsupported
 from primitives.nn_lstm import LSTM, _lstm_unsupported
 from primitives.nn_tensors import (_DTYPES, _KeptCopies, _array, _autocast, _autocast_args,
-                                   _cast, _dtype, _kept, _not_traced, _tensor)
+                                   _cast, _dtype, _not_traced, _tensor)
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
 
@@ -63,51 +66,24 @@ __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
 # ---------------------------------------------------------------- Linear
 
 class _LinearFunction(torch.autograd.Function):
-    """y = x W^T + b over x's last axis: fc.forward / fc.backward."""
+    """y = x W^T + b over x's last axis, as rows (nn_ops.linear_rows): fc.forward
+    / fc.backward; Linear reshapes (a view made here could not be written in
+    place after: nn.ReLU(inplace=True))."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        """y as rows [x's rows, K]: a view made here (x's shape) could not be
-        written in place after (nn.ReLU(inplace=True)); Linear reshapes it."""
-        dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
-        K, C = weight.shape
-        if x.shape[-1:] != (C,):
-            raise ValueError(f"input: expected last dimension {C} (in_features), got shape "
-                             f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
-        ctx.dtype = dtype
-        rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
-        if 0 in rows.shape or K == 0:  # nothing for the primitive: torch's own, as nn.Linear
-            return torch.nn.functional.linear(rows, weight, bias)
-        return _tensor(fc.forward(_array(rows), _array(weight),
-                                  None if bias is None else _array(bias), dtype=dtype,
-                                  reuse=_kept(weight)))
+        return nn_ops.linear_rows(x, weight, bias)
 
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        K, C = weight.shape
-        rows = x.reshape(x.shape[:-1].numel(), C)  # (-1: ambiguous where C is 0)
-        need_x, need_w, need_b = ctx.needs_input_grad
-        if 0 in rows.shape or K == 0:  # empty sizes: torch's own products (zeros, or db)
-            dy = dy.to(x.dtype)
-            return ((dy @ weight).reshape(x.shape) if need_x else None,
-                    dy.t() @ rows if need_w else None, dy.sum(0) if need_b else None)
-        # what autograd wants no gradient of is not computed: a first layer's
-        # input, frozen weights
-        dx, dw, db = fc.backward(_array(dy.to(x.dtype)), _array(rows),
-                                 _array(weight), dtype=ctx.dtype, reuse=_kept(weight),
-                                 need_dx=need_x, need_dw=need_w)
-        return (_tensor(dx).reshape(x.shape) if need_x else None,
-                _cast(dw, weight) if need_w else None,
-                _cast(db, bias) if need_b else None)
+        return nn_ops.linear_grads(dy, *ctx.saved_tensors, *ctx.needs_input_grad)
 
 
 class Linear(_KeptCopies, nn.Linear):
     """torch.nn.Linear (same arguments and parameters) computed by fc."""
 
-    @_not_traced
     def forward(self, input):
         args = (input, self.weight, self.bias)
         amp = _autocast(input)
@@ -115,7 +91,9 @@ class Linear(_KeptCopies, nn.Linear):
             if amp != torch.bfloat16 or input.device.type != "cpu":
                 return super().forward(input)
             args = _autocast_args(amp, *args)
-        y = _LinearFunction.apply(*args)
+        # traced (torch.compile, torch.export): the custom operator, else the Function
+        y = (torch.ops.brgemm.linear(*args) if torch.compiler.is_compiling()
+             else _LinearFunction.apply(*args))
         return y.reshape(input.shape[:-1] + y.shape[-1:])
 
 

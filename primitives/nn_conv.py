@@ -2,14 +2,14 @@
 'zeros') whose forward and backward run conv.forward and conv.backward on the
 tensors' memory, the bias added by conv's plan. What it does not take is named
 by _conv_unsupported (at construction, and again at each call: attributes may
-be set after)."""
+be set after). Under torch.compile and torch.export it calls the custom
+operator brgemm::conv2d (primitives.nn_ops) instead of its autograd Function."""
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from primitives import conv
-from primitives.nn_tensors import (_KeptCopies, _array, _autocast, _autocast_args,
-                                   _channels_last, _dtype, _kept, _not_traced, _tensor)
+from primitives import nn_ops
+from primitives.nn_tensors import _KeptCopies, _autocast, _autocast_args, _channels_last
 
 
 def _conv_padding(m):
@@ -37,44 +37,20 @@ def _conv_unsupported(m):
 
 
 class _Conv2dFunction(torch.autograd.Function):
-    """F.conv2d(x, w, b, stride, padding): conv.forward / conv.backward."""
+    """F.conv2d(x, w, b, stride, padding) (nn_ops.conv_out): conv.forward /
+    conv.backward."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding):
-        dtype = _dtype("input", x, ("weight", weight), ("bias", bias))
-        if x.dim() != 4 or x.shape[1] != weight.shape[1]:
-            raise ValueError(f"input: expected shape (N, {weight.shape[1]}, H, W), got "
-                             f"{tuple(x.shape)}")
         ctx.save_for_backward(x, weight, bias)
-        ctx.dtype, ctx.stride, ctx.padding = dtype, stride, padding
-        if 0 in x.shape or 0 in weight.shape:  # nothing for the primitive: torch's own
-            return torch.nn.functional.conv2d(x, weight, bias, stride, padding)
-        # the bias is added to each tile of y in the plan, not in a pass of its own
-        return _tensor(conv.forward(_array(x), _array(weight), stride, padding, dtype=dtype,
-                                    reuse=_kept(weight),
-                                    b=None if bias is None else _array(bias)))
+        ctx.stride, ctx.padding = stride, padding
+        return nn_ops.conv_out(x, weight, bias, stride, padding)
 
     @staticmethod
     @once_differentiable  # our backward is not itself differentiable: say so
     def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        dy = dy.to(x.dtype)
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        if 0 in x.shape or 0 in weight.shape:  # empty sizes: torch's own gradients
-            grad = torch.nn.grad
-            return (grad.conv2d_input(x.shape, weight, dy, ctx.stride, ctx.padding)
-                    if need_x else None,
-                    grad.conv2d_weight(x, weight.shape, dy, ctx.stride, ctx.padding)
-                    if need_w else None, dy.sum((0, 2, 3)) if need_b else None, None, None)
-        # what autograd wants no gradient of is not computed: a first layer's
-        # input, frozen weights
-        dx, dw = conv.backward(_array(dy), _array(x), _array(weight), ctx.stride, ctx.padding,
-                               dtype=ctx.dtype, reuse=_kept(weight), need_dx=need_x,
-                               need_dw=need_w) if need_x or need_w else (None, None)
-        # each image's rows summed first: one reduction over (0, 2, 3) ran 1.3-3
-        # times slower on bf16 (benchmarks/RESULTS.md, nineteenth session)
-        db = dy.flatten(2).sum(2, dtype=torch.float32).sum(0).to(bias.dtype) if need_b else None
-        return (_tensor(dx) if need_x else None, _tensor(dw) if need_w else None, db, None, None)
+        return nn_ops.conv_grads(dy, *ctx.saved_tensors, ctx.stride, ctx.padding,
+                                 *ctx.needs_input_grad[:3]) + (None, None)
 
 
 class Conv2d(_KeptCopies, nn.Conv2d):
@@ -88,7 +64,6 @@ class Conv2d(_KeptCopies, nn.Conv2d):
         if reason:
             raise ValueError(reason)
 
-    @_not_traced
     def forward(self, input):
         reason = _conv_unsupported(self)  # (attributes set after construction: a
         if reason:                        # dilation set in place ran as 1)
@@ -100,7 +75,11 @@ class Conv2d(_KeptCopies, nn.Conv2d):
             if amp != torch.bfloat16 or input.device.type != "cpu":
                 return super().forward(input)
             x, weight, bias = _autocast_args(amp, x, weight, bias)
-        y = _Conv2dFunction.apply(x, weight, bias, tuple(self.stride), _conv_padding(self))
+        stride, padding = tuple(self.stride), _conv_padding(self)
+        # traced (torch.compile, torch.export): the custom operator, else the Function
+        y = (torch.ops.brgemm.conv2d(x, weight, bias, list(stride), list(padding))
+             if torch.compiler.is_compiling()
+             else _Conv2dFunction.apply(x, weight, bias, stride, padding))
         if _channels_last(x) or _channels_last(self.weight):  # as torch's conv2d answers
             y = y.contiguous(memory_format=torch.channels_last)
         return y.squeeze(0) if unbatched else y
