@@ -33,6 +33,8 @@ def main(argv=None):
     parser.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "upd"], action="append",
                         help="pass (repeatable; default all; conv and fc)")
     parser.add_argument("--epochs", type=int, help="train: epochs of each model")
+    parser.add_argument("--compile", action="store_true",
+                        help="train: both sides' models under torch.compile")
     parser.add_argument("--max-batch-log2", type=int, help="mlp: largest batch, as a power of 2")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="mlp: where the MLPs run (cuda: benchmarks.gpu_mlp's parts)")
@@ -65,7 +67,8 @@ def main(argv=None):
         for dtype in args.dtype or ["f32"]:
             modules.run(quick=args.quick, dtype=dtype, threads=args.threads)
     elif args.what == "train":
-        train.run(quick=args.quick, epochs=args.epochs, threads=args.threads)
+        train.run(quick=args.quick, epochs=args.epochs, threads=args.threads,
+                  compiled=args.compile)
     elif args.what == "sycl":
         sycl.run(quick=args.quick)
     elif args.what == "plan":

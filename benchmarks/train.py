@@ -1,4 +1,4 @@
-"""python -m benchmarks train [--quick] [--epochs N] [--threads N]
+"""python -m benchmarks train [--quick] [--epochs N] [--threads N] [--compile]
 
 Two real models trained end to end twice, with our layers (primitives.nn.convert)
 and with plain PyTorch, from the same initial weights on the same batches in
@@ -10,7 +10,9 @@ the same order (epochs interleaved, ours first, so machine noise hits both):
 Prints per epoch the mean training loss and seconds of both sides, the loss and
 accuracy on held-out examples (a seeded sixth of each data set), and whether
 the curves agree within noise: the last epoch's mean losses differ by less than
-twice the standard error of its batch losses. Float rounding makes any two runs
+twice the standard error of its batch losses. --compile: every side's model
+runs under torch.compile (inductor; ours with its Linear and Conv2d as custom
+operators, its LSTM a graph break), the first epoch paying the compiles. Float rounding makes any two runs
 drift apart (they share no batch loss bit for bit after the first steps), so a
 third run, torch from weights nudged by 1e-6 of themselves, shows how far two
 equally valid runs end apart: the noise floor. Writes a PNG of both loss curves and the numbers as JSON under
@@ -162,13 +164,17 @@ def run_epoch(task, model, opt, batches, bar=None):
     return losses, time.perf_counter() - t0, time.process_time() - c0
 
 
-def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None, nudge=True):
+def train(name, epochs, seed=0, quick=False, progress=True, max_steps=None, nudge=True,
+          compiled=False):
     """Both sides of one task (and, with nudge, torch from nudged weights):
-    per side the batch losses of each epoch, its seconds, the held-out results."""
+    per side the batch losses of each epoch, its seconds, the held-out results;
+    compiled: each side's model under torch.compile (sharing its parameters)."""
     task = Task(name, seed, quick)
     models = dict(zip(("ours", "torch"), pair(task)))
     if nudge:
         models["torch, weights nudged 1e-6"] = nudged(models["torch"], seed)
+    if compiled:
+        models = {side: torch.compile(m) for side, m in models.items()}
     opts = {side: task.optimizer(m) for side, m in models.items()}
     result = {side: dict(losses=[], seconds=[], cpu_seconds=[]) for side in models}
     for epoch in range(epochs):
@@ -268,25 +274,27 @@ def plot(results, path):
     print(f"wrote {path}")
 
 
-def run(quick=False, epochs=None, threads=None, tasks=TASKS, seed=0):
+def run(quick=False, epochs=None, threads=None, tasks=TASKS, seed=0, compiled=False):
     if threads:
         from brgemm.machine import set_cpu_threads
         os.environ["OMP_NUM_THREADS"] = str(threads)
         set_cpu_threads(threads)
         torch.set_num_threads(threads)
     print(f"machine: {machine()}; threads: torch {torch.get_num_threads()}, ours "
-          f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}")
+          f"{os.environ.get('OMP_NUM_THREADS', 'all cores')}"
+          f"{'; both sides under torch.compile' if compiled else ''}")
     epochs = epochs or {"digits": 2 if quick else 10, "chars": 2 if quick else 4}
     results, summary = {}, {}
     for name in tasks:
         n = epochs[name] if isinstance(epochs, dict) else epochs
-        results[name] = train(name, n, seed=seed, quick=quick)
+        results[name] = train(name, n, seed=seed, quick=quick, compiled=compiled)
         summary[name] = report(name, results[name])
     out = pathlib.Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     (out / f"train-{stamp}.json").write_text(json.dumps(
-        dict(meta=dict(machine=machine(), date=stamp, quick=quick), summary=summary,
+        dict(meta=dict(machine=machine(), date=stamp, quick=quick, compiled=compiled),
+             summary=summary,
              results=results), indent=1))
     plot(results, out / f"train-{stamp}.png")
     return summary
