@@ -20,7 +20,9 @@
 # (COLUMNS_LIMIT s each); part "ceilings", benchmarks.probe_route_ceilings,
 # forward and backward, likewise (CEILINGS_LIMIT s each); part "stages",
 # benchmarks.stages (each functional call's steps; STAGES_WHAT, default conv
-# fc) likewise (STAGES_LIMIT s each).
+# fc) likewise (STAGES_LIMIT s each); part "train", python -m benchmarks train
+# (TRAIN_ARGS, e.g. --quick) eager and with --compile, likewise (TRAIN_LIMIT s
+# each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -49,6 +51,11 @@ ceilings_run() {
     timeout ${CEILINGS_LIMIT:-90} $pin $py -m benchmarks.probe_route_ceilings --threads $t --pass $p
   done
 }
+train_run() {  # the training benchmark, eager and under torch.compile
+  for c in "" --compile; do
+    timeout ${TRAIN_LIMIT:-120} $pin $py -m benchmarks train --threads $t ${TRAIN_ARGS:-} $c
+  done
+}
 stages_run() {
   for what in ${STAGES_WHAT:-conv fc}; do
     timeout ${STAGES_LIMIT:-60} $pin $py -m benchmarks.stages --threads $t --only $what
@@ -75,11 +82,13 @@ for part in $parts; do
            at_both ceilings_run) ;;
     stages) (OUT=$work/stages BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            at_both stages_run) ;;
+    train) (OUT=$work/train BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           at_both train_run) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \
            FUNCTIONAL_LIMIT=${FUNCTIONAL_LIMIT:-30} bash benchmarks/device_functional.sh ;;
   esac > $work/$part/log.txt 2>&1
   echo "== $part: exit $? in $(( $(date +%s) - start )) s"
-  grep -E "passed|failed|^FAILED|geomean|^rows with" $work/$part/log.txt | tail -20
+  grep -E "passed|failed|^FAILED|geomean|^rows with|s/epoch|^machine" $work/$part/log.txt | tail -20
   tar czf $final/checks.tgz -C $work .  # after each part: a call cut short keeps what ran
 done
 if [ -n "${GPU_BENCH:-}" ]; then
