@@ -44,6 +44,8 @@ class Conv2d:
     def prepare(self, N, H, W):
         """Geometry, plans and blocked weights for inputs of N x C x H x W."""
         if self.g is not None and (self.g.N, self.g.H, self.g.W) == (N, H, W):
+            if self._loaded is not self.weight:
+                self.load_weights()  # a new array set by hand: blocked afresh
             return self.g
         if self.R > H + 2 * self.padding[0] or self.S > W + 2 * self.padding[1]:
             raise ValueError(f"x: {H}x{W} (padded {H + 2 * self.padding[0]}x"
@@ -56,9 +58,12 @@ class Conv2d:
         return g
 
     def load_weights(self):
-        """Re-block the weights after they changed (step() does)."""
+        """Re-block the weights after they changed (step() does; a new array
+        assigned to weight is seen by the next forward; writes into it in
+        place need this call)."""
         self._check_weights()
         if self.g is not None:
+            self._loaded = self.weight  # what the blocked copies hold
             self.w, self.wt = layer_weights(self._weight(), self.g, self.dtype, self.vnni)
 
     def _weight(self):

@@ -41,6 +41,8 @@ class Linear:
     def prepare(self, N):
         """Geometry, plans and blocked buffers for minibatch N (done once per N)."""
         if self.g is not None and self.g.N == N:
+            if self._loaded[0] is not self.weight or self._loaded[1] is not self.bias:
+                self.load_weights()  # a new array set by hand: blocked afresh
             return self.g
         g = self.g = geometry(N, self.C, self.K, self.config, self.blocks,
                               kernel_path(self.dtype, self.backend))
@@ -64,11 +66,14 @@ class Linear:
         return g
 
     def load_weights(self):
-        """Re-block weight and bias after they changed (done by step())."""
+        """Re-block weight and bias after they changed (done by step(); a new
+        array assigned to either is seen by the next forward; writes into the
+        arrays in place need this call)."""
         self._check_weights()
         g, ab = self.g, dtypes.NUMPY[self.dtype]
         if g is None:
             return
+        self._loaded = (self.weight, self.bias)  # what the blocked copies hold
         weight = self.weight.astype(ab, copy=False)
         self.w = to_blocks(weight, g.bc, g.bk, transpose=True, swap_grid=True)
         self.wt = to_blocks(weight, g.bk, g.bc, swap_grid=True)

@@ -69,7 +69,8 @@ class LSTM:
         return g
 
     def load_weights(self, token=None):
-        """Re-block w_ih, w_hh and b (after they changed); with a token
+        """Re-block w_ih, w_hh and b (after they changed: new arrays assigned
+        to them are seen by the next forward, writes in place need this call); with a token
         (primitives.reuse), a copy kept from an earlier call when provably unchanged.
         Without one the copies go into this layer's own buffers, rewritten on
         each load: fresh pages would cost a fault each, several times the copy."""
@@ -80,6 +81,7 @@ class LSTM:
                 weight_array(getattr(self, name), name, shape)
         if g is None or self.w_ih is None:
             return
+        self._loaded = (self.w_ih, self.w_hh, self.b)  # what the blocked copies hold
         self._own = token is None  # the copies sit in self._weight_buffer's buffers
         buffer = self._weight_buffer if self._own else None
         skip = frozenset(n for n, w in (("wx", "w_ih"), ("wh", "w_hh")) if w in self._in_place)
@@ -135,6 +137,8 @@ class LSTM:
             raise ValueError("w_ih: the layer has no weights (made with init=False): "
                              "call set_weights() first")
         g = self.prepare(T, N)
+        if any(a is not b for a, b in zip(self._loaded, (self.w_ih, self.w_hh, self.b))):
+            self.load_weights()  # new arrays set by hand (attributes): blocked afresh
         ab = dtypes.NUMPY[self.dtype]
         self.xb = self._steps_to_blocks(x, g.bc, g.C, "x", ab)
         _state_tiles(h0, N, self.K, "h0", self.h[0], self.dtype)

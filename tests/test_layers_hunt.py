@@ -1,0 +1,101 @@
+"""The layer classes (fc.Linear, fc.MLP, conv.Conv2d, lstm.LSTM) driven as a
+training loop drives them: weights set by hand, batch sizes that change
+between calls, gradients read late, copies of a layer. References in float64."""
+import copy
+import pickle
+import types
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from primitives import conv, fc, lstm
+from test_lstm import check as lstm_check
+from test_lstm import make as lstm_make
+from test_lstm import reference as lstm_reference
+from tolerance import Approx, assert_close, matmul
+
+f32 = np.float32
+
+
+def _t(a, grad=False):
+    return torch.tensor(np.asarray(a, np.float64), requires_grad=grad)
+
+
+def _close(name, got, ref, mag):
+    """|got - ref| within f32 accumulation's bound (1e-5 of sum |a||b|) per element."""
+    assert_close(name, got, Approx(ref, 1e-5 * (np.asarray(mag, np.float64) + 1e-30)))
+
+
+def _linear_refs(x, w, b, act, dy):
+    """y, dx, dW, db of act(x W^T + b) in float64, and each one's magnitude."""
+    X, W = _t(x, True), _t(w, True)
+    B = None if b is None else _t(b, True)
+    z = F.linear(X, W, B)
+    y = z if act is None else getattr(torch, act)(z)
+    y.backward(_t(dy))
+    ax, aw = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(w, np.float64))
+    ady = np.abs(np.asarray(dy, np.float64))
+    mag_y = ax @ aw.T + (0 if b is None else np.abs(np.asarray(b, np.float64)))
+    return ((y.detach().numpy(), mag_y), (X.grad.numpy(), ady @ aw),
+            (W.grad.numpy(), ady.T @ ax), (None if B is None else B.grad.numpy(), ady.sum(0)))
+
+
+def _mlp_ref(net, x):
+    """The MLP's forward on x in float64 with its f32 error bound (tolerance.Approx)."""
+    h = Approx(x)
+    for layer in net.layers:
+        h = matmul(h, layer.weight.astype(np.float64).T)
+        if layer.bias is not None:
+            h = h + layer.bias
+        if layer.activation not in (None, "none"):
+            h = getattr(h, layer.activation)()
+    return h
+
+
+# ---------------------------------------------------------------- weights set by hand
+
+@pytest.mark.parametrize("kind", ["linear", "mlp", "mlp_fused"])
+def test_fc_weights_assigned_after_a_forward_are_used(rng, kind):
+    """A weight (and bias) given as a new array after the layer has run: the
+    next forward computes with it, as the fused MLP does, not with the blocked
+    copy of the old one."""
+    C, K, W, N = (int(v) for v in rng.integers(1, 40, 4))
+    if kind == "linear":
+        net = types.SimpleNamespace(layers=[fc.Linear(C, K, activation="relu", rng=rng)])
+        call = net.layers[0].forward
+    else:
+        net = fc.MLP([C, W, K], activation="tanh", fused=kind == "mlp_fused", rng=rng)
+        call = net.forward
+    x = rng.standard_normal((N, C)).astype(f32)
+    call(x)
+    for layer in net.layers:
+        layer.weight = rng.standard_normal(layer.weight.shape).astype(f32)
+        layer.bias = rng.standard_normal(layer.bias.shape).astype(f32)
+    assert_close("y", call(x), _mlp_ref(net, x))
+
+
+def test_conv_weight_assigned_after_a_forward_is_used(rng):
+    C, K, N = (int(v) for v in rng.integers(1, 12, 3))
+    H, W = (int(v) for v in rng.integers(3, 9, 2))
+    layer = conv.Conv2d(C, K, 3, padding=1, bias=True, rng=rng)
+    x = rng.standard_normal((N, C, H, W)).astype(f32)
+    layer.forward(x)
+    layer.weight = rng.standard_normal(layer.weight.shape).astype(f32)
+    layer.bias = rng.standard_normal(K).astype(f32)
+    y = layer.forward(x)
+    ref = F.conv2d(_t(x), _t(layer.weight), _t(layer.bias), 1, 1).numpy()
+    mag = F.conv2d(_t(np.abs(x)), _t(np.abs(layer.weight)), _t(np.abs(layer.bias)), 1, 1).numpy()
+    _close("y", y, ref, mag)
+
+
+def test_lstm_weights_assigned_after_a_forward_are_used(rng):
+    T, N, C, K = (int(v) for v in rng.integers(1, 9, 4))
+    a, d = lstm_make(rng, T, N, C, K, f32)
+    layer = lstm.LSTM(C, K, rng=rng)
+    layer.forward(a["x"], a["h0"], a["c0"])
+    layer.w_ih, layer.w_hh, layer.b = a["w_ih"], a["w_hh"], a["b"]
+    y, (hT, cT) = layer.forward(a["x"], a["h0"], a["c0"])
+    fwd, _ = lstm_reference(a, d)
+    lstm_check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
