@@ -33,9 +33,11 @@ class Linear:
         rng = rng or np.random.default_rng()
         bound = 1 / np.sqrt(C)  # torch.nn.Linear's initialisation
         self.weight = rng.uniform(-bound, bound, (K, C)).astype(np.float32)
-        self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if bias else None
+        self.bias = rng.uniform(-bound, bound, K).astype(np.float32) if flag(bias, "bias") \
+            else None
         self.g = None
-        self._grads = False  # whether dw (and db) hold a backward's gradients
+        self._grads = False  # whether dw (or _held_dw) and db hold a backward's gradients
+        self._held_dw = None  # dW as a plain array, kept where dw's blocking went (prepare)
 
     # -- set-up per minibatch size --
     def prepare(self, N):
@@ -44,6 +46,8 @@ class Linear:
             if self._loaded[0] is not self.weight or self._loaded[1] is not self.bias:
                 self.load_weights()  # a new array set by hand: blocked afresh
             return self.g
+        if self._grads and self._held_dw is None and self.g is not None:
+            self._held_dw = self.grad_weight  # the last backward's, past the new blocking
         g = self.g = geometry(N, self.C, self.K, self.config, self.blocks,
                               kernel_path(self.dtype, self.backend))
         bf16 = self.dtype == "bf16"
@@ -60,7 +64,6 @@ class Linear:
         self.dx = aligned_empty((g.Nb, g.Cb, g.bn, g.bc), np.float32)
         self.dx16 = aligned_empty(self.dx.shape, ab) if bf16 else None
         self.dw = aligned_empty((g.Kb, g.Cb, g.bc, g.bk), np.float32)
-        self._grads = False
         self.xt = aligned_empty((g.Cb, g.Nb, g.bc, g.bn), ab)
         self.load_weights()
         return g
@@ -118,7 +121,7 @@ class Linear:
         self.plans["upd"].run(backend=self.backend, xt=self.xt, dy=dy, dw=self.dw)
         if self.bias is not None:
             self.db = dz.astype(np.float32, copy=False).sum(axis=(0, 2)).reshape(-1)[:self.K]
-        self._grads = True
+        self._grads, self._held_dw = True, None
 
     def backward_blocked(self, dy):
         """dy blocked like y -> dx blocked like x; fills the weight gradients."""
@@ -157,12 +160,14 @@ class Linear:
         self._check_grads()
         if getattr(self, "_fused_dw", None) is not None:  # left by a fused MLP's backward
             return self._fused_dw
+        if self._held_dw is not None:
+            return self._held_dw.copy()
         return from_blocks(self.dw, self.C, self.K, transpose=True, swap_grid=True)
 
-    def _check_grads(self):
+    def _check_grads(self, name="grad_weight"):
         """A ValueError before gradients are read that no backward wrote."""
         if getattr(self, "_fused_dw", None) is None and not self._grads:
-            raise ValueError("grad_weight: no gradient yet: call backward() first")
+            raise ValueError(f"{name}: no gradient yet: call backward() first")
 
     def _check_step(self):
         """A ValueError before step() moves anything: no gradients, or weights
@@ -175,7 +180,10 @@ class Linear:
 
     @property
     def grad_bias(self):
-        return self.db if self.bias is not None else None
+        if self.bias is None:
+            return None
+        self._check_grads("grad_bias")
+        return self.db
 
     def step(self, lr):
         """Plain SGD on the f32 weights, then re-block them."""

@@ -28,6 +28,7 @@ class LSTM:
     "bf16" the GEMM operands are bf16 and accumulation and the cell are f32."""
 
     def __init__(self, C, K, dtype="f32", backend=None, config=None, rng=None, init=True):
+        flag(init, "init")
         self.backend = backend_name(backend)
         self.C, self.K = positive(C, "C"), positive(K, "K")
         self.dtype, self.config = dtypes.check_name(dtype), config
@@ -47,6 +48,7 @@ class LSTM:
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
             return self.g
+        self._hold_grads()
         g = self.g = geometry(T, N, self.C, self.K, self.config,
                               kernel_path(self.dtype, self.backend))
         d, ab = self.dtype, dtypes.NUMPY[self.dtype]
@@ -381,6 +383,14 @@ class LSTM:
                 return None
             self._grads[(name, dtype)] = self._plain_grad(name, np.dtype(dtype))
         return self._grads[(name, dtype)]
+
+    def _hold_grads(self):
+        """The last backward's gradients as plain f32 arrays, read from their
+        tiles while the geometry that wrote them is still this layer's."""
+        if self._grad_tiles:
+            for name in ("w_ih", "w_hh", "b"):
+                self._grad(name)
+            self._grad_tiles = {}  # (non-empty _grads: all plain now)
 
     def _plain_grad(self, name, dtype):
         if name not in self._grad_tiles:  # written plain in f32 (_weight_grads_plain)

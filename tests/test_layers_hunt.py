@@ -99,3 +99,57 @@ def test_lstm_weights_assigned_after_a_forward_are_used(rng):
     y, (hT, cT) = layer.forward(a["x"], a["h0"], a["c0"])
     fwd, _ = lstm_reference(a, d)
     lstm_check(["y", "hT", "cT"], (y, hT, cT), fwd, 1e-5)
+
+
+# ---------------------------------------------------------------- gradients read late
+
+def test_linear_gradients_survive_a_forward_of_another_batch(rng):
+    """forward, backward, then an evaluation forward of another batch size
+    before step(): the gradients are the backward's, as Conv2d's are."""
+    C, K, N, M = (int(v) for v in rng.integers(1, 70, 4))
+    layer = fc.Linear(C, K, activation="relu", rng=rng)
+    x = rng.standard_normal((N, C)).astype(f32)
+    dy = rng.standard_normal((N, K)).astype(f32)
+    w0, b0 = layer.weight.copy(), layer.bias.copy()
+    layer.forward(x)
+    layer.backward(dy)
+    layer.forward(rng.standard_normal((M + N, C)).astype(f32))  # another batch size
+    _, _, (dw, mag_w), (db, mag_b) = _linear_refs(x, w0, b0, "relu", dy)
+    _close("grad_weight", layer.grad_weight, dw, mag_w)
+    _close("grad_bias", layer.grad_bias, db, mag_b)
+    layer.step(0.5)
+    _close("weight", layer.weight, w0 - 0.5 * dw, np.abs(w0) + 0.5 * mag_w)
+
+
+def test_lstm_gradients_survive_a_forward_of_another_shape(rng):
+    """forward, backward, then a forward of another sequence length and batch:
+    grad_w_ih, grad_w_hh and grad_b are still the backward's (no error from
+    the new geometry read over the old tiles)."""
+    T, N, C, K = (int(v) for v in rng.integers(1, 9, 4))
+    a, d = lstm_make(rng, T, N, C, K, f32)
+    layer = lstm.LSTM(C, K)
+    layer.w_ih, layer.w_hh, layer.b = a["w_ih"], a["w_hh"], a["b"]
+    layer.forward(a["x"], a["h0"], a["c0"])
+    layer.backward(**d)
+    T2, N2 = T + int(rng.integers(1, 5)), N + int(rng.integers(1, 40))
+    layer.forward(rng.standard_normal((T2, N2, C)).astype(f32))
+    _, bwd = lstm_reference(a, d)
+    lstm_check(["dw_ih", "dw_hh", "db"], (layer.grad_w_ih, layer.grad_w_hh, layer.grad_b),
+               bwd[3:], 1e-5)
+
+
+def test_linear_grad_bias_before_backward_is_named(rng):
+    layer = fc.Linear(*(int(v) for v in rng.integers(1, 20, 2)))
+    with pytest.raises(ValueError, match="^grad_bias:"):
+        layer.grad_bias
+    assert fc.Linear(3, 2, bias=False).grad_bias is None
+
+
+@pytest.mark.parametrize("make", [lambda: fc.Linear(3, 2, bias="yes"),
+                                  lambda: fc.MLP([3, 2], bias=None),
+                                  lambda: lstm.LSTM(3, 2, init="no")])
+def test_flags_of_the_layers_are_checked(make):
+    """bias= and init= take True or False: anything else is a TypeError
+    naming it, not a truth value guessed from it."""
+    with pytest.raises(TypeError, match="^(bias|init):"):
+        make()
