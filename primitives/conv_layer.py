@@ -41,6 +41,16 @@ class Conv2d:
         self.g = None
         self.grad_weight = self.grad_bias = None  # a backward's gradients
 
+    def __getstate__(self):
+        """What a copy (copy.deepcopy, pickle) keeps: arguments, weights and
+        gradients; its plans and buffers are made again by its first forward."""
+        keep = ("backend", "C", "K", "R", "S", "stride", "padding", "dtype", "config", "weight",
+                "bias", "grad_weight", "grad_bias")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, g=None)
+
     def prepare(self, N, H, W):
         """Geometry, plans and blocked weights for inputs of N x C x H x W."""
         if self.g is not None and (self.g.N, self.g.H, self.g.W) == (N, H, W):

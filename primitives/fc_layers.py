@@ -39,6 +39,20 @@ class Linear:
         self._grads = False  # whether dw (or _held_dw) and db hold a backward's gradients
         self._held_dw = None  # dW as a plain array, kept where dw's blocking went (prepare)
 
+    # what a copy (copy.deepcopy, pickle) keeps: arguments, weights, gradients;
+    # its plans and buffers are made again by its first forward
+    _STATE = ("backend", "C", "K", "dtype", "activation", "config", "blocks", "weight", "bias",
+              "_grads", "_held_dw", "db", "_fused_dw")
+
+    def __getstate__(self):
+        state = {k: v for k, v in self.__dict__.items() if k in self._STATE}
+        if self._grads and self.g is not None and self._held_dw is None:
+            state["_held_dw"] = self.grad_weight  # out of this blocking's tiles
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, g=None)
+
     # -- set-up per minibatch size --
     def prepare(self, N):
         """Geometry, plans and blocked buffers for minibatch N (done once per N)."""
@@ -225,6 +239,10 @@ class MLP:
         if fused:
             from primitives import mlp
             self.fused = mlp.fused(self.layers, dtype, self.layers[0].backend, config)
+
+    def __getstate__(self):
+        """A copy (copy.deepcopy, pickle) has no training forward to go back through."""
+        return {**self.__dict__, "_trained": False}
 
     def forward(self, x, train=True):
         """x [N, C] -> y [N, K]. train=False: an inference forward, after which

@@ -45,6 +45,18 @@ class LSTM:
         self._wbufs, self._own = Buffers(), False
         self._in_place = frozenset()  # set_weights(in_place=): see lstm_strips.reads_in_place
 
+    def __getstate__(self):
+        """What a copy (copy.deepcopy, pickle) keeps: arguments, weights and
+        gradients (plain); its plans and buffers are made again by its first forward."""
+        self._hold_grads()
+        keep = ("backend", "C", "K", "dtype", "config", "w_ih", "w_hh", "b", "_grad_tiles",
+                "_grads", "_in_place")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, g=None, _own=False)
+        self._results, self._wbufs = Recycler(), Buffers()
+
     def prepare(self, T, N):
         if self.g is not None and (self.g.T, self.g.N) == (T, N):
             return self.g

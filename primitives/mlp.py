@@ -155,6 +155,16 @@ class Fused:
         self._buffers = Buffers()
         self._kept = Recycler()  # h for backward: fresh while an earlier state is still held
 
+    def __getstate__(self):
+        """What a copy (copy.deepcopy, pickle) keeps: the layers and arguments;
+        no training forward's state, no buffers."""
+        keep = ("layers", "dtype", "config", "sizes", "acts", "has_bias")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, g=None, saved=None, last=None)
+        self._buffers, self._kept = Buffers(), Recycler()
+
     def _buffer(self, name, size, dtype):
         # every task has tiles (per_task), so each partial dW, db is written with
         # beta 0 first; in check mode each hand-out is NaN-filled to prove it

@@ -153,3 +153,51 @@ def test_flags_of_the_layers_are_checked(make):
     naming it, not a truth value guessed from it."""
     with pytest.raises(TypeError, match="^(bias|init):"):
         make()
+
+
+# ---------------------------------------------------------------- copies of a layer
+
+def _copy_cases(rng, kind):
+    """(layer, x, dy, forward, backward, gradients, weights) for one kind of layer."""
+    C, K, N = (int(v) for v in rng.integers(1, 24, 3))
+    if kind == "lstm":
+        layer, x = lstm.LSTM(C, K, rng=rng), rng.standard_normal((3, N, C)).astype(f32)
+        dy = rng.standard_normal((3, N, K)).astype(f32)
+        return (layer, x, dy, lambda m, x: m.forward(x)[0], lambda m, dy: m.backward(dy)[0],
+                lambda m: (m.grad_w_ih, m.grad_w_hh, m.grad_b), lambda m: (m.w_ih, m.w_hh, m.b))
+    if kind == "conv":
+        layer = conv.Conv2d(C, K, 3, padding=1, bias=True, rng=rng)
+        x, dy = (rng.standard_normal((N, c, 5, 4)).astype(f32) for c in (C, K))
+    else:
+        layer = {"linear": lambda: fc.Linear(C, K, activation="tanh", rng=rng),
+                 "mlp": lambda: fc.MLP([C, 7, K], rng=rng),
+                 "mlp_fused": lambda: fc.MLP([C, 7, K], fused=True, rng=rng)}[kind]()
+        x, dy = (rng.standard_normal((N, c)).astype(f32) for c in (C, K))
+    return (layer, x, dy, lambda m, x: m.forward(x), lambda m, dy: m.backward(dy),
+            lambda m: [g for p in getattr(m, "layers", [m]) for g in (p.grad_weight, p.grad_bias)],
+            lambda m: [w for p in getattr(m, "layers", [m]) for w in (p.weight, p.bias)])
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+@pytest.mark.parametrize("kind", ["linear", "mlp", "mlp_fused", "conv", "lstm"])
+def test_layers_copy_and_pickle(rng, kind, how):
+    """copy.deepcopy or pickle of a layer that has run (a snapshot of a model
+    in training): the copy has the weights and gradients, computes what the
+    layer computes, and owns its arrays."""
+    layer, x, dy, forward, backward, grads, weights = _copy_cases(rng, kind)
+    forward(layer, x)
+    backward(layer, dy)
+    twin = copy.deepcopy(layer) if how == "deepcopy" else pickle.loads(pickle.dumps(layer))
+    for a, b in zip(grads(layer), grads(twin)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(weights(layer), weights(twin)):
+        np.testing.assert_array_equal(a, b)
+        assert not np.shares_memory(a, b)
+    y = forward(twin, x)
+    np.testing.assert_array_equal(y, forward(layer, x))  # the same plans on the same data
+    np.testing.assert_array_equal(backward(twin, dy), backward(layer, dy))
+    if kind == "linear":  # the copy against float64 too
+        (ry, mag), (rdx, mag_dx), (rdw, mag_w), _ = _linear_refs(x, twin.weight, twin.bias,
+                                                                 "tanh", dy)
+        _close("y", y, ry, mag)
+        _close("grad_weight", twin.grad_weight, rdw, mag_w)
