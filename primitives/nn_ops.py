@@ -14,6 +14,7 @@ tensors' memory), in two forms that share them:
 Eager calls keep the Functions: a custom operator's dispatch costs some tens of
 microseconds more a call, which tiny layers would feel. Backward passes are not
 differentiable again in either form."""
+import math
 from typing import List, Optional, Tuple
 
 import torch
@@ -114,7 +115,8 @@ def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
 
 @_linear.register_fake
 def _(x, weight, bias):
-    return x.new_empty((x.shape[:-1].numel(), weight.shape[0]))
+    # (a product of the sizes: Size.numel() made a traced batch a constant)
+    return x.new_empty((math.prod(x.shape[:-1]), weight.shape[0]))
 
 
 @torch.library.custom_op("brgemm::linear_backward", mutates_args=())
