@@ -8,9 +8,18 @@ from brgemm.arrays import aligned_empty
 from brgemm.info import kernel_path
 from brgemm.layouts import from_blocks, to_blocks, transpose_blocks
 from brgemm.vnni import vnni_tiles
-from primitives._args import (backend_name, block_sizes, flag, learning_rate, operands,
-                             positive, weight_array, writable)
+from primitives._args import (backend_name, block_sizes, fits, flag, learning_rate,
+                             operands, positive, weight_array, writable)
 from primitives.fc_plans import ACT_GRAD, ACTIVATIONS, geometry, plan, vnni_passes
+
+
+def batch_fits(x, widths):
+    """A ValueError naming x where its batch's activations (one f32 row of
+    each width a row) cannot fit in memory: a broadcast x (strides 0) may be
+    far larger than the memory it sits in, and its plans would take as long
+    to record as it is large."""
+    N = x.shape[0]
+    fits(4 * N * sum(widths), "x", lambda: f"a batch of {N} rows of {widths} in f32")
 
 
 class Linear:
@@ -154,6 +163,7 @@ class Linear:
         self._check_weights()  # set by hand: still checked
         if x.shape[1] != self.C or x.shape[0] == 0:
             raise ValueError(f"x: expected shape (N, {self.C}) with N >= 1, got {x.shape}")
+        batch_fits(x, (self.C, self.K))
         g = self.prepare(x.shape[0])
         xb = to_blocks(x.astype(dtypes.NUMPY[self.dtype], copy=False), g.bn, g.bc)
         return from_blocks(self.forward_blocked(xb), g.N, self.K, dtype=x.dtype)
@@ -258,6 +268,7 @@ class MLP:
         operands(self.dtype, x, names=("x",))
         if x.shape[1] != first.C or x.shape[0] == 0:
             raise ValueError(f"x: expected shape (N, {first.C}) with N >= 1, got {x.shape}")
+        batch_fits(x, [first.C] + [layer.K for layer in self.layers])
         N = x.shape[0]
         for layer in self.layers:
             layer.prepare(N)

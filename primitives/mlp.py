@@ -42,6 +42,7 @@ from brgemm.layouts import convert, to_blocks
 from brgemm.vnni import vnni_tiles
 from primitives._args import operands, weight_array
 from primitives._config import settings
+from primitives.fc_layers import batch_fits
 from primitives.fc_plans import ACT_GRAD
 from primitives.mlp_cost import candidates, cost, default_pipeline
 from primitives.mlp_cost import (  # noqa: F401  (public names)
@@ -193,6 +194,7 @@ class Fused:
         N = x.shape[0]
         if N == 0:
             raise ValueError("x: an empty batch is not supported")
+        batch_fits(x, self.sizes)
         ab = dtypes.NUMPY[self.dtype]
         if train:
             # a new training forward replaces the kept state: let go of it first, so

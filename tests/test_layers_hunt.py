@@ -201,3 +201,15 @@ def test_layers_copy_and_pickle(rng, kind, how):
                                                                  "tanh", dy)
         _close("y", y, ry, mag)
         _close("grad_weight", twin.grad_weight, rdw, mag_w)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp", "mlp_fused"])
+def test_broadcast_batch_past_memory_is_named(rng, kind):
+    """A broadcast x (strides 0) whose batch cannot fit in memory: a ValueError
+    naming x before any plan for it is recorded (not a hang recording one)."""
+    C, K = (int(v) for v in rng.integers(100, 1000, 2))
+    layer = {"linear": lambda: fc.Linear(C, K), "mlp": lambda: fc.MLP([C, K]),
+             "mlp_fused": lambda: fc.MLP([C, K], fused=True)}[kind]()
+    N = 2 ** 50 // C  # petabytes of f32
+    with pytest.raises(ValueError, match="^x:"):
+        layer.forward(np.broadcast_to(f32(1), (N, C)))
