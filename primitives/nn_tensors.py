@@ -82,10 +82,11 @@ def _autocast(t):
 
 def _autocast_args(dtype, *tensors):
     """tensors (None kept) as autocast hands them to an op computed in dtype:
-    each floating one cast to it (autograd carries gradients back through the
-    casts, to float32 parameters in float32)."""
-    return [t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != dtype else t
-            for t in tensors]
+    each floating one cast to it, float64 ones excepted as torch's autocast
+    does (our primitives then refuse them, as outside autocast); autograd
+    carries gradients back through the casts, to float32 parameters in float32."""
+    return [t.to(dtype) if t is not None and t.is_floating_point()
+            and t.dtype not in (dtype, torch.float64) else t for t in tensors]
 
 
 def _not_traced(forward):

@@ -21,7 +21,8 @@ def bound(want):
 def test_linear_exports_with_a_dynamic_batch(rng, gen, lead):
     """torch.export with a Dim on the batch: the operator's shape function kept
     the batch symbolic (it specialised it: a constraint violation)."""
-    C, K, N = (int(v) for v in rng.integers(1, 20, 3))
+    C, K = (int(v) for v in rng.integers(1, 20, 2))
+    N = int(rng.integers(2, 20))  # (an example batch of 1 is a constant to torch.export)
     extra = (int(rng.integers(1, 4)),) * lead
     print(f"C={C} K={K} N={N} extra={extra}")
     ours = pnn.Linear(C, K)
@@ -53,3 +54,34 @@ def test_dynamic_compile_does_not_recompile_for_a_new_batch(rng, gen):
             y.backward(dy)
             want.backward(f64(dy))
             assert_close(f"dx n={n}", x.grad, X.grad, bound(X.grad))
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "mlp", "fused_mlp"])
+def test_autocast_leaves_float64_alone(rng, gen, kind):
+    """torch.autocast casts float32 (and float16) arguments, never float64
+    ones: a float64 module there computes in float64 in torch. Ours computed
+    in bf16 and answered bf16; it must answer as torch or refuse float64 as
+    it does outside autocast (TypeError), never round silently."""
+    C, K, N = (int(v) for v in rng.integers(1, 12, 3))
+    if kind == "linear":
+        ours, theirs, x = pnn.Linear(C, K), nn.Linear(C, K), rand(gen, N, C)
+    elif kind == "conv":
+        H, W = (int(v) for v in rng.integers(3, 8, 2))
+        ours, theirs, x = pnn.Conv2d(C, K, 3), nn.Conv2d(C, K, 3), rand(gen, N, C, H, W)
+    else:
+        ours = pnn.MLP([C, K], activation="relu", fused=kind == "fused_mlp")
+        theirs, x = nn.Sequential(nn.Linear(C, K)), rand(gen, N, C)
+        theirs[0].load_state_dict(ours.layers[0].state_dict())
+    if not isinstance(ours, pnn.MLP):
+        theirs.load_state_dict(ours.state_dict())
+    ours, theirs, x = ours.double(), theirs.double(), x.double()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = theirs(x)
+        try:
+            got = ours(x)
+        except TypeError as e:
+            assert "float64" in str(e)
+            return
+    assert want.dtype == torch.float64
+    assert got.dtype == torch.float64, got.dtype
+    assert_close("y", got, want, 1e-12 * (want.abs() + 1))
