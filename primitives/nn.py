@@ -237,10 +237,14 @@ class MLP(nn.Module):
         return [f"layers.{i}.{name}" for i, layer in enumerate(self.layers)
                 for name in ("weight", "bias") if getattr(layer, name) is not None]
 
-    @_not_traced
     def forward(self, x):
-        if not self.fused:
+        if not self.fused:  # our Linears: traced whole under torch.compile
             return self._layers(x, lambda layer, h: layer(h))
+        return self._fused_forward(x)
+
+    @_not_traced
+    def _fused_forward(self, x):
+        """The stack as one fc.MLP(fused=True) call (a graph break: state in the module)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"input: expected a torch.Tensor, got {type(x).__name__}")
         if x.shape[-1:] != (self.sizes[0],):

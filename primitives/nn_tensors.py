@@ -4,6 +4,8 @@ view read as ml_dtypes.bfloat16): what every module of primitives.nn calls.
 Their forwards are kept out of torch.compile's tracing (_not_traced), and
 follow torch.autocast (_autocast, _autocast_args) and channels-last memory
 (_channels_last) as torch's modules do."""
+import functools
+
 import numpy as np
 import torch
 
@@ -93,8 +95,17 @@ def _not_traced(forward):
     """forward, run as it is under torch.compile (a graph break around each
     call): dynamo cannot trace the primitives (NumPy, cffi) and failed inside
     its own guards on them. Costs torch._dynamo's import (about 1.5 s, which
-    a torch.optim step pays anyway) and some microseconds a call."""
-    return torch.compiler.disable(forward)
+    a torch.optim step pays anyway) and some microseconds a call. torch.export
+    can make no graph break: it is refused by name (NotImplementedError)."""
+    @functools.wraps(forward)
+    def checked(self, *args, **kwargs):
+        if torch.compiler.is_exporting():
+            raise NotImplementedError(
+                f"{type(self).__name__}: torch.export cannot hold this forward (it keeps "
+                f"state in the module and runs outside a graph); export Linear, Conv2d or "
+                f"MLP(fused=False) only")
+        return forward(self, *args, **kwargs)
+    return torch.compiler.disable(checked)
 
 
 class _KeptCopies:

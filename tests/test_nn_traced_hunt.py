@@ -85,3 +85,38 @@ def test_autocast_leaves_float64_alone(rng, gen, kind):
     assert want.dtype == torch.float64
     assert got.dtype == torch.float64, got.dtype
     assert_close("y", got, want, 1e-12 * (want.abs() + 1))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "fused_mlp"])
+def test_export_of_a_graph_break_module_names_it(rng, gen, kind):
+    """torch.export cannot hold the LSTM's or the fused MLP's forward (state
+    in the module, run outside the graph): it said so through torch's
+    internals (a data pointer of a FakeTensor, .numpy() of a subclass)."""
+    C, K, N = (int(v) for v in rng.integers(1, 12, 3))
+    if kind == "lstm":
+        m, x = pnn.LSTM(C, K), rand(gen, int(rng.integers(1, 5)), N, C)
+    else:
+        m, x = pnn.MLP([C, K], fused=True), rand(gen, N, C)
+    with pytest.raises(NotImplementedError, match=f"{type(m).__name__}.*torch.export"):
+        torch.export.export(m, (x,))
+
+
+def test_unfused_mlp_compiles_without_a_graph_break(rng, gen):
+    """MLP(fused=False) is a stack of our Linears, which compile whole: its
+    forward was a graph break all the same (fullgraph=True raised)."""
+    sizes = [int(v) for v in rng.integers(1, 16, 4)]
+    print(f"sizes={sizes}")
+    ours = nn.Sequential(pnn.MLP(sizes[1:], activation="tanh"), nn.ReLU())
+    ref = nn.Sequential(nn.Linear(sizes[1], sizes[2]), nn.Tanh(),
+                        nn.Linear(sizes[2], sizes[3]), nn.ReLU()).double()
+    ref.load_state_dict({k.replace("0.layers.1", "2").replace("0.layers.0", "0"): v
+                         for k, v in ours.state_dict().items()})
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    x = rand(gen, int(rng.integers(2, 9)), sizes[1]).requires_grad_()
+    X = f64(x, True)
+    y, want = compiled(x), ref(X)
+    assert_close("y", y, want, bound(want))
+    y.backward(torch.ones_like(y))
+    want.backward(torch.ones_like(want))
+    assert_close("dx", x.grad, X.grad, bound(X.grad))
