@@ -86,10 +86,10 @@ class Linear(_KeptCopies, nn.Linear):
 
     def forward(self, input):
         args = (input, self.weight, self.bias)
-        amp = _autocast(input)
-        if amp is not None:  # under torch.autocast: bf16 on the CPU ours, else torch's own
-            if amp != torch.bfloat16 or input.device.type != "cpu":
-                return super().forward(input)
+        amp = _autocast(input, ("cpu",))  # under torch.autocast: bf16 on the CPU ours
+        if amp is False:
+            return super().forward(input)
+        if amp:
             args = _autocast_args(amp, *args)
         # traced (torch.compile, torch.export): the custom operator, else the Function
         y = (torch.ops.brgemm.linear(*args) if torch.compiler.is_compiling()
@@ -251,12 +251,12 @@ class MLP(nn.Module):
             raise ValueError(f"input: expected last dimension {self.sizes[0]} (sizes[0]), "
                              f"got shape {tuple(x.shape)}")
         amp, params = _autocast(x), self._stack()
-        if x.numel() == 0 or amp not in (None, torch.bfloat16):
+        if x.numel() == 0 or amp is False:
             # no rows, or autocast to a dtype we do not run: torch's own products
             return self._layers(x, lambda layer, h: nn.functional.linear(h, layer.weight,
                                                                          layer.bias))
         h = x
-        if amp is not None:  # torch.autocast to bf16: the stack in bf16, as torch's
+        if amp:  # torch.autocast to bf16: the stack in bf16, as torch's
             h, *params = _autocast_args(amp, x, *params)
         # where no gradient is wanted (no_grad, inference_mode, frozen), an
         # inference forward: nothing kept for a backward that cannot come

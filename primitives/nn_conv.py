@@ -70,10 +70,10 @@ class Conv2d(_KeptCopies, nn.Conv2d):
             raise ValueError(reason)
         unbatched = isinstance(input, torch.Tensor) and input.dim() == 3
         x, weight, bias = input.unsqueeze(0) if unbatched else input, self.weight, self.bias
-        amp = _autocast(input)
-        if amp is not None:  # under torch.autocast: bf16 on the CPU ours, else torch's own
-            if amp != torch.bfloat16 or input.device.type != "cpu":
-                return super().forward(input)
+        amp = _autocast(input, ("cpu",))  # under torch.autocast: bf16 on the CPU ours
+        if amp is False:
+            return super().forward(input)
+        if amp:
             x, weight, bias = _autocast_args(amp, x, weight, bias)
         stride, padding = tuple(self.stride), _conv_padding(self)
         # traced (torch.compile, torch.export): the custom operator, else the Function

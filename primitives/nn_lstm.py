@@ -159,7 +159,7 @@ class LSTM(nn.LSTM):
         if T == 0:
             raise ValueError(f"input: an empty sequence, shape {tuple(input.shape)}")
         amp = _autocast(input)
-        if N == 0 or amp not in (None, torch.bfloat16):
+        if N == 0 or amp is False:
             # no sequences (as for empty sizes in Linear and Conv2d), or
             # torch.autocast to a dtype we do not run: torch's own
             return super().forward(input, hx)
@@ -174,7 +174,7 @@ class LSTM(nn.LSTM):
         cache = _caches.setdefault(self, _LayerCache())
         args = (x.contiguous(), h0, c0, self.weight_ih_l0, self.weight_hh_l0,
                 getattr(self, "bias_ih_l0", None), getattr(self, "bias_hh_l0", None))
-        if amp is not None:  # torch.autocast to bf16: the layer in bf16, as torch's
+        if amp:  # torch.autocast to bf16: the layer in bf16, as torch's
             args = _autocast_args(amp, *args)
         y, hT, cT = _LSTMFunction.apply(cache, *args)
         if unbatched:

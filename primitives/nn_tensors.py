@@ -72,14 +72,18 @@ def _channels_last(t):
             and t.is_contiguous(memory_format=torch.channels_last))
 
 
-def _autocast(t):
+def _autocast(t, devices=None):
     """What torch.autocast asks of a linear, convolution or LSTM on tensor t:
-    None where it is off for t's device (or t is no floating tensor), else the
-    dtype it computes them in. torch casts their floating arguments to it."""
+    None where it is off for t's device (or t is no floating tensor);
+    torch.bfloat16 where it asks for bf16 (on one of `devices`; None: any),
+    which our primitives compute on the arguments _autocast_args casts; False
+    where it asks for something else, which torch's own functions must run."""
     if not (isinstance(t, torch.Tensor) and t.is_floating_point()
             and torch.is_autocast_enabled(t.device.type)):
         return None
-    return torch.get_autocast_dtype(t.device.type)
+    ours = devices is None or t.device.type in devices
+    return torch.bfloat16 if ours and torch.get_autocast_dtype(t.device.type) == \
+        torch.bfloat16 else False
 
 
 def _autocast_args(dtype, *tensors):
