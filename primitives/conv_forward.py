@@ -219,7 +219,7 @@ def ring_tiles(loops, g):
 
 
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,
-                   w_t=False):
+                   w_t=False, tail=0):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
     image y[n] (K x HW, plain NCHW) = w (K x C, plain, read in place as the
     broadcast operand; or, not plain_w, as tiles [Kb][Cb][bk][bc]; or, w_t,
@@ -230,7 +230,14 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     rows in VNNI pairs ([C / 2][HW][2], pixel p of rows c, c + 1 at c HW + 2
     p), each finished block of y also stored rounded into y16 (NCHW). hx: x's
     rows that many floats apart (a copy of x on whole-line rows), not HW.
-    has_bias: b[k] (tensor b, f32) added to each finished block's rows."""
+    has_bias: b[k] (tensor b, f32) added to each finished block's rows.
+    tail (f32, not pairs): each image's last `tail` pixels are left out of
+    the pixel blocks (loops' p covers H W - tail) and computed for all images
+    at once, y^t (K x N tail, tensor yt) = w @ x^t (C x N tail, tensor xt:
+    image n's last pixels at columns n tail ..), so that their vectors are
+    full where each image's own would be mostly empty (conv_pointwise.
+    pointwise_tail); output block k's tail blocks are calls of the task of
+    image k mod N's last pixel block (every thread gets some)."""
     HW, Cb = g.H * g.W, g.Cb
     if w_t:  # tile (c, k) of the C x K matrix, K floats a row, holds tile (k, c)'s transpose
         wc = matrix_tiles(g.C, g.K, g.bc, g.bk, ("c", "k"), plain=True)
@@ -241,23 +248,35 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     x = Layout(N=g.N, C=g.C, HW=hx or HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
-    for phase, task, at in loops.walk():
-        n, k, p = at["n"], at["k"], at["p"]
-        m, width = min(g.bk, g.K - k * g.bk), min(bp, HW - p * bp)
-        ex.at(phase, task)
-        shift = p * bp if pairs else 0  # the pixel's place in a pair row: 2 p
-        for c0 in range(0, Cb, per_call):
+    if tail and pairs:
+        raise ValueError("tail: the pointwise plans in VNNI pairs compute every pixel in place")
+    if tail:
+        xt, yt = Layout(C=g.C, J=g.N * tail), Layout(K=g.K, J=g.N * tail)
+    last_p = nblocks(HW - tail, bp) - 1
+
+    def calls(m, width, k, x_name, x_offs, ldb, y_name, y_off, ldc, y16_off=None):
+        for c0 in range(0, Cb, per_call):  # the reduction over C, per_call blocks a call
             cs = range(c0, min(c0 + per_call, Cb))
             last = cs[-1] == Cb - 1
             ops = ((bplan.bias_rows("b", k * g.bk),) if has_bias and last else ()) + (
-                (bplan.store_bf16("y16", y.at(n, k * g.bk, p * bp), HW),) if pairs and last
-                else ())
-            ex.gemm(bplan.Block(m, width, g.bc, lda=lda, ldb=x.ld("C"), ldc=y.ld("K"),
-                                dtype=dtype, beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs,
-                                a_t=w_t),
-                    "w", [w_at(k, c) for c in cs],
-                    "x", [x.at(n, c * g.bc, p * bp) + shift for c in cs],
-                    "y", y.at(n, k * g.bk, p * bp), ops=ops)
+                (bplan.store_bf16("y16", y16_off, HW),) if y16_off is not None and last else ())
+            ex.gemm(bplan.Block(m, width, g.bc, lda=lda, ldb=ldb, ldc=ldc, dtype=dtype,
+                                beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs, a_t=w_t),
+                    "w", [w_at(k, c) for c in cs], x_name, [x_offs(c) for c in cs],
+                    y_name, y_off, ops=ops)
+
+    for phase, task, at in loops.walk():
+        n, k, p = at["n"], at["k"], at["p"]
+        m, width = min(g.bk, g.K - k * g.bk), min(bp, HW - tail - p * bp)
+        ex.at(phase, task)
+        shift = p * bp if pairs else 0  # the pixel's place in a pair row: 2 p
+        calls(m, width, k, "x", lambda c: x.at(n, c * g.bc, p * bp) + shift, x.ld("C"),
+              "y", y.at(n, k * g.bk, p * bp), ldc=y.ld("K"),
+              y16_off=y.at(n, k * g.bk, p * bp) if pairs else None)
+        if tail and p == last_p and n == k % g.N:
+            for j in range(0, g.N * tail, bp):  # output block k's tail blocks
+                calls(m, min(bp, g.N * tail - j), k, "xt", lambda c: xt.at(c * g.bc, j),
+                      xt.ld("C"), "yt", yt.at(k * g.bk, j), ldc=yt.ld("K"))
 
 
 def columns_product(g, bd, bp):

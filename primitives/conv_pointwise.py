@@ -32,16 +32,31 @@ def pointwise(g, dtype, backend, pass_="fwd"):
         raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {pass_!r}")
     if dtype != "f32" or backend != "cpu" or not g.pointwise[pass_ == "bwd"]:
         return None
-    return _pixel_block(g)
+    return _pixel_block(g, pointwise_tail(g) if pass_ == "fwd" else 0)
 
 
-def _pixel_block(g):
-    """pointwise's rule on the layer alone: its pixel block, or None."""
+def _pixel_block(g, tail=0):
+    """pointwise's rule on the layer alone: its pixel block (of the pixels
+    past each image's `tail`), or None."""
     HW = g.H * g.W
     if ((g.R, g.S, g.sh, g.sw, g.ph, g.pw) != (1, 1, 1, 1, 0, 0) or g.C % g.bc
             or 16 * nblocks(HW, 16) - HW > HW // 16):
         return None
-    return pick_block(HW, g.pointwise_bp, 16)  # config: the pointwise_bp target
+    return pick_block(HW - tail, g.pointwise_bp, 16)  # config: the pointwise_bp target
+
+
+def pointwise_tail(g):
+    """How many of each image's last pixels the f32 pointwise plans compute
+    apart, for all images at once (conv_forward.pointwise_nest's tail): the
+    pixels past the image's last whole 16-float vector, where the config's
+    pointwise_tail says so. Each image's own would fill a vector of their
+    own only in part (4 lanes of 16 on 14 x 14: a 13th vector for 12.25
+    vectors' work, 5-8% of the plan), where all images' together fill
+    theirs (benchmarks/RESULTS.md, issue 17, forty-first session). The
+    forward's plans only: backward-data's on w read transposed (a_t) ran no
+    faster with it on the EPYC."""
+    HW = g.H * g.W
+    return HW % 16 if g.pointwise_tail and HW > 16 else 0
 
 
 def pointwise_rows(g):
@@ -122,21 +137,28 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=Fa
     (or, w_t, the plain transpose of the w it multiplies: backward-data's);
     pairs: x's channel rows in VNNI pairs, y also stored in bf16 (tensor y16);
     hx: x's rows that far apart (pointwise_rows' copy); has_bias: b [K] added.
-    Pixel blocks outside output-channel blocks: a block of x's pixels stays in
+    The f32 forward's (neither pairs nor w_t) leaves each image's last
+    pointwise_tail(g) pixels to its tail calls (tensors xt, yt: conv's
+    _pointwise gathers and stores them). Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
+    tail = 0 if pairs or w_t or dtype != "f32" else pointwise_tail(g)
+
     def record():
         loops = parse_spec("NPK", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
-                                   Loop("p", 0, nblocks(g.H * g.W, bp), 1)])
+                                   Loop("p", 0, nblocks(g.H * g.W - tail, bp), 1)])
         tensors = {"w": dtype, "x": dtype, "y": "f32"}
         if pairs:
             tensors["y16"] = "bf16"
         if has_bias:
             tensors["b"] = "f32"
+        if tail:  # x's and y's last pixels of every image (pointwise_nest's tail)
+            tensors.update(xt="f32", yt="f32")
         rec = bplan.Recorder(tensors, spec="NPK")
-        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx, has_bias, w_t)
+        pointwise_nest(rec, loops, g, dtype, bp, plain_w, pairs, hx, has_bias, w_t, tail)
         return rec.finish()
-    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx, has_bias, w_t), record)
+    return _plans.get((g, "pointwise", dtype, bp, plain_w, pairs, hx, has_bias, w_t, tail),
+                      record)
 
 
 def pointwise_update_plan(g, bp, shares):

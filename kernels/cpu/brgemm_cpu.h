@@ -300,6 +300,14 @@ int brgemm_cpu_swap_tiles(const void* src, int64_t Rb, int64_t Sb, int64_t br, i
 int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, int src_itemsize,
                        void* dst, int dst_itemsize, int threads);
 
+/* dst[q][i][j] = src[q][i][j], q < count, i < rows, j < cols: windows of rows
+ * of contiguous elements (itemsize 2 or 4, the same both sides), window q at
+ * q * step elements past the start, its rows ld apart, on either side: an
+ * NCHW image's last pixels gathered beside other images' (and back). */
+int brgemm_cpu_copy_windows(const void* src, int64_t src_step, int64_t src_ld, void* dst,
+                            int64_t dst_step, int64_t dst_ld, int64_t count, int64_t rows,
+                            int64_t cols, int itemsize, int threads);
+
 /* dst[c] = sum over r of src[r * ld + c] (f32 or bf16 in, f32 sums), c < cols. */
 int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t ld, int itemsize,
                            float* dst, int threads);

@@ -233,6 +233,39 @@ int brgemm_cpu_convert(const void* src, int64_t rows, int64_t cols, int64_t ld, 
   return BRGEMM_OK;
 }
 
+/* a short run of bytes (a multiple of 2) in fixed-size moves the compiler
+ * inlines: memcpy's call costs more than a 16-byte row */
+static inline void copy_short(char* restrict d, const char* restrict s, int64_t bytes) {
+  int64_t b = 0;
+  for (; b + 16 <= bytes; b += 16) __builtin_memcpy(d + b, s + b, 16);
+  for (; b + 4 <= bytes; b += 4) __builtin_memcpy(d + b, s + b, 4);
+  for (; b < bytes; b += 2) __builtin_memcpy(d + b, s + b, 2);
+}
+
+int brgemm_cpu_copy_windows(const void* src, int64_t src_step, int64_t src_ld, void* dst,
+                            int64_t dst_step, int64_t dst_ld, int64_t count, int64_t rows,
+                            int64_t cols, int itemsize, int threads) {
+  if (!src || !dst || count < 0 || rows < 0 || cols < 0 || src_step < 0 || dst_step < 0 ||
+      src_ld < cols || dst_ld < cols || (itemsize != 2 && itemsize != 4))
+    return BRGEMM_EINVAL;
+  /* rows of all windows, in runs of about 4 KiB a task; a thread per 32 KiB at most
+   * (a parallel region costs more than a few short rows) */
+  const int64_t total = count * rows, bytes = cols * itemsize, per = 1 + 4096 / (bytes + 1);
+  int nt = brgemm_cpu_plan_threads(threads);
+  if (total * bytes / 32768 + 1 < nt) nt = (int)(total * bytes / 32768 + 1);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t t = 0; t < (total + per - 1) / per; ++t)
+    for (int64_t r = t * per; r < brgemm_min64(total, (t + 1) * per); ++r) {
+      char* d = (char*)dst + ((r / rows) * dst_step + (r % rows) * dst_ld) * itemsize;
+      const char* s = (const char*)src + ((r / rows) * src_step + (r % rows) * src_ld) * itemsize;
+      if (bytes <= 256)
+        copy_short(d, s, bytes);
+      else
+        memcpy(d, s, (size_t)bytes);
+    }
+  return BRGEMM_OK;
+}
+
 int brgemm_cpu_column_sums(const void* src, int64_t rows, int64_t cols, int64_t ld, int itemsize,
                            float* dst, int threads) {
   if (!src || !dst || rows < 0 || cols < 1 || ld < cols || (itemsize != 2 && itemsize != 4))
