@@ -20,7 +20,8 @@
 # (COLUMNS_LIMIT s each); part "ceilings", benchmarks.probe_route_ceilings,
 # forward and backward, likewise (CEILINGS_LIMIT s each); part "stages",
 # benchmarks.stages (each functional call's steps; STAGES_WHAT, default conv
-# fc) likewise (STAGES_LIMIT s each); part "train", python -m benchmarks train
+# fc) likewise (STAGES_LIMIT s each); part "tail", benchmarks.probe_pointwise_tail
+# likewise (TAIL_LIMIT s each); part "train", python -m benchmarks train
 # (TRAIN_ARGS, e.g. --quick) eager and with --compile, likewise (TRAIN_LIMIT s
 # each).
 set -uo pipefail
@@ -56,6 +57,7 @@ train_run() {  # the training benchmark, eager and under torch.compile
     timeout ${TRAIN_LIMIT:-120} $pin $py -m benchmarks train --threads $t ${TRAIN_ARGS:-} $c
   done
 }
+tail_run() { timeout ${TAIL_LIMIT:-60} $pin $py -m benchmarks.probe_pointwise_tail --threads $t; }
 stages_run() {
   for what in ${STAGES_WHAT:-conv fc}; do
     timeout ${STAGES_LIMIT:-60} $pin $py -m benchmarks.stages --threads $t --only $what
@@ -82,6 +84,8 @@ for part in $parts; do
            at_both ceilings_run) ;;
     stages) (OUT=$work/stages BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            at_both stages_run) ;;
+    tail) (OUT=$work/tail BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
+           at_both tail_run) ;;
     train) (OUT=$work/train BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            at_both train_run) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \

@@ -218,6 +218,15 @@ def ring_tiles(loops, g):
     return tiles, groups, max(map(span, groups))
 
 
+# pointwise_nest's tail calls take 8 rows of w a call: a tail a vector or two
+# wide leaves the kernel's register tile all rows of w (the broadcast operand),
+# and a call of 64 rows C floats apart (4 KiB on C = 1024: one set of the L1
+# cache) missed that cache on every broadcast: 1024 -> 256 on 14 x 14 ran 5%
+# slower than without the tail, 3% faster in calls of 8 rows (EPYC,
+# benchmarks/RESULTS.md, issue 17, forty-first session)
+TAIL_ROWS = 8
+
+
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,
                    w_t=False, tail=0):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
@@ -254,15 +263,16 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
         xt, yt = Layout(C=g.C, J=g.N * tail), Layout(K=g.K, J=g.N * tail)
     last_p = nblocks(HW - tail, bp) - 1
 
-    def calls(m, width, k, x_name, x_offs, ldb, y_name, y_off, ldc, y16_off=None):
+    def calls(m, width, k, x_name, x_offs, ldb, y_name, y_off, ldc, y16_off=None, r0=0):
+        """Rows r0 .. r0 + m of output block k, `width` columns."""
         for c0 in range(0, Cb, per_call):  # the reduction over C, per_call blocks a call
             cs = range(c0, min(c0 + per_call, Cb))
             last = cs[-1] == Cb - 1
-            ops = ((bplan.bias_rows("b", k * g.bk),) if has_bias and last else ()) + (
+            ops = ((bplan.bias_rows("b", k * g.bk + r0),) if has_bias and last else ()) + (
                 (bplan.store_bf16("y16", y16_off, HW),) if y16_off is not None and last else ())
             ex.gemm(bplan.Block(m, width, g.bc, lda=lda, ldb=ldb, ldc=ldc, dtype=dtype,
                                 beta=0.0 if c0 == 0 else 1.0, b_vnni=pairs, a_t=w_t),
-                    "w", [w_at(k, c) for c in cs], x_name, [x_offs(c) for c in cs],
+                    "w", [w_at(k, c) + r0 * lda for c in cs], x_name, [x_offs(c) for c in cs],
                     y_name, y_off, ops=ops)
 
     for phase, task, at in loops.walk():
@@ -275,8 +285,10 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
               y16_off=y.at(n, k * g.bk, p * bp) if pairs else None)
         if tail and p == last_p and n == k % g.N:
             for j in range(0, g.N * tail, bp):  # output block k's tail blocks
-                calls(m, min(bp, g.N * tail - j), k, "xt", lambda c: xt.at(c * g.bc, j),
-                      xt.ld("C"), "yt", yt.at(k * g.bk, j), ldc=yt.ld("K"))
+                for r0 in range(0, m, TAIL_ROWS):
+                    calls(min(TAIL_ROWS, m - r0), min(bp, g.N * tail - j), k, "xt",
+                          lambda c: xt.at(c * g.bc, j), xt.ld("C"), "yt",
+                          yt.at(k * g.bk + r0, j), ldc=yt.ld("K"), r0=r0)
 
 
 def columns_product(g, bd, bp):
