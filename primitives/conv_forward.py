@@ -218,15 +218,6 @@ def ring_tiles(loops, g):
     return tiles, groups, max(map(span, groups))
 
 
-# pointwise_nest's tail calls take 8 rows of w a call: a tail a vector or two
-# wide leaves the kernel's register tile all rows of w (the broadcast operand),
-# and a call of 64 rows C floats apart (4 KiB on C = 1024: one set of the L1
-# cache) missed that cache on every broadcast: 1024 -> 256 on 14 x 14 ran 5%
-# slower than without the tail, 3% faster in calls of 8 rows (EPYC,
-# benchmarks/RESULTS.md, issue 17, forty-first session)
-TAIL_ROWS = 8
-
-
 def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=False,
                    w_t=False, tail=0):
     """1x1, stride 1, no padding, C a multiple of bc (see conv.pointwise): per
@@ -246,7 +237,13 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     image n's last pixels at columns n tail ..), so that their vectors are
     full where each image's own would be mostly empty (conv_pointwise.
     pointwise_tail); output block k's tail blocks are calls of the task of
-    image k mod N's last pixel block (every thread gets some)."""
+    image k mod N's last pixel block (every thread gets some), in calls of
+    g.pointwise_tail_rows rows of w: a tail a vector or two wide leaves the
+    kernel's register tile all of a call's rows of w (the broadcast operand),
+    and 64 rows C floats apart (4 KiB on C = 1024: one set of the L1 cache)
+    missed that cache on every broadcast (1024 -> 256 on 14 x 14, EPYC: 5%
+    slower than without the tail in calls of 64 rows, 3% faster in calls of
+    8; benchmarks/RESULTS.md, issue 17, forty-first session)."""
     HW, Cb = g.H * g.W, g.Cb
     if w_t:  # tile (c, k) of the C x K matrix, K floats a row, holds tile (k, c)'s transpose
         wc = matrix_tiles(g.C, g.K, g.bc, g.bk, ("c", "k"), plain=True)
@@ -285,8 +282,8 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
               y16_off=y.at(n, k * g.bk, p * bp) if pairs else None)
         if tail and p == last_p and n == k % g.N:
             for j in range(0, g.N * tail, bp):  # output block k's tail blocks
-                for r0 in range(0, m, TAIL_ROWS):
-                    calls(min(TAIL_ROWS, m - r0), min(bp, g.N * tail - j), k, "xt",
+                for r0 in range(0, m, g.pointwise_tail_rows):
+                    calls(min(g.pointwise_tail_rows, m - r0), min(bp, g.N * tail - j), k, "xt",
                           lambda c: xt.at(c * g.bc, j), xt.ld("C"), "yt",
                           yt.at(k * g.bk + r0, j), ldc=yt.ld("K"), r0=r0)
 

@@ -33,7 +33,8 @@ SCHEMA = {"fwd": {"spec": str, "bc": int, "bk": int, "bq": int, "call_kb": int, 
                  "pointwise_classes": bool,
                  "classes_bp": int, "pointwise_pairs": bool, "nchw_x": bool,
                  "nchw_copies_w": bool, "nchw_x_rows": bool, "pointwise_rows": bool,
-                 "columns": bool, "pointwise": bool, "pointwise_tail": bool},
+                 "columns": bool, "pointwise": bool, "pointwise_tail": bool,
+                 "pointwise_tail_rows": int},
           "bwd": {"spec": str, "call_kb": int, "span": bool, "w_reuse": int, "columns": bool,
                   "pointwise": bool,
                   "columns_copies_w": bool, "columns_copy_block": int},
@@ -109,6 +110,8 @@ class Geometry(HashedOnce):
     # the f32 pointwise plans compute each image's pixels past its last whole
     # vector for all images at once (conv_pointwise.pointwise_tail)
     pointwise_tail: bool = True
+    # and in calls of this many rows of w (conv_forward.pointwise_nest)
+    pointwise_tail_rows: int = 8
     __hash__ = HashedOnce.__hash__  # plan caches hash it on every call
 
     # sizes derived from the fields, computed on first use (plans and calls read them often)
@@ -195,7 +198,8 @@ def _geometry(N, C, K, H, W, R, S, stride, padding, config, path=None, threads=1
                     cfg["upd"].get("pointwise_shares") or (N if cfg["upd"]["pointwise_images"]
                                                            else 0),
                     f["nchw_copies_w"], f["nchw_x_rows"], cfg["bwd"]["columns_copy_block"],
-                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")), f["pointwise_tail"])
+                    tuple(cfg[p]["pointwise"] for p in ("fwd", "bwd")), f["pointwise_tail"],
+                    f["pointwise_tail_rows"])
 
 
 # ---------------------------------------------------------------- the loop nests

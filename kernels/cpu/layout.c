@@ -248,21 +248,26 @@ int brgemm_cpu_copy_windows(const void* src, int64_t src_step, int64_t src_ld, v
   if (!src || !dst || count < 0 || rows < 0 || cols < 0 || src_step < 0 || dst_step < 0 ||
       src_ld < cols || dst_ld < cols || (itemsize != 2 && itemsize != 4))
     return BRGEMM_EINVAL;
-  /* rows of all windows, in runs of about 4 KiB a task; a thread per 32 KiB at most
-   * (a parallel region costs more than a few short rows) */
-  const int64_t total = count * rows, bytes = cols * itemsize, per = 1 + 4096 / (bytes + 1);
-  int nt = brgemm_cpu_plan_threads(threads);
-  if (total * bytes / 32768 + 1 < nt) nt = (int)(total * bytes / 32768 + 1);
+  /* tasks never straddle two windows: with as many windows as threads or more,
+   * the static schedule gives thread t windows t count / nt on, as a plan's
+   * static schedule gives it those images (conv's tails are stored back by the
+   * cores whose caches hold the rest of those rows); fewer, each window's rows
+   * in as many runs as it takes to give every thread one */
+  const int nt = brgemm_cpu_plan_threads(threads);
+  const int64_t bytes = cols * itemsize, parts = count >= nt ? 1 : (nt + count - 1) / count;
+  const int64_t per = (rows + parts - 1) / parts;
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t t = 0; t < (total + per - 1) / per; ++t)
-    for (int64_t r = t * per; r < brgemm_min64(total, (t + 1) * per); ++r) {
-      char* d = (char*)dst + ((r / rows) * dst_step + (r % rows) * dst_ld) * itemsize;
-      const char* s = (const char*)src + ((r / rows) * src_step + (r % rows) * src_ld) * itemsize;
+  for (int64_t t = 0; t < count * parts; ++t) {
+    const int64_t q = t / parts, r1 = brgemm_min64(rows, (t % parts + 1) * per);
+    for (int64_t i = (t % parts) * per; i < r1; ++i) {
+      char* d = (char*)dst + (q * dst_step + i * dst_ld) * itemsize;
+      const char* s = (const char*)src + (q * src_step + i * src_ld) * itemsize;
       if (bytes <= 256)
         copy_short(d, s, bytes);
       else
         memcpy(d, s, (size_t)bytes);
     }
+  }
   return BRGEMM_OK;
 }
 
