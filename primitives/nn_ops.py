@@ -18,6 +18,7 @@ import math
 from typing import List, Optional, Tuple
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 
 from primitives import conv, fc
 from primitives.nn_tensors import _array, _cast, _dtype, _kept, _tensor
@@ -108,8 +109,21 @@ def _fake_grads(x, weight, bias, need_x, need_w, need_b):
             bias.new_empty(bias.shape) if need_b and bias is not None else none)
 
 
+def _no_forward_ad(op):
+    """Refuse a run under forward-mode AD (a dual level open: torch.func.jvp,
+    jacfwd, forward_ad): the operators have no forward formula, and torch's
+    generated autograd kernel would drop the tangents without a word (zero
+    tangents from jvp). The kernel sees plain tensors, so any call inside a
+    dual level is refused, dual inputs or not."""
+    if getattr(_forward_ad, "_current_level", -1) >= 0:
+        raise NotImplementedError(
+            f"torch.ops.brgemm.{op}: forward-mode AD (torch.func.jvp, jacfwd, dual tensors) is "
+            "not supported (backward() is)")
+
+
 @torch.library.custom_op("brgemm::linear", mutates_args=())
 def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    _no_forward_ad("linear")
     return linear_rows(x, weight, bias)
 
 
@@ -122,6 +136,7 @@ def _(x, weight, bias):
 @torch.library.custom_op("brgemm::linear_backward", mutates_args=())
 def _linear_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor],
                      need_x: bool, need_w: bool, need_b: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    _no_forward_ad("linear_backward")
     return _or_empty(linear_grads(dy, x, weight, bias, need_x, need_w, need_b), x)
 
 
@@ -133,6 +148,7 @@ def _(dy, x, weight, bias, need_x, need_w, need_b):
 @torch.library.custom_op("brgemm::conv2d", mutates_args=())
 def _conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: List[int],
             padding: List[int]) -> Tensor:
+    _no_forward_ad("conv2d")
     return conv_out(x, weight, bias, tuple(stride), tuple(padding))
 
 
@@ -147,6 +163,7 @@ def _(x, weight, bias, stride, padding):
 def _conv2d_backward(dy: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor],
                      stride: List[int], padding: List[int], need_x: bool, need_w: bool,
                      need_b: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    _no_forward_ad("conv2d_backward")
     return _or_empty(conv_grads(dy, x, weight, bias, tuple(stride), tuple(padding), need_x,
                                 need_w, need_b), x)
 

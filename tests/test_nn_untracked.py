@@ -2,7 +2,8 @@
 Function where no autograd can see the call (nn_tensors._untracked: grad mode
 off or nothing requiring grad, no forward-mode AD, no torch.func transform):
 the same results as the tracked call, against float64, and forward-mode AD
-and torch.func transforms still refused, never zero tangents."""
+and torch.func transforms still refused, never zero tangents; likewise the
+custom operators that traced calls take (primitives.nn_ops)."""
 import numpy as np
 import pytest
 import torch
@@ -66,3 +67,25 @@ def test_forward_mode_ad_still_refused():
                 torch.func.jvp(m, (x,), (t,))
             with pytest.raises(RuntimeError, match="functorch transforms"):
                 torch.func.vmap(m)(x.unsqueeze(1))
+
+
+def test_custom_operators_refuse_forward_mode_ad():
+    """torch.ops.brgemm.linear and .conv2d (what compiled models call) under
+    torch.func.jvp, jacfwd or a dual tensor: NotImplementedError naming the
+    operator, not torch's dropped (zero) tangents; outside a dual level they
+    run, vmap (torch's per-sample fallback) included."""
+    x, w, b = torch.randn(5, 8), torch.randn(4, 8), torch.randn(4)
+    xc, wc = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    lin = lambda a: torch.ops.brgemm.linear(a, w, b)  # noqa: E731
+    conv = lambda a: torch.ops.brgemm.conv2d(a, wc, None, [1, 1], [1, 1])  # noqa: E731
+    for f, a in ((lin, x), (conv, xc)):
+        with pytest.raises(NotImplementedError, match="brgemm.*forward-mode AD"):
+            torch.func.jvp(f, (a,), (torch.randn_like(a),))
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            torch.func.jacfwd(f)(a)
+        with fwAD.dual_level():
+            with pytest.raises(NotImplementedError, match="forward-mode AD"):
+                f(fwAD.make_dual(a, torch.randn_like(a)))
+    assert torch.allclose(lin(x), torch.nn.functional.linear(x, w, b), atol=1e-5)
+    assert torch.allclose(torch.func.vmap(lin)(x.unsqueeze(1)).squeeze(1), lin(x), atol=1e-6)
+    assert torch.allclose(conv(xc), torch.nn.functional.conv2d(xc, wc, padding=1), atol=1e-4)
