@@ -19,7 +19,9 @@ def _at(a):
 
 def _walkable(a, name):
     """a's strides in elements, checked: a 3-D array of 2- or 4-byte elements,
-    its last axis contiguous, no negative stride."""
+    its last axis contiguous, no negative stride. Strides no element is
+    reached by (an axis of size 1, an empty array: NumPy 2 gives new ones
+    zero strides) are taken as 0, whatever they are."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name}: expected a numpy.ndarray, got {type(a).__name__}")
     if a.ndim != 3:
@@ -28,7 +30,9 @@ def _walkable(a, name):
     item = a.itemsize
     if item != 4 and item != 2:
         raise TypeError(f"{name}: expected 2- or 4-byte elements (bf16, f32), got {a.dtype}")
-    s0, s1, s2 = a.strides
+    if not a.size:
+        return [0, 0, 1]
+    s0, s1, s2 = (s if n > 1 else 0 for s, n in zip(a.strides, a.shape))
     if s0 < 0 or s1 < 0 or s0 % item or s1 % item or (s2 != item and a.shape[2] > 1):
         raise ValueError(f"{name}: expected non-negative strides and contiguous rows, got "
                          f"strides {a.strides}")
@@ -37,7 +41,10 @@ def _walkable(a, name):
 
 def _distinct(shape, steps):
     """Whether no two elements of a view of these sizes and element strides
-    share memory (each stride past all that the smaller ones reach)."""
+    share memory (each stride past all that the smaller ones reach); an
+    empty view has none to share."""
+    if 0 in shape:
+        return True
     reach = 0
     for step, n in sorted((s, n) for s, n in zip(steps, shape) if n > 1):
         if step <= reach:
