@@ -10,6 +10,7 @@ from brgemm._layout_args import threads as _threads
 from brgemm.backend import cpu
 
 _copy, _cast = cpu.lib.brgemm_cpu_copy_windows, cpu.ffi.cast
+_TooHard = getattr(np, "exceptions", np).TooHardError  # (NumPy 1.24: np.TooHardError)
 
 
 def _at(a):
@@ -53,6 +54,18 @@ def _distinct(shape, steps):
     return True
 
 
+def _shared(out, src):
+    """Whether out and src may share an element: their bounds overlap and
+    NumPy's exact answer says so, or is too costly to find (views of one
+    buffer whose elements interleave, a row's halves, share none)."""
+    if not np.may_share_memory(out, src):
+        return False
+    try:
+        return np.shares_memory(out, src, max_work=1 << 12)
+    except _TooHard:
+        return True
+
+
 def copy_windows(src, out, threads=None):
     """out[...] = src for 3-D views (windows, rows, columns) of the same shape
     and dtype, each row contiguous: one parallel pass. out must be writeable,
@@ -63,7 +76,7 @@ def copy_windows(src, out, threads=None):
                          f"{out.shape}")
     if not out.flags.writeable or not _distinct(out.shape, o_steps):
         raise ValueError("out: expected a writeable view whose elements are distinct")
-    if np.may_share_memory(out, src):
+    if _shared(out, src):
         raise ValueError("out: overlaps src")
     count, rows, cols = src.shape
     if rows > 1 and s_steps[1] < cols:  # rows that overlap (a sliding window): walked from a copy

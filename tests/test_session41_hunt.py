@@ -47,3 +47,23 @@ def test_copy_windows_size_one_axes(rng, dtype):
     with pytest.raises(ValueError, match="src"):  # columns of size > 1 still contiguous
         copy_windows(as_strided(a, (n, rows, 2), (a.strides[0], a.strides[1], 0)),
                      np.empty((n, rows, 2), dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, brgemm.bfloat16])
+def test_copy_windows_interleaved_views(rng, dtype):
+    """src and out in one buffer, their elements apart (each row's first and
+    second half; every other window): copied, not refused as overlapping;
+    views that do share an element still are."""
+    a = _windows(rng, dtype)
+    n, rows, cols = a.shape
+    buf = np.zeros((n, rows, 2 * cols), dtype)
+    buf[:, :, :cols] = a
+    assert np.array_equal(copy_windows(buf[:, :, :cols], buf[:, :, cols:]), a)
+    assert np.array_equal(buf[:, :, :cols], a)
+    win = np.zeros((2 * n, rows, cols), dtype)
+    win[::2] = a
+    copy_windows(win[::2], win[1::2])
+    assert np.array_equal(win[1::2], a) and np.array_equal(win[::2], a)
+    if cols > 1:
+        with pytest.raises(ValueError, match="out"):
+            copy_windows(buf[:, :, :cols], buf[:, :, cols - 1:2 * cols - 1])
