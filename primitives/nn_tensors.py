@@ -49,14 +49,16 @@ def _array(t):
 
 
 def _untracked(*ts):
-    """Whether no autograd can see a call on tensors ts (None allowed): grad
-    mode off or none of them requiring grad, and neither forward-mode AD
-    (a dual level) nor a torch.func transform active. Such a call may run
+    """Whether no autograd can see a call on tensors ts (None allowed, and
+    anything else the call itself refuses by name): grad mode off or none
+    of them requiring grad, and neither forward-mode AD (a dual level) nor
+    a torch.func transform active. Such a call may run
     its primitive directly, without the autograd Function around it (some
     10 us a call: a small layer's inference costs several times its
     product); anything else keeps the Function, whose missing jvp raises
     where forward-mode AD asks for one."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in ts):
         return False
     return (getattr(_forward_ad, "_current_level", 0) < 0
             and not torch._C._are_functorch_transforms_active())

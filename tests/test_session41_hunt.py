@@ -295,3 +295,17 @@ def test_compiled_linears_train(rng):
         assert torch.allclose(loss, want, rtol=1e-4, atol=1e-6)
     for p, q in zip(ours.parameters(), ref.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_non_tensor_input_named(grad):
+    """A NumPy array or a list given to Linear or Conv2d, in grad mode and
+    under no_grad alike: a TypeError naming input (the untracked check read
+    requires_grad off it: AttributeError in grad mode)."""
+    import torch
+
+    from primitives import nn as pnn
+    for m, x in ((pnn.Linear(4, 3), np.zeros((2, 4), np.float32)), (pnn.Linear(4, 3), [1.0] * 4),
+                 (pnn.Conv2d(2, 3, 1), np.zeros((1, 2, 4, 4), np.float32))):
+        with torch.set_grad_enabled(grad), pytest.raises(TypeError, match="input"):
+            m(x)
