@@ -309,3 +309,22 @@ def test_non_tensor_input_named(grad):
                  (pnn.Conv2d(2, 3, 1), np.zeros((1, 2, 4, 4), np.float32))):
         with torch.set_grad_enabled(grad), pytest.raises(TypeError, match="input"):
             m(x)
+
+
+def test_copy_windows_native_no_windows():
+    """brgemm_cpu_copy_windows called with no windows (count 0, which its
+    checks allow): BRGEMM_OK and nothing written, not a division by zero
+    (SIGFPE) in its split of the windows among threads. In a subprocess:
+    the crash would take pytest with it."""
+    import subprocess
+    import sys
+    code = ("import numpy as np\nfrom brgemm.backend import cpu\n"
+            "a, b = np.ones(16, np.float32), np.zeros(16, np.float32)\n"
+            "p = lambda x: cpu.ffi.cast('void *', x.ctypes.data)\n"
+            "for count, rows in ((0, 2), (0, 0), (2, 0)):\n"
+            "    print(cpu.lib.brgemm_cpu_copy_windows(p(a), 4, 4, p(b), 4, 4, count, rows, 4, "
+            "4, 2))\n"
+            "print(int(b.any()))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["0", "0", "0", "0"], run

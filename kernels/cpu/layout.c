@@ -248,6 +248,7 @@ int brgemm_cpu_copy_windows(const void* src, int64_t src_step, int64_t src_ld, v
   if (!src || !dst || count < 0 || rows < 0 || cols < 0 || src_step < 0 || dst_step < 0 ||
       src_ld < cols || dst_ld < cols || (itemsize != 2 && itemsize != 4))
     return BRGEMM_EINVAL;
+  if (count == 0) return BRGEMM_OK; /* (the split below divides by it) */
   /* tasks never straddle two windows: with as many windows as threads or more,
    * the static schedule gives thread t windows t count / nt on, as a plan's
    * static schedule gives it those images (conv's tails are stored back by the
