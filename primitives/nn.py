@@ -58,7 +58,8 @@ from primitives._args import flag
 from primitives.nn_conv import Conv2d, _conv_unsupported
 from primitives.nn_lstm import LSTM, _lstm_unsupported
 from primitives.nn_tensors import (_DTYPES, _KeptCopies, _array, _autocast, _autocast_args,
-                                   _cast, _dtype, _not_traced, _tensor, _untracked)
+                                   _cast, _dtype, _graphed, _not_traced, _tensor,
+                                   _untracked)
 
 __all__ = ["Linear", "Conv2d", "LSTM", "MLP", "convert"]
 
@@ -91,9 +92,9 @@ class Linear(_KeptCopies, nn.Linear):
             return super().forward(input)
         if amp:
             args = _autocast_args(amp, *args)
-        # traced (torch.compile, torch.export): the custom operator; else the
-        # Function, or where no autograd can see the call, the product alone
-        y = (torch.ops.brgemm.linear(*args) if torch.compiler.is_compiling()
+        # traced: the custom operator; else the Function, or where no autograd
+        # can see the call, the product alone
+        y = (torch.ops.brgemm.linear(*args) if _graphed(input)
              else nn_ops.linear_rows(*args) if _untracked(*args)
              else _LinearFunction.apply(*args))
         return y.reshape(input.shape[:-1] + y.shape[-1:])

@@ -10,7 +10,7 @@ from torch.autograd.function import once_differentiable
 
 from primitives import nn_ops
 from primitives.nn_tensors import (_KeptCopies, _autocast, _autocast_args, _channels_last,
-                                   _untracked)
+                                   _graphed, _untracked)
 
 
 def _conv_padding(m):
@@ -77,10 +77,10 @@ class Conv2d(_KeptCopies, nn.Conv2d):
         if amp:
             x, weight, bias = _autocast_args(amp, x, weight, bias)
         stride, padding = tuple(self.stride), _conv_padding(self)
-        # traced (torch.compile, torch.export): the custom operator; else the
-        # Function, or where no autograd can see the call, the product alone
+        # traced: the custom operator; else the Function, or where no autograd
+        # can see the call, the product alone
         y = (torch.ops.brgemm.conv2d(x, weight, bias, list(stride), list(padding))
-             if torch.compiler.is_compiling()
+             if _graphed(input)
              else nn_ops.conv_out(x, weight, bias, stride, padding)
              if _untracked(x, weight, bias)
              else _Conv2dFunction.apply(x, weight, bias, stride, padding))

@@ -48,6 +48,14 @@ def _array(t):
     return t.numpy()
 
 
+def _graphed(t):
+    """Whether a module's call on t is being traced into a graph (torch.compile,
+    torch.export, or torch.fx.symbolic_trace, which hands forward a Proxy):
+    then it calls the custom operators (primitives.nn_ops), which a graph
+    holds as one node each."""
+    return torch.compiler.is_compiling() or isinstance(t, torch.fx.Proxy)
+
+
 def _untracked(*ts):
     """Whether no autograd can see a call on tensors ts (None allowed, and
     anything else the call itself refuses by name): grad mode off or none
@@ -117,7 +125,8 @@ def _not_traced(forward):
     call): dynamo cannot trace the primitives (NumPy, cffi) and failed inside
     its own guards on them. Costs torch._dynamo's import (about 1.5 s, which
     a torch.optim step pays anyway) and some microseconds a call. torch.export
-    can make no graph break: it is refused by name (NotImplementedError)."""
+    can make no graph break: it is refused by name (NotImplementedError), as
+    is torch.fx.symbolic_trace, which hands forward Proxies."""
     @functools.wraps(forward)
     def checked(self, *args, **kwargs):
         if torch.compiler.is_exporting():
@@ -125,6 +134,11 @@ def _not_traced(forward):
                 f"{type(self).__name__}: torch.export cannot hold this forward (it keeps "
                 f"state in the module and runs outside a graph); export Linear, Conv2d or "
                 f"MLP(fused=False) only")
+        if any(isinstance(a, torch.fx.Proxy) for a in args + tuple(kwargs.values())):
+            raise NotImplementedError(
+                f"{type(self).__name__}: torch.fx.symbolic_trace cannot trace this forward "
+                f"(it keeps state in the module); trace with a torch.fx.Tracer whose "
+                f"is_leaf_module says True for it, so the graph calls the module whole")
         return forward(self, *args, **kwargs)
     return torch.compiler.disable(checked)
 
