@@ -231,7 +231,7 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     p), each finished block of y also stored rounded into y16 (NCHW). hx: x's
     rows that many floats apart (a copy of x on whole-line rows), not HW.
     has_bias: b[k] (tensor b, f32) added to each finished block's rows.
-    tail (f32, not pairs): each image's last `tail` pixels are left out of
+    tail (f32, neither pairs nor w_t): each image's last `tail` pixels are left out of
     the pixel blocks (loops' p covers H W - tail) and computed for all images
     at once, y^t (K x N tail, tensor yt) = w @ x^t (C x N tail, tensor xt:
     image n's last pixels at columns n tail ..), so that their vectors are
@@ -254,9 +254,10 @@ def pointwise_nest(ex, loops, g, dtype, bp, plain_w=True, pairs=False, hx=None, 
     x = Layout(N=g.N, C=g.C, HW=hx or HW)
     y = Layout(N=g.N, K=g.K, HW=HW)
     per_call = blocks_per_call(g.pointwise_kb, (g.bk + bp) * g.bc, dtype)
-    if tail and pairs:
-        raise ValueError("tail: the pointwise plans in VNNI pairs compute every pixel in place")
     if tail:
+        if pairs or w_t:  # (a tail call's rows r0 on start r0 rows of plain w, not of w^T)
+            raise ValueError("tail: only the f32 forward on w computes the images' last pixels "
+                             "apart")
         xt, yt = Layout(C=g.C, J=g.N * tail), Layout(K=g.K, J=g.N * tail)
     last_p = nblocks(HW - tail, bp) - 1
 

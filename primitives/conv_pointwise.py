@@ -32,7 +32,7 @@ def pointwise(g, dtype, backend, pass_="fwd"):
         raise ValueError(f"pass_: expected 'fwd' or 'bwd', got {pass_!r}")
     if dtype != "f32" or backend != "cpu" or not g.pointwise[pass_ == "bwd"]:
         return None
-    return _pixel_block(g, pointwise_tail(g) if pass_ == "fwd" else 0)
+    return _pixel_block(g, pointwise_tail(g, pass_))
 
 
 def _pixel_block(g, tail=0):
@@ -45,18 +45,21 @@ def _pixel_block(g, tail=0):
     return pick_block(HW - tail, g.pointwise_bp, 16)  # config: the pointwise_bp target
 
 
-def pointwise_tail(g):
-    """How many of each image's last pixels the f32 pointwise plans compute
-    apart, for all images at once (conv_forward.pointwise_nest's tail): the
-    pixels past the image's last whole 16-float vector, where the config's
-    pointwise_tail says so. Each image's own would fill a vector of their
+def pointwise_tail(g, pass_="fwd", dtype="f32", pairs=False):
+    """How many of each image's last pixels the f32 pointwise forward (pass_
+    "fwd", not in VNNI pairs) computes apart, for all images at once
+    (conv_forward.pointwise_nest's tail): the pixels past the image's last
+    whole 16-float vector, where the config's pointwise_tail says so; 0 for
+    every other plan. Each image's own would fill a vector of their
     own only in part (4 lanes of 16 on 14 x 14: a 13th vector for 12.25
     vectors' work, 5-8% of the plan), where all images' together fill
     theirs (benchmarks/RESULTS.md, issue 17, forty-first session). The
     forward's plans only: backward-data's on w read transposed (a_t) ran no
     faster with it on the EPYC."""
+    if pass_ != "fwd" or dtype != "f32" or pairs or not g.pointwise_tail:
+        return 0
     HW = g.H * g.W
-    return HW % 16 if g.pointwise_tail and HW > 16 else 0
+    return HW % 16 if HW > 16 else 0
 
 
 def pointwise_rows(g):
@@ -142,7 +145,7 @@ def pointwise_plan(g, dtype, bp, plain_w=True, pairs=False, hx=None, has_bias=Fa
     _pointwise gathers and stores them). Pixel blocks outside output-channel blocks: a block of x's pixels stays in
     cache while w's rows pass (faster than NKP on every 1x1 ResNet-50 layer
     timed, most where x[n] is large: benchmarks/RESULTS.md)."""
-    tail = 0 if pairs or w_t or dtype != "f32" else pointwise_tail(g)
+    tail = pointwise_tail(g, "bwd" if w_t else "fwd", dtype, pairs)
 
     def record():
         loops = parse_spec("NPK", [Loop("n", 0, g.N, 1), Loop("k", 0, g.Kb, 1),
