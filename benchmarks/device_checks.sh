@@ -23,7 +23,9 @@
 # fc) likewise (STAGES_LIMIT s each); part "tail", benchmarks.probe_pointwise_tail
 # likewise (TAIL_LIMIT s each); part "train", python -m benchmarks train
 # (TRAIN_ARGS, e.g. --quick) eager and with --compile, likewise (TRAIN_LIMIT s
-# each).
+# each); part "variants", benchmarks.probe_config_variants with VARIANTS_ARGS
+# (--layers, --variants ..., JSON without spaces) for each pass of
+# VARIANTS_PASSES (default fwd) likewise (VARIANTS_LIMIT s each).
 set -uo pipefail
 final=${OUT:-/tmp}
 work=$(mktemp -d)
@@ -57,6 +59,12 @@ train_run() {  # the training benchmark, eager and under torch.compile
     timeout ${TRAIN_LIMIT:-120} $pin $py -m benchmarks train --threads $t ${TRAIN_ARGS:-} $c
   done
 }
+variants_run() {
+  for p in ${VARIANTS_PASSES:-fwd}; do
+    timeout ${VARIANTS_LIMIT:-90} $pin $py -m benchmarks.probe_config_variants --threads $t \
+      --pass $p ${VARIANTS_ARGS:-}
+  done
+}
 tail_run() { timeout ${TAIL_LIMIT:-60} $pin $py -m benchmarks.probe_pointwise_tail --threads $t; }
 stages_run() {
   for what in ${STAGES_WHAT:-conv fc}; do
@@ -86,6 +94,8 @@ for part in $parts; do
            at_both stages_run) ;;
     tail) (OUT=$work/tail BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            at_both tail_run) ;;
+    variants) (OUT=$work/variants BUILT=1; . benchmarks/device_setup.sh && device_onednn_setup &&
+           device_build_cpu && at_both variants_run) ;;
     train) (OUT=$work/train BUILT=1; . benchmarks/device_setup.sh && device_build_cpu &&
            at_both train_run) ;;
     functional) OUT=$work/functional BUILT=1 FUNCTIONAL_LAYOUTS=0 FUNCTIONAL_STAGES=0 \

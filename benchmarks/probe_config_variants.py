@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from benchmarks.common import interleaved_samples, paired_ratio, read_shapes, set_threads
-from benchmarks.conv import _layer as conv_layer  # the main job's layer and blocked tensors
+from benchmarks.conv import layer as conv_layer  # the main job's layer and blocked tensors
 from benchmarks.conv import layer_backward
 from primitives import conv
 
