@@ -55,7 +55,7 @@ import statistics
 import numpy as np
 
 from benchmarks.common import interleaved_samples, machine, paired_ratio, read_shapes, set_threads
-from benchmarks.conv import _layer as conv_layer
+from benchmarks.conv import layer as conv_layer
 from benchmarks.conv import layer_backward
 from benchmarks.stages import columns_backward_steps
 from brgemm.arrays import aligned_empty

@@ -29,7 +29,7 @@ import numpy as np
 from benchmarks.common import (geomean, interleaved_samples, machine, paired_ratio, quick_shapes,
                                read_shapes, set_threads, torch_threads)
 from benchmarks.conv import QUICK as CONV_QUICK
-from benchmarks.conv import _layer as conv_layer
+from benchmarks.conv import layer as conv_layer
 from benchmarks.conv import layer_backward
 from benchmarks.fc import layer as fc_layer
 from benchmarks.onednn import Job
