@@ -23,7 +23,9 @@ LSTM's two biases are summed into one, and both get its gradient. Under
 torch.compile and torch.export, Linear and Conv2d call custom operators
 (torch.library: brgemm::linear, brgemm::conv2d, primitives.nn_ops) that a
 graph holds whole; the LSTM's and fused MLP's forwards, which keep state in
-the module, are graph breaks (nn_tensors._not_traced). Under
+the module, are graph breaks (nn_tensors._not_traced). Under torch.func's
+transforms (grad, vjp, jacrev, vmap) Linear and Conv2d call the Functions of
+primitives.nn_transforms; the LSTM and the fused MLP refuse them by name. Under
 torch.autocast to bf16 the modules compute in bf16 on the cast arguments, to
 other dtypes torch's own functions run (nn_tensors._autocast). Conv2d is in
 primitives.nn_conv, the LSTM in primitives.nn_lstm.
@@ -53,7 +55,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.utils import parametrize
 
-from primitives import fc, nn_ops
+from primitives import fc, nn_ops, nn_transforms
 from primitives._args import flag
 from primitives.nn_conv import Conv2d, _conv_unsupported
 from primitives.nn_lstm import LSTM, _lstm_unsupported
@@ -92,10 +94,12 @@ class Linear(_KeptCopies, nn.Linear):
             return super().forward(input)
         if amp:
             args = _autocast_args(amp, *args)
-        # traced: the custom operator; else the Function, or where no autograd
-        # can see the call, the product alone
+        # traced: the custom operator; else the Function (under torch.func's
+        # transforms, nn_transforms'), or where no autograd can see the call,
+        # the product alone
         y = (torch.ops.brgemm.linear(*args) if _graphed(input)
              else nn_ops.linear_rows(*args) if _untracked(*args)
+             else nn_transforms.LinearFunction.apply(*args) if nn_transforms.active()
              else _LinearFunction.apply(*args))
         return y.reshape(input.shape[:-1] + y.shape[-1:])
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from primitives import nn_ops
+from primitives import nn_ops, nn_transforms
 from primitives.nn_tensors import (_KeptCopies, _autocast, _autocast_args, _channels_last,
                                    _graphed, _untracked)
 
@@ -77,12 +77,15 @@ class Conv2d(_KeptCopies, nn.Conv2d):
         if amp:
             x, weight, bias = _autocast_args(amp, x, weight, bias)
         stride, padding = tuple(self.stride), _conv_padding(self)
-        # traced: the custom operator; else the Function, or where no autograd
-        # can see the call, the product alone
+        # traced: the custom operator; else the Function (under torch.func's
+        # transforms, nn_transforms'), or where no autograd can see the call,
+        # the product alone
         y = (torch.ops.brgemm.conv2d(x, weight, bias, list(stride), list(padding))
              if _graphed(input)
              else nn_ops.conv_out(x, weight, bias, stride, padding)
              if _untracked(x, weight, bias)
+             else nn_transforms.Conv2dFunction.apply(x, weight, bias, stride, padding)
+             if nn_transforms.active()
              else _Conv2dFunction.apply(x, weight, bias, stride, padding))
         if _channels_last(x) or _channels_last(self.weight):  # as torch's conv2d answers
             y = y.contiguous(memory_format=torch.channels_last)

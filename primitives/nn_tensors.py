@@ -68,8 +68,13 @@ def _untracked(*ts):
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                        for t in ts):
         return False
-    return (getattr(_forward_ad, "_current_level", 0) < 0
-            and not torch._C._are_functorch_transforms_active())
+    return getattr(_forward_ad, "_current_level", 0) < 0 and not _transformed()
+
+
+def _transformed():
+    """Whether a torch.func transform (grad, vjp, vmap, ...) is active: its
+    tensors may be functorch's wrappers, which have no memory to view."""
+    return torch._C._are_functorch_transforms_active()
 
 
 def _tensor(a):
@@ -126,7 +131,8 @@ def _not_traced(forward):
     its own guards on them. Costs torch._dynamo's import (about 1.5 s, which
     a torch.optim step pays anyway) and some microseconds a call. torch.export
     can make no graph break: it is refused by name (NotImplementedError), as
-    is torch.fx.symbolic_trace, which hands forward Proxies."""
+    are torch.fx.symbolic_trace, which hands forward Proxies, and torch.func's
+    transforms, whose wrapped tensors the kept state cannot hold."""
     @functools.wraps(forward)
     def checked(self, *args, **kwargs):
         if torch.compiler.is_exporting():
@@ -134,6 +140,11 @@ def _not_traced(forward):
                 f"{type(self).__name__}: torch.export cannot hold this forward (it keeps "
                 f"state in the module and runs outside a graph); export Linear, Conv2d or "
                 f"MLP(fused=False) only")
+        if _transformed():
+            raise NotImplementedError(
+                f"{type(self).__name__}: torch.func transforms (grad, vjp, vmap, ...) cannot "
+                f"run this forward (it keeps state in the module); Linear, Conv2d and "
+                f"MLP(fused=False) run under them")
         if any(isinstance(a, torch.fx.Proxy) for a in args + tuple(kwargs.values())):
             raise NotImplementedError(
                 f"{type(self).__name__}: torch.fx.symbolic_trace cannot trace this forward "

@@ -1,0 +1,147 @@
+"""Linear and Conv2d under torch.func's transforms (grad, vjp, jacrev, vmap and
+their compositions: per-sample gradients as vmap(grad(...)), model ensembles
+as vmap over stacked parameters): the Functions the modules call while a
+transform is active (LinearFunction, Conv2dFunction).
+
+functorch runs a Function's forward on the tensors of the level below its
+own, and its backward on that level's gradients, which are functorch's
+wrapped tensors wherever a vmap sits below (jacrev, per-sample gradients):
+no NumPy view can be taken of those. So these backwards call the gradients
+through Functions of their own (LinearGrads, Conv2dGrads), and every one of
+them has a vmap rule, which meets plain tensors and the batch's dimensions:
+  - a forward whose weights the batch shares (vmap over inputs) runs once,
+    the batch folded into x's rows (Linear) or images (Conv2d);
+  - anything else (batched weights: ensembles; every gradient) runs once per
+    member of the batch, the results stacked.
+Forward-mode AD (jvp, jacfwd) stays refused: the Functions have no jvp.
+Gradients are not differentiable again (a grad of a grad raises)."""
+import torch
+
+from primitives import nn_ops
+from primitives.nn_tensors import _transformed as active
+
+
+def _live(ts):
+    """ts, each functorch wrapper of a transform already left (a vjp's
+    function called after vjp returned: its saved tensors) unwrapped."""
+    return [torch._C._functorch.unwrap_if_dead(t) if isinstance(t, torch.Tensor) else t
+            for t in ts]
+
+
+def _member(a, dim, i):
+    """Member i of a batched tensor; anything else as it is (a tuple argument
+    such as a stride has a tuple of None dimensions)."""
+    return a.select(dim, i) if isinstance(a, torch.Tensor) and isinstance(dim, int) else a
+
+
+def per_member(apply, info, in_dims, args):
+    """vmap's rule for any Function: apply(*member's args) for each member of
+    the batch, its tensors stacked on dimension 0 (non-tensors passed as they
+    are, dimension None)."""
+    outs = [apply(*(_member(a, d, i) for a, d in zip(args, in_dims)))
+            for i in range(info.batch_size)]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
+
+
+def _not_twice(what):
+    raise RuntimeError(f"primitives.nn: {what}'s gradients are not differentiable again "
+                       f"(once_differentiable): no create_graph=True, no grad of grad")
+
+
+def _grads_function(what, grads):
+    """A Function computing `grads` (nn_ops.linear_grads or conv_grads: dy, x,
+    weight, bias, the rest, need_x, need_w, need_b) as (dx, dW, db), an empty
+    tensor for each gradient not needed: what the module's backward calls
+    under a transform. Not differentiable again; vmap: per member."""
+    class Grads(torch.autograd.Function):
+        @staticmethod
+        def forward(*args):
+            return nn_ops._or_empty(grads(*args), args[1])  # (a Function returns tensors)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, *dgrads):
+            _not_twice(what)
+
+        @staticmethod
+        def vmap(info, in_dims, *args):
+            return per_member(Grads.apply, info, in_dims, args)
+    Grads.__name__ = Grads.__qualname__ = f"{what}Grads"
+    return Grads
+
+
+LinearGrads = _grads_function("Linear", nn_ops.linear_grads)
+Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads)
+
+
+def _backward(ctx, dy, grads, function):
+    """A module's gradients for autograd (ctx: nn_ops._save's): through
+    `function` (LinearGrads, Conv2dGrads) under a transform, `grads` directly
+    where the transform is gone (vjp's function, called after vjp returned).
+    Not once_differentiable: a grad of these gradients (a nested grad) must
+    reach the Grads Function's refusal, where once_differentiable's check
+    let functorch answer zeros."""
+    x, weight, bias = ctx.saved_tensors
+    args = (*ctx.rest, *ctx.needs_input_grad[:3])
+    if not active():
+        return nn_ops._grads(ctx, grads(*_live((dy, x, weight, bias)), *args))
+    return nn_ops._grads(ctx, function.apply(dy, x, weight, bias, *args))
+
+
+def _shared_weights(in_dims):
+    """Whether vmap batches x alone (the weights and bias the same for all)."""
+    return in_dims[0] is not None and in_dims[1] is None and in_dims[2] is None
+
+
+class LinearFunction(torch.autograd.Function):
+    """Linear's Function under a transform (nn._LinearFunction's eager twin:
+    the same rows, nn_ops.linear_rows; torch binds a new-style Function's
+    arguments by inspect.signature on every apply, some 25 us, so eager calls
+    keep the other). vmap: shared weights, one call on every member's rows."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        return nn_ops.linear_rows(x, weight, bias)
+
+    setup_context = staticmethod(nn_ops._save)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _backward(ctx, dy, nn_ops.linear_grads, LinearGrads)
+
+    @staticmethod
+    def vmap(info, in_dims, x, weight, bias):
+        if _shared_weights(in_dims):
+            y = LinearFunction.apply(x.movedim(in_dims[0], 0), weight, bias)
+            return y.reshape(info.batch_size, -1, y.shape[-1]), 0
+        return per_member(LinearFunction.apply, info, in_dims, (x, weight, bias))
+
+
+class Conv2dFunction(torch.autograd.Function):
+    """Conv2d's Function under a transform (nn_conv._Conv2dFunction's twin:
+    nn_ops.conv_out on x [N, C, H, W]). vmap: shared weights, one call on
+    all members' images."""
+
+    @staticmethod
+    def forward(x, weight, bias, stride, padding):
+        return nn_ops.conv_out(x, weight, bias, stride, padding)
+
+    setup_context = staticmethod(nn_ops._save)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _backward(ctx, dy, nn_ops.conv_grads, Conv2dGrads)
+
+    @staticmethod
+    def vmap(info, in_dims, x, weight, bias, stride, padding):
+        if _shared_weights(in_dims):
+            xs = x.movedim(in_dims[0], 0)
+            y = Conv2dFunction.apply(xs.reshape((-1,) + xs.shape[2:]), weight, bias, stride,
+                                     padding)
+            return y.reshape(xs.shape[:2] + y.shape[1:]), 0
+        return per_member(Conv2dFunction.apply, info, in_dims, (x, weight, bias, stride, padding))
