@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -47,14 +48,24 @@ def aligned_empty(shape, dtype, align=64):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+# Recycler's bounds, per pool and thread: arrays of this many (name, shape,
+# dtype) keys at most, and past the newest, no more bytes than this (the arrays
+# a caller let go of; in training most of them are alive in autograd anyway)
+RECYCLED_ARRAYS = 16
+RECYCLED_BYTES = 64 << 20
+
+
 class Recycler:
     """Result arrays that are reused once their callers have let go of them.
 
     A primitive returns new arrays; a fresh large one costs a page fault per
     page on first write, as much as the copy into it. `empty(name, ...)` gives back the array it handed
-    out last under `name` if nothing else refers to it any more -- no result
+    out last under that name, shape and dtype if nothing else refers to it any more -- no result
     the caller still holds, nor any view of it, is ever written -- else a new
-    one. Each starts on a 64-byte line (aligned_empty): NumPy starts large
+    one. Keyed by shape too, so that the layers of a model, whose results share
+    a name, each find their own (one array per name ping-ponged between shapes
+    and was made anew on every call); at most RECYCLED_ARRAYS keys, the least
+    recently used going first, and RECYCLED_BYTES past the newest. Each starts on a 64-byte line (aligned_empty): NumPy starts large
     arrays 16 or 48 bytes past one, and a plan's parallel tasks that write
     neighbouring column blocks of a plain result would then share the lines
     where their row segments meet, which bounce between cores (fc's forward
@@ -65,20 +76,34 @@ class Recycler:
         self._local = threading.local()
 
     def empty(self, name, shape, dtype):
-        pool = self._local.__dict__.setdefault("pool", {})
-        held = pool.get(name)
+        pool = self._local.__dict__.get("pool")
+        if pool is None:
+            pool = self._local.pool = OrderedDict()
+        shape, dtype = tuple(shape), np.dtype(dtype)
+        key = (name, shape, dtype)
+        held = pool.get(key)
         if held is not None:
             raw, out = held
             # the array is a view of `raw`, which owns the memory, and NumPy points
             # every view of it at `raw` too: references to `out` are the pool's
             # tuple, `out` and getrefcount's argument; to `raw` the tuple, out.base,
             # `raw` and the argument. One more anywhere: the caller holds it
-            if (out.shape == tuple(shape) and out.dtype == dtype
-                    and sys.getrefcount(out) == 3 and sys.getrefcount(raw) == 4):
+            if sys.getrefcount(out) == 3 and sys.getrefcount(raw) == 4:
+                pool.move_to_end(key)
                 return poison(out)
         out = aligned_empty(shape, dtype)  # NaN-filled in check mode
-        pool[name] = (out.base, out)
+        pool[key] = (out.base, out)
+        pool.move_to_end(key)
+        _trim(pool)
         return out
+
+
+def _trim(pool):
+    """A Recycler's pool within its bounds: the least recently used go first."""
+    nbytes = sum(out.nbytes for _, out in pool.values())
+    while len(pool) > 1 and (len(pool) > RECYCLED_ARRAYS or nbytes > RECYCLED_BYTES):
+        _, (_, out) = pool.popitem(last=False)
+        nbytes -= out.nbytes
 
 
 class Buffers:

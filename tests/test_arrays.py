@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import brgemm
+from brgemm import arrays
 from brgemm.arrays import Recycler
 from brgemm.layouts import from_blocks, to_blocks
 
@@ -33,6 +34,37 @@ def test_recycler_reuses_only_released_results():
     assert not np.shares_memory(f, e) and f.ctypes.data % 64 == 0
     assert pool.empty("y", (4, 6), np.float32).shape == (4, 6)   # other shape: new
     assert pool.empty("y", (4, 6), np.float64).dtype == np.float64
+
+
+def test_recycler_keeps_an_array_per_shape(rng):
+    """Layers of several shapes under one name (a model's layers' "y") each get
+    their own array back once released: one array per name was made anew on
+    every call where two shapes took turns. At most RECYCLED_ARRAYS keys, the
+    least recently used dropped first, and past the newest no more than
+    RECYCLED_BYTES kept."""
+    pool = Recycler()
+    shapes = [tuple(int(v) for v in rng.integers(1, 9, 2)) for _ in range(5)]
+    shapes = list(dict.fromkeys(shapes))  # distinct
+    first = {s: pool.empty("y", s, np.float32).ctypes.data for s in shapes}
+    for _ in range(3):
+        for s in shapes:  # each released at once: its own memory comes back
+            assert pool.empty("y", s, np.float32).ctypes.data == first[s]
+    held = [pool.empty("y", s, np.float32) for s in shapes]
+    assert len({a.ctypes.data for a in held}) == len(shapes)
+    assert all(pool.empty("y", s, np.float32) is not a for s, a in zip(shapes, held))
+    n = arrays.RECYCLED_ARRAYS
+    many = Recycler()
+    addresses = [many.empty("y", (1, i + 1), np.float32).ctypes.data for i in range(n + 1)]
+    assert many.empty("y", (1, n + 1), np.float32).ctypes.data == addresses[-1]
+    assert len(many._local.pool) == n  # (1, 1), the least recently used, went
+    big = Recycler()
+    side = int((arrays.RECYCLED_BYTES // 4) ** 0.5) + 1  # one array past the bound
+    a = big.empty("y", (side, side), np.float32)
+    address = a.ctypes.data
+    del a
+    assert big.empty("y", (side, side), np.float32).ctypes.data == address  # the newest stays
+    big.empty("y", (2, 2), np.float32)
+    assert list(k[1] for k in big._local.pool) == [(2, 2)]  # the big one went
 
 
 def test_from_blocks_into_out(rng):
