@@ -11,7 +11,6 @@ import math
 import os
 import sys
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -78,7 +77,7 @@ class Recycler:
     def empty(self, name, shape, dtype):
         pool = self._local.__dict__.get("pool")
         if pool is None:
-            pool = self._local.pool = OrderedDict()
+            pool = self._local.pool = LRU(RECYCLED_ARRAYS)
         shape, dtype = tuple(shape), np.dtype(dtype)
         key = (name, shape, dtype)
         held = pool.get(key)
@@ -89,20 +88,22 @@ class Recycler:
             # tuple, `out` and getrefcount's argument; to `raw` the tuple, out.base,
             # `raw` and the argument. One more anywhere: the caller holds it
             if sys.getrefcount(out) == 3 and sys.getrefcount(raw) == 4:
-                pool.move_to_end(key)
                 return poison(out)
         out = aligned_empty(shape, dtype)  # NaN-filled in check mode
-        pool[key] = (out.base, out)
-        pool.move_to_end(key)
-        _trim(pool)
+        pool.put(key, (out.base, out))
+        _trim(pool, key)
         return out
 
 
-def _trim(pool):
-    """A Recycler's pool within its bounds: the least recently used go first."""
-    nbytes = sum(out.nbytes for _, out in pool.values())
-    while len(pool) > 1 and (len(pool) > RECYCLED_ARRAYS or nbytes > RECYCLED_BYTES):
-        _, (_, out) = pool.popitem(last=False)
+def _trim(pool, newest):
+    """A Recycler's pool within RECYCLED_BYTES, the least recently used going
+    first, the newest key kept (the LRU bounds the count)."""
+    entries = pool.items()  # least recently used first
+    nbytes = sum(out.nbytes for _, (_, out) in entries)
+    for key, (_, out) in entries:
+        if nbytes <= RECYCLED_BYTES or key == newest:
+            break
+        pool.pop(key)
         nbytes -= out.nbytes
 
 

@@ -60,6 +60,8 @@ for s in fresh(1, 48, 300):  # fill every cache past its bound
     one_shot(*s)
 for s in fresh(48, 96, 400):
     linear(*s)
+for s in fresh(190, 200, 40):  # the result pools full of arrays as large as any below
+    linear(*s)
 for s in range(4, 200):
     strided(s)
 marks, calls = [rss_mb()], 0
