@@ -29,20 +29,25 @@ def _live(ts):
 
 
 def _member(a, dim, i):
-    """Member i of a batched tensor; anything else as it is (a tuple argument
-    such as a stride has a tuple of None dimensions)."""
-    return a.select(dim, i) if isinstance(a, torch.Tensor) and isinstance(dim, int) else a
+    """Member i of a batched tensor (of an empty batch: zeros of a member's
+    shape); anything else as it is (a tuple argument such as a stride has a
+    tuple of None dimensions)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(dim, int)):
+        return a
+    return a.select(dim, i) if a.shape[dim] else a.new_zeros(a.shape[:dim] + a.shape[dim + 1:])
 
 
 def per_member(apply, info, in_dims, args):
     """vmap's rule for any Function: apply(*member's args) for each member of
     the batch, its tensors stacked on dimension 0 (non-tensors passed as they
-    are, dimension None)."""
-    outs = [apply(*(_member(a, d, i) for a, d in zip(args, in_dims)))
-            for i in range(info.batch_size)]
+    are, dimension None). An empty batch (vmap over size 0, as torch's own
+    operators take) runs one member of zeros: its results' shapes give the
+    empty stack's."""
+    n = info.batch_size
+    outs = [apply(*(_member(a, d, i) for a, d in zip(args, in_dims))) for i in range(max(n, 1))]
     if isinstance(outs[0], tuple):
-        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
-    return torch.stack(outs), 0
+        return tuple(torch.stack(o)[:n] for o in zip(*outs)), (0,) * len(outs[0])
+    return torch.stack(outs)[:n], 0
 
 
 def _not_twice(what):
@@ -117,8 +122,10 @@ class LinearFunction(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, x, weight, bias):
         if _shared_weights(in_dims):
-            y = LinearFunction.apply(x.movedim(in_dims[0], 0), weight, bias)
-            return y.reshape(info.batch_size, -1, y.shape[-1]), 0
+            xs = x.movedim(in_dims[0], 0)
+            y = LinearFunction.apply(xs, weight, bias)
+            # (each member's rows counted: -1 is ambiguous where y is empty)
+            return y.reshape(info.batch_size, xs.shape[1:-1].numel(), y.shape[-1]), 0
         return per_member(LinearFunction.apply, info, in_dims, (x, weight, bias))
 
 

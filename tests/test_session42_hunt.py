@@ -1,0 +1,97 @@
+"""Hunting defects in primitives.nn under torch.func's transforms and in the
+Recycler's pool (session 42): every case against float64 torch.nn.functional
+on random shapes (seeds printed by the rng fixture), bounded by 1e-5 of the
+same computation on absolute values (each element's sum of |terms|)."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+from torch.func import functional_call, grad, vmap
+
+from nn_support import assert_close, gen, rand  # noqa: F401 (gen: a fixture)
+from primitives import nn as pnn
+
+torch.set_num_threads(1)
+REL = 1e-5
+F = torch.nn.functional
+
+
+def _check(name, got, run, *args):
+    """got against run(*args) in float64, bounded by run on |args|."""
+    want = run(*(a.double() for a in args))
+    mag = run(*(a.double().abs() for a in args))
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
+    assert_close(name, got, want, REL * mag + 1e-30)
+
+
+def _linear(rng, gen, K=None):
+    C = int(rng.integers(1, 20))
+    K = int(rng.integers(1, 20)) if K is None else K
+    m = pnn.Linear(C, K, bias=bool(rng.integers(2)))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(rand(gen, *p.shape))
+    print("linear", m)
+    return m
+
+
+def _conv(rng, gen):
+    C, K, R = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    st, pd = int(rng.integers(1, 3)), int(rng.integers(0, 2))
+    m = pnn.Conv2d(C, K, R, stride=st, padding=pd, bias=bool(rng.integers(2)))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(rand(gen, *p.shape))
+    H, W = (int(v) for v in rng.integers(R, R + 5, 2))
+    print("conv", m, "image", (C, H, W))
+    return m, (C, H, W)
+
+
+def _ref(m):
+    """m's float64 functional form f(x, weight, bias)."""
+    if isinstance(m, pnn.Conv2d):
+        return lambda x, w, b=None: F.conv2d(x, w, b, m.stride, m.padding)
+    return lambda x, w, b=None: F.linear(x, w, b)
+
+
+def _wb(m):
+    return [p.detach() for p in (m.weight, m.bias) if p is not None]
+
+
+# ---------------------------------------------------------------- empty batches
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_empty_batch_under_vmap(rng, gen, kind):
+    """vmap over a batch of size 0 (torch's own modules take it): the forward
+    over inputs and over stacked parameters, and per-sample gradients, come
+    back empty of the right shape, not a reshape error or an IndexError."""
+    if kind == "linear":
+        m = _linear(rng, gen)
+        shape = (int(rng.integers(1, 4)), m.in_features)
+    else:
+        m, image = _conv(rng, gen)
+        shape = image
+    ref, wb = _ref(m), _wb(m)
+    x0 = rand(gen, 0, *shape)
+    # (torch's own conv2d under vmap answers [0, 0, K, P, Q] here: a member's shape instead)
+    one = ref(torch.zeros(shape, dtype=torch.float64), *(p.double() for p in wb))
+    assert vmap(m)(x0).shape == (0,) + one.shape
+    g = vmap(grad(lambda x: m(x).pow(2).sum()))(x0)
+    assert g.shape == x0.shape
+    p = {k: v.detach() for k, v in m.named_parameters()}
+    gp = vmap(grad(lambda p, x: functional_call(m, p, (x,)).sum()), in_dims=(None, 0))(p, x0)
+    assert all(gp[k].shape == (0,) + v.shape for k, v in p.items())
+    ens = {k: v.new_zeros((0,) + v.shape) for k, v in p.items()}
+    x = rand(gen, *shape)
+    y = vmap(lambda p: functional_call(m, p, (x,)))(ens)
+    assert y.shape == (0,) + ref(x.double(), *(q.double() for q in wb)).shape
+
+
+def test_linear_without_outputs_under_vmap(rng, gen):
+    """Linear(C, 0) (legal in torch) under vmap: an empty [B, ..., 0], not an
+    ambiguous reshape."""
+    m = _linear(rng, gen, K=0)
+    B = int(rng.integers(1, 5))
+    x = rand(gen, B, int(rng.integers(1, 4)), m.in_features)
+    _check("vmap Linear(C, 0)", vmap(m)(x), lambda x, *wb: F.linear(x, *wb), x, *_wb(m))
