@@ -10,7 +10,7 @@ from torch.autograd.function import once_differentiable
 
 from primitives import nn_ops, nn_transforms
 from primitives.nn_tensors import (_KeptCopies, _autocast, _autocast_args, _channels_last,
-                                   _graphed, _untracked)
+                                   _graphed, _untracked, _vmapped)
 
 
 def _conv_padding(m):
@@ -87,6 +87,9 @@ class Conv2d(_KeptCopies, nn.Conv2d):
              else nn_transforms.Conv2dFunction.apply(x, weight, bias, stride, padding)
              if nn_transforms.active()
              else _Conv2dFunction.apply(x, weight, bias, stride, padding))
-        if _channels_last(x) or _channels_last(self.weight):  # as torch's conv2d answers
+        # as torch's conv2d answers; not under vmap (at any level), where torch
+        # can neither query nor set a member's memory format (NYI: it raised
+        # on channels-last inputs or weights, and inputs batched inside)
+        if not _vmapped() and (_channels_last(x) or _channels_last(self.weight)):
             y = y.contiguous(memory_format=torch.channels_last)
         return y.squeeze(0) if unbatched else y

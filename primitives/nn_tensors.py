@@ -8,6 +8,7 @@ import functools
 
 import numpy as np
 import torch
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch.autograd import forward_ad as _forward_ad
 
 from brgemm import dtypes
@@ -75,6 +76,12 @@ def _transformed():
     """Whether a torch.func transform (grad, vjp, vmap, ...) is active: its
     tensors may be functorch's wrappers, which have no memory to view."""
     return torch._C._are_functorch_transforms_active()
+
+
+def _vmapped():
+    """Whether a torch.func.vmap is active, at any level of the transforms."""
+    return any(i.key() == torch._C._functorch.TransformType.Vmap
+               for i in retrieve_all_functorch_interpreters())
 
 
 def _tensor(a):
