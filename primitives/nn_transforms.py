@@ -84,18 +84,18 @@ LinearGrads = _grads_function("Linear", nn_ops.linear_grads)
 Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads)
 
 
-def _backward(ctx, dy, grads, function):
+def _backward(ctx, dy, function):
     """A module's gradients for autograd (ctx: nn_ops._save's): through
-    `function` (LinearGrads, Conv2dGrads) under a transform, `grads` directly
-    where the transform is gone (vjp's function, called after vjp returned).
-    Not once_differentiable: a grad of these gradients (a nested grad) must
-    reach the Grads Function's refusal, where once_differentiable's check
-    let functorch answer zeros."""
-    x, weight, bias = ctx.saved_tensors
+    `function` (LinearGrads, Conv2dGrads), also where the transform is gone
+    (vjp's function, called after vjp returned: the saved tensors unwrapped),
+    so that a cotangent requiring grad meets the refusal too (computed
+    directly, its derivative was silently dropped). Not once_differentiable:
+    a grad of these gradients (a nested grad) must reach the Grads
+    Function's refusal, where once_differentiable's check let functorch
+    answer zeros."""
+    tensors = (dy, *ctx.saved_tensors)
     args = (*ctx.rest, *ctx.needs_input_grad[:3])
-    if not active():
-        return nn_ops._grads(ctx, grads(*_live((dy, x, weight, bias)), *args))
-    return nn_ops._grads(ctx, function.apply(dy, x, weight, bias, *args))
+    return nn_ops._grads(ctx, function.apply(*(tensors if active() else _live(tensors)), *args))
 
 
 def _shared_weights(in_dims):
@@ -117,7 +117,7 @@ class LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        return _backward(ctx, dy, nn_ops.linear_grads, LinearGrads)
+        return _backward(ctx, dy, LinearGrads)
 
     @staticmethod
     def vmap(info, in_dims, x, weight, bias):
@@ -142,7 +142,7 @@ class Conv2dFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        return _backward(ctx, dy, nn_ops.conv_grads, Conv2dGrads)
+        return _backward(ctx, dy, Conv2dGrads)
 
     @staticmethod
     def vmap(info, in_dims, x, weight, bias, stride, padding):

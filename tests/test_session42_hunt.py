@@ -119,3 +119,30 @@ def test_conv_channels_last_and_strided_under_vmap(rng, gen):
     mag = vmap(grad(lambda x: ref(x, *(p.double().abs() for p in wb)).pow(2).sum()))(
         xs.double().abs())
     assert_close("vmap(grad), channels-last", g, want, 10 * REL * mag + 1e-30)
+
+
+# ---------------------------------------------------------------- vjp's function, called later
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_vjp_function_after_vjp_returned(rng, gen, kind):
+    """vjp's function called after vjp returned: right gradients (also under a
+    vmap of its own: a Jacobian's rows), and with a cotangent that requires
+    grad, a backward through it raises as a grad of a grad does (the
+    cotangent's derivative was silently dropped: c.grad lacked W's part)."""
+    if kind == "linear":
+        m = _linear(rng, gen)
+        x = rand(gen, int(rng.integers(1, 4)), m.in_features)
+    else:
+        m, image = _conv(rng, gen)
+        x = rand(gen, int(rng.integers(1, 3)), *image)
+    ref, wb = _ref(m), _wb(m)
+    y, fn = torch.func.vjp(m, x)
+    B = int(rng.integers(1, 4))
+    cs = rand(gen, B, *y.shape)
+    want = lambda c, x, *wb: vmap(  # noqa: E731
+        lambda c: torch.func.vjp(lambda x: ref(x, *wb), x)[1](c)[0])(c)
+    _check("vjp fn after, c[0]", fn(cs[0])[0], lambda *a: want(*a)[0], cs[:1], x, *wb)
+    _check("vmap(vjp fn) after", vmap(fn)(cs)[0], want, cs, x, *wb)
+    c = cs[0].clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="not differentiable again"):
+        (fn(c)[0].sum() + c.sum()).backward()
