@@ -146,7 +146,8 @@ class Conv2dFunction(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, x, weight, bias, stride, padding):
-        if _shared_weights(in_dims):
+        # (members not [N, C, H, W]: per member, so that the error names a member's shape)
+        if _shared_weights(in_dims) and x.dim() == 5:
             xs = x.movedim(in_dims[0], 0)
             y = Conv2dFunction.apply(xs.reshape((-1,) + xs.shape[2:]), weight, bias, stride,
                                      padding)

@@ -146,3 +146,12 @@ def test_vjp_function_after_vjp_returned(rng, gen, kind):
     c = cs[0].clone().requires_grad_()
     with pytest.raises(RuntimeError, match="not differentiable again"):
         (fn(c)[0].sum() + c.sum()).backward()
+
+
+def test_conv_wrong_member_shape_under_vmap(rng, gen):
+    """A member of the wrong rank under vmap: the ValueError names the member's
+    shape, not that of the batch folded into one (an (B*H, W) nobody passed)."""
+    m, (C, H, W) = _conv(rng, gen)
+    B = int(rng.integers(1, 4))
+    with pytest.raises(ValueError, match=rf"got \({H}, {W}\)"):
+        vmap(m)(rand(gen, B, H, W))
