@@ -155,3 +155,49 @@ def test_conv_wrong_member_shape_under_vmap(rng, gen):
     B = int(rng.integers(1, 4))
     with pytest.raises(ValueError, match=rf"got \({H}, {W}\)"):
         vmap(m)(rand(gen, B, H, W))
+
+
+# ---------------------------------------------------------------- the Recycler
+
+def _values(h):
+    """A copy of h's values (a NumPy array or a torch tensor)."""
+    return h.numpy().copy() if isinstance(h, torch.Tensor) else h.copy()
+
+
+def test_recycler_across_threads_views_and_dtypes(rng):
+    """Threads each with their own pool, results kept through torch views and
+    handed between threads, one name under two dtypes: no array still
+    reachable is handed out again (its contents would change under the
+    holder), and in check mode a hand-out comes NaN-filled."""
+    from brgemm import arrays
+    pool = arrays.Recycler()
+    shape = tuple(int(v) for v in rng.integers(1, 9, 2))
+    kept, errors = [], []
+
+    def work(seed):
+        r = np.random.default_rng(seed)
+        mine = []
+        for i in range(40):
+            dtype = (np.float32, np.float64)[int(r.integers(2))]
+            a = pool.empty("y", shape, dtype)
+            if arrays.CHECK and not np.isnan(a).all():
+                errors.append("not NaN-filled")
+            a[:] = r.standard_normal(shape)
+            held = torch.from_numpy(a)[1:] if i % 2 else a.reshape(-1)[::2]
+            mine.append((held, _values(held)))
+            if i % 5 == 0:
+                kept.append(mine.pop(0))  # handed to the main thread
+            if len(mine) > 3:
+                mine.pop(0)
+            for h, want in mine:
+                if not np.array_equal(_values(h), want):
+                    errors.append("a held result was overwritten")
+    threads = [threading.Thread(target=work, args=(int(rng.integers(1 << 30)),))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    for h, want in kept:
+        np.testing.assert_array_equal(_values(h), want)
