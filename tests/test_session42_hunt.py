@@ -2,8 +2,6 @@
 Recycler's pool (session 42): every case against float64 torch.nn.functional
 on random shapes (seeds printed by the rng fixture), bounded by 1e-5 of the
 same computation on absolute values (each element's sum of |terms|)."""
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -192,12 +190,9 @@ def test_recycler_across_threads_views_and_dtypes(rng):
             for h, want in mine:
                 if not np.array_equal(_values(h), want):
                     errors.append("a held result was overwritten")
-    threads = [threading.Thread(target=work, args=(int(rng.integers(1 << 30)),))
-               for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(3) as ex:  # (each worker thread: a pool of its own)
+        list(ex.map(work, rng.integers(1 << 30, size=3).tolist()))
     assert not errors, errors[:3]
     for h, want in kept:
         np.testing.assert_array_equal(_values(h), want)
