@@ -80,8 +80,8 @@ def _transformed():
 
 def _vmapped():
     """Whether a torch.func.vmap is active, at any level of the transforms."""
-    return any(i.key() == torch._C._functorch.TransformType.Vmap
-               for i in retrieve_all_functorch_interpreters())
+    return _transformed() and any(i.key() == torch._C._functorch.TransformType.Vmap
+                                  for i in retrieve_all_functorch_interpreters())
 
 
 def _tensor(a):

@@ -19,6 +19,7 @@ import torch
 
 from primitives import nn_ops
 from primitives.nn_tensors import _transformed as active
+from primitives.nn_tensors import _untracked
 
 
 def _live(ts):
@@ -37,13 +38,18 @@ def _member(a, dim, i):
     return a.select(dim, i) if a.shape[dim] else a.new_zeros(a.shape[:dim] + a.shape[dim + 1:])
 
 
-def per_member(apply, info, in_dims, args):
+def per_member(apply, info, in_dims, args, direct=None):
     """vmap's rule for any Function: apply(*member's args) for each member of
     the batch, its tensors stacked on dimension 0 (non-tensors passed as they
-    are, dimension None). An empty batch (vmap over size 0, as torch's own
-    operators take) runs one member of zeros: its results' shapes give the
-    empty stack's."""
+    are, dimension None); direct(*member's args) instead where no autograd
+    nor transform can see the members (nn_tensors._untracked: the usual case
+    under vmap(grad), whose grad sits above), which spares each member
+    torch's argument binding of a Function's apply. An empty batch (vmap over
+    size 0, as torch's own operators take) runs one member of zeros: its
+    results' shapes give the empty stack's."""
     n = info.batch_size
+    if direct is not None and _untracked(*(a for a in args if isinstance(a, torch.Tensor))):
+        apply = direct
     outs = [apply(*(_member(a, d, i) for a, d in zip(args, in_dims))) for i in range(max(n, 1))]
     if isinstance(outs[0], tuple):
         return tuple(torch.stack(o)[:n] for o in zip(*outs)), (0,) * len(outs[0])
@@ -75,7 +81,7 @@ def _grads_function(what, grads):
 
         @staticmethod
         def vmap(info, in_dims, *args):
-            return per_member(Grads.apply, info, in_dims, args)
+            return per_member(Grads.apply, info, in_dims, args, direct=Grads.forward)
     Grads.__name__ = Grads.__qualname__ = f"{what}Grads"
     return Grads
 
@@ -126,7 +132,8 @@ class LinearFunction(torch.autograd.Function):
             y = LinearFunction.apply(xs, weight, bias)
             # (each member's rows counted: -1 is ambiguous where y is empty)
             return y.reshape(info.batch_size, xs.shape[1:-1].numel(), y.shape[-1]), 0
-        return per_member(LinearFunction.apply, info, in_dims, (x, weight, bias))
+        return per_member(LinearFunction.apply, info, in_dims, (x, weight, bias),
+                          direct=nn_ops.linear_rows)
 
 
 class Conv2dFunction(torch.autograd.Function):
@@ -152,4 +159,5 @@ class Conv2dFunction(torch.autograd.Function):
             y = Conv2dFunction.apply(xs.reshape((-1,) + xs.shape[2:]), weight, bias, stride,
                                      padding)
             return y.reshape(xs.shape[:2] + y.shape[1:]), 0
-        return per_member(Conv2dFunction.apply, info, in_dims, (x, weight, bias, stride, padding))
+        return per_member(Conv2dFunction.apply, info, in_dims, (x, weight, bias, stride, padding),
+                          direct=nn_ops.conv_out)
