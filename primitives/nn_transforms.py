@@ -38,6 +38,12 @@ def _member(a, dim, i):
     return a.select(dim, i) if a.shape[dim] else a.new_zeros(a.shape[:dim] + a.shape[dim + 1:])
 
 
+def _runner(apply, direct, args):
+    """direct where it may stand in for apply (per_member), else apply."""
+    tensors = (a for a in args if isinstance(a, torch.Tensor))
+    return direct if direct is not None and _untracked(*tensors) else apply
+
+
 def per_member(apply, info, in_dims, args, direct=None):
     """vmap's rule for any Function: apply(*member's args) for each member of
     the batch, its tensors stacked on dimension 0 (non-tensors passed as they
@@ -48,8 +54,7 @@ def per_member(apply, info, in_dims, args, direct=None):
     size 0, as torch's own operators take) runs one member of zeros: its
     results' shapes give the empty stack's."""
     n = info.batch_size
-    if direct is not None and _untracked(*(a for a in args if isinstance(a, torch.Tensor))):
-        apply = direct
+    apply = _runner(apply, direct, args)
     outs = [apply(*(_member(a, d, i) for a, d in zip(args, in_dims))) for i in range(max(n, 1))]
     if isinstance(outs[0], tuple):
         return tuple(torch.stack(o)[:n] for o in zip(*outs)), (0,) * len(outs[0])
@@ -61,11 +66,23 @@ def _not_twice(what):
                        f"(once_differentiable): no create_graph=True, no grad of grad")
 
 
-def _grads_function(what, grads):
+def _folded_dx(apply, info, in_dims, args, fold):
+    """dx of every member of the batch in one call (the weights shared): dy's
+    and x's batch folded into the primitive's rows or images by fold, then
+    unfolded."""
+    dy, x = (t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)
+             for t, d in zip(args[:2], in_dims[:2]))
+    return apply(fold(dy), fold(x), *args[2:-3], True, False, False)[0].reshape(x.shape)
+
+
+def _grads_function(what, grads, fold):
     """A Function computing `grads` (nn_ops.linear_grads or conv_grads: dy, x,
     weight, bias, the rest, need_x, need_w, need_b) as (dx, dW, db), an empty
     tensor for each gradient not needed: what the module's backward calls
-    under a transform. Not differentiable again; vmap: per member."""
+    under a transform. Not differentiable again. vmap: where the batch
+    shares the weights (per-sample gradients, jacrev), dx in one call on
+    the folded batch (fold: a batch of dy or x as one of the primitive's),
+    dW and db per member (each member's own product); else all per member."""
     class Grads(torch.autograd.Function):
         @staticmethod
         def forward(*args):
@@ -81,13 +98,24 @@ def _grads_function(what, grads):
 
         @staticmethod
         def vmap(info, in_dims, *args):
-            return per_member(Grads.apply, info, in_dims, args, direct=Grads.forward)
+            if not (args[-3] and info.batch_size and in_dims[0] is not None
+                    and in_dims[2] is None and in_dims[3] is None):
+                return per_member(Grads.apply, info, in_dims, args, direct=Grads.forward)
+            dx = _folded_dx(_runner(Grads.apply, Grads.forward, args), info, in_dims, args, fold)
+            if not (args[-2] or args[-1]):  # (jacrev by x: nothing per member)
+                none = dx.new_empty(info.batch_size, 0)
+                return (dx, none, none), (0, 0, 0)
+            (_, dw, db), dims = per_member(Grads.apply, info, in_dims,
+                                           args[:-3] + (False,) + args[-2:], direct=Grads.forward)
+            return (dx, dw, db), dims
     Grads.__name__ = Grads.__qualname__ = f"{what}Grads"
     return Grads
 
 
-LinearGrads = _grads_function("Linear", nn_ops.linear_grads)
-Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads)
+LinearGrads = _grads_function("Linear", nn_ops.linear_grads,
+                               lambda t: t.reshape(-1, t.shape[-1]))  # members' rows
+Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads,
+                              lambda t: t.reshape((-1,) + t.shape[2:]))  # members' images
 
 
 def _backward(ctx, dy, function):
