@@ -10,9 +10,10 @@ no NumPy view can be taken of those. So these backwards call the gradients
 through Functions of their own (LinearGrads, Conv2dGrads), and every one of
 them has a vmap rule, which meets plain tensors and the batch's dimensions:
   - a forward whose weights the batch shares (vmap over inputs) runs once,
-    the batch folded into x's rows (Linear) or images (Conv2d);
-  - anything else (batched weights: ensembles; every gradient) runs once per
-    member of the batch, the results stacked.
+    the batch folded into x's rows (Linear) or images (Conv2d), and so does
+    such a batch's dx (per-sample gradients, jacrev);
+  - anything else (batched weights: ensembles; each member's dW and db)
+    runs once per member of the batch, the results stacked.
 Forward-mode AD (jvp, jacfwd) stays refused: the Functions have no jvp.
 Gradients are not differentiable again (a grad of a grad raises)."""
 import torch
