@@ -58,18 +58,20 @@ class Recycler:
     """Result arrays that are reused once their callers have let go of them.
 
     A primitive returns new arrays; a fresh large one costs a page fault per
-    page on first write, as much as the copy into it. `empty(name, ...)` gives back the array it handed
-    out last under that name, shape and dtype if nothing else refers to it any more -- no result
-    the caller still holds, nor any view of it, is ever written -- else a new
-    one. Keyed by shape too, so that the layers of a model, whose results share
-    a name, each find their own (one array per name ping-ponged between shapes
-    and was made anew on every call); at most RECYCLED_ARRAYS keys, the least
-    recently used going first, and RECYCLED_BYTES past the newest. Each starts on a 64-byte line (aligned_empty): NumPy starts large
-    arrays 16 or 48 bytes past one, and a plan's parallel tasks that write
-    neighbouring column blocks of a plain result would then share the lines
-    where their row segments meet, which bounce between cores (fc's forward
-    at 16 threads: benchmarks/RESULTS.md). One pool per thread. In check mode
-    every hand-out is NaN-filled."""
+    page on first write, as much as the copy into it. `empty(name, shape,
+    dtype)` gives back the array it handed out last under that name, shape
+    and dtype if nothing else refers to it any more -- no result the caller
+    still holds, nor any view of it, is ever written -- else a new one.
+    Keyed by shape too, so that the layers of a model, whose results share a
+    name, each find their own (one array per name went back and forth
+    between their shapes and was made anew on every call); at most
+    RECYCLED_ARRAYS keys, the least recently used going first, and no more
+    than RECYCLED_BYTES past the newest. Each starts on a 64-byte line
+    (aligned_empty): NumPy starts large arrays 16 or 48 bytes past one, and
+    a plan's parallel tasks that write neighbouring column blocks of a plain
+    result would then share the lines where their row segments meet, which
+    bounce between cores (fc's forward at 16 threads: benchmarks/RESULTS.md).
+    One pool per thread. In check mode every hand-out is NaN-filled."""
 
     def __init__(self):
         self._local = threading.local()
