@@ -8,7 +8,6 @@ import functools
 
 import numpy as np
 import torch
-from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch.autograd import forward_ad as _forward_ad
 
 from brgemm import dtypes
@@ -79,9 +78,17 @@ def _transformed():
 
 
 def _vmapped():
-    """Whether a torch.func.vmap is active, at any level of the transforms."""
-    return _transformed() and any(i.key() == torch._C._functorch.TransformType.Vmap
-                                  for i in retrieve_all_functorch_interpreters())
+    """Whether a torch.func.vmap is active, at any level of the transforms
+    (where torch's private interpreter stack is not there to ask: whether
+    any transform is, erring towards the answer that is safe under vmap)."""
+    if not _transformed():
+        return False
+    try:
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+        vmap = torch._C._functorch.TransformType.Vmap
+    except (ImportError, AttributeError):
+        return True
+    return any(i.key() == vmap for i in retrieve_all_functorch_interpreters())
 
 
 def _tensor(a):
