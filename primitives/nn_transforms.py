@@ -26,8 +26,8 @@ from primitives.nn_tensors import _untracked
 def _live(ts):
     """ts, each functorch wrapper of a transform already left (a vjp's
     function called after vjp returned: its saved tensors) unwrapped."""
-    return [torch._C._functorch.unwrap_if_dead(t) if isinstance(t, torch.Tensor) else t
-            for t in ts]
+    unwrap = getattr(torch._C._functorch, "unwrap_if_dead", lambda t: t)  # (private API)
+    return [unwrap(t) if isinstance(t, torch.Tensor) else t for t in ts]
 
 
 def _member(a, dim, i):
