@@ -24,6 +24,11 @@ from primitives import conv, fc
 from primitives.nn_tensors import _array, _cast, _dtype, _kept, _tensor
 
 Tensor = torch.Tensor
+# Linear's weights of fewer elements are blocked on every call rather than
+# kept (nn_tensors._kept): a call without reuse= is remembered whole, and the
+# modules ran faster so up to 512 x 256 weights, slower (inference) at
+# 1024 x 256 (benchmarks/RESULTS.md, forty-second session)
+FC_REBLOCKED_BELOW = 1 << 18
 
 
 # ---------------------------------------------------------------- Linear
@@ -41,7 +46,7 @@ def linear_rows(x, weight, bias):
         return torch.nn.functional.linear(rows, weight, bias)
     return _tensor(fc.forward(_array(rows), _array(weight),
                               None if bias is None else _array(bias), dtype=dtype,
-                              reuse=_kept(weight)))
+                              reuse=_kept(weight, FC_REBLOCKED_BELOW)))
 
 
 def linear_grads(dy, x, weight, bias, need_x, need_w, need_b):
@@ -56,7 +61,7 @@ def linear_grads(dy, x, weight, bias, need_x, need_w, need_b):
         return ((dy @ weight).reshape(x.shape) if need_x else None,
                 dy.t() @ rows if need_w else None, dy.sum(0) if need_b else None)
     dx, dw, db = fc.backward(_array(dy.to(x.dtype)), _array(rows), _array(weight),
-                             dtype=_dtype("input", x), reuse=_kept(weight),
+                             dtype=_dtype("input", x), reuse=_kept(weight, FC_REBLOCKED_BELOW),
                              need_dx=need_x, need_dw=need_w)
     return (_tensor(dx).reshape(x.shape) if need_x else None,
             _cast(dw, weight) if need_w else None, _cast(db, bias) if need_b else None)

@@ -98,11 +98,13 @@ def _tensor(a):
     return torch.from_numpy(a)
 
 
-def _kept(weight):
+def _kept(weight, below=0):
     """reuse= for a weight tensor: kept while its version counter stands still.
     Inference tensors (made under torch.inference_mode) have no counter, so
-    nothing proves them unchanged: re-blocked on every call."""
-    return None if weight.is_inference() else reuse.tensors(weight)
+    nothing proves them unchanged: re-blocked on every call. So are weights
+    of fewer than `below` elements, whose blocking costs less than proving
+    them unchanged (and a call without reuse= is remembered whole)."""
+    return None if weight.is_inference() or weight.numel() < below else reuse.tensors(weight)
 
 
 def _cast(a, like):

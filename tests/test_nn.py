@@ -11,7 +11,7 @@ from torch import nn
 
 from nn_support import assert_close, bilinear_check, ctor_args, f64, gen, rand  # noqa: F401
 # (gen: a fixture, found by name)
-from primitives import fc
+from primitives import fc, nn_ops
 from primitives import nn as pnn
 
 torch.set_num_threads(1)
@@ -197,10 +197,15 @@ def test_lstm_twice_in_one_graph_and_weight_changes(gen):
     assert_close("after load_state_dict", m(x1)[0], f64(other(x1)[0]), 1e-5 * 2)
 
 
+@pytest.mark.parametrize("kept", [True, False])
 @pytest.mark.parametrize("kind", ["linear", "conv", "lstm"])
-def test_weights_changed_in_place_reach_the_next_call(gen, kind):
+def test_weights_changed_in_place_reach_the_next_call(gen, kind, kept, monkeypatch):
     """Blocked weights are kept while the parameters' versions stand still and
-    rebuilt after in-place writes, load_state_dict and a swapped .data."""
+    rebuilt after in-place writes, load_state_dict and a swapped .data (kept:
+    Linear's small weights kept too, as larger ones are, not re-blocked per
+    call: nn_ops.FC_REBLOCKED_BELOW)."""
+    if kept:
+        monkeypatch.setattr(nn_ops, "FC_REBLOCKED_BELOW", 0)
     ours, theirs, x = {
         "linear": lambda: (pnn.Linear(6, 5), nn.Linear(6, 5), rand(gen, 4, 6)),
         "conv": lambda: (pnn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1),

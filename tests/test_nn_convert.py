@@ -10,6 +10,7 @@ from torch import nn
 
 from nn_support import assert_close, ctor_args, f64, gen, rand  # noqa: F401  (gen: a fixture)
 from primitives import nn as pnn
+from primitives import nn_ops
 
 torch.set_num_threads(1)
 
@@ -55,8 +56,13 @@ OPTIMIZERS = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
               "adamw fused": lambda p: torch.optim.AdamW(p, lr=0.01, fused=True)}
 
 
+@pytest.mark.parametrize("kept", [True, False])
 @pytest.mark.parametrize("opt", list(OPTIMIZERS))
-def test_optimizer_steps_change_ours_like_torch(gen, opt):
+def test_optimizer_steps_change_ours_like_torch(gen, opt, kept, monkeypatch):
+    """(kept: Linear's small weights kept across calls too, as larger ones are:
+    nn_ops.FC_REBLOCKED_BELOW)"""
+    if kept:
+        monkeypatch.setattr(nn_ops, "FC_REBLOCKED_BELOW", 0)
     ours, theirs = Net(True), Net(False)
     theirs.load_state_dict(ours.state_dict())
     make = OPTIMIZERS[opt]
