@@ -36,7 +36,8 @@ changed (every in-place torch op and load_state_dict bump the counter; a
 optimizer has stepped since (fused steps bump no counter): primitives.reuse.
 Writes in place through `.data` or a NumPy view are not seen: after those
 call `reload_weights()` on an LSTM, `primitives.reuse.clear()` for the others.
-Linear and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
+Linear (weights of nn_ops.FC_REBLOCKED_BELOW elements or more: smaller ones are
+blocked per call) and Conv2d pass `reuse.tensors(weight)` to the functional forms, and
 the LSTM keeps one lstm.LSTM layer per module. Its forward saves the state
 its backward reads; if another forward ran on the module before that
 backward (two calls in one graph), the backward recomputes its own forward
