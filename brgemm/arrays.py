@@ -48,7 +48,7 @@ def aligned_empty(shape, dtype, align=64):
 
 
 # Recycler's bounds, per pool and thread: arrays of this many (name, shape,
-# dtype) keys at most, and past the newest, no more bytes than this (the arrays
+# dtype) keys at most, and past each name's newest no more bytes than this (the arrays
 # a caller let go of; in training most of them are alive in autograd anyway)
 RECYCLED_ARRAYS = 16
 RECYCLED_BYTES = 64 << 20
@@ -66,7 +66,7 @@ class Recycler:
     name, each find their own (one array per name went back and forth
     between their shapes and was made anew on every call); at most
     RECYCLED_ARRAYS keys, the least recently used going first, and no more
-    than RECYCLED_BYTES past the newest. Each starts on a 64-byte line
+    than RECYCLED_BYTES past each name's newest. Each starts on a 64-byte line
     (aligned_empty): NumPy starts large arrays 16 or 48 bytes past one, and
     a plan's parallel tasks that write neighbouring column blocks of a plain
     result would then share the lines where their row segments meet, which
@@ -93,20 +93,25 @@ class Recycler:
                 return poison(out)
         out = aligned_empty(shape, dtype)  # NaN-filled in check mode
         pool.put(key, (out.base, out))
-        _trim(pool, key)
+        _trim(pool)
         return out
 
 
-def _trim(pool, newest):
+def _trim(pool):
     """A Recycler's pool within RECYCLED_BYTES, the least recently used going
-    first, the newest key kept (the LRU bounds the count)."""
+    first, but never a name's newest array (the LRU bounds the count): one
+    array per name was the pool before shapes, and a layer's results larger
+    than the bound together (fc's dW of 4096 x 4096 beside its dx) evicted
+    each other on every call, fresh pages each time, where it kept them."""
     entries = pool.items()  # least recently used first
+    newest = {key[0]: key for key, _ in entries}
     nbytes = sum(out.nbytes for _, (_, out) in entries)
     for key, (_, out) in entries:
-        if nbytes <= RECYCLED_BYTES or key == newest:
+        if nbytes <= RECYCLED_BYTES:
             break
-        pool.pop(key)
-        nbytes -= out.nbytes
+        if newest[key[0]] != key:
+            pool.pop(key)
+            nbytes -= out.nbytes
 
 
 class Buffers:

@@ -40,8 +40,8 @@ def test_recycler_keeps_an_array_per_shape(rng):
     """Layers of several shapes under one name (a model's layers' "y") each get
     their own array back once released: one array per name was made anew on
     every call where two shapes took turns. At most RECYCLED_ARRAYS keys, the
-    least recently used dropped first, and past the newest no more than
-    RECYCLED_BYTES kept."""
+    least recently used dropped first, and past each name's newest no more
+    than RECYCLED_BYTES kept."""
     pool = Recycler()
     shapes = [tuple(int(v) for v in rng.integers(1, 9, 2)) for _ in range(5)]
     shapes = list(dict.fromkeys(shapes))  # distinct
@@ -65,6 +65,12 @@ def test_recycler_keeps_an_array_per_shape(rng):
     assert big.empty("y", (side, side), np.float32).ctypes.data == address  # the newest stays
     big.empty("y", (2, 2), np.float32)
     assert [k[1] for k, _ in big._local.pool.items()] == [(2, 2)]  # the big one went
+    a = big.empty("dw", (side, side), np.float32)  # each name's newest stays, however large
+    address = a.ctypes.data
+    del a
+    big.empty("y", (3, 3), np.float32)
+    assert big.empty("dw", (side, side), np.float32).ctypes.data == address
+    assert [k[:2] for k, _ in big._local.pool.items()] == [("y", (3, 3)), ("dw", (side, side))]
 
 
 def test_from_blocks_into_out(rng):
