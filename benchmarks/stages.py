@@ -40,7 +40,6 @@ from brgemm import im2col, layouts as L
 from brgemm.arrays import Scratch, aligned_empty
 from brgemm.info import kernel_path
 from brgemm.machine import cpu_threads
-from brgemm.windows import copy_windows
 from primitives import conv, fc, lstm
 from primitives.conv_plans import update_inputs, update_output
 
@@ -195,7 +194,7 @@ def _pointwise_forward(x, w, g, y):
     pointwise_rows says so, x's copy on whole-line rows, then the plan."""
     hx = conv.pointwise_rows(g)
     p = conv.pointwise_plan(g, "f32", conv.pointwise(g, "f32", "cpu"), hx=hx)
-    tail, HW = conv.pointwise_tail(g), g.H * g.W
+    tail = conv.pointwise_tail(g)
     # each image's last pixels, where the plan computes them apart (conv._pointwise)
     xt, yt = (np.empty((rows, g.N * tail), np.float32) for rows in (g.C, g.K))
     tails = dict(xt=xt, yt=yt) if tail else {}
@@ -204,14 +203,10 @@ def _pointwise_forward(x, w, g, y):
         xr = aligned_empty((g.N, g.C, hx), np.float32)
         steps.append(("x rows", lambda: conv.rows_on_lines(x, hx, out=xr)))
     if tail:
-        steps.append(("x tail", lambda: copy_windows(
-            x.reshape(g.N, g.C, HW)[:, :, HW - tail:],
-            xt.reshape(g.C, g.N, tail).transpose(1, 0, 2))))
+        steps.append(("x tail", lambda: conv.gather_tail(x, xt, g, tail)))
     steps.append(("plan", lambda: p.run(w=w, x=xr if hx else x, y=y, **tails)))
     if tail:
-        steps.append(("y tail", lambda: copy_windows(
-            yt.reshape(g.K, g.N, tail).transpose(1, 0, 2),
-            y.reshape(g.N, g.K, HW)[:, :, HW - tail:])))
+        steps.append(("y tail", lambda: conv.store_tail(yt, y, g, tail)))
     return steps
 
 

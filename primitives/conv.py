@@ -43,7 +43,6 @@ from brgemm.lru import LRU
 from brgemm.im2col import columns_to_image, image_to_columns
 from brgemm.layouts import column_sums, convert, from_blocks, nblocks, to_blocks
 from brgemm.vnni import vnni_tiles
-from brgemm.windows import copy_windows
 from primitives import reuse as _reuse
 from primitives._args import backend_name, bias_vector, fits, flag, operands
 from primitives._config import cached
@@ -52,11 +51,10 @@ from primitives.conv_backward import backward_nest, columns_data_product  # noqa
 from primitives.conv_forward import forward_nest  # noqa: F401  (public names)
 from primitives.conv_update import pointwise_x_block
 from primitives.conv_pointwise import (aligned_plan, class_tiles, data_operands,  # noqa: F401
-                                       dw_from_transposed, pointwise,
+                                       dw_from_transposed, gather_tail, pointwise,
                                        pointwise_copies_dy, pointwise_pairs, pointwise_plan,
                                        pointwise_rows, pointwise_tail, pointwise_update,
-                                       pointwise_update_plan,
-                                       rows_on_lines)
+                                       pointwise_update_plan, rows_on_lines, store_tail)
 from primitives.conv_update import (  # noqa: F401  (public names)
     narrow, update_flat_nest, update_form, update_narrow_nest, update_nest)
 from primitives.conv_in_place import (copies_w_nchw, copies_x_rows, dy_plan, nchw_copying_plan,
@@ -110,14 +108,11 @@ def _pointwise(p, g, backend, x, w, name, **tb):
         p.run(backend=backend, w=w, x=x, y=y, **tb)
         return y
     # each image's last pixels: gathered side by side, their products stored back
-    HW, J = g.H * g.W, g.N * tail
-    xt, yt = (_scratch.get(name + "_tail_" + s, (rows, J), np.float32) for s, rows in
-              (("x", g.C), ("y", g.K)))  # [rows][N tail], as [N][rows][tail] below
-    copy_windows(x.reshape(g.N, g.C, -1)[:, :, HW - tail:HW],
-                 xt.reshape(g.C, g.N, tail).transpose(1, 0, 2))
+    xt, yt = (_scratch.get(name + "_tail_" + s, (rows, g.N * tail), np.float32)
+              for s, rows in (("x", g.C), ("y", g.K)))
+    gather_tail(x, xt, g, tail)
     p.run(backend=backend, w=w, x=x, y=y, xt=xt, yt=yt, **tb)
-    copy_windows(yt.reshape(g.K, g.N, tail).transpose(1, 0, 2),
-                 y.reshape(g.N, g.K, HW)[:, :, HW - tail:])
+    store_tail(yt, y, g, tail)
     return y
 
 

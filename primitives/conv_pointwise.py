@@ -11,6 +11,7 @@ from brgemm.layouts import nblocks, pick_block, to_blocks
 from brgemm.loopspec import Loop, parse_spec
 from brgemm.machine import cpu_threads
 from brgemm.vnni import takes_vnni_b
+from brgemm.windows import copy_windows
 from primitives import reuse
 from primitives.conv_forward import aligned_pointwise_nest, line_period, pointwise_nest
 from primitives.conv_plans import _plans
@@ -60,6 +61,22 @@ def pointwise_tail(g, pass_="fwd", dtype="f32", pairs=False):
         return 0
     HW = g.H * g.W
     return HW % 16 if HW > 16 else 0
+
+
+def gather_tail(x, xt, g, tail):
+    """Each image's last `tail` pixels of x [N][C][>= H W] into xt [C][N tail]
+    (images side by side: pointwise_nest's tail tensor), in parallel."""
+    HW = g.H * g.W
+    copy_windows(x.reshape(g.N, g.C, -1)[:, :, HW - tail:HW],
+                 xt.reshape(g.C, g.N, tail).transpose(1, 0, 2))
+
+
+def store_tail(yt, y, g, tail):
+    """gather_tail's inverse for the products: yt [K][N tail] back into each
+    image's last `tail` pixels of y [N, K, H, W]."""
+    HW = g.H * g.W
+    copy_windows(yt.reshape(g.K, g.N, tail).transpose(1, 0, 2),
+                 y.reshape(g.N, g.K, HW)[:, :, HW - tail:])
 
 
 def pointwise_rows(g):
