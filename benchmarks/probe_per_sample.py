@@ -14,8 +14,9 @@ from torch.func import functional_call, grad, vmap
 from benchmarks.common import machine, report_sides, set_threads
 from primitives import nn as pnn
 
-LAYERS = {"Linear(512, 64)": (lambda M: M(512, 64), (512,)),
-          "Conv2d(16, 32, 3, padding=1) on 8 x 8": (lambda M: M(16, 32, 3, padding=1), (16, 8, 8))}
+LAYERS = {"Linear(512, 64)": (lambda: torch.nn.Linear(512, 64), (512,)),
+          "Conv2d(16, 32, 3, padding=1) on 8 x 8": (
+              lambda: torch.nn.Conv2d(16, 32, 3, padding=1), (16, 8, 8))}
 
 
 def per_sample(module, x, c):
@@ -37,8 +38,8 @@ def main():
     print(f"{machine()}, {threads} threads, batch {args.batch}")
     for name, (make, shape) in LAYERS.items():
         torch.manual_seed(0)
-        ref = make(torch.nn.Linear if "Linear" in name else torch.nn.Conv2d)
-        ours = pnn.convert(make(torch.nn.Linear if "Linear" in name else torch.nn.Conv2d))
+        ref = make()
+        ours = pnn.convert(make())
         ours.load_state_dict(ref.state_dict())
         x = torch.randn(args.batch, *shape)
         c = torch.randn_like(vmap(ref)(x))

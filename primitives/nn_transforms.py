@@ -113,10 +113,18 @@ def _grads_function(what, grads, fold):
     return Grads
 
 
-LinearGrads = _grads_function("Linear", nn_ops.linear_grads,
-                               lambda t: t.reshape(-1, t.shape[-1]))  # members' rows
-Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads,
-                              lambda t: t.reshape((-1,) + t.shape[2:]))  # members' images
+def _fold_rows(t):
+    """A batch of Linear's operands as one: all members' rows."""
+    return t.reshape(-1, t.shape[-1])
+
+
+def _fold_images(t):
+    """A batch of Conv2d's operands [B, N, ...] as one: all members' images."""
+    return t.reshape((-1,) + t.shape[2:])
+
+
+LinearGrads = _grads_function("Linear", nn_ops.linear_grads, _fold_rows)
+Conv2dGrads = _grads_function("Conv2d", nn_ops.conv_grads, _fold_images)
 
 
 def _backward(ctx, dy, function):
@@ -185,8 +193,7 @@ class Conv2dFunction(torch.autograd.Function):
         # (members not [N, C, H, W]: per member, so that the error names a member's shape)
         if _shared_weights(in_dims) and x.dim() == 5:
             xs = x.movedim(in_dims[0], 0)
-            y = Conv2dFunction.apply(xs.reshape((-1,) + xs.shape[2:]), weight, bias, stride,
-                                     padding)
+            y = Conv2dFunction.apply(_fold_images(xs), weight, bias, stride, padding)
             return y.reshape(xs.shape[:2] + y.shape[1:]), 0
         return per_member(Conv2dFunction.apply, info, in_dims, (x, weight, bias, stride, padding),
                           direct=nn_ops.conv_out)
